@@ -1,0 +1,112 @@
+"""Busy intervals of one executor (or the frontend's waits), and the overlap between executors."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Iterable, Sequence
+
+#: Two busy intervals closer than this are merged into one (seconds). A gap this short is below what a
+#: lane cell (about 100 ms) can show; merging keeps a busy executor to a handful of intervals per window.
+MERGE_GAP = 200e-6
+
+Interval = tuple[float, float]
+
+
+class ActivityRecorder:
+    """Records when something was busy, as merged ``(start, end)`` intervals on ``time.perf_counter``.
+
+    One thread writes (``begin``/``end`` or ``add``), the agent's sampler reads (``busy_in``). A lock
+    keeps the open interval consistent between them; it costs well under a microsecond per call.
+    """
+
+    def __init__(self, keep: float = 10.0) -> None:
+        self._lock = threading.Lock()
+        self._closed: deque[Interval] = deque()
+        self._open: Interval | None = None  # the merged interval still growing
+        self._since: float | None = None  # start of the item running now, if any
+        self._keep = keep
+
+    def begin(self, t: float) -> None:
+        """Mark the start of an item of work."""
+        self._since = t
+
+    def end(self, t: float) -> None:
+        """Mark the end of the item started by :meth:`begin`."""
+        start, self._since = self._since, None
+        if start is not None:
+            self.add(start, t)
+
+    def add(self, start: float, end: float) -> None:
+        """Record one busy interval."""
+        with self._lock:
+            cur = self._open
+            if cur is not None and start - cur[1] <= MERGE_GAP:
+                self._open = (cur[0], max(cur[1], end))
+                return
+            if cur is not None:
+                self._closed.append(cur)
+            self._open = (start, end)
+
+    def intervals(self, t0: float, t1: float) -> list[Interval]:
+        """Busy intervals clipped to ``[t0, t1]``, including an item still running at ``t1``."""
+        with self._lock:
+            while self._closed and self._closed[0][1] < t1 - self._keep:
+                self._closed.popleft()
+            items = list(self._closed)
+            if self._open is not None:
+                items.append(self._open)
+            since = self._since
+        if since is not None:
+            items.append((since, t1))
+        return clip(items, t0, t1)
+
+
+def clip(intervals: Iterable[Interval], t0: float, t1: float) -> list[Interval]:
+    """Intervals cut to ``[t0, t1]``, empty ones dropped."""
+    out = []
+    for a, b in intervals:
+        a, b = max(a, t0), min(b, t1)
+        if b > a:
+            out.append((a, b))
+    return out
+
+
+def busy_time(intervals: Sequence[Interval]) -> float:
+    """Total length of the union of ``intervals``."""
+    return covered(list(intervals), 1)
+
+
+def covered(intervals: list[Interval], at_least: int) -> float:
+    """Time during which at least ``at_least`` of the intervals are active (a sweep over the ends)."""
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    total, count, last = 0.0, 0, None
+    for t, step in events:
+        if last is not None and count >= at_least:
+            total += t - last
+        count += step
+        last = t
+    return total
+
+
+def overlap_time(per_executor: Sequence[Sequence[Interval]]) -> float:
+    """Time during which two or more executors were busy at once.
+
+    Each executor's own intervals are first merged to their union, so one executor never overlaps
+    itself.
+    """
+    merged: list[Interval] = []
+    for intervals in per_executor:
+        merged.extend(union(intervals))
+    return covered(merged, 2)
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """The union of intervals as sorted, disjoint intervals."""
+    out: list[Interval] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out

@@ -1,0 +1,49 @@
+"""Entry point of the workload process: ``python -m torchpar_top.probes.agent.bootstrap``.
+
+torchpar-top starts it in its own process group with one end of a socketpair inherited as ``--fd``.
+The workload's own stdout and stderr stay separate from the protocol on that socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import traceback
+
+from torchpar_top.probes.agent.agent import Agent
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Connect, build the agent, run the experiment until stopped."""
+    parser = argparse.ArgumentParser(prog="torchpar-top-agent")
+    parser.add_argument("--fd", type=int, required=True, help="inherited socket for the protocol")
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--interval", type=float, default=0.1)
+    parser.add_argument("--sync", action="store_true")
+    args = parser.parse_args(argv)
+
+    from torchpar_top import workloads  # after argument parsing: imports torch-heavy modules
+
+    sock = socket.socket(fileno=args.fd)
+    experiment = workloads.get(args.experiment)
+    agent = Agent(
+        sock,
+        experiment=experiment.name,
+        description=experiment.title,
+        interval=args.interval,
+        sync=args.sync,
+    )
+    agent.start()
+    try:
+        experiment.run(agent)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    finally:
+        agent.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

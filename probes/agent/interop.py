@@ -1,0 +1,76 @@
+"""The inter-op pool: TorchScript ``fork`` futures, outstanding until ``done()``.
+
+From plain Python ``torch.jit.fork`` runs synchronously; inside a scripted function it returns a future
+at once and the work runs on the inter-op pool (threads named ``PTThreadPool``). We see the futures,
+not the moment each task starts, so the quantity is *outstanding* (``O = L - C``), and the busy lane
+is the time at least one task was in flight (forked, not yet done).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Sequence
+
+from torchpar_top.probes.agent.executor import QUANTITY_OUTSTANDING, Executor
+
+
+class InterOpPool(Executor):
+    """Tracks futures forked onto the inter-op pool."""
+
+    kind = "interop-pool"
+    quantity = QUANTITY_OUTSTANDING
+
+    def __init__(self, name: str = "inter-op pool", *, on_wait: Any = None) -> None:
+        super().__init__(name, capacity=None)
+        self._lock = threading.Lock()
+        self._pending: list[Any] = []
+        self._in_flight_since: float | None = None
+        self._on_wait = on_wait
+
+    def track(self, futures: Sequence[Any]) -> None:
+        """Count futures just returned by a scripted function that forked them."""
+        now = time.perf_counter()
+        with self._lock:
+            if not self._pending:
+                self._in_flight_since = now
+                self.activity.begin(now)
+            self._pending.extend(futures)
+            self.launched += len(futures)
+            self.started += len(futures)  # unknown; S is not reported for this executor
+        for fut in futures:
+            fut.add_done_callback(self._on_done)
+
+    def _on_done(self, fut: Any) -> None:
+        with self._lock:
+            self.completed += 1
+            try:
+                self._pending.remove(fut)
+            except ValueError:
+                pass
+            if not self._pending:
+                self.activity.end(time.perf_counter())
+
+    def outstanding(self) -> int:
+        """Futures not yet done."""
+        return max(0, self.launched - self.completed)
+
+    def wait_oldest(self) -> None:
+        """Block on the oldest pending future (back-pressure for an unbounded pool)."""
+        with self._lock:
+            fut = self._pending[0] if self._pending else None
+        if fut is not None:
+            self._wait(lambda: fut.wait())
+
+    def synchronize(self) -> None:
+        """Wait on every pending future."""
+        with self._lock:
+            pending = list(self._pending)
+        if pending:
+            self._wait(lambda: [f.wait() for f in pending])
+
+    def _wait(self, fn: Any) -> None:
+        t0 = time.perf_counter()
+        fn()
+        if self._on_wait:
+            self._on_wait(t0, time.perf_counter())

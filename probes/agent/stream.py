@@ -1,0 +1,118 @@
+"""An emulated CPU stream: an executor thread running real torch ops from a bounded queue.
+
+Launch is a ``put`` (it blocks when the queue holds ``capacity`` items, like a CUDA stream at its
+1024-entry launch queue); synchronize waits until everything launched has completed. ATen kernels
+release the GIL, so the frontend really runs ahead of the stream. Always labelled as emulated.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+from torchpar_top.probes.agent.executor import Executor
+
+#: HTA's per-stream launch queue constant for CUDA, used for the emulation too.
+DEFAULT_CAPACITY = 1024
+
+_STOP = object()
+
+
+class EmulatedStream(Executor):
+    """An in-order executor thread fed by a bounded queue."""
+
+    kind = "emulated-stream"
+    emulated = True
+
+    def __init__(
+        self,
+        name: str,
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        on_wait: Callable[[float, float], None] | None = None,
+        threads: Callable[[], int] | None = None,
+    ) -> None:
+        """Start the executor thread.
+
+        Args:
+            name: shown on screen, e.g. ``cpu-stream:0``.
+            capacity: queue length at which launch blocks.
+            on_wait: called with ``(start, end)`` of each frontend wait (full queue or synchronize).
+            threads: returns the wanted ``torch.set_num_threads`` value; applied in the executor thread
+                before the next item when it changes (the setting is per calling thread for OpenMP).
+        """
+        super().__init__(name, capacity)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=capacity)
+        self._done = threading.Condition()
+        self._on_wait = on_wait
+        self._threads = threads
+        self._errors = 0
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"tpt-{name}", daemon=True)
+        self._ready = threading.Event()
+        self._thread.start()
+        self._ready.wait(5)
+
+    def launch(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Enqueue ``fn(*args)``; returns at once unless the queue is full."""
+        item = (fn, args)
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            t0 = time.perf_counter()
+            self._queue.put(item)
+            t1 = time.perf_counter()
+            self.blocked.add(t0, t1)
+            if self._on_wait:
+                self._on_wait(t0, t1)
+        self.launched += 1
+
+    def synchronize(self) -> None:
+        """Wait until every launched item has completed."""
+        if self.completed >= self.launched:
+            return
+        t0 = time.perf_counter()
+        with self._done:
+            while self.completed < self.launched and self._thread.is_alive():
+                self._done.wait(0.5)
+        if self._on_wait:
+            self._on_wait(t0, time.perf_counter())
+
+    def close(self) -> None:
+        """Drop queued work and stop the thread."""
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        self._queue.put(_STOP)
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        self.tids.append(threading.get_native_id())
+        self._ready.set()
+        applied = None
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if self._threads is not None and self._threads() != applied:
+                applied = self._threads()
+                torch.set_num_threads(applied)
+            fn, args = item
+            self.started += 1
+            t0 = time.perf_counter()
+            self.activity.begin(t0)
+            try:
+                fn(*args)
+            except Exception as exc:  # a failing op must not kill the stream
+                self._errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            self.activity.end(time.perf_counter())
+            with self._done:
+                self.completed += 1
+                self._done.notify_all()

@@ -1,0 +1,170 @@
+"""Per-thread CPU of a process, read from ``/proc/<pid>/task/<tid>/stat``, and what each thread is for.
+
+Roles (the ``ThreadInfo.role`` strings). The agent in the child may name threads itself (a mapping
+tid -> role, which always wins); otherwise :func:`classify` guesses from the kernel's thread name.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Iterable, Mapping
+
+from torchpar_top.session.model import BUSY_THREAD_PERCENT, ThreadGroup, ThreadInfo
+
+ROLE_FRONTEND = "frontend (main)"
+ROLE_STREAM_PREFIX = "stream executor"
+"""Agent-given roles start with this, e.g. ``"stream executor cpu-stream:0"``."""
+ROLE_INTRAOP = "intra-op workers"
+ROLE_INTEROP = "inter-op pool"
+ROLE_AUTOGRAD = "autograd"
+ROLE_DATA = "data"
+ROLE_AGENT = "torchpar agent"
+ROLE_OTHER = "other"
+
+# DataLoader pin-memory thread / worker processes (torch.utils.data sets these names) and generic ones.
+_DATA_PREFIXES = ("pt_data",)
+_DATA_WORDS = ("dataloader", "pin_memory", "pin_mem")
+# Other threads PyTorch names itself that do no tensor math (distributed runtime, elastic agent...).
+_TORCH_SERVICE_PREFIXES = ("pt_elastic", "pt_tcpstore", "pt_gloo", "pt_dist", "pt_workerserver")
+
+
+def parse_stat(text: str) -> tuple[str, str, int]:
+    """Parse one ``/proc/<pid>/task/<tid>/stat`` line.
+
+    ``comm`` sits in parentheses and may itself contain spaces and ``)``, so the fields after it are
+    found from the *last* ``)``.
+
+    Returns:
+        ``(comm, state, utime + stime)``, the CPU time in clock ticks (``SC_CLK_TCK``).
+    """
+    close = text.rindex(")")
+    comm = text[text.index("(") + 1 : close]
+    rest = text[close + 1 :].split()  # rest[0] is field 3 (state), so field n is rest[n - 3]
+    return comm, rest[0], int(rest[11]) + int(rest[12])
+
+
+def classify(tid: int, comm: str, pid: int, roles: Mapping[int, str] | None = None) -> str:
+    """The role of thread ``tid`` (named ``comm``) of process ``pid``; ``roles`` from the agent win."""
+    if roles and tid in roles:
+        return roles[tid]
+    low = comm.lower()
+    if tid == pid or comm.startswith("pt_main_thread"):
+        return ROLE_FRONTEND
+    if comm.startswith("PTThreadPool"):
+        return ROLE_INTEROP
+    if comm.startswith("pt_autograd"):
+        return ROLE_AUTOGRAD
+    if comm.startswith(_DATA_PREFIXES) or any(w in low for w in _DATA_WORDS):
+        return ROLE_DATA
+    if comm.startswith(_TORCH_SERVICE_PREFIXES):
+        return ROLE_OTHER
+    # OpenMP / MKL workers are never renamed: they inherit the name of the thread that created them
+    # ("python", "pt_main_thread"...), so an unrecognised name is most likely an intra-op worker.
+    # Plain Python threads look the same; the agent's ``roles`` mapping is what tells them apart.
+    return ROLE_INTRAOP
+
+
+def _rank(role: str) -> int:
+    """Display order: frontend, stream executors, intra-op, inter-op, autograd, data, agent, other."""
+    if role == ROLE_FRONTEND:
+        return 0
+    if role.startswith(ROLE_STREAM_PREFIX):
+        return 1
+    order = (ROLE_INTRAOP, ROLE_INTEROP, ROLE_AUTOGRAD, ROLE_DATA, ROLE_AGENT)
+    return 2 + order.index(role) if role in order else 2 + len(order)
+
+
+def group(threads: Iterable[ThreadInfo]) -> tuple[ThreadGroup, ...]:
+    """Sum threads per role, in display order (alphabetical within one rank)."""
+    by_role: dict[str, list[ThreadInfo]] = {}
+    for t in threads:
+        by_role.setdefault(t.role, []).append(t)
+    return tuple(
+        ThreadGroup(
+            role=role,
+            count=len(ts),
+            busy=sum(1 for t in ts if t.cpu_percent > BUSY_THREAD_PERCENT),
+            cpu_percent=sum(t.cpu_percent for t in ts),
+            tids=tuple(sorted(t.tid for t in ts)),
+        )
+        for role, ts in sorted(by_role.items(), key=lambda kv: (_rank(kv[0]), kv[0]))
+    )
+
+
+class ThreadSampler:
+    """Per-thread CPU of one process, as a share of one core since the previous :meth:`sample`."""
+
+    def __init__(self, pid: int) -> None:
+        """Watch process ``pid``; nothing is read until the first :meth:`sample`."""
+        self.pid = pid
+        self.error: str | None = None
+        """Why the last sample was empty (process gone, permission denied), else ``None``."""
+        self._hz = float(os.sysconf("SC_CLK_TCK"))
+        self._prev: dict[int, int] = {}
+        self._prev_t: float | None = None
+
+    def read_ticks(self) -> dict[int, tuple[str, int]]:
+        """Read ``{tid: (comm, utime + stime ticks)}`` for the live threads.
+
+        Threads that vanish while being read are skipped.
+
+        Raises:
+            ProcessLookupError: the process has exited (or is a zombie).
+            PermissionError: ``/proc/<pid>/task`` is not readable.
+        """
+        task = f"/proc/{self.pid}/task"
+        try:
+            names = os.listdir(task)
+        except FileNotFoundError:
+            raise ProcessLookupError(self.pid) from None
+        out: dict[int, tuple[str, int]] = {}
+        for name in names:
+            try:
+                with open(f"{task}/{name}/stat", encoding="utf-8", errors="replace") as f:
+                    comm, state, ticks = parse_stat(f.read())
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # the thread ended between listdir and open
+            if int(name) == self.pid and state in ("Z", "X"):
+                raise ProcessLookupError(self.pid)  # exited, not yet reaped
+            out[int(name)] = (comm, ticks)
+        if not out and not os.path.exists(f"/proc/{self.pid}"):
+            raise ProcessLookupError(self.pid)
+        return out
+
+    def sample(self, roles: Mapping[int, str] | None = None) -> tuple[ThreadInfo, ...]:
+        """The process's threads, sorted by tid, with their CPU share since the previous call.
+
+        Args:
+            roles: tid -> role name from the agent; overrides :func:`classify`'s guess.
+
+        Returns:
+            One :class:`ThreadInfo` per live thread (``cpu_percent`` is 0.0 on the first call and
+            for threads new since the previous one), or ``()`` with :attr:`error` set.
+        """
+        now = time.monotonic()
+        try:
+            ticks = self.read_ticks()
+        except ProcessLookupError:
+            return self._fail(f"process {self.pid} has exited")
+        except PermissionError:
+            return self._fail(f"permission denied reading /proc/{self.pid}/task (another user's process?)")
+        except OSError as exc:
+            return self._fail(f"cannot read threads of process {self.pid}: {exc}")
+        dt = now - self._prev_t if self._prev_t is not None else 0.0
+        infos = []
+        for tid in sorted(ticks):
+            comm, t = ticks[tid]
+            prev = self._prev.get(tid)
+            pct = max(0.0, (t - prev) / self._hz / dt * 100.0) if prev is not None and dt > 0 else 0.0
+            infos.append(ThreadInfo(tid, comm, classify(tid, comm, self.pid, roles), pct))
+        self._prev = {tid: t for tid, (_, t) in ticks.items()}
+        self._prev_t = now
+        self.error = None
+        return tuple(infos)
+
+    def _fail(self, message: str) -> tuple[ThreadInfo, ...]:
+        """Record ``message`` as the error, forget previous readings, and return no threads."""
+        self.error = message
+        self._prev, self._prev_t = {}, None
+        return ()

@@ -1,0 +1,1 @@
+"""Between probes and UI: spawning the child, the wire protocol, ring buffers, headless output."""

@@ -1,0 +1,219 @@
+"""The workload process: spawn it in its own process group, read its three streams, stop it for sure.
+
+The protocol travels on one end of a socketpair that the child inherits (``pass_fds``); the child's
+stdout and stderr are separate pipes that feed the log pane, so the workload's prints never corrupt
+the protocol. One reader thread multiplexes the three with ``selectors`` and a short timeout, so it
+never keeps the app from exiting.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from torchpar_top.session import protocol
+
+OnMessage = Callable[[dict[str, Any]], None]
+OnOutput = Callable[[str, str], None]
+OnExit = Callable[[int], None]
+
+#: How long a child gets to stop after the ``stop`` command, then after SIGTERM, before SIGKILL.
+STOP_GRACE = 1.5
+TERM_GRACE = 1.0
+
+
+def agent_command(experiment: str, fd: int, interval: float, sync: bool) -> list[str]:
+    """The command line that runs a built-in experiment under the agent."""
+    cmd = [sys.executable, "-m", "torchpar_top.probes.agent.bootstrap", "--fd", str(fd),
+           "--experiment", experiment, "--interval", str(interval)]
+    return cmd + (["--sync"] if sync else [])
+
+
+class ChildProcess:
+    """One run of a workload under the agent."""
+
+    def __init__(
+        self,
+        make_command: Callable[[int], Sequence[str]],
+        *,
+        on_message: OnMessage,
+        on_output: OnOutput,
+        on_exit: OnExit,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Prepare (not start) a child.
+
+        Args:
+            make_command: builds argv given the fd number of the child's protocol socket.
+            on_message: called with each valid protocol message, from the reader thread.
+            on_output: called with (``stdout``|``stderr``|``protocol``, line) for the log pane.
+            on_exit: called once with the exit status (negative: killed by that signal).
+            env: extra environment variables.
+        """
+        self._make_command = make_command
+        self._on_message, self._on_output, self._on_exit = on_message, on_output, on_exit
+        self._env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._reader: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._send_lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid once started."""
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        """Spawn the child in a new session (its own process group, no controlling terminal).
+
+        Raises:
+            OSError: the interpreter could not be started.
+        """
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env}
+        try:
+            self.proc = subprocess.Popen(
+                list(self._make_command(child.fileno())),
+                pass_fds=[child.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=env,
+            )
+        except OSError:
+            parent.close()
+            raise
+        finally:
+            child.close()  # the parent's copy of the child's end: without this, EOF never comes
+        self._sock = parent
+        self._reader = threading.Thread(target=self._read_loop, name="tpt-child-reader", daemon=True)
+        self._reader.start()
+
+    def send(self, cmd: str, **fields: Any) -> bool:
+        """Send a command; False when the child is gone."""
+        if self._sock is None:
+            return False
+        try:
+            with self._send_lock:
+                self._sock.sendall(protocol.encode("cmd", cmd=cmd, **fields))
+            return True
+        except OSError:
+            return False
+
+    def stop(self) -> int | None:
+        """Stop the child and everything in its process group; wait for the reader. Idempotent.
+
+        Returns:
+            The exit status, or None if it never started.
+        """
+        proc = self.proc
+        if proc is None:
+            return None
+        self._stopping.set()
+        if proc.poll() is None:
+            self.send("stop")
+            _wait(proc, STOP_GRACE)
+        _kill_group(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:
+            _wait(proc, TERM_GRACE)
+        _kill_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self._sock is not None:
+            self._sock.close()
+        return proc.returncode
+
+    def _read_loop(self) -> None:
+        proc, sock = self.proc, self._sock
+        assert proc is not None and sock is not None and proc.stdout and proc.stderr
+        sel = selectors.DefaultSelector()
+        readers = {
+            sock.fileno(): ("protocol", protocol.LineReader()),
+            proc.stdout.fileno(): ("stdout", protocol.LineReader()),
+            proc.stderr.fileno(): ("stderr", protocol.LineReader()),
+        }
+        for fd in readers:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        open_fds = set(readers)
+        while open_fds:
+            for key, _ in sel.select(timeout=0.2):
+                fd = key.fd
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(fd)
+                    open_fds.discard(fd)
+                    continue
+                self._dispatch(*readers[fd], data)
+            if proc.poll() is not None:
+                # the child is dead: drain what is left, without waiting on pipes a grandchild holds
+                self._drain(sel, readers, open_fds)
+                break
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+        self._on_exit(proc.wait())
+
+    def _drain(self, sel: selectors.BaseSelector, readers: dict, open_fds: set[int]) -> None:
+        deadline = time.monotonic() + 0.5
+        while open_fds and time.monotonic() < deadline:
+            events = sel.select(timeout=0.05)
+            if not events:
+                break
+            for key, _ in events:
+                try:
+                    data = os.read(key.fd, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(key.fd)
+                    open_fds.discard(key.fd)
+                else:
+                    self._dispatch(*readers[key.fd], data)
+
+    def _dispatch(self, source: str, reader: protocol.LineReader, data: bytes) -> None:
+        try:
+            lines = reader.feed(data)
+        except protocol.ProtocolError as exc:
+            self._on_output("protocol", f"dropped: {exc}")
+            return
+        for line in lines:
+            if source != "protocol":
+                self._on_output(source, line.decode("utf-8", "replace"))
+                continue
+            try:
+                msg = protocol.decode(line)
+            except protocol.ProtocolError as exc:
+                self._on_output("protocol", f"malformed message dropped: {exc}")
+                continue
+            self._on_message(msg)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    """Signal the child's whole process group (its pid is the group id); ignore a group already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

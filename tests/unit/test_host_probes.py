@@ -1,0 +1,212 @@
+"""Host probes: /proc parsing, thread roles and groups, real per-thread and per-core CPU readings."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from torchpar_top.probes.host import threads as th
+from torchpar_top.probes.host.cores import CoreSampler
+from torchpar_top.probes.host.threads import ThreadSampler, classify, group, parse_stat
+from torchpar_top.session.model import ThreadInfo
+
+
+def _independent_ticks(pid: int, tid: int) -> tuple[str, int]:
+    """The test's own reading of comm and utime+stime (greedy regex: comm runs to the last ')')."""
+    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+        m = re.fullmatch(r"\d+ \((.*)\) (.*)", f.read().strip(), re.S)
+    assert m is not None
+    fields = m.group(2).split()  # fields[0] is stat field 3
+    return m.group(1), int(fields[14 - 3]) + int(fields[15 - 3])
+
+
+def _stat_line(comm: str, utime: int, stime: int) -> str:
+    """A synthetic stat line with 52 fields."""
+    fields = ["S", "1", "42", "42", "0", "-1", "4194560", "10", "0", "0", "0", str(utime), str(stime)]
+    fields += ["0"] * (52 - 2 - len(fields))
+    return f"4242 ({comm}) " + " ".join(fields) + "\n"
+
+
+@pytest.mark.parametrize("comm", ["python", "a b c", "x) S 1 2 (y", ") )", "("])
+def test_parse_stat_comm_with_spaces_and_parens(comm: str) -> None:
+    assert parse_stat(_stat_line(comm, 123, 45)) == (comm, "S", 168)
+
+
+@pytest.mark.parametrize(
+    ("tid", "comm", "roles", "expected"),
+    [
+        (100, "python", None, th.ROLE_FRONTEND),  # tid == pid
+        (101, "pt_main_thread", None, th.ROLE_FRONTEND),
+        (102, "PTThreadPool", None, th.ROLE_INTEROP),
+        (103, "pt_autograd_0", None, th.ROLE_AUTOGRAD),
+        (104, "pt_data_pin", None, th.ROLE_DATA),
+        (105, "pt_data_worker", None, th.ROLE_DATA),
+        (106, "my_DataLoader_1", None, th.ROLE_DATA),
+        (107, "pin_memory", None, th.ROLE_DATA),
+        (108, "python", None, th.ROLE_INTRAOP),  # OpenMP worker: inherits the creator's name
+        (109, "pt_tcpstore", None, th.ROLE_OTHER),
+        (108, "python", {108: "stream executor cpu-stream:0"}, "stream executor cpu-stream:0"),
+        (100, "python", {100: th.ROLE_AGENT}, th.ROLE_AGENT),  # agent wins even over tid == pid
+        (102, "PTThreadPool", {999: th.ROLE_AGENT}, th.ROLE_INTEROP),
+    ],
+)
+def test_classify(tid: int, comm: str, roles: dict[int, str] | None, expected: str) -> None:
+    assert classify(tid, comm, 100, roles) == expected
+
+
+def test_group_sums_and_order() -> None:
+    infos = [
+        ThreadInfo(7, "x", "mystery", 1.0),
+        ThreadInfo(5, "python", th.ROLE_INTRAOP, 95.0),
+        ThreadInfo(3, "python", th.ROLE_INTRAOP, 5.0),
+        ThreadInfo(4, "python", th.ROLE_INTRAOP, 80.0),
+        ThreadInfo(9, "python", th.ROLE_AGENT, 2.0),
+        ThreadInfo(8, "python", "stream executor s:1", 50.0),
+        ThreadInfo(6, "python", "stream executor s:0", 0.0),
+        ThreadInfo(2, "PTThreadPool", th.ROLE_INTEROP, 11.0),
+        ThreadInfo(1, "python", th.ROLE_FRONTEND, 100.0),
+        ThreadInfo(10, "pt_data_pin", th.ROLE_DATA, 0.0),
+        ThreadInfo(11, "pt_autograd_0", th.ROLE_AUTOGRAD, 0.0),
+    ]
+    groups = group(infos)
+    assert [g.role for g in groups] == [
+        th.ROLE_FRONTEND,
+        "stream executor s:0",
+        "stream executor s:1",
+        th.ROLE_INTRAOP,
+        th.ROLE_INTEROP,
+        th.ROLE_AUTOGRAD,
+        th.ROLE_DATA,
+        th.ROLE_AGENT,
+        "mystery",
+    ]
+    intra = groups[3]
+    assert (intra.count, intra.busy, intra.cpu_percent, intra.tids) == (3, 2, 180.0, (3, 4, 5))
+    assert groups[4].busy == 1 and groups[1].busy == 0
+    assert sum(g.count for g in groups) == len(infos)
+    assert group([]) == ()
+
+
+def _spin(stop: threading.Event, release: threading.Event) -> None:
+    """Burn CPU until ``stop``, then idle until ``release``; renames its own comm with parentheses."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
+        f.write("busy (spin) x")
+    n = 0
+    while not stop.is_set():
+        n += 1
+    release.wait()
+
+
+def test_busy_and_idle_threads_read_from_proc() -> None:
+    pid = os.getpid()
+    stop, release = threading.Event(), threading.Event()
+    busy = threading.Thread(target=_spin, args=(stop, release), name="busy-spinner", daemon=True)
+    idle = threading.Thread(target=release.wait, name="idle-sleeper", daemon=True)
+    newcomer = threading.Thread(target=release.wait, name="newcomer", daemon=True)
+    busy.start()
+    idle.start()
+    try:
+        time.sleep(0.05)
+        sampler = ThreadSampler(pid)
+        first = {t.tid: t for t in sampler.sample()}
+        assert sampler.error is None
+        assert busy.native_id in first and idle.native_id in first
+        assert all(t.cpu_percent == 0.0 for t in first.values())
+        time.sleep(0.5)
+        second = {t.tid: t for t in sampler.sample()}
+        b, i = second[busy.native_id], second[idle.native_id]
+        assert b.cpu_percent > 50, b
+        assert i.cpu_percent < 10, i
+        assert b.name == "busy (spin) x"
+        assert second[pid].role == th.ROLE_FRONTEND
+        assert b.role == th.ROLE_INTRAOP
+        roles = {busy.native_id: "stream executor test"}
+        assert {t.tid: t.role for t in sampler.sample(roles)}[busy.native_id] == "stream executor test"
+
+        # Stop spinning, then compare the ticks the sampler reads with an independent reading.
+        stop.set()
+        time.sleep(0.05)
+        read = sampler.read_ticks()
+        for tid in (busy.native_id, idle.native_id):
+            assert read[tid] == _independent_ticks(pid, tid)
+        assert read[busy.native_id][1] >= 0.3 * os.sysconf("SC_CLK_TCK")
+
+        # A thread that appears reads 0.0 on its first sample; one that ended is dropped.
+        newcomer.start()
+        assert {t.tid: t for t in sampler.sample()}[newcomer.native_id].cpu_percent == 0.0
+    finally:
+        release.set()
+        stop.set()
+    for t in (busy, idle, newcomer):
+        if t.ident is not None:
+            t.join(5)
+    gone = {t.tid for t in sampler.sample()}
+    assert busy.native_id not in gone and newcomer.native_id not in gone
+    assert pid in gone
+
+
+def test_dead_pid_gives_empty_and_message() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # exited and reaped: /proc/<pid> is gone
+    pid = proc.pid
+    sampler = ThreadSampler(pid)
+    assert sampler.sample() == ()
+    assert sampler.error == f"process {pid} has exited"
+
+
+def test_zombie_counts_as_exited() -> None:
+    proc = subprocess.Popen(["true"])
+    try:
+        for _ in range(200):  # wait until it has exited, without reaping it
+            with open(f"/proc/{proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        sampler = ThreadSampler(proc.pid)
+        assert sampler.sample() == ()
+        assert sampler.error == f"process {proc.pid} has exited"
+    finally:
+        proc.wait()
+
+
+def test_permission_error_gives_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    def denied(path: str) -> list[str]:
+        raise PermissionError(13, "Permission denied", path)
+
+    sampler = ThreadSampler(os.getpid())
+    assert sampler.sample()
+    monkeypatch.setattr(th.os, "listdir", denied)
+    assert sampler.sample() == ()
+    assert sampler.error is not None and "permission denied" in sampler.error
+    monkeypatch.undo()
+    assert sampler.sample() and sampler.error is None
+
+
+def test_core_sampler_shape_and_range() -> None:
+    sampler = CoreSampler()
+    assert sampler.count == os.cpu_count()
+    time.sleep(0.1)
+    values = sampler.sample()
+    assert len(values) == os.cpu_count()
+    assert all(0.0 <= v <= 100.0 for v in values)
+
+
+def test_core_sampler_sees_a_pinned_spinning_process() -> None:
+    core = 0 if 0 in os.sched_getaffinity(0) else min(os.sched_getaffinity(0))
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(child.pid, {core})
+        time.sleep(0.2)
+        sampler = CoreSampler()
+        time.sleep(1.0)
+        load = sampler.sample()
+        assert load[core] > 80, load
+    finally:
+        child.kill()
+        child.wait()

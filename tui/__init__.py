@@ -1,0 +1,1 @@
+"""The Textual app: draws session snapshots and turns keys into session commands; it never measures."""

@@ -1,0 +1,180 @@
+"""The Textual app: draws the session's snapshots on a render timer and turns keys into session calls.
+
+It never measures, spawns or parses: everything on screen comes from ``session.snapshot()``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import events
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Footer
+
+from torchpar_top.session.model import SessionLike, Snapshot
+from torchpar_top.tui.commands import TorchparCommands
+from torchpar_top.tui.screens.help import HelpScreen
+from torchpar_top.tui.screens.picker import PickerScreen
+from torchpar_top.tui.widgets.cores import CoresPanel
+from torchpar_top.tui.widgets.gpus import GpusPanel
+from torchpar_top.tui.widgets.header import HeaderBar
+from torchpar_top.tui.widgets.lanes import LanesPanel
+from torchpar_top.tui.widgets.log import LogPanel
+from torchpar_top.tui.widgets.panel import SnapshotPanel
+from torchpar_top.tui.widgets.panel_row import PanelRow
+from torchpar_top.tui.widgets.queues import QueuesPanel
+from torchpar_top.tui.widgets.scoreboard import ScoreboardPanel
+from torchpar_top.tui.widgets.threads import ThreadsPanel
+
+SHORT_SCREEN_ROWS = 30
+"""Below this many rows the screen gets class ``-short`` (shorter panels, room for the log)."""
+
+
+class TorchparTopApp(App[None]):
+    """``top`` for PyTorch parallelism, drawing one :class:`SessionLike`."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "torchpar-top"
+    COMMANDS = App.COMMANDS | {TorchparCommands}
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "toggle_sync", "sync"),
+        Binding("plus,equals_sign", "more_threads", "threads", key_display="+"),
+        Binding("minus", "fewer_threads", "threads", key_display="-"),
+        Binding("w", "pick_experiment", "experiment"),
+        Binding("p", "toggle_pause", "pause"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, session: SessionLike, *, render_interval: float | None = 0.1, title_extra: str = "") -> None:
+        """Create the app; nothing starts before it is mounted.
+
+        Args:
+            session: Where snapshots come from and where commands go; started on mount, closed on exit.
+            render_interval: Seconds between redraws; ``None`` for no timer (tests call
+                :meth:`refresh_from_session` themselves).
+            title_extra: Shown after the name in the header (e.g. the user's script).
+        """
+        super().__init__()
+        self.session = session
+        """The session drawn and commanded."""
+        self.render_interval = render_interval
+        self.title_extra = title_extra
+        self.paused = False
+        """Whether sampling is paused (``p``)."""
+        self.last_snapshot: Snapshot | None = None
+        """The snapshot drawn last."""
+        self._panels: list[SnapshotPanel] = []
+        self._rows: list[PanelRow] = []
+        self._log: LogPanel | None = None
+        self._closed = False
+
+    def compose(self) -> ComposeResult:
+        """Header; cores | threads; queues; lanes | scoreboard; GPUs; log; footer."""
+        yield HeaderBar(title_extra=self.title_extra, id="header")
+        with PanelRow(id="top"):
+            yield CoresPanel(id="cores", classes="panel")
+            yield ThreadsPanel(id="threads", classes="panel")
+        yield QueuesPanel(id="queues", classes="panel")
+        with PanelRow(id="middle"):
+            yield LanesPanel(id="lanes", classes="panel")
+            yield ScoreboardPanel(id="scoreboard", classes="panel")
+        yield GpusPanel(id="gpus", classes="panel")
+        log = LogPanel(id="log")
+        log.add_class("panel")
+        log.border_title = "log"
+        yield log
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Cache the widgets, start the session, draw once, start the render timer."""
+        self._panels = list(self.query(SnapshotPanel))
+        self._rows = list(self.query(PanelRow))
+        self._log = self.query_one(LogPanel)
+        self._set_short(self.size.height)
+        self.session.start()
+        self.refresh_from_session()
+        self.paused = bool(self.last_snapshot and self.last_snapshot.paused)
+        if self.render_interval is not None:
+            self.set_interval(self.render_interval, self.refresh_from_session)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Short terminals get shorter panels."""
+        self._set_short(event.size.height)
+
+    def on_unmount(self) -> None:
+        """Close the session (once)."""
+        self._close_session()
+
+    def refresh_from_session(self) -> None:
+        """Take one snapshot and push it to every panel in one batch."""
+        if self._closed or self._log is None:
+            return
+        snapshot = self.session.snapshot()
+        self.last_snapshot = snapshot
+        with self.batch_update():
+            for panel in self._panels:
+                panel.update_snapshot(snapshot)
+            self._log.update_snapshot(snapshot)
+            for row in self._rows:
+                row.fit()
+
+    # actions: each one is a session call, then a redraw so its effect shows at once
+
+    def action_toggle_sync(self) -> None:
+        """``s``: ASYNC <-> SYNC."""
+        self.session.toggle_sync()
+        self.refresh_from_session()
+
+    def action_more_threads(self) -> None:
+        """``+``: one more intra-op thread."""
+        self.session.change_threads(+1)
+        self.refresh_from_session()
+
+    def action_fewer_threads(self) -> None:
+        """``-``: one fewer intra-op thread."""
+        self.session.change_threads(-1)
+        self.refresh_from_session()
+
+    def action_toggle_pause(self) -> None:
+        """``p``: pause or resume sampling."""
+        self.paused = not self.paused
+        self.session.set_paused(self.paused)
+        self.refresh_from_session()
+
+    def action_pick_experiment(self) -> None:
+        """``w``: the experiment picker; Enter runs the chosen one."""
+        current = self.last_snapshot.experiment if self.last_snapshot else ""
+
+        def chosen(name: str | None) -> None:
+            if name:
+                self.run_experiment(name)
+
+        self.push_screen(PickerScreen(self.session.experiments(), current), chosen)
+
+    def action_help(self) -> None:
+        """``?``: what the panels mean."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def run_experiment(self, name: str) -> None:
+        """Stop the running child and start experiment ``name``."""
+        self.session.switch_experiment(name)
+        self.refresh_from_session()
+
+    async def action_quit(self) -> None:
+        """``q``: close the session and exit."""
+        self._close_session()
+        self.exit()
+
+    def _close_session(self) -> None:
+        """``session.close()``, exactly once."""
+        if not self._closed:
+            self._closed = True
+            self.session.close()
+
+    def _set_short(self, rows: int) -> None:
+        """Toggle the ``-short`` class on the screen for short terminals."""
+        self.screen.set_class(0 < rows < SHORT_SCREEN_ROWS, "-short")

@@ -1,0 +1,152 @@
+"""Pure text helpers for the panels: numbers in, fixed-width text out.
+
+Nothing here imports Textual. Every scale is fixed by the caller (0..100 for a core, 0..capacity for a
+queue, 0..1 for a busy fraction): a strip never rescales to its own min..max, so 49-51% never looks
+like 0-100%.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+#: Vertical eighths, index 0 (empty) to 8 (full cell).
+VBLOCKS = " ▁▂▃▄▅▆▇█"
+#: Horizontal eighths, index 0 (empty) to 8 (full cell).
+HBLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def clamp01(x: float) -> float:
+    """``x`` limited to 0..1 (NaN reads as 0)."""
+    if x != x:  # NaN
+        return 0.0
+    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+
+
+def fraction(value: float, scale: float) -> float:
+    """``value / scale`` limited to 0..1; 0 when the scale is not positive."""
+    return clamp01(value / scale) if scale > 0 else 0.0
+
+
+def bar(frac: float, width: int) -> str:
+    """A horizontal bar of exactly ``width`` cells, filled to ``frac`` (0..1) in eighths of a cell.
+
+    The empty part is spaces: the caller gives the whole bar a track background.
+    """
+    if width <= 0:
+        return ""
+    eighths = round(clamp01(frac) * width * 8)
+    full, part = divmod(eighths, 8)
+    text = "█" * full + (HBLOCKS[part] if part else "")
+    return text + " " * (width - len(text))
+
+
+def level(frac: float) -> str:
+    """One cell whose height shows ``frac`` (0..1); anything above zero shows at least ``▁``."""
+    f = clamp01(frac)
+    if f <= 0.0:
+        return " "
+    return VBLOCKS[max(1, round(f * 8))]
+
+
+def fit(values: Sequence[float], width: int) -> list[float]:
+    """Resample ``values`` (oldest first) to ``width`` cells.
+
+    More values than cells: each cell is the mean of its bin (a short spike is not dropped, nor
+    exaggerated). Fewer values than cells: each value is repeated, so the series spans the width.
+    """
+    n = len(values)
+    if width <= 0 or n == 0:
+        return []
+    if n >= width:
+        out = []
+        for i in range(width):
+            lo, hi = (i * n) // width, ((i + 1) * n) // width
+            chunk = values[lo:hi]
+            out.append(sum(chunk) / len(chunk))
+        return out
+    return [values[(i * n) // width] for i in range(width)]
+
+
+def spark(values: Sequence[float], width: int, scale: float) -> str:
+    """The last ``width`` values as vertical blocks on a fixed 0..``scale``, right-aligned."""
+    if width <= 0:
+        return ""
+    tail = values[-width:] if len(values) > width else values
+    text = "".join(level(fraction(v, scale)) for v in tail)
+    return " " * (width - len(text)) + text
+
+
+def lane(values: Sequence[float], width: int) -> str:
+    """Busy fractions (0..1) stretched or binned over ``width`` cells, as block heights."""
+    cells = fit(values, width)
+    return "".join(level(v) for v in cells) + " " * (width - len(cells))
+
+
+def pct(frac: float | None, width: int = 4) -> str:
+    """A fraction 0..1 as a right-aligned whole percent (``" 97%"``), or a dash when unknown."""
+    if frac is None or frac != frac:
+        return "—".rjust(width)
+    return f"{round(frac * 100):d}%".rjust(width)
+
+
+def num(x: float | None, digits: int = 3) -> str:
+    """A short human number: ``12.4``, ``1.23k``, ``4.5M``; a dash when unknown."""
+    if x is None or x != x or math.isinf(x):
+        return "—"
+    ax = abs(x)
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if ax >= limit:
+            return f"{x / limit:.{_decimals(ax / limit, digits)}f}{suffix}"
+    return f"{x:.{_decimals(ax, digits)}f}"
+
+
+def _decimals(ax: float, digits: int) -> int:
+    """Decimals that give about ``digits`` significant digits for a magnitude ``ax``."""
+    if ax == 0:
+        return 1
+    return max(0, digits - 1 - int(math.floor(math.log10(ax))))
+
+
+def size(n: int | None) -> str:
+    """Bytes as a short binary size (``31.2G``); a dash when unknown."""
+    if n is None:
+        return "—"
+    value = float(n)
+    for suffix in ("B", "K", "M", "G", "T"):
+        if value < 1024 or suffix == "T":
+            return f"{value:.0f}{suffix}" if suffix == "B" else f"{value:.1f}{suffix}"
+        value /= 1024
+    return "—"  # pragma: no cover
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as ``42 s``, ``3m05s`` or ``1h02m``; a dash when unknown."""
+    if seconds is None or seconds != seconds:
+        return "—"
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` cells, with ``…`` when something was cut."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    return text[: width - 1] + "…" if width > 1 else text[:1]
+
+
+def mean(values: Sequence[float]) -> float | None:
+    """The mean, or ``None`` for no values."""
+    return sum(values) / len(values) if values else None
+
+
+def window(values: Sequence[float], seconds: float, interval: float) -> Sequence[float]:
+    """The values of the last ``seconds`` when one value was taken every ``interval`` seconds."""
+    n = max(1, round(seconds / interval)) if interval > 0 else 50
+    return values[-n:]

@@ -1,0 +1,1 @@
+"""The panels: one Line API widget per file, each fed a snapshot by ``update_snapshot``."""

@@ -1,0 +1,87 @@
+"""The top line: experiment, device, the mode as the word ASYNC or SYNC, throughput, total queue depth."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torchpar_top.session.model import Snapshot
+from torchpar_top.tui import render
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+
+
+def depth_text(snapshot: Snapshot) -> str:
+    """``depth 1024/1024``: summed queue values over summed capacities (``∞`` if any is unbounded)."""
+    if not snapshot.executors:
+        return "depth —"
+    total = sum(e.value for e in snapshot.executors)
+    caps = [e.capacity for e in snapshot.executors if e.kind != "eager"]
+    cap = "∞" if any(c is None for c in caps) else str(sum(c for c in caps if c is not None))
+    return f"depth {total}/{cap}"
+
+
+def child_text(snapshot: Snapshot) -> str:
+    """The child's state when it is not simply running: ``child exited 1``, ``child starting``..."""
+    child = snapshot.child
+    if child.state == "running":
+        return ""
+    if child.state == "exited":
+        return f"child exited {child.exit_code}" if child.exit_code is not None else "child exited"
+    return f"child {child.state}"
+
+
+class HeaderBar(SnapshotPanel):
+    """One line: ``torchpar-top  async · emulated CPU streams · ASYNC   12.4 it/s   depth 3/1024``."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "header--name",
+        "header--async",
+        "header--sync",
+        "header--paused",
+        "header--child",
+    }
+
+    DEFAULT_CSS = """
+    HeaderBar {
+        height: 1;
+        background: $panel;
+        & > .header--name { color: $accent; text-style: bold; }
+        & > .header--async { color: $background; background: $success; text-style: bold; }
+        & > .header--sync { color: $background; background: $warning; text-style: bold; }
+        & > .header--paused { color: $background; background: $secondary; text-style: bold; }
+        & > .header--child { color: $background; background: $error; text-style: bold; }
+    }
+    """
+
+    def __init__(self, *, title_extra: str = "", id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.title_extra = title_extra
+        """Shown after the name (e.g. the script a user runs)."""
+
+    def build(self, snapshot: Snapshot, width: int) -> list[Row]:
+        """The one header row."""
+        mode = "SYNC" if snapshot.mode == "sync" else "ASYNC"
+        right = Row()
+        child = child_text(snapshot)
+        if child:
+            right.add(f" {child} ", self.style("header--child")).add("  ")
+        if snapshot.paused:
+            right.add(" PAUSED ", self.style("header--paused")).add("  ")
+        right.add(render.num(snapshot.throughput), self.style("value"))
+        right.add(f" {snapshot.throughput_unit}   ", self.style("dim"))
+        right.add(depth_text(snapshot), self.style("label")).add(" ")
+
+        row = Row().add(" torchpar-top", self.style("header--name"))
+        if self.title_extra:
+            row.add(f" {self.title_extra}", self.style("dim"))
+        row.add("  ")
+        row.add(snapshot.experiment, self.style("value"))
+        mode_badge = f" {mode} "
+        room = width - row.width - right.width - len(mode_badge) - 6
+        if snapshot.description and room > 3:
+            row.add(" · ", self.style("dim")).add(render.clip(snapshot.description, room), self.style("label"))
+        row.add(" · ", self.style("dim"))
+        row.add(mode_badge, self.style("header--sync" if mode == "SYNC" else "header--async"))
+        row.to(max(row.width + 2, width - right.width))
+        row.segments.extend(right.segments)
+        row.width += right.width
+        return [row]

@@ -1,0 +1,78 @@
+"""Busy/idle lanes over the last seconds: the frontend (launching or waiting) and each executor, with overlap."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from torchpar_top.session.model import KIND_EAGER, Snapshot
+from torchpar_top.tui import render
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+
+WINDOW_SECONDS = 5.0
+"""How far back the lanes reach."""
+
+LAUNCH, WAIT = "▌", "·"
+"""Frontend lane glyphs: a cell mostly launching, a cell mostly waiting."""
+
+
+def frontend_lane(busy: Sequence[float], wait: Sequence[float], width: int) -> str:
+    """One glyph per cell: ``▌`` when the frontend mostly ran, ``·`` when it mostly waited, else blank."""
+    b, w = render.fit(busy, width), render.fit(wait, width)
+    cells = []
+    for i in range(len(b)):
+        wi = w[i] if i < len(w) else 0.0
+        if b[i] <= 0.0 and wi <= 0.0:
+            cells.append(" ")
+        else:
+            cells.append(LAUNCH if b[i] >= wi else WAIT)
+    return "".join(cells) + " " * (width - len(cells))
+
+
+def overlap_text(snapshot: Snapshot) -> str:
+    """``overlap 43%``: mean of ``snapshot.overlap`` over the window; ``—`` with fewer than 2 executors."""
+    if len(snapshot.executors) < 2:
+        return "overlap —"
+    values = render.window(snapshot.overlap, WINDOW_SECONDS, snapshot.interval)
+    return f"overlap {render.pct(render.mean(values), 0)}"
+
+
+class LanesPanel(SnapshotPanel):
+    """``frontend ▌▌ ▌·· busy 18%`` and ``stream:0 ██████ busy 99%`` lanes, then ``overlap NN%``."""
+
+    DEFAULT_CSS = """
+    LanesPanel { height: auto; }
+    """
+
+    def title(self, snapshot: Snapshot) -> str:
+        """``lanes, last 5 s``."""
+        return f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} waiting)"
+
+    def build(self, snapshot: Snapshot, width: int) -> list[Row]:
+        """The frontend lane, one lane per executor, and the overlap line."""
+        names = ["frontend", *(e.name for e in snapshot.executors)]
+        name_w = min(max(len(n) for n in names), 16)
+        right_w = len(" busy 100%")
+        lane_w = max(1, width - name_w - 1 - right_w)
+
+        def win(values: Sequence[float]) -> Sequence[float]:
+            return render.window(values, WINDOW_SECONDS, snapshot.interval)
+
+        busy, wait = win(snapshot.frontend_busy), win(snapshot.frontend_wait)
+        row = Row().add("frontend".ljust(name_w) + " ", self.style("label"))
+        text = frontend_lane(busy, wait, lane_w)
+        for ch in text:  # adjacent equal glyphs merge back into one segment in the Strip
+            row.add(ch, self.style("accent") if ch == LAUNCH else self.style("note"))
+        row.add(" busy " + render.pct(render.mean(busy), 4), self.style("value"))
+        out = [row]
+        for e in snapshot.executors:
+            row = Row().add(render.clip(e.name, name_w).ljust(name_w) + " ", self.style("label"))
+            if e.kind == KIND_EAGER:
+                row.add("(synchronous: runs inside the frontend's lane)".ljust(lane_w)[:lane_w], self.style("dim"))
+                row.add(" " * right_w)
+            else:
+                values = win(e.busy)
+                row.add(render.lane(values, lane_w), self.style("track"))
+                row.add(" busy " + render.pct(render.mean(values), 4), self.style("value"))
+            out.append(row)
+        out.append(Row().add(" " * (name_w + 1)).add(overlap_text(snapshot), self.style("value")))
+        return out

@@ -1,0 +1,147 @@
+"""The base of every panel: a Line API widget that draws the latest snapshot, many rows in one widget."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.strip import Strip
+from textual.widget import Widget
+
+from torchpar_top.session.model import Snapshot
+
+
+class Row:
+    """One screen line being built from pieces of text, each with its own style."""
+
+    __slots__ = ("segments", "width")
+
+    def __init__(self) -> None:
+        self.segments: list[Segment] = []
+        self.width = 0
+        """Cells used so far (every glyph drawn here is one cell wide)."""
+
+    def add(self, text: str, style: Style | None = None) -> Row:
+        """Append ``text``; returns the row so calls chain."""
+        if text:
+            self.segments.append(Segment(text, style))
+            self.width += len(text)
+        return self
+
+    def to(self, column: int, style: Style | None = None) -> Row:
+        """Pad with spaces up to ``column`` (nothing when already past it)."""
+        return self.add(" " * (column - self.width), style)
+
+    def strip(self, width: int, base: Style) -> Strip:
+        """The row as a Strip of exactly ``width`` cells on the widget's ``base`` style."""
+        segments = Segment.apply_style(self.segments, base) if self.segments else []
+        return Strip(segments, self.width).crop_extend(0, width, base)
+
+
+class SnapshotPanel(Widget):
+    """Draws one snapshot as rows; subclasses implement :meth:`build`.
+
+    ``update_snapshot`` stores the snapshot and asks for a repaint; the rows are built once per
+    snapshot and width, on the next paint, and served line by line from ``render_line``.
+    """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "panel--label",
+        "panel--dim",
+        "panel--value",
+        "panel--ok",
+        "panel--warm",
+        "panel--hot",
+        "panel--track",
+        "panel--accent",
+        "panel--note",
+    }
+
+    DEFAULT_CSS = """
+    SnapshotPanel {
+        height: auto;
+        & > .panel--label { color: $foreground; }
+        & > .panel--dim { color: $foreground-muted; }
+        & > .panel--value { color: $foreground; text-style: bold; }
+        & > .panel--ok { color: $success; background: $foreground 7%; }
+        & > .panel--warm { color: $warning; background: $foreground 7%; }
+        & > .panel--hot { color: $error; background: $foreground 7%; }
+        & > .panel--track { color: $secondary; background: $foreground 7%; }
+        & > .panel--accent { color: $accent; }
+        & > .panel--note { color: $warning; text-style: italic; }
+    }
+    """
+
+    snapshot: Snapshot | None
+    """The snapshot drawn; ``None`` before the first one."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.snapshot = None
+        self._generation = 0
+        self._rows_cache: tuple[tuple[int, int], list[Row]] | None = None
+        self._lines_cache: tuple[tuple[int, int], list[Strip]] | None = None
+        self._height = 1
+
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        """Draw ``snapshot`` on the next paint (and relayout when the number of rows changes)."""
+        self.snapshot = snapshot
+        self._generation += 1
+        title = self.title(snapshot)
+        if title is not None and title != self.border_title:
+            self.border_title = title
+        height = len(self._rows(self.size.width)) if self.size.width > 0 else self._height
+        self.refresh(layout=height != self._height)
+        self._height = height
+
+    def title(self, snapshot: Snapshot) -> str | None:
+        """The border title for ``snapshot``; ``None`` leaves it as it is."""
+        return None
+
+    def build(self, snapshot: Snapshot, width: int) -> list[Row]:
+        """The rows for ``snapshot`` at ``width`` cells; subclasses implement this."""
+        raise NotImplementedError
+
+    def style(self, name: str) -> Style:
+        """The Rich style of component class ``name`` (``panel--`` may be left off)."""
+        if "--" not in name:
+            name = f"panel--{name}"
+        return self.get_component_rich_style(name)
+
+    def level_style(self, frac: float, warm: float = 0.5, hot: float = 0.85) -> Style:
+        """Green, yellow or red for a load fraction 0..1."""
+        return self.style("hot" if frac >= hot else "warm" if frac >= warm else "ok")
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """As many rows as the snapshot needs (at least one)."""
+        self._height = max(1, len(self._rows(width)))
+        return self._height
+
+    def notify_style_update(self) -> None:
+        """Rebuild the rows with the new colours when the theme or CSS changes."""
+        super().notify_style_update()
+        self._rows_cache = self._lines_cache = None
+
+    def render_line(self, y: int) -> Strip:
+        """Line ``y`` of the panel."""
+        width = self.size.width
+        base = self.rich_style
+        key = (self._generation, width)
+        if self._lines_cache is None or self._lines_cache[0] != key:
+            self._lines_cache = (key, [row.strip(width, base) for row in self._rows(width)])
+        lines = self._lines_cache[1]
+        return lines[y] if 0 <= y < len(lines) else Strip.blank(width, base)
+
+    def _rows(self, width: int) -> list[Row]:
+        """The rows of the current snapshot at ``width``, built once per snapshot and width."""
+        key = (self._generation, width)
+        if self._rows_cache is None or self._rows_cache[0] != key:
+            rows = self.build(self.snapshot, width) if self.snapshot is not None and width > 0 else []
+            self._rows_cache = (key, rows)
+        return self._rows_cache[1]
+
+    def rows_at(self, width: int) -> int:
+        """Rows the current snapshot needs at ``width`` content cells (at least one)."""
+        return max(1, len(self._rows(width)))

@@ -1,0 +1,92 @@
+"""Async vs sync, measured: throughput, mean depth and frontend wait per mode, their ratio, then results."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.style import Style
+
+from torchpar_top.session.model import ModeStats, Snapshot
+from torchpar_top.tui import render
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+
+
+def ratio_text(snapshot: Snapshot) -> str:
+    """``1.36×`` from ``snapshot.ratio``; ``—`` until both modes were measured."""
+    ratio = snapshot.ratio
+    return "—" if ratio is None else f"{ratio:.2f}×"
+
+
+class ScoreboardPanel(SnapshotPanel):
+    """The async-vs-sync table, the experiment's own results and the intra-op scaling table."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"score--async", "score--sync"}
+
+    DEFAULT_CSS = """
+    ScoreboardPanel {
+        height: auto;
+        & > .score--async { color: $success; text-style: bold; }
+        & > .score--sync { color: $warning; text-style: bold; }
+    }
+    """
+
+    def title(self, snapshot: Snapshot) -> str:
+        """The panel's title."""
+        return "async vs sync (measured)"
+
+    def build(self, snapshot: Snapshot, width: int) -> list[Row]:
+        """The mode rows, the ratio, the results and the scaling table."""
+        unit = snapshot.throughput_unit
+        cols = (6, 8, 7, 6, 7)  # mode, throughput, depth, wait, seen
+        out = [self._line(("", unit, "depth", "wait", "seen"), cols, self.style("dim"))]
+        by_mode = {m.mode: m for m in snapshot.scoreboard}
+        for mode in ("async", "sync"):
+            stats = by_mode.get(mode)
+            current = snapshot.mode == mode
+            row = self._mode_row(mode.upper(), stats, cols)
+            if current:
+                row.add(" ◀ now", self.style("accent"))
+            out.append(row)
+        out.append(
+            Row().add("ratio".ljust(cols[0]), self.style("label")).add(ratio_text(snapshot).rjust(cols[1]), self.style("value"))
+            .add("  async / sync", self.style("dim"))
+        )
+        if snapshot.results:
+            out.append(Row())
+            label_w = min(max(len(r.label) for r in snapshot.results), max(8, width - 16))
+            for r in snapshot.results:
+                out.append(
+                    Row().add(render.clip(r.label, label_w).ljust(label_w) + " ", self.style("label"))
+                    .add(render.num(r.value, 4).rjust(8), self.style("value")).add(f" {r.unit}", self.style("dim"))
+                )
+        if snapshot.scaling:
+            out.append(Row())
+            out.append(Row().add("threads → GFLOP/s", self.style("dim")))
+            top = max(p.gflops for p in snapshot.scaling) or 1.0
+            bar_w = max(4, min(20, width - 18))
+            for p in sorted(snapshot.scaling, key=lambda p: p.threads):
+                frac = render.fraction(p.gflops, top)
+                out.append(
+                    Row().add(f"{p.threads:>7d} ", self.style("label")).add(render.bar(frac, bar_w), self.style("track"))
+                    .add(render.num(p.gflops).rjust(7), self.style("value"))
+                )
+        return out
+
+    def _mode_row(self, label: str, stats: ModeStats | None, cols: tuple[int, ...]) -> Row:
+        """``ASYNC   12.4   1013    3%   42 s``; dashes where nothing was measured."""
+        row = Row().add(label.ljust(cols[0]), self.style("score--async" if label == "ASYNC" else "score--sync"))
+        if stats is None:
+            return row.add("—".rjust(cols[1]) + "—".rjust(cols[2]) + "—".rjust(cols[3]) + "—".rjust(cols[4]), self.style("dim"))
+        row.add(render.num(stats.throughput).rjust(cols[1]), self.style("value"))
+        depth = None if stats.mean_depth is None else render.num(stats.mean_depth)
+        row.add((depth or "—").rjust(cols[2]), self.style("label"))
+        row.add(render.pct(stats.frontend_wait, cols[3]), self.style("label"))
+        row.add(render.duration(stats.seconds).rjust(cols[4]), self.style("dim"))
+        return row
+
+    def _line(self, cells: tuple[str, ...], cols: tuple[int, ...], style: Style) -> Row:
+        """A header row: the first cell left-aligned, the others right-aligned."""
+        row = Row().add(cells[0].ljust(cols[0]), style)
+        for text, w in zip(cells[1:], cols[1:]):
+            row.add(text.rjust(w), style)
+        return row

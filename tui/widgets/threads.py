@@ -1,0 +1,69 @@
+"""The child's threads grouped by role: how many, how many busy, and their CPU on a fixed scale."""
+
+from __future__ import annotations
+
+from torchpar_top.session.model import Snapshot, ThreadGroup
+from torchpar_top.tui import render
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+
+HOT_FRONTEND_PERCENT = 90.0
+"""A frontend above this share of a core while in SYNC gets the "waiting, not working" note."""
+
+SYNC_NOTE = "frontend hot in a synchronize = waiting, not working"
+
+
+def is_frontend(group: ThreadGroup) -> bool:
+    """Whether ``group`` is the Python frontend (the thread that launches the work)."""
+    return group.role.startswith(("frontend", "main"))
+
+
+def hot_frontend_in_sync(snapshot: Snapshot) -> bool:
+    """True when the mode is SYNC and a frontend thread runs at about 100% of a core."""
+    return snapshot.mode == "sync" and any(
+        is_frontend(g) and g.cpu_percent >= HOT_FRONTEND_PERCENT * max(1, g.count) for g in snapshot.thread_groups
+    )
+
+
+class ThreadsPanel(SnapshotPanel):
+    """One row per role; the bar's scale is 100% per thread of the group."""
+
+    DEFAULT_CSS = """
+    ThreadsPanel { height: auto; }
+    """
+
+    def title(self, snapshot: Snapshot) -> str:
+        """``threads (pid 4242) · intra-op 2``."""
+        pid = snapshot.child.pid
+        text = f"threads (pid {pid})" if pid is not None else "threads (no child)"
+        if snapshot.num_threads is not None:
+            text += f" · intra-op {snapshot.num_threads}"
+        if snapshot.interop_threads is not None:
+            text += f" · inter-op {snapshot.interop_threads}"
+        return text
+
+    def build(self, snapshot: Snapshot, width: int) -> list[Row]:
+        """A row per thread group, then the SYNC note when it applies."""
+        groups = snapshot.thread_groups
+        if not groups:
+            return [Row().add("no threads sampled yet", self.style("dim"))]
+        names = [self._name(g) for g in groups]
+        name_w = min(max(len(s) for s in names), max(8, width // 3))
+        busy_w = 7  # "12 busy"
+        bar_w = max(4, min(30, width - name_w - 1 - busy_w - 1 - 6))
+        out = []
+        for group, name in zip(groups, names):
+            frac = render.fraction(group.cpu_percent, 100.0 * max(1, group.count))
+            row = Row().add(render.clip(name, name_w).ljust(name_w) + " ", self.style("label"))
+            busy = f"{group.busy} busy" if group.count > 1 else ("busy" if group.busy else "idle")
+            row.add(busy.rjust(busy_w) + " ", self.style("dim"))
+            row.add(render.bar(frac, bar_w), self.level_style(frac))
+            row.add(f"{round(group.cpu_percent):5d}%", self.style("value"))
+            out.append(row)
+        if hot_frontend_in_sync(snapshot):
+            out.append(Row().add("⚠ " + SYNC_NOTE, self.style("note")))
+        return out
+
+    @staticmethod
+    def _name(group: ThreadGroup) -> str:
+        """The role, with ``×N`` when the group has several threads."""
+        return f"{group.role} ×{group.count}" if group.count > 1 else group.role

@@ -1,0 +1,29 @@
+"""async: the asynchronous-computation text, made live.
+
+Each item is ``torch.mm(torch.randn(n, n), w)``, launched onto a stream (a CUDA stream on a GPU, an
+emulated CPU stream otherwise). The Python frontend only launches, so it runs ahead until the launch
+queue is full and launch blocks. In SYNC mode the frontend waits for each item: depth 0 or 1. The
+throughput is the rate at which the stream *completes* items, in both modes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SIZE = 1000
+
+
+def _item(n: int, w: torch.Tensor) -> None:
+    torch.mm(torch.randn(n, n), w)
+
+
+def run(agent, size: int = SIZE) -> None:
+    """Launch items until stopped."""
+    stream = agent.emulated_stream("cpu-stream:0")
+    agent.throughput_from(lambda: stream.completed, "it/s")
+    agent.log(f"experiment async: randn({size},{size}) + mm per item on {stream.name} "
+              f"(emulated CPU stream, capacity {stream.capacity})")
+    w = torch.randn(size, size)
+    while agent.running:
+        agent.launch(stream, _item, size, w)
+        agent.step()
