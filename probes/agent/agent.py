@@ -66,6 +66,8 @@ class Agent:
         self.frontend_tid = threading.get_native_id()
         self._agent_tids: list[int] = []
         self._threads: list[threading.Thread] = []
+        self.hard_exit: Callable[[], None] = _kill_own_group
+        """Called when the workload ignores a stop for :data:`STOP_GRACE` seconds (tests replace it)."""
 
     # -- executors -------------------------------------------------------------------------------
 
@@ -277,7 +279,7 @@ class Agent:
     def _stop_process(self) -> None:
         """Ask the workload to return; end the whole process group if it does not in time."""
         self.running = False
-        timer = threading.Timer(STOP_GRACE, _kill_own_group)
+        timer = threading.Timer(STOP_GRACE, self.hard_exit)
         timer.daemon = True
         timer.start()
 

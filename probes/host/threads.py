@@ -1,4 +1,4 @@
-"""Per-thread CPU of a process, read from ``/proc/<pid>/task/<tid>/stat``, and what each thread is for.
+"""Per-thread CPU of a process, from ``/proc/<pid>/task/<tid>/{stat,schedstat}``, and what each thread is for.
 
 Roles (the ``ThreadInfo.role`` strings). The agent in the child may name threads itself (a mapping
 tid -> role, which always wins); otherwise :func:`classify` guesses from the kernel's thread name.
@@ -101,13 +101,19 @@ class ThreadSampler:
         self.error: str | None = None
         """Why the last sample was empty (process gone, permission denied), else ``None``."""
         self._hz = float(os.sysconf("SC_CLK_TCK"))
-        self._prev: dict[int, int] = {}
+        self._prev: dict[int, float] = {}
         self._prev_t: float | None = None
 
     def read_ticks(self) -> dict[int, tuple[str, int]]:
-        """Read ``{tid: (comm, utime + stime ticks)}`` for the live threads.
+        """Read ``{tid: (comm, utime + stime ticks)}`` for the live threads (``/proc/.../stat``)."""
+        return {tid: (comm, ticks) for tid, (comm, ticks, _) in self.read_times().items()}
 
-        Threads that vanish while being read are skipped.
+    def read_times(self) -> dict[int, tuple[str, int, int | None]]:
+        """Read ``{tid: (comm, ticks, ns)}``: ``ns`` is the time on CPU from ``schedstat``.
+
+        ``schedstat`` counts nanoseconds, so a 0.1 s sample is exact; ``stat``'s ticks (100 Hz) would
+        make each reading of a 0.1 s window uncertain by 10 points. ``ns`` is None where the kernel has
+        no schedstat (then ticks are used). Threads that vanish while being read are skipped.
 
         Raises:
             ProcessLookupError: the process has exited (or is a zombie).
@@ -118,7 +124,7 @@ class ThreadSampler:
             names = os.listdir(task)
         except FileNotFoundError:
             raise ProcessLookupError(self.pid) from None
-        out: dict[int, tuple[str, int]] = {}
+        out: dict[int, tuple[str, int, int | None]] = {}
         for name in names:
             try:
                 with open(f"{task}/{name}/stat", encoding="utf-8", errors="replace") as f:
@@ -127,7 +133,7 @@ class ThreadSampler:
                 continue  # the thread ended between listdir and open
             if int(name) == self.pid and state in ("Z", "X"):
                 raise ProcessLookupError(self.pid)  # exited, not yet reaped
-            out[int(name)] = (comm, ticks)
+            out[int(name)] = (comm, ticks, _read_schedstat_ns(f"{task}/{name}/schedstat"))
         if not out and not os.path.exists(f"/proc/{self.pid}"):
             raise ProcessLookupError(self.pid)
         return out
@@ -144,7 +150,7 @@ class ThreadSampler:
         """
         now = time.monotonic()
         try:
-            ticks = self.read_ticks()
+            times = self.read_times()
         except ProcessLookupError:
             return self._fail(f"process {self.pid} has exited")
         except PermissionError:
@@ -153,12 +159,13 @@ class ThreadSampler:
             return self._fail(f"cannot read threads of process {self.pid}: {exc}")
         dt = now - self._prev_t if self._prev_t is not None else 0.0
         infos = []
-        for tid in sorted(ticks):
-            comm, t = ticks[tid]
+        cpu_ns = {tid: ns if ns is not None else ticks * 1e9 / self._hz for tid, (_, ticks, ns) in times.items()}
+        for tid in sorted(times):
+            comm, t = times[tid][0], cpu_ns[tid]
             prev = self._prev.get(tid)
-            pct = max(0.0, (t - prev) / self._hz / dt * 100.0) if prev is not None and dt > 0 else 0.0
+            pct = max(0.0, (t - prev) / 1e9 / dt * 100.0) if prev is not None and dt > 0 else 0.0
             infos.append(ThreadInfo(tid, comm, classify(tid, comm, self.pid, roles), pct))
-        self._prev = {tid: t for tid, (_, t) in ticks.items()}
+        self._prev = cpu_ns
         self._prev_t = now
         self.error = None
         return tuple(infos)
@@ -168,3 +175,12 @@ class ThreadSampler:
         self.error = message
         self._prev, self._prev_t = {}, None
         return ()
+
+
+def _read_schedstat_ns(path: str) -> int | None:
+    """Nanoseconds on CPU, the first field of ``schedstat``; None when unavailable."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,0 +1,194 @@
+"""A real child on the CPU: the measured queue, the sync toggle, threads, crashes, clean-up.
+
+These start real workload processes running torch; each waits for conditions with a deadline rather
+than asserting on timings.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from torchpar_top.session.child import ChildProcess
+from torchpar_top.session.session import Session
+from torchpar_top.session.store import SessionStore
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, timeout=60.0, every=0.05):
+    """Poll until predicate() is truthy; return its value or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    pytest.fail(f"condition not met within {timeout} s")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def session_factory():
+    made = []
+
+    def make(experiment, **kw):
+        s = Session(experiment, **kw)
+        made.append(s)
+        s.start()
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def depths(session):
+    return [e.history[-1] for e in session.snapshot().executors if e.history]
+
+
+def test_async_fills_the_queue_and_sync_collapses_it(session_factory):
+    s = session_factory("async")
+    # ASYNC: the frontend runs ahead, so the depth builds up past 1
+    wait_for(lambda: s.snapshot().mode == "async" and any(d > 1 for d in depths(s)))
+    full = wait_for(lambda: [e for e in s.snapshot().executors if e.value >= e.capacity - 2])
+    assert full[0].capacity == 1024 and full[0].quantity == "depth"
+    wait_for(lambda: s.snapshot().scoreboard[0].seconds > 1.0)
+    s.toggle_sync()
+    wait_for(lambda: s.snapshot().mode == "sync")
+    # after the queue drains, every sample in SYNC reads 0 or 1
+    n0 = len(s.snapshot().executors[0].history)
+    wait_for(lambda: len(s.snapshot().executors[0].history) >= n0 + 15 and depths(s)[0] <= 1, timeout=90)
+    n1 = len(s.snapshot().executors[0].history)
+    wait_for(lambda: len(s.snapshot().executors[0].history) >= n1 + 10)
+    later = s.snapshot().executors[0].history[n1:]
+    assert later and max(later) <= 1
+    snap = wait_for(lambda: (sn := s.snapshot()).scoreboard[1].seconds > 1.0 and sn)
+    by_mode = {m.mode: m for m in snap.scoreboard}
+    assert by_mode["async"].mean_depth > 1 and by_mode["sync"].throughput > 0
+    assert by_mode["sync"].mean_depth < by_mode["async"].mean_depth
+    assert snap.ratio is not None and snap.ratio > 0
+
+
+def test_threads_follow_set_num_threads(session_factory):
+    s = session_factory("intra-op")
+    wait_for(lambda: s.snapshot().num_threads == min(2, os.cpu_count()) and s.snapshot().scaling)
+    if os.cpu_count() < 2:
+        pytest.skip("needs two cores")
+
+    def busy_workers():
+        return sum(g.busy for g in s.snapshot().thread_groups if g.role in ("intra-op workers", "frontend (main)"))
+
+    wait_for(lambda: busy_workers() >= 2)
+    s.change_threads(-1)
+    wait_for(lambda: any(p.threads == 1 for p in s.snapshot().scaling))
+    # with one intra-op thread only the frontend computes: a few consecutive samples show one busy thread
+    wait_for(lambda: all(busy_workers() == 1 for _ in range(3) if time.sleep(0.15) is None))
+    s.change_threads(+1)
+    wait_for(lambda: busy_workers() >= 2)
+    points = {p.threads: p.gflops for p in s.snapshot().scaling}
+    assert set(points) >= {1, 2} and all(g > 0 for g in points.values())
+
+
+def test_multi_device_reports_the_three_timings_and_overlap(session_factory):
+    s = session_factory("multi-device")
+    snap = wait_for(lambda: (sn := s.snapshot()) and len(sn.results) >= 4 and sn, timeout=90)
+    labels = [r.label for r in snap.results]
+    assert labels[:3] == ["device 0 alone", "device 1 alone", "both at once"]
+    assert all(r.value > 0 for r in snap.results)
+    assert [e.name for e in snap.executors] == ["cpu-stream:0", "cpu-stream:1"]
+    wait_for(lambda: max(s.snapshot().overlap, default=0) > 0.2, timeout=90)
+
+
+def test_inter_op_pending_futures_are_the_depth(session_factory):
+    s = session_factory("inter-op")
+    wait_for(lambda: any(e.quantity == "outstanding" and e.value > 4 for e in s.snapshot().executors))
+    wait_for(lambda: any(g.role == "inter-op pool" and g.busy >= 1 for g in s.snapshot().thread_groups))
+    s.toggle_sync()
+    wait_for(lambda: s.snapshot().mode == "sync")
+    n = len(s.snapshot().executors[0].history)
+    wait_for(lambda: len(s.snapshot().executors[0].history) >= n + 20)
+    assert max(s.snapshot().executors[0].history[n + 10:]) <= 4  # at most one batch of chains
+
+
+def test_a_killed_child_is_reported_and_another_can_start(session_factory):
+    s = session_factory("async")
+    pid = wait_for(lambda: s.snapshot().child.pid)
+    wait_for(lambda: s.snapshot().executors)
+    os.kill(pid, signal.SIGKILL)
+    child = wait_for(lambda: (c := s.snapshot().child).state == "exited" and c)
+    assert child.exit_code == -signal.SIGKILL and "signal 9" in child.message
+    s.toggle_sync()  # no child: a message, not an exception
+    assert "no workload is running" in s.snapshot().log[-1].text
+    s.switch_experiment("inter-op")
+    wait_for(lambda: s.snapshot().child.state == "running" and s.snapshot().executors)
+    assert s.snapshot().experiment == "inter-op"
+
+
+def test_close_leaves_nothing_running():
+    s = Session("async")
+    s.start()
+    pid = wait_for(lambda: s.snapshot().child.pid)
+    wait_for(lambda: s.snapshot().executors)
+    s.close()
+    assert not group_alive(pid)
+
+
+def _run_child(code):
+    store = SessionStore("custom")
+    exits = []
+    child = ChildProcess(
+        lambda fd: [sys.executable, "-c", code, str(fd)],
+        on_message=store.on_message, on_output=store.add_log, on_exit=exits.append,
+    )
+    child.start()
+    wait_for(lambda: exits, timeout=30)
+    child.stop()
+    return store, exits[0]
+
+
+def test_crash_output_and_malformed_messages_are_logged_not_fatal():
+    code = r"""
+import os, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+print("hello from the workload")
+s.sendall(b"garbage that is not json\n")
+s.sendall(b'{"v":1,"type":"log","text":"still heard after garbage"}\n')
+sys.stdout.flush()
+print("Traceback: boom", file=sys.stderr)
+sys.exit(3)
+"""
+    store, code_ = _run_child(code)
+    assert code_ == 3
+    lines = [(l.source, l.text) for l in store.snapshot().log]
+    assert ("stdout", "hello from the workload") in lines
+    assert ("stderr", "Traceback: boom") in lines
+    assert ("child", "still heard after garbage") in lines
+    assert any(src == "protocol" and "malformed" in text for src, text in lines)
+
+
+def test_a_workload_that_ignores_stop_is_killed_with_its_group():
+    code = r"""
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print("ready", flush=True)
+time.sleep(600)
+"""
+    store = SessionStore("custom")
+    exits = []
+    child = ChildProcess(lambda fd: [sys.executable, "-c", code], on_message=store.on_message,
+                         on_output=store.add_log, on_exit=exits.append)
+    child.start()
+    wait_for(lambda: any(l.text == "ready" for l in store.snapshot().log), timeout=30)
+    assert child.stop() == -signal.SIGKILL
+    wait_for(lambda: not group_alive(child.pid), timeout=10)

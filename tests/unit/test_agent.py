@@ -1,0 +1,153 @@
+"""The agent's executors and control, in this process (no child): counters are exact."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+from torchpar_top.probes.agent.agent import Agent
+from torchpar_top.probes.agent.stream import EmulatedStream
+from torchpar_top.session import protocol
+
+
+@pytest.fixture
+def gated_stream():
+    gate = threading.Event()
+    stream = EmulatedStream("s0", capacity=4)
+    yield stream, gate
+    gate.set()
+    stream.close()
+
+
+def test_known_backlog_reads_exactly(gated_stream):
+    stream, gate = gated_stream
+    for _ in range(4):
+        stream.launch(gate.wait)
+    deadline = time.monotonic() + 5
+    while stream.started < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    # one item running (started), three waiting in the queue
+    assert (stream.launched, stream.started, stream.completed) == (4, 1, 0)
+    assert stream.value() == 3  # depth Q = L - S
+    gate.set()
+    stream.synchronize()
+    assert stream.completed == stream.launched == 4
+    assert stream.value() == 0
+
+
+def test_launch_blocks_at_capacity_and_the_wait_is_recorded(gated_stream):
+    stream, gate = gated_stream
+    waits = []
+    stream._on_wait = lambda a, b: waits.append(b - a)
+    stream.launch(gate.wait)
+    while stream.started < 1:
+        time.sleep(0.001)
+    for _ in range(4):  # 1 running + 4 queued: the queue is full
+        stream.launch(gate.wait)
+    blocked = threading.Thread(target=stream.launch, args=(gate.wait,))
+    blocked.start()
+    time.sleep(0.2)
+    assert blocked.is_alive() and stream.launched == 5  # the sixth launch has not returned
+    gate.set()
+    blocked.join(5)
+    assert stream.launched == 6
+    assert waits == [pytest.approx(waits[0])] and waits[0] >= 0.15
+    now = time.perf_counter()
+    assert stream.blocked.intervals(now - 10, now)
+
+
+def test_a_failing_op_does_not_kill_the_stream():
+    stream = EmulatedStream("s1")
+    try:
+        stream.launch(lambda: 1 / 0)
+        stream.launch(lambda: None)
+        stream.synchronize()
+        assert stream.completed == 2 and "ZeroDivisionError" in stream.last_error
+    finally:
+        stream.close()
+
+
+def _agent(sock=None, **kw):
+    agent = Agent(sock, experiment="test", description="t", interval=0.05, **kw)
+    agent.hard_exit = lambda: None
+    return agent
+
+
+def test_sync_mode_waits_after_every_launch():
+    agent = _agent(sync=True)
+    stream = agent.emulated_stream("s")
+    try:
+        for _ in range(20):
+            agent.launch(stream, time.sleep, 0.001)
+            assert stream.completed == stream.launched
+    finally:
+        agent.close()
+
+
+def test_async_mode_runs_ahead():
+    agent = _agent()
+    stream = agent.emulated_stream("s")
+    try:
+        for _ in range(20):
+            agent.launch(stream, time.sleep, 0.01)
+        assert stream.launched - stream.completed >= 10
+    finally:
+        agent.close()
+
+
+def test_sample_message_is_valid_and_measures_busy_time():
+    agent = _agent()
+    stream = agent.emulated_stream("s")
+    try:
+        t0 = time.perf_counter()
+        for _ in range(10):
+            agent.launch(stream, time.sleep, 0.01)
+        stream.synchronize()
+        t1 = time.perf_counter()
+        msg = agent.sample(t0, t1, stream.completed)
+        fields = {k: v for k, v in msg.items() if k != "msg_type"}
+        decoded = protocol.decode(protocol.encode("sample", **fields))
+        row = decoded["executors"][0]
+        assert row["completed"] == 10 and row["value"] == 0
+        assert 0.7 < row["busy"] <= 1.0  # 100 ms of sleeps in a window of a little more
+        assert decoded["throughput"] == pytest.approx(10 / (t1 - t0))
+    finally:
+        agent.close()
+
+
+def test_commands_over_the_socket_change_mode_and_threads():
+    parent, child = socket.socketpair()
+    agent = _agent(child)
+    agent.start()
+    try:
+        parent.sendall(protocol.encode("cmd", cmd="set_sync", value=True, scope="step"))
+        parent.sendall(protocol.encode("cmd", cmd="set_threads", value=1))
+        parent.sendall(b'{"v":1,"type":"cmd","cmd":"set_threads","value":"many"}\n')
+        reader, acks = protocol.LineReader(), []
+        parent.settimeout(5)
+        while len(acks) < 3:
+            for line in reader.feed(parent.recv(65536)):
+                msg = protocol.decode(line)
+                if msg["type"] == "ack":
+                    acks.append(msg)
+        assert agent.sync and agent.sync_scope == "step" and agent.num_threads == 1
+        assert [a["ok"] for a in acks] == [True, True, False]
+        assert "bad command" in acks[2]["detail"]
+    finally:
+        parent.close()
+        agent.close()
+
+
+def test_the_agent_stops_when_torchpar_top_goes_away():
+    parent, child = socket.socketpair()
+    stopped = threading.Event()
+    agent = _agent(child)
+    agent.hard_exit = stopped.set
+    agent.start()
+    parent.close()
+    deadline = time.monotonic() + 5
+    while agent.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not agent.running
+    agent.close()
