@@ -12,7 +12,8 @@ Child → parent messages (``type``):
     ``t`` (child ``time.time()``), ``window`` (seconds covered), ``mode`` (``async``/``sync``),
     ``sync_scope`` (``op``/``step``), ``throughput``, ``unit``, ``items`` (total), ``num_threads``,
     ``frontend`` (``{busy, wait}`` fractions of the window), ``overlap`` (fraction of the window with two
-    or more executors busy), ``executors`` (list of ``{name, kind, emulated, quantity, value,
+    or more executors busy), optional ``draining`` (true while the ASYNC backlog completes after a
+    switch to SYNC), ``executors`` (list of ``{name, kind, emulated, quantity, value,
     capacity, launched, started, completed, busy, blocked}``), ``roles`` (as in hello, for threads born since).
 ``result``
     ``label``, ``value``, ``unit`` (a measured result, e.g. "device 0 alone").
@@ -157,6 +158,8 @@ def validate(msg: Any) -> None:
         if msg["mode"] not in MODES:
             raise ProtocolError(f"sample: mode {msg['mode']!r}")
         _check(msg["frontend"], {"busy": _NUM, "wait": _NUM}, "sample.frontend")
+        if not isinstance(msg.get("draining", False), bool):
+            raise ProtocolError("sample: draining must be a bool")
         for i, ex in enumerate(msg["executors"]):
             where = f"sample.executors[{i}]"
             _check(ex, EXECUTOR_SAMPLE, where)

@@ -193,8 +193,10 @@ class SessionStore:
             self._overlap.append(msg["overlap"])
             self._throughput.append(msg["throughput"])
             self._last_throughput = msg["throughput"]
-            # The first window after a mode change straddles both modes: count it in neither.
-            if self._prev_mode == msg["mode"]:
+            # The first window after a mode change straddles both modes: count it in neither. After a
+            # switch to SYNC, the backlog launched in ASYNC drains first (the agent says so): that is
+            # neither mode's steady state either.
+            if self._prev_mode == msg["mode"] and not msg.get("draining", False):
                 acc, w = self._modes[msg["mode"]], msg["window"]
                 acc.seconds += w
                 acc.items += msg["throughput"] * w

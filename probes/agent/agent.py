@@ -66,6 +66,8 @@ class Agent:
         self.frontend_tid = threading.get_native_id()
         self._agent_tids: list[int] = []
         self._threads: list[threading.Thread] = []
+        self._drain_target: dict[int, int] = {}
+        """After a switch to SYNC: per executor, the launches made before it (the ASYNC backlog)."""
         self.hard_exit: Callable[[], None] = _kill_own_group
         """Called when the workload ignores a stop for :data:`STOP_GRACE` seconds (tests replace it)."""
 
@@ -227,10 +229,18 @@ class Agent:
             "items": self.items,
             "num_threads": self._threads_wanted,
             "frontend": {"busy": 1.0 - wait, "wait": wait},
+            "draining": self.draining(),
             "overlap": min(1.0, overlap_time(per_executor) / window) if len(per_executor) > 1 else 0.0,
             "executors": rows,
             "roles": self.roles(),
         }
+
+    def draining(self) -> bool:
+        """True while work launched before the switch to SYNC is still completing."""
+        if self._drain_target:
+            if all(ex.completed >= self._drain_target.get(id(ex), 0) for ex in self.executors):
+                self._drain_target = {}
+        return bool(self._drain_target)
 
     def _command_loop(self) -> None:
         self._agent_tids.append(threading.get_native_id())
@@ -261,6 +271,8 @@ class Agent:
                 self._ack(cmd, False, f"unknown sync scope {scope!r}")
                 return
             self.sync_scope = scope
+            if msg["value"] and not self.sync:
+                self._drain_target = {id(ex): ex.launched for ex in self.executors}
             self.sync = msg["value"]
             self._ack(cmd, True, f"{'SYNC' if self.sync else 'ASYNC'} (synchronize after every {scope})")
         elif cmd == "set_threads":

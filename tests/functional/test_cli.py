@@ -1,0 +1,101 @@
+"""The torchpar-top command: flags, errors, headless JSON lines, nothing left running."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+CMD = [sys.executable, "-m", "torchpar_top"]
+
+
+def run(*args, timeout=120):
+    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--experiment", "nope"], "invalid choice: 'nope'"),
+        (["--interval", "-1"], "must be greater than 0"),
+        (["--interval", "fast"], "not a number"),
+        (["--headless"], "--headless needs --duration"),
+        (["--duration", "3"], "--duration only applies with --headless"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_status_2(args, needle):
+    proc = run(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("torchpar-top: error:")
+
+
+def test_version_and_help():
+    from torchpar_top import __version__
+
+    assert run("--version").stdout.strip() == f"torchpar-top {__version__}"
+    out = run("--help").stdout
+    for flag in ("--experiment", "--headless", "--duration", "--interval", "--sync", "multi-device"):
+        assert flag in out
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_headless_writes_json_lines_with_every_field_and_exits_clean():
+    proc = run("--headless", "--duration", "4", "--interval", "0.1", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(records) >= 10
+    last = records[-1]
+    for key in ("t", "cores", "threads", "executors", "mode", "throughput", "experiment", "child"):
+        assert key in last
+    assert last["mode"] == "async" and last["experiment"] == "async"
+    assert len(last["cores"]) == os.cpu_count()
+    live = [r for r in records if r["executors"]]
+    assert live, "no sample from the child within 4 s"
+    ex = live[-1]["executors"][0]
+    assert {"name", "kind", "quantity", "value", "capacity"} <= set(ex)
+    assert ex["quantity"] == "depth" and ex["capacity"] == 1024 and ex["kind"] == "emulated-stream"
+    assert live[-1]["throughput"]["value"] > 0 and live[-1]["throughput"]["unit"] == "it/s"
+    assert any(t["role"] == "frontend (main)" for t in live[-1]["threads"])
+    times = [r["t"] for r in records]
+    assert times == sorted(times)
+    assert not _alive(last["child"]["pid"])
+
+
+@pytest.mark.slow
+def test_headless_sync_flag_starts_in_sync_mode():
+    proc = run("--headless", "--duration", "4", "--sync", timeout=180)
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    live = [r for r in records if r["executors"]]
+    assert live and all(r["mode"] == "sync" for r in live)
+    assert all(r["executors"][0]["value"] <= 1 for r in live[3:])
+
+
+@pytest.mark.slow
+def test_sigterm_to_headless_stops_the_child_too():
+    proc = subprocess.Popen([*CMD, "--headless", "--duration", "60"], stdout=subprocess.PIPE, text=True)
+    pid = None
+    deadline = time.monotonic() + 60
+    while pid is None and time.monotonic() < deadline:
+        record = json.loads(proc.stdout.readline())
+        pid = record["child"]["pid"] if record["executors"] else None
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)

@@ -1,0 +1,54 @@
+"""The wheel holds every module of the source tree, under the one import name, and they import."""
+
+import pathlib
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: top-level folder -> package name, as pyproject.toml's package-dir maps them
+MAPPING = {"cli": "torchpar_top", "tui": "torchpar_top.tui", "probes": "torchpar_top.probes",
+           "session": "torchpar_top.session", "workloads": "torchpar_top.workloads"}
+
+
+def source_modules():
+    for folder, package in MAPPING.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            yield ".".join([package, *parts]), f"{package.replace('.', '/')}/{rel.as_posix()}.py"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(out), str(ROOT)], check=True)
+    return next(out.glob("torchpar_top-*.whl"))
+
+
+def test_wheel_contains_every_module_and_the_stylesheet(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [path for _, path in source_modules() if path not in names]
+    assert not missing, f"not in the wheel (add the subpackage to pyproject.toml): {missing}"
+    assert "torchpar_top/tui/app.tcss" in names
+    assert not any(n.startswith(("tui/", "probes/", "tests/")) for n in names)
+
+
+def test_every_module_imports_from_the_wheel(wheel, tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path),
+                    str(wheel)], check=True)
+    modules = sorted(m for m, _ in source_modules() if not m.endswith("__main__"))
+    code = (
+        "import importlib, sys\n"
+        "for m in sys.argv[1:]:\n"
+        "    mod = importlib.import_module(m)\n"
+        "    assert mod.__file__.startswith(sys.path[1]), (m, mod.__file__)\n"  # from the wheel, not the tree
+        "print('ok')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
+                          cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
