@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from torchpar_top.session.session import Session
 
-    session = Session(args.experiment, interval=args.interval, sync=args.sync, gpu_source=_gpu_source())
+    session = Session(args.experiment, interval=args.interval, sync=args.sync, gpu_probe=_gpu_probe())
     atexit.register(session.close)  # however we leave, the child's process group goes with us
     if args.headless:
         from torchpar_top.session import headless
@@ -99,13 +99,13 @@ def _exit_on_signal() -> NoReturn:
     raise SystemExit(128 + signal.SIGTERM)
 
 
-def _gpu_source():
-    """The NVML probe's sampler, or None when the probe module is not available."""
+def _gpu_probe():
+    """The NVML probe, or None when the probe module is not available."""
     try:
         from torchpar_top.probes.host.nvml import NvmlProbe
     except ImportError:
         return None
-    return NvmlProbe().sample
+    return NvmlProbe()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import selectors
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -29,13 +28,6 @@ STOP_GRACE = 1.5
 TERM_GRACE = 1.0
 
 
-def agent_command(experiment: str, fd: int, interval: float, sync: bool) -> list[str]:
-    """The command line that runs a built-in experiment under the agent."""
-    cmd = [sys.executable, "-m", "torchpar_top.probes.agent.bootstrap", "--fd", str(fd),
-           "--experiment", experiment, "--interval", str(interval)]
-    return cmd + (["--sync"] if sync else [])
-
-
 class ChildProcess:
     """One run of a workload under the agent."""
 
@@ -47,19 +39,23 @@ class ChildProcess:
         on_output: OnOutput,
         on_exit: OnExit,
         env: dict[str, str] | None = None,
+        socketpair: bool = True,
     ) -> None:
         """Prepare (not start) a child.
 
         Args:
-            make_command: builds argv given the fd number of the child's protocol socket.
+            make_command: builds argv given the fd number of the child's protocol socket (None when
+                ``socketpair`` is false: the agents then connect to a listener instead).
             on_message: called with each valid protocol message, from the reader thread.
             on_output: called with (``stdout``|``stderr``|``protocol``, line) for the log pane.
             on_exit: called once with the exit status (negative: killed by that signal).
             env: extra environment variables.
+            socketpair: give the child one end of a socketpair for the protocol.
         """
         self._make_command = make_command
         self._on_message, self._on_output, self._on_exit = on_message, on_output, on_exit
         self._env = env or {}
+        self._socketpair = socketpair
         self.proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
@@ -79,10 +75,11 @@ class ChildProcess:
         """
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env}
+        fd = child.fileno() if self._socketpair else None
         try:
             self.proc = subprocess.Popen(
-                list(self._make_command(child.fileno())),
-                pass_fds=[child.fileno()],
+                list(self._make_command(fd)),
+                pass_fds=[fd] if fd is not None else [],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -164,6 +164,60 @@ class LogLine:
 
 
 @dataclass(frozen=True)
+class RankView:
+    """One agent process: the workload, or one torchrun rank."""
+
+    rank: int | None
+    pid: int
+    state: str
+    """``running`` or ``exited``."""
+    throughput: float | None
+    unit: str
+    depth: int
+    """Sum of the rank's executor values."""
+    data_wait: float | None = None
+    """Fraction of the last window the frontend waited for the next batch (DataLoader)."""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    """A source line where the frontend calls something that waits for the device (``.item()``...)."""
+
+    where: str
+    """``file.py:LINE`` (prefixed ``rN`` for torchrun ranks)."""
+    call: str
+    count: int
+    per_second: float
+    """Rate over the last report window."""
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    """One Python frame, innermost last in :attr:`StackView.frames`."""
+
+    function: str
+    filename: str
+    line: int
+
+
+@dataclass(frozen=True)
+class StackView:
+    """The frontend thread's Python stack, from ``py-spy dump --json --nonblocking``."""
+
+    pid: int
+    thread: str
+    frames: tuple[StackFrame, ...]
+    """Outermost first, innermost last."""
+    idle: bool
+    """py-spy's own verdict that the thread is idle (waiting)."""
+    t: float
+    """``time.time()`` of the dump."""
+    waiting_in: str = ""
+    """What the innermost frames say the frontend waits in (synchronize, item, DataLoader...), or ''."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything the screen shows at one moment."""
 
@@ -201,6 +255,18 @@ class Snapshot:
     """The most recent log lines, oldest first (``seq`` increases)."""
     sample_t: float | None = None
     """``time.time()`` in the child when the newest child sample was made (latency measurements)."""
+    target: str = ""
+    """What runs: an experiment name, ``run train.py``, or ``attach PID``."""
+    notice: str = ""
+    """A standing message about what can be measured here (e.g. attach: no queue depth)."""
+    ranks: tuple[RankView, ...] = ()
+    """Agent processes (one for an experiment or a script; one per rank under torchrun)."""
+    syncpoints: tuple[SyncSite, ...] = ()
+    data_verdict: str = ""
+    """``input-bound`` or ``compute-bound`` when a DataLoader is watched, else ''."""
+    stack: StackView | None = None
+    stack_status: str = ""
+    """Why there is no stack (py-spy missing, ptrace not permitted...), or ''."""
 
     @property
     def ratio(self) -> float | None:

@@ -23,6 +23,14 @@ Child → parent messages (``type``):
     ``text`` (a message from the agent or the experiment).
 ``ack``
     ``cmd``, ``ok``, ``detail`` (reply to a command).
+``syncpoints``
+    ``sites``: list of ``{where, call, count}``, cumulative since the start: calls that make the
+    frontend wait for the device (``.item()``, ``.cpu()``, printing a tensor...), by source line.
+
+Optional fields: ``hello`` may carry ``rank`` and ``world_size`` (torchrun) and ``target`` (the user's
+script or module); a ``sample`` executor row may carry ``ready`` (DataLoader: batches ready); a
+``sample`` may carry ``data_wait`` (fraction of the window the frontend waited for the next batch) and
+``steps`` (optimizer steps so far).
 
 Parent → child: ``cmd`` with ``cmd`` one of ``set_sync`` (``value``: bool, optional ``scope``),
 ``set_threads`` (``value``: int >= 1), ``stop``.
@@ -77,6 +85,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "scaling": {"threads": (int,), "gflops": _NUM, "samples": (int,)},
     "log": {"text": (str,)},
     "ack": {"cmd": (str,), "ok": (bool,), "detail": (str,)},
+    "syncpoints": {"sites": (list,)},
     "cmd": {"cmd": (str,)},
 }
 
@@ -166,6 +175,9 @@ def validate(msg: Any) -> None:
             _check_capacity(ex, where)
             if ex["quantity"] not in QUANTITIES:
                 raise ProtocolError(f"{where}: quantity {ex['quantity']!r}")
+    elif kind == "syncpoints":
+        for i, site in enumerate(msg["sites"]):
+            _check(site, {"where": (str,), "call": (str,), "count": (int,)}, f"syncpoints.sites[{i}]")
     elif kind == "cmd":
         if msg["cmd"] not in COMMANDS:
             raise ProtocolError(f"unknown command {msg['cmd']!r}")

@@ -1,4 +1,4 @@
-"""A session: the child workload, the host probes, the store, and the commands between them.
+"""A session: the target (experiment, script, torchrun job or PID), the host probes, the store, commands.
 
 The TUI and headless mode both drive a :class:`Session`; neither measures nor spawns anything itself.
 """
@@ -8,44 +8,60 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Sequence
 
 from torchpar_top import workloads
 from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler
-from torchpar_top.session.child import ChildProcess, agent_command
-from torchpar_top.session.model import ChildStatus, Experiment, HostSample, Snapshot
+from torchpar_top.session.child import ChildProcess
+from torchpar_top.session.listener import ENV_VAR, AgentListener
+from torchpar_top.session.model import ChildStatus, Experiment, HostSample, Snapshot, StackView
 from torchpar_top.session.store import SessionStore
+from torchpar_top.session.targets import AttachTarget, ExperimentTarget, ScriptTarget, Target
 
-GpuSource = Callable[[], tuple[tuple, str]]
+StackSource = Callable[[int], Any]
+"""Given a pid, returns an object with ``latest() -> (StackView | None, status)`` and ``stop()``."""
+
+ATTACH_NOTICE = "attached: cores, threads, GPU use and stacks only — queue depth needs `torchpar-top run`"
 
 
 class Session:
-    """Runs one experiment at a time in a child process and samples the host around it."""
+    """Runs one target at a time and samples the host around it."""
 
     def __init__(
         self,
-        experiment: str = workloads.DEFAULT,
+        target: Target | str = workloads.DEFAULT,
         *,
         interval: float = 0.1,
         sync: bool = False,
-        gpu_source: GpuSource | None = None,
+        gpu_probe: Any = None,
+        stack_source: StackSource | None = None,
     ) -> None:
         """Prepare a session (nothing runs until :meth:`start`).
 
         Args:
-            experiment: a name from :func:`torchpar_top.workloads.names`.
+            target: what to run or watch; a plain string names a built-in experiment.
             interval: seconds between samples, in the child and on the host.
             sync: start the child in SYNC mode.
-            gpu_source: returns ``(gpu views, status)``; None means no GPU panel data.
+            gpu_probe: has ``sample() -> (gpu views, status)`` and a ``pid`` attribute that the session
+                sets to the watched process (per-process GPU use); None means no GPU panel data.
+            stack_source: starts a Python-stack poller for a pid (py-spy); None means no stacks.
         """
-        meta = workloads.info(experiment)
+        self.target: Target = ExperimentTarget(target) if isinstance(target, str) else target
+        if isinstance(self.target, ExperimentTarget):
+            workloads.info(self.target.name)  # KeyError for an unknown name, before anything starts
         self.interval = interval
-        self.store = SessionStore(meta.name, meta.title, interval)
+        self.store = SessionStore(self._experiment_name(), self.target.description, interval)
+        self.store.target = self.target.label
         self._sync_wanted = sync
-        self._gpu_source = gpu_source
+        self._gpu_probe = gpu_probe
+        self._stack_source = stack_source
+        self._stacks: Any = None
         self._child: ChildProcess | None = None
+        self._listener: AgentListener | None = None
         self._child_lock = threading.RLock()
+        self._samplers: dict[int, ThreadSampler] = {}
         self._stop = threading.Event()
         self._host_thread: threading.Thread | None = None
         self._closed = False
@@ -55,18 +71,18 @@ class Session:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the host probes and the child."""
+        """Start the host probes and the target."""
         self._host_thread = threading.Thread(target=self._host_loop, name="tpt-host-probes", daemon=True)
         self._host_thread.start()
-        self._start_child()
+        self._start_target()
 
     def close(self) -> None:
-        """Stop the child (and its process group) and the probes. Idempotent."""
+        """Stop the child (and its process group), the listener and the probes. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
-        self._stop_child()
+        self._stop_target()
         if self._host_thread is not None:
             self._host_thread.join(timeout=5)
 
@@ -94,12 +110,13 @@ class Session:
             self.store.add_log("app", f"asked for {wanted} intra-op threads")
 
     def switch_experiment(self, name: str) -> None:
-        """Stop the running child and start ``name``."""
-        meta = workloads.info(name)
-        self._stop_child()
-        self.store.reset(meta.name, meta.title)
-        self.store.add_log("app", f"starting experiment {meta.name}")
-        self._start_child()
+        """Stop whatever runs and start the built-in experiment ``name``."""
+        workloads.info(name)
+        self._switch(ExperimentTarget(name))
+
+    def restart(self) -> None:
+        """Run the same target again (e.g. the user's script after it ended)."""
+        self._switch(self.target)
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume sampling; the child keeps running."""
@@ -108,53 +125,121 @@ class Session:
 
     def snapshot(self) -> Snapshot:
         """The current state."""
-        return self.store.snapshot()
+        snap = self.store.snapshot()
+        if self._stacks is None:
+            return snap
+        stack, status = self._stacks.latest()
+        return _with_stack(snap, stack, status)
 
-    # -- the child --------------------------------------------------------------------------------
+    # -- the target -------------------------------------------------------------------------------
 
-    def _start_child(self) -> None:
-        experiment = self.store.experiment
-        child = ChildProcess(
-            lambda fd: agent_command(experiment, fd, self.interval, self._sync_wanted),
-            on_message=self.store.on_message,
-            on_output=self.store.add_log,
-            on_exit=lambda code: self._on_exit(child, code),
-        )
+    def _experiment_name(self) -> str:
+        if isinstance(self.target, ExperimentTarget):
+            return self.target.name
+        return "attach" if isinstance(self.target, AttachTarget) else "run"
+
+    def _switch(self, target: Target) -> None:
+        self._stop_target()
+        self.target = target
+        self.store.reset(self._experiment_name(), target.description)
+        self.store.target = target.label
+        self.store.add_log("app", f"starting {target.label}")
+        self._start_target()
+
+    def _start_target(self) -> None:
+        target = self.target
+        if isinstance(target, AttachTarget):
+            self.store.notice = ATTACH_NOTICE
+            self.store.on_child(ChildStatus(target.pid, "attached", message=target.description))
+            self._watch_pid(target.pid)
+            return
+        torchrun = isinstance(target, ScriptTarget) and bool(target.nproc)
+        env = {}
         with self._child_lock:
+            if torchrun:
+                self._listener = AgentListener(self._on_rank_message, self._on_rank_closed,
+                                               lambda text: self.store.add_log("protocol", text))
+                env[ENV_VAR] = self._listener.path
+            child = ChildProcess(
+                lambda fd: target.command(fd, self.interval, self._sync_wanted),
+                on_message=self.store.on_message,
+                on_output=self.store.add_log,
+                on_exit=lambda code: self._on_exit(child, code),
+                env=env,
+                socketpair=not torchrun,
+            )
             try:
                 child.start()
             except OSError as exc:
                 self.store.on_child(ChildStatus(None, "failed", None, f"could not start the workload: {exc}"))
                 return
             self._child = child
-            self._thread_sampler = ThreadSampler(child.pid)
         self.store.on_child(ChildStatus(child.pid, "running"))
+        if not torchrun:
+            self._watch_pid(child.pid)
 
-    def _stop_child(self) -> None:
+    def _watch_pid(self, pid: int) -> None:
+        """Sample this process's threads (and its stacks and GPU use, where those probes exist)."""
+        with self._child_lock:
+            self._samplers[pid] = ThreadSampler(pid)
+            if self._stacks is None and self._stack_source is not None:
+                self._stacks = self._stack_source(pid)
+            if self._gpu_probe is not None:
+                self._gpu_probe.pid = pid
+
+    def _stop_target(self) -> None:
         with self._child_lock:
             child, self._child = self._child, None
+            listener, self._listener = self._listener, None
+            stacks, self._stacks = self._stacks, None
+            self._samplers = {}
         if child is not None:
             child.stop()
+        if listener is not None:
+            listener.close()
+        if stacks is not None:
+            stacks.stop()
 
     def _on_exit(self, child: ChildProcess, code: int) -> None:
         with self._child_lock:
             current = child is self._child
         if not current:
             return  # a child we stopped on purpose (switch or close): nothing to report
-        if code < 0:
-            message = f"killed by signal {-code}"
-        else:
-            message = f"exited with status {code}"
+        message = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        self.store.on_source_closed(0, code)
         self.store.on_child(ChildStatus(child.pid, "exited", code, f"workload {message}"))
-        self.store.add_log("app", f"workload pid {child.pid} {message}; press w to start an experiment")
+        key = "r to run it again, w for an experiment" if isinstance(self.target, ScriptTarget) else \
+            "w to start an experiment"
+        self.store.add_log("app", f"workload pid {child.pid} {message}; press {key}")
+
+    def _on_rank_message(self, msg: dict[str, Any], number: int) -> None:
+        if msg["type"] == "hello":
+            self._watch_rank(msg["pid"])
+        self.store.on_message(msg, number)
+
+    def _watch_rank(self, pid: int) -> None:
+        with self._child_lock:
+            self._samplers[pid] = ThreadSampler(pid)
+            if self._stacks is None and self._stack_source is not None:
+                self._stacks = self._stack_source(pid)  # the first rank to connect
+
+    def _on_rank_closed(self, number: int) -> None:
+        self.store.on_source_closed(number)
+        self.store.add_log("app", f"agent connection {number} closed (a rank ended)")
 
     def _send(self, cmd: str, **fields: object) -> bool:
         with self._child_lock:
-            child = self._child
-        if child is None or not child.send(cmd, **fields):
+            child, listener = self._child, self._listener
+        if listener is not None:
+            if listener.broadcast(cmd, **fields):
+                return True
+        elif child is not None and child.send(cmd, **fields):
+            return True
+        if isinstance(self.target, AttachTarget):
+            self.store.add_log("app", "attached to a process we did not start: it takes no commands")
+        else:
             self.store.add_log("app", "no workload is running: press w to start one")
-            return False
-        return True
+        return False
 
     # -- host probes ------------------------------------------------------------------------------
 
@@ -164,10 +249,25 @@ class Session:
         while not self._stop.is_set():
             next_t += self.interval
             with self._child_lock:
-                sampler = getattr(self, "_thread_sampler", None) if self._child else None
-            threads = sampler.sample(self.store.roles) if sampler else ()
+                samplers = list(self._samplers.values())
+            threads: tuple = ()
+            for sampler in samplers:
+                threads += sampler.sample(self.store.roles)
             self.store.on_host(HostSample(time.time(), cores.sample(), threads))
-            if self._gpu_source is not None:
-                self.store.on_gpus(*self._gpu_source())
+            self._report_attach_errors(samplers)
+            if self._gpu_probe is not None:
+                self.store.on_gpus(*self._gpu_probe.sample())
             self.host_samples += 1
             self._stop.wait(max(0.0, next_t - time.monotonic()))
+
+    def _report_attach_errors(self, samplers: list[ThreadSampler]) -> None:
+        """An attached process that exits is shown as exited; we keep running."""
+        if not isinstance(self.target, AttachTarget) or not samplers or not samplers[0].error:
+            return
+        if self.store.child_state() == "attached":
+            self.store.on_child(ChildStatus(self.target.pid, "exited", None, samplers[0].error))
+            self.store.add_log("app", samplers[0].error)
+
+
+def _with_stack(snap: Snapshot, stack: StackView | None, status: str) -> Snapshot:
+    return replace(snap, stack=stack, stack_status=status)

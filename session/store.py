@@ -20,9 +20,11 @@ from torchpar_top.session.model import (
     HostSample,
     LogLine,
     ModeStats,
+    RankView,
     ResultRow,
     ScalingPoint,
     Snapshot,
+    SyncSite,
 )
 
 #: Samples kept per series (60 s at the default 10 Hz).
@@ -48,6 +50,32 @@ class _Executor:
     blocked: float = 0.0
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     busy: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+
+
+@dataclass
+class _Source:
+    """One agent connection: the workload, or one torchrun rank."""
+
+    number: int
+    pid: int | None = None
+    rank: int | None = None
+    state: str = "running"
+    exit_code: int | None = None
+    throughput: float | None = None
+    unit: str = "it/s"
+    depth: int = 0
+    data_wait: float | None = None
+    sites: dict = field(default_factory=dict)  # (where, call) -> (count, per_second)
+    sites_t: float | None = None
+
+    @property
+    def prefix(self) -> str:
+        """Put before executor names and sync sites of a rank (``r1:``); '' for a single agent."""
+        return "" if self.rank is None else f"r{self.rank}:"
+
+
+#: A DataLoader-fed frontend waiting for its next batch more than this share of the time is input-bound.
+INPUT_BOUND_WAIT = 0.3
 
 
 @dataclass
@@ -107,6 +135,9 @@ class SessionStore:
             self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
             self._sample_t: float | None = None
             self._threads = ()
+            self._sources: dict[int, _Source] = {}
+            self.target = experiment
+            self.notice = ""
 
     # -- writers ---------------------------------------------------------------------------------
 
@@ -143,19 +174,29 @@ class SessionStore:
                 child = ChildStatus(child.pid, child.state, child.exit_code, child.message, tuple(self._stderr))
             self._child = child
 
-    def on_message(self, msg: dict[str, Any]) -> None:
-        """A validated protocol message from the child."""
+    def child_state(self) -> str:
+        """The child's state now (``running``, ``exited``...)."""
+        with self._lock:
+            return self._child.state
+
+    def on_message(self, msg: dict[str, Any], source: int = 0) -> None:
+        """A validated protocol message from agent connection ``source``."""
         kind = msg["type"]
         if kind == "sample":
-            self._on_sample(msg)
+            self._on_sample(msg, source)
         elif kind == "hello":
             with self._lock:
+                src = self._source(source)
+                src.pid, src.rank = msg["pid"], msg.get("rank")
                 self.num_threads = msg["num_threads"]
                 self.interop_threads = msg["interop_threads"]
                 self.roles.update({int(k): v for k, v in msg["roles"].items()})
-            self.add_log("child", f"pid {msg['pid']}: {msg['experiment']} on {msg['device']}, torch "
+            rank = "" if msg.get("rank") is None else f"rank {msg['rank']} "
+            self.add_log("child", f"{rank}pid {msg['pid']}: {msg['experiment']} on {msg['device']}, torch "
                                   f"{msg['torch']}, {msg['num_threads']} intra-op / "
                                   f"{msg['interop_threads']} inter-op threads")
+        elif kind == "syncpoints":
+            self._on_syncpoints(msg, source)
         elif kind == "result":
             with self._lock:
                 self._results[msg["label"]] = ResultRow(msg["label"], float(msg["value"]), msg["unit"])
@@ -168,26 +209,64 @@ class SessionStore:
         elif kind == "ack":
             self.add_log("child", f"{'ok' if msg['ok'] else 'refused'}: {msg['detail']}")
 
-    def _on_sample(self, msg: dict[str, Any]) -> None:
+    def on_source_closed(self, source: int, exit_code: int | None = None) -> None:
+        """Agent connection ``source`` ended (a rank died or finished)."""
+        with self._lock:
+            src = self._sources.get(source)
+            if src is not None:
+                src.state, src.exit_code = "exited", exit_code
+
+    def _source(self, number: int) -> _Source:
+        src = self._sources.get(number)
+        if src is None:
+            src = self._sources[number] = _Source(number)
+        return src
+
+    def _primary(self) -> int:
+        """The source whose frontend, lanes and scoreboard are shown: the single child, or rank 0."""
+        ranked = sorted(self._sources.values(), key=lambda s: (s.rank is None, s.rank or 0, s.number))
+        return ranked[0].number if ranked else 0
+
+    def _on_syncpoints(self, msg: dict[str, Any], source: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            src = self._source(source)
+            dt = now - src.sites_t if src.sites_t is not None else None
+            sites = {}
+            for site in msg["sites"]:
+                key = (site["where"], site["call"])
+                before = src.sites.get(key, (0, 0.0))[0]
+                rate = (site["count"] - before) / dt if dt else 0.0
+                sites[key] = (site["count"], max(0.0, rate))
+            src.sites, src.sites_t = sites, now
+
+    def _on_sample(self, msg: dict[str, Any], source: int = 0) -> None:
         with self._lock:
             self.roles.update({int(k): v for k, v in msg["roles"].items()})
-            self.mode = msg["mode"]
-            self.num_threads = msg["num_threads"]
-            self._unit = msg["unit"]
-            self._sample_t = msg["t"]
+            src = self._source(source)
+            src.throughput, src.unit = msg["throughput"], msg["unit"]
+            src.data_wait = msg.get("data_wait")
+            src.depth = sum(row["value"] for row in msg["executors"])
+            primary = source == self._primary()
+            if primary:
+                self.mode = msg["mode"]
+                self.num_threads = msg["num_threads"]
+                self._unit = msg["unit"]
+                self._sample_t = msg["t"]
             if self.paused:
                 return
-            depth = 0
             for row in msg["executors"]:
-                ex = self._executors.get(row["name"])
+                name = src.prefix + row["name"]
+                ex = self._executors.get(name)
                 if ex is None:
-                    ex = self._executors[row["name"]] = _Executor(
-                        row["name"], row["kind"], row["quantity"], row["emulated"])
+                    ex = self._executors[name] = _Executor(name, row["kind"], row["quantity"], row["emulated"])
                 ex.capacity, ex.value = row["capacity"], row["value"]
                 ex.launched, ex.completed, ex.blocked = row["launched"], row["completed"], row["blocked"]
                 ex.history.append(row["value"])
                 ex.busy.append(row["busy"])
-                depth += row["value"]
+            if not primary:
+                return
+            depth = src.depth
             self._frontend_busy.append(msg["frontend"]["busy"])
             self._frontend_wait.append(msg["frontend"]["wait"])
             self._overlap.append(msg["overlap"])
@@ -245,4 +324,30 @@ class SessionStore:
                 gpu_status=self._gpu_status,
                 log=tuple(self._log)[-200:],
                 sample_t=self._sample_t,
+                target=self.target,
+                notice=self.notice,
+                ranks=tuple(
+                    RankView(s.rank, s.pid, s.state, s.throughput, s.unit, s.depth, s.data_wait, s.exit_code)
+                    for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
+                    if s.pid is not None
+                ),
+                syncpoints=self._syncpoints(),
+                data_verdict=self._data_verdict(),
             )
+
+    def _syncpoints(self) -> tuple[SyncSite, ...]:
+        sites = [
+            SyncSite(src.prefix + where, call, count, rate)
+            for src in self._sources.values()
+            for (where, call), (count, rate) in src.sites.items()
+        ]
+        return tuple(sorted(sites, key=lambda s: (-s.per_second, -s.count, s.where)))
+
+    def _data_verdict(self) -> str:
+        src = self._sources.get(self._primary())
+        if src is None or src.data_wait is None:
+            return ""
+        if not any(e.kind == "dataloader" for e in self._executors.values()):
+            return ""
+        share = f"waits for data {src.data_wait:.0%} of the time"
+        return f"input-bound: {share}" if src.data_wait > INPUT_BOUND_WAIT else f"compute-bound: {share}"

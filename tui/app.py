@@ -10,6 +10,7 @@ from typing import ClassVar
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.screen import Screen
 from textual.widgets import Footer
 
 from torchpar_top.session.model import SessionLike, Snapshot
@@ -68,8 +69,10 @@ class TorchparTopApp(App[None]):
         """The snapshot drawn last."""
         self._panels: list[SnapshotPanel] = []
         self._rows: list[PanelRow] = []
-        self._log: LogPanel | None = None
-        self._closed = False
+        self._log_panel: LogPanel | None = None
+        self._cores: CoresPanel | None = None
+        self._main_screen: Screen[object] | None = None
+        self._session_closed = False
 
     def compose(self) -> ComposeResult:
         """Header; cores | threads; queues; lanes | scoreboard; GPUs; log; footer."""
@@ -92,7 +95,9 @@ class TorchparTopApp(App[None]):
         """Cache the widgets, start the session, draw once, start the render timer."""
         self._panels = list(self.query(SnapshotPanel))
         self._rows = list(self.query(PanelRow))
-        self._log = self.query_one(LogPanel)
+        self._log_panel = self.query_one(LogPanel)
+        self._cores = self.query_one(CoresPanel)
+        self._main_screen = self.screen
         self._set_short(self.size.height)
         self.session.start()
         self.refresh_from_session()
@@ -110,14 +115,16 @@ class TorchparTopApp(App[None]):
 
     def refresh_from_session(self) -> None:
         """Take one snapshot and push it to every panel in one batch."""
-        if self._closed or self._log is None:
+        if self._session_closed or self._log_panel is None:
             return
         snapshot = self.session.snapshot()
+        if snapshot is self.last_snapshot:
+            return  # nothing new (e.g. paused): nothing to redraw
         self.last_snapshot = snapshot
         with self.batch_update():
             for panel in self._panels:
                 panel.update_snapshot(snapshot)
-            self._log.update_snapshot(snapshot)
+            self._log_panel.update_snapshot(snapshot)
             for row in self._rows:
                 row.fit()
 
@@ -171,10 +178,16 @@ class TorchparTopApp(App[None]):
 
     def _close_session(self) -> None:
         """``session.close()``, exactly once."""
-        if not self._closed:
-            self._closed = True
+        if not self._session_closed:
+            self._session_closed = True
             self.session.close()
 
     def _set_short(self, rows: int) -> None:
-        """Toggle the ``-short`` class on the screen for short terminals."""
-        self.screen.set_class(0 < rows < SHORT_SCREEN_ROWS, "-short")
+        """Short terminals: the ``-short`` class on the screen, and fewer rows of cores."""
+        short = 0 < rows < SHORT_SCREEN_ROWS
+        if self._main_screen is not None:
+            self._main_screen.set_class(short, "-short")
+        max_rows = 5 if short else 8
+        if self._cores is not None and self._cores.max_rows != max_rows:
+            self._cores.max_rows = max_rows
+            self._cores.invalidate()

@@ -1,12 +1,17 @@
 """Per-core CPU load: a bar, the percent and a short history per core, from 2 to 256 cores.
 
 The layout shrinks with the core count: full cells (``cpu0 [bar] 97% [history]``), then bars only,
-then compact cells (``12 ██▌``), then one glyph per core (256 cores fit in a few rows).
+then compact cells (``12 ██▌``), then one glyph per core, then a heat map of two cores per cell
+(256 cores in four rows).
 """
 
 from __future__ import annotations
 
 import math
+
+from rich.color import Color as RichColor
+from rich.style import Style
+from textual.color import Color
 
 from torchpar_top.session.model import Snapshot
 from torchpar_top.tui import render
@@ -24,7 +29,8 @@ class CoresPanel(SnapshotPanel):
     """
 
     max_rows: int = 8
-    """Rows before the panel switches to more columns or a more compact cell."""
+    """Rows before the panel switches to more columns or a more compact cell (the app lowers it on
+    short terminals)."""
 
     def title(self, snapshot: Snapshot) -> str:
         """``CPU  N cores``."""
@@ -48,8 +54,7 @@ class CoresPanel(SnapshotPanel):
             return self._cells(snapshot, width, cols, label_w, history=False)
         # compact: index and a short bar
         digits = len(str(n - 1))
-        cols = max(1, (width + 1) // (digits + 1 + 4 + 1))
-        if math.ceil(n / cols) <= 2 * self.max_rows:
+        if cols * (digits + 1 + 3 + 1) <= width + 1:
             return self._compact(snapshot, width, cols, digits)
         return self._glyphs(snapshot, width)
 
@@ -61,7 +66,8 @@ class CoresPanel(SnapshotPanel):
         flex = cell_w - label_w - 1 - 5
         hist_w = 0
         if history:
-            hist_w = max(6, min(flex // 2, 30))
+            longest = max((len(h) for h in snapshot.core_history), default=0)
+            hist_w = max(6, min(flex // 2, 30, longest))
             flex -= hist_w + 1
         bar_w = max(1, flex)
         out = []
@@ -84,10 +90,10 @@ class CoresPanel(SnapshotPanel):
         return out
 
     def _compact(self, snapshot: Snapshot, width: int, cols: int, digits: int) -> list[Row]:
-        """``12 ██▌ `` cells: the core index and a four-cell bar, row by row."""
+        """``12 ██▌ `` cells: the core index and a short bar, row by row."""
         cores, n = snapshot.cores, len(snapshot.cores)
         cell_w = (width + 1) // cols
-        bar_w = max(4, cell_w - digits - 2)
+        bar_w = max(3, cell_w - digits - 2)
         out = []
         for start in range(0, n, cols):
             row = Row()
@@ -106,11 +112,33 @@ class CoresPanel(SnapshotPanel):
         per_row = max(1, width - label_w)
         # equal rows of a round size read better than one ragged tail
         per_row = min(per_row, 64 if per_row >= 64 else 32 if per_row >= 32 else 16 if per_row >= 16 else per_row)
+        if math.ceil(n / per_row) > self.max_rows:
+            return self._heat(snapshot, per_row, label_w)
         out = []
         for start in range(0, n, per_row):
             row = Row().add(str(start).rjust(label_w - 1) + " ", self.style("dim"))
             for i in range(start, min(n, start + per_row)):
                 frac = render.fraction(cores[i], 100.0)
                 row.add(render.level(frac) if frac > 0 else "·", self.level_style(frac))
+            out.append(row)
+        return out
+
+    def _heat(self, snapshot: Snapshot, per_row: int, label_w: int) -> list[Row]:
+        """Two cores per cell (``▀``: the upper core's colour over the lower core's), for very many cores."""
+        cores, n = snapshot.cores, len(snapshot.cores)
+        track = Color.from_rich_color(self.style("track").bgcolor)
+        ok, warm, hot = (Color.from_rich_color(self.style(name).color) for name in ("ok", "warm", "hot"))
+        # idle, light, busy, warm, hot: a light load is a dim green, not a full one
+        steps = [c.rich_color for c in (track, track.blend(ok, 0.45), ok, warm, hot)]
+
+        def colour(i: int) -> RichColor:
+            load = cores[i] if i < n else 0.0
+            return steps[0 if load < 5 else 1 if load < 25 else 2 if load < 50 else 3 if load < 85 else 4]
+
+        out = []
+        for start in range(0, n, 2 * per_row):
+            row = Row().add(str(start).rjust(label_w - 1) + " ", self.style("dim"))
+            for i in range(start, min(n, start + per_row)):
+                row.add("▀", Style(color=colour(i), bgcolor=colour(i + per_row)))
             out.append(row)
         return out

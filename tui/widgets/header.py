@@ -76,7 +76,7 @@ class HeaderBar(SnapshotPanel):
         row.add("  ")
         row.add(snapshot.experiment, self.style("value"))
         mode_badge = f" {mode} "
-        room = width - row.width - right.width - len(mode_badge) - 6
+        room = width - row.width - right.width - len(mode_badge) - 3 - 3 - 2
         if snapshot.description and room > 3:
             row.add(" · ", self.style("dim")).add(render.clip(snapshot.description, room), self.style("label"))
         row.add(" · ", self.style("dim"))

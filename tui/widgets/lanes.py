@@ -61,18 +61,25 @@ class LanesPanel(SnapshotPanel):
         row = Row().add("frontend".ljust(name_w) + " ", self.style("label"))
         text = frontend_lane(busy, wait, lane_w)
         for ch in text:  # adjacent equal glyphs merge back into one segment in the Strip
-            row.add(ch, self.style("accent") if ch == LAUNCH else self.style("note"))
+            row.add(ch, self.style("accent") if ch == LAUNCH else self.style("dim"))
         row.add(" busy " + render.pct(render.mean(busy), 4), self.style("value"))
         out = [row]
         for e in snapshot.executors:
             row = Row().add(render.clip(e.name, name_w).ljust(name_w) + " ", self.style("label"))
             if e.kind == KIND_EAGER:
-                row.add("(synchronous: runs inside the frontend's lane)".ljust(lane_w)[:lane_w], self.style("dim"))
+                row.add("(synchronous: inside the frontend lane)".ljust(lane_w)[:lane_w], self.style("dim"))
                 row.add(" " * right_w)
             else:
                 values = win(e.busy)
                 row.add(render.lane(values, lane_w), self.style("track"))
                 row.add(" busy " + render.pct(render.mean(values), 4), self.style("value"))
+            out.append(row)
+        if snapshot.throughput_history:
+            values = win(snapshot.throughput_history)
+            top = max(values) or 1.0
+            row = Row().add(render.clip(snapshot.throughput_unit, name_w).ljust(name_w) + " ", self.style("dim"))
+            row.add(render.spark(render.fit(values, lane_w), lane_w, top), self.style("track"))
+            row.add(f" 0..{render.num(top)}", self.style("dim"))
             out.append(row)
         out.append(Row().add(" " * (name_w + 1)).add(overlap_text(snapshot), self.style("value")))
         return out

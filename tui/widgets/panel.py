@@ -84,6 +84,8 @@ class SnapshotPanel(Widget):
         self._rows_cache: tuple[tuple[int, int], list[Row]] | None = None
         self._lines_cache: tuple[tuple[int, int], list[Strip]] | None = None
         self._height = 1
+        self._styles: dict[str, Style] = {}
+        self._blank = Strip([])
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Draw ``snapshot`` on the next paint (and relayout when the number of rows changes)."""
@@ -96,6 +98,11 @@ class SnapshotPanel(Widget):
         self.refresh(layout=height != self._height)
         self._height = height
 
+    def invalidate(self) -> None:
+        """Rebuild the rows on the next paint (after a setting that changes them)."""
+        self._generation += 1
+        self.refresh(layout=True)
+
     def title(self, snapshot: Snapshot) -> str | None:
         """The border title for ``snapshot``; ``None`` leaves it as it is."""
         return None
@@ -105,10 +112,15 @@ class SnapshotPanel(Widget):
         raise NotImplementedError
 
     def style(self, name: str) -> Style:
-        """The Rich style of component class ``name`` (``panel--`` may be left off)."""
-        if "--" not in name:
-            name = f"panel--{name}"
-        return self.get_component_rich_style(name)
+        """The Rich style of component class ``name`` (``panel--`` may be left off).
+
+        Kept until the CSS or theme changes (Textual's own cache empties on every ``refresh``).
+        """
+        style = self._styles.get(name)
+        if style is None:
+            style = self.get_component_rich_style(name if "--" in name else f"panel--{name}")
+            self._styles[name] = style
+        return style
 
     def level_style(self, frac: float, warm: float = 0.5, hot: float = 0.85) -> Style:
         """Green, yellow or red for a load fraction 0..1."""
@@ -123,16 +135,18 @@ class SnapshotPanel(Widget):
         """Rebuild the rows with the new colours when the theme or CSS changes."""
         super().notify_style_update()
         self._rows_cache = self._lines_cache = None
+        self._styles = {}
 
     def render_line(self, y: int) -> Strip:
         """Line ``y`` of the panel."""
         width = self.size.width
-        base = self.rich_style
         key = (self._generation, width)
         if self._lines_cache is None or self._lines_cache[0] != key:
+            base = self.rich_style
+            self._blank = Strip.blank(width, base)
             self._lines_cache = (key, [row.strip(width, base) for row in self._rows(width)])
         lines = self._lines_cache[1]
-        return lines[y] if 0 <= y < len(lines) else Strip.blank(width, base)
+        return lines[y] if 0 <= y < len(lines) else self._blank
 
     def _rows(self, width: int) -> list[Row]:
         """The rows of the current snapshot at ``width``, built once per snapshot and width."""

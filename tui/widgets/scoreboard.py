@@ -37,8 +37,10 @@ class ScoreboardPanel(SnapshotPanel):
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The mode rows, the ratio, the results and the scaling table."""
         unit = snapshot.throughput_unit
-        cols = (6, 8, 7, 6, 7)  # mode, throughput, depth, wait, seen
-        out = [self._line(("", unit, "depth", "wait", "seen"), cols, self.style("dim"))]
+        cols: tuple[int, ...] = (6, 8, 7, 6, 7)  # mode, throughput, depth, wait, seen
+        if width < sum(cols) + 6:
+            cols = cols[:4]  # no room for "seen"
+        out = [self._line(("", unit, "depth", "wait", "seen")[: len(cols)], cols, self.style("dim"))]
         by_mode = {m.mode: m for m in snapshot.scoreboard}
         for mode in ("async", "sync"):
             stats = by_mode.get(mode)
@@ -52,7 +54,6 @@ class ScoreboardPanel(SnapshotPanel):
             .add("  async / sync", self.style("dim"))
         )
         if snapshot.results:
-            out.append(Row())
             label_w = min(max(len(r.label) for r in snapshot.results), max(8, width - 16))
             for r in snapshot.results:
                 out.append(
@@ -76,12 +77,13 @@ class ScoreboardPanel(SnapshotPanel):
         """``ASYNC   12.4   1013    3%   42 s``; dashes where nothing was measured."""
         row = Row().add(label.ljust(cols[0]), self.style("score--async" if label == "ASYNC" else "score--sync"))
         if stats is None:
-            return row.add("—".rjust(cols[1]) + "—".rjust(cols[2]) + "—".rjust(cols[3]) + "—".rjust(cols[4]), self.style("dim"))
+            return row.add("".join("—".rjust(w) for w in cols[1:]), self.style("dim"))
         row.add(render.num(stats.throughput).rjust(cols[1]), self.style("value"))
-        depth = None if stats.mean_depth is None else render.num(stats.mean_depth)
+        depth = None if stats.mean_depth is None else f"{stats.mean_depth:.0f}" if stats.mean_depth >= 10 else f"{stats.mean_depth:.1f}"
         row.add((depth or "—").rjust(cols[2]), self.style("label"))
         row.add(render.pct(stats.frontend_wait, cols[3]), self.style("label"))
-        row.add(render.duration(stats.seconds).rjust(cols[4]), self.style("dim"))
+        if len(cols) > 4:
+            row.add(render.duration(stats.seconds).rjust(cols[4]), self.style("dim"))
         return row
 
     def _line(self, cells: tuple[str, ...], cols: tuple[int, ...], style: Style) -> Row:

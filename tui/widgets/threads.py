@@ -46,9 +46,9 @@ class ThreadsPanel(SnapshotPanel):
         groups = snapshot.thread_groups
         if not groups:
             return [Row().add("no threads sampled yet", self.style("dim"))]
-        names = [self._name(g) for g in groups]
-        name_w = min(max(len(s) for s in names), max(8, width // 3))
+        names = [self.label_of(g) for g in groups]
         busy_w = 7  # "12 busy"
+        name_w = min(max(len(s) for s in names), max(8, width - busy_w - 1 - 6 - 6))
         bar_w = max(4, min(30, width - name_w - 1 - busy_w - 1 - 6))
         out = []
         for group, name in zip(groups, names):
@@ -64,6 +64,6 @@ class ThreadsPanel(SnapshotPanel):
         return out
 
     @staticmethod
-    def _name(group: ThreadGroup) -> str:
+    def label_of(group: ThreadGroup) -> str:
         """The role, with ``×N`` when the group has several threads."""
         return f"{group.role} ×{group.count}" if group.count > 1 else group.role

@@ -1,0 +1,124 @@
+"""A private Unix socket that torchrun ranks connect to (they cannot inherit our descriptors).
+
+The socket lives in a fresh directory only this user can enter (``mkdtemp``: mode 0700). Each
+connection is one agent; its lines are validated like any other protocol stream.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import socket
+import tempfile
+import threading
+from typing import Any, Callable
+
+from torchpar_top.session import protocol
+
+ENV_VAR = "TORCHPAR_TOP_SOCKET"
+
+
+class AgentListener:
+    """Accepts agent connections and reads them on one thread."""
+
+    def __init__(
+        self,
+        on_message: Callable[[dict[str, Any], int], None],
+        on_closed: Callable[[int], None],
+        on_error: Callable[[str], None],
+    ) -> None:
+        """Create the socket (listening at once).
+
+        Args:
+            on_message: called with (message, connection number) for each valid message.
+            on_closed: called with the connection number when an agent disconnects.
+            on_error: called with a line for the log pane (malformed input).
+        """
+        self._dir = tempfile.mkdtemp(prefix="torchpar-top-")
+        os.chmod(self._dir, 0o700)
+        self.path = os.path.join(self._dir, "agent.sock")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(self.path)
+        self._server.listen(64)
+        self._server.setblocking(False)
+        self._on_message, self._on_closed, self._on_error = on_message, on_closed, on_error
+        self._conns: dict[int, tuple[socket.socket, protocol.LineReader]] = {}
+        self._lock = threading.Lock()
+        self._next = 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tpt-listener", daemon=True)
+        self._thread.start()
+
+    def broadcast(self, cmd: str, **fields: Any) -> int:
+        """Send a command to every connected agent; returns how many got it."""
+        data = protocol.encode("cmd", cmd=cmd, **fields)
+        sent = 0
+        with self._lock:
+            conns = [c for c, _ in self._conns.values()]
+        for conn in conns:
+            try:
+                conn.sendall(data)
+                sent += 1
+            except OSError:
+                pass
+        return sent
+
+    def close(self) -> None:
+        """Stop reading, close every connection, remove the directory. Idempotent."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with self._lock:
+            for conn, _ in self._conns.values():
+                conn.close()
+            self._conns.clear()
+        self._server.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._server, selectors.EVENT_READ, 0)
+        while not self._stop.is_set():
+            for key, _ in sel.select(timeout=0.2):
+                if key.data == 0:
+                    self._accept(sel)
+                else:
+                    self._read(sel, key.data)
+        sel.close()
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        try:
+            conn, _ = self._server.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        with self._lock:
+            number, self._next = self._next, self._next + 1
+            self._conns[number] = (conn, protocol.LineReader())
+        sel.register(conn, selectors.EVENT_READ, number)
+
+    def _read(self, sel: selectors.BaseSelector, number: int) -> None:
+        conn, reader = self._conns[number]
+        try:
+            data = conn.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            sel.unregister(conn)
+            with self._lock:
+                self._conns.pop(number, None)
+            conn.close()
+            self._on_closed(number)
+            return
+        try:
+            lines = reader.feed(data)
+        except protocol.ProtocolError as exc:
+            self._on_error(f"dropped: {exc}")
+            return
+        for line in lines:
+            try:
+                self._on_message(protocol.decode(line), number)
+            except protocol.ProtocolError as exc:
+                self._on_error(f"malformed message dropped: {exc}")

@@ -1,0 +1,60 @@
+"""SVG snapshots of the main screen on a FakeSession, at 120x36 and 80x24.
+
+Regenerate after a deliberate change with ``pytest tests/functional/test_tui_snapshots.py --snapshot-update``
+and look at the SVGs in ``__snapshots__/`` before committing them. Textual is pinned exactly because its
+rendering changes across minor versions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from fakes.fake_session import FakeSession, make_snapshot
+from textual.pilot import Pilot
+
+from torchpar_top.tui.app import TorchparTopApp
+
+SnapCompare = Callable[..., bool]
+
+
+def app_for(**snapshot_args: Any) -> TorchparTopApp:
+    """The app on a fake session serving one deterministic snapshot, render timer off."""
+    return TorchparTopApp(FakeSession(make_snapshot(**snapshot_args)), render_interval=None)
+
+
+async def redraw(pilot: Pilot) -> None:
+    """Draw the snapshot again once the layout is known (what the render timer would do)."""
+    await pilot.pause()
+    assert isinstance(pilot.app, TorchparTopApp)
+    pilot.app.refresh_from_session()
+    await pilot.pause()
+
+
+def test_main_120x36(snap_compare: SnapCompare) -> None:
+    assert snap_compare(app_for(executors=2), terminal_size=(120, 36), run_before=redraw)
+
+
+def test_main_80x24(snap_compare: SnapCompare) -> None:
+    assert snap_compare(app_for(executors=2), terminal_size=(80, 24), run_before=redraw)
+
+
+def test_sync_gpus_child_exited_120x36(snap_compare: SnapCompare) -> None:
+    app = app_for(executors=2, mode="sync", gpus=2, child_state="exited", exit_code=1)
+    assert snap_compare(app, terminal_size=(120, 36), run_before=redraw)
+
+
+def test_64_cores_mixed_executors_120x36(snap_compare: SnapCompare) -> None:
+    app = app_for(cores=64, executors=1, unbounded=True, eager=True)
+    assert snap_compare(app, terminal_size=(120, 36), run_before=redraw)
+
+
+def test_256_cores_80x24(snap_compare: SnapCompare) -> None:
+    assert snap_compare(app_for(cores=256), terminal_size=(80, 24), run_before=redraw)
+
+
+def test_help_120x36(snap_compare: SnapCompare) -> None:
+    assert snap_compare(app_for(), terminal_size=(120, 36), press=["question_mark"], run_before=redraw)
+
+
+def test_picker_80x24(snap_compare: SnapCompare) -> None:
+    assert snap_compare(app_for(), terminal_size=(80, 24), press=["w"], run_before=redraw)

@@ -1,0 +1,89 @@
+"""The pure text helpers of the panels: numbers in, fixed-width text out, on fixed scales."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from torchpar_top.tui import render
+
+
+@pytest.mark.parametrize(
+    ("frac", "width", "expected"),
+    [
+        (0.0, 4, "    "),
+        (1.0, 4, "████"),
+        (0.5, 4, "██  "),
+        (0.625, 4, "██▌ "),
+        (0.5625, 4, "██▎ "),
+        (2.0, 3, "███"),  # clamped
+        (-1.0, 3, "   "),
+        (float("nan"), 3, "   "),
+        (0.5, 0, ""),
+    ],
+)
+def test_bar_has_exact_width_and_eighths(frac: float, width: int, expected: str) -> None:
+    assert render.bar(frac, width) == expected
+    assert len(render.bar(frac, width)) == width
+
+
+def test_level_zero_is_blank_and_any_load_shows() -> None:
+    assert render.level(0.0) == " "
+    assert render.level(0.001) == "▁"
+    assert render.level(1.0) == "█"
+    assert render.level(0.5) == "▄"
+
+
+def test_spark_uses_the_fixed_scale_not_min_max() -> None:
+    # 49..51% must look like half, not like 0..100%
+    text = render.spark([49.0, 50.0, 51.0], 3, 100.0)
+    assert set(text) == {"▄"}
+
+
+def test_spark_right_aligns_and_keeps_the_newest() -> None:
+    assert render.spark([100.0], 3, 100.0) == "  █"
+    assert render.spark([0.0, 100.0, 100.0, 100.0, 0.0], 2, 100.0) == "█ "
+    assert render.spark([5.0], 0, 100.0) == ""
+
+
+def test_fit_bins_by_mean_when_longer_and_repeats_when_shorter() -> None:
+    assert render.fit([0.0, 1.0, 0.0, 1.0], 2) == [0.5, 0.5]
+    assert render.fit([0.0, 1.0], 4) == [0.0, 0.0, 1.0, 1.0]
+    assert render.fit([], 4) == []
+    assert render.fit([1.0, 2.0, 3.0], 3) == [1.0, 2.0, 3.0]
+
+
+def test_lane_spans_the_width() -> None:
+    assert render.lane([1.0, 0.0], 4) == "██  "
+    assert render.lane([], 3) == "   "
+
+
+def test_fraction_and_pct() -> None:
+    assert render.fraction(512, 1024) == 0.5
+    assert render.fraction(5, 0) == 0.0
+    assert render.pct(0.97) == " 97%"
+    assert render.pct(None) == "   —"
+    assert render.pct(0.61, 0) == "61%"
+
+
+@pytest.mark.parametrize(
+    ("x", "expected"),
+    [(12.4, "12.4"), (9.1, "9.10"), (1234.0, "1.23k"), (4.5e6, "4.50M"), (0.0, "0.0"), (None, "—"), (math.inf, "—")],
+)
+def test_num(x: float | None, expected: str) -> None:
+    assert render.num(x) == expected
+
+
+def test_size_duration_clip_mean_window() -> None:
+    assert render.size(31 * 1024**3) == "31.0G"
+    assert render.size(512) == "512B"
+    assert render.size(None) == "—"
+    assert render.duration(42) == "42 s"
+    assert render.duration(185) == "3m05s"
+    assert render.duration(3720) == "1h02m"
+    assert render.clip("stream executor", 8) == "stream …"
+    assert render.clip("cpu0", 8) == "cpu0"
+    assert render.mean([]) is None
+    assert render.mean([1.0, 3.0]) == 2.0
+    assert list(render.window(list(range(100)), 5.0, 0.1)) == list(range(50, 100))
