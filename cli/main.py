@@ -6,64 +6,28 @@ import argparse
 import atexit
 import signal
 import sys
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
-from torchpar_top import __version__, workloads
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (``torchpar-top: error: ...``) and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line."""
-    parser = _Parser(
-        prog="torchpar-top",
-        description="top for PyTorch parallelism: runs an experiment in a child process and shows, live, "
-        "per-core load, the child's threads by role, launch-queue depth per executor, busy lanes and "
-        "overlap, and async vs sync throughput.",
-        epilog="Keys in the TUI: s sync on/off, +/- intra-op threads, w experiment, p pause, ? help, q quit.",
-    )
-    parser.add_argument(
-        "--experiment", "-e", default=workloads.DEFAULT, choices=workloads.names(), metavar="NAME",
-        help=f"built-in experiment: {', '.join(workloads.names())} (default: {workloads.DEFAULT})",
-    )
-    parser.add_argument("--interval", type=_positive, default=0.1, metavar="SECONDS",
-                        help="seconds between samples (default: 0.1)")
-    parser.add_argument("--sync", action="store_true", help="start in SYNC mode (synchronize after every op)")
-    parser.add_argument("--headless", action="store_true",
-                        help="no screen: write one JSON object per sample to stdout, then exit")
-    parser.add_argument("--duration", type=_positive, metavar="SECONDS",
-                        help="with --headless: how long to run (required there)")
-    parser.add_argument("--version", action="version", version=f"torchpar-top {__version__}")
-    return parser
+from torchpar_top.args import attach_parser, main_parser, run_parser, split_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.headless and args.duration is None:
-        parser.error("--headless needs --duration SECONDS")
-    if args.duration is not None and not args.headless:
-        parser.error("--duration only applies with --headless")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        target, args = _run_target(argv[1:])
+    elif argv[:1] == ["attach"]:
+        target, args = _attach_target(argv[1:])
+    else:
+        parser = main_parser()
+        args = parser.parse_args(argv)
+        _check_headless(parser, args)
+        target = args.experiment
 
     from torchpar_top.session.session import Session
 
-    session = Session(args.experiment, interval=args.interval, sync=args.sync, gpu_probe=_gpu_probe())
+    session = Session(target, interval=args.interval, sync=getattr(args, "sync", False),
+                      gpu_probe=_gpu_probe(), stack_source=_stack_source())
     atexit.register(session.close)  # however we leave, the child's process group goes with us
     if args.headless:
         from torchpar_top.session import headless
@@ -88,6 +52,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.headless and args.duration is None:
+        parser.error("--headless needs --duration SECONDS")
+    if args.duration is not None and not args.headless:
+        parser.error("--duration only applies with --headless")
+
+
+def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
+    from torchpar_top.probes.agent.run import check_target
+    from torchpar_top.session.targets import ScriptTarget
+
+    parser = run_parser()
+    ours, what, is_module, user_args = split_run(argv)
+    args = parser.parse_args(ours)
+    _check_headless(parser, args)
+    if what is None:
+        parser.error("run needs a script (SCRIPT.py) or -m MODULE")
+    problem = check_target(what, is_module)
+    if problem:
+        parser.exit(2, f"torchpar-top: error: {problem}\n")
+    if args.sync_scope != "op" and not args.sync:
+        parser.error("--sync-scope only applies with --sync")
+    target = ScriptTarget(what, tuple(user_args), module=is_module, nproc=args.nproc_per_node,
+                          sync_scope=args.sync_scope)
+    return target, args
+
+
+def _attach_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
+    from torchpar_top.probes.host.process import check_attach
+    from torchpar_top.session.targets import AttachTarget
+
+    parser = attach_parser()
+    args = parser.parse_args(argv)
+    _check_headless(parser, args)
+    problem = check_attach(args.pid)
+    if problem:
+        parser.exit(2, f"torchpar-top: error: {problem}\n")
+    return AttachTarget(args.pid), args
+
+
 def _on_signals(handler) -> None:
     """SIGTERM and SIGHUP (terminal closed) end the run cleanly."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -106,6 +110,15 @@ def _gpu_probe():
     except ImportError:
         return None
     return NvmlProbe()
+
+
+def _stack_source():
+    """Starts a py-spy stack poller for a pid, or None when the probe is not available."""
+    try:
+        from torchpar_top.probes.host.stacks import StackPoller
+    except ImportError:
+        return None
+    return StackPoller
 
 
 if __name__ == "__main__":

@@ -316,3 +316,6 @@ class SessionLike(Protocol):
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume sampling (the child keeps running)."""
+
+    def restart(self) -> None:
+        """Run the same target again (the user's script after it ended, or the experiment)."""

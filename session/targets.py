@@ -45,6 +45,8 @@ class ScriptTarget:
     module: bool = False
     nproc: int | None = None
     """With a number, launch through torchrun with that many ranks on this node."""
+    sync_scope: str = "op"
+    """In SYNC mode, synchronize after every ``op`` or every optimizer ``step``."""
 
     @property
     def label(self) -> str:
@@ -59,7 +61,7 @@ class ScriptTarget:
 
     def command(self, fd: int | None, interval: float, sync: bool) -> list[str]:
         """The child's argv (torchrun's when ``nproc`` is set; then ``fd`` is None)."""
-        agent = ["--interval", str(interval)] + (["--sync"] if sync else [])
+        agent = ["--interval", str(interval), "--sync-scope", self.sync_scope] + (["--sync"] if sync else [])
         user = (["-m", self.path] if self.module else [self.path]) + list(self.args)
         if self.nproc:
             return [sys.executable, "-m", "torch.distributed.run", "--standalone",

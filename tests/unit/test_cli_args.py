@@ -1,0 +1,25 @@
+"""``run``'s argv split: our options first, then the user's command untouched."""
+
+import pytest
+
+from torchpar_top.args import run_parser, split_run
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["train.py"], ([], "train.py", False, [])),
+        (["--sync", "train.py", "--lr", "0.1", "-m", "x"], (["--sync"], "train.py", False, ["--lr", "0.1", "-m", "x"])),
+        (["--interval", "0.5", "-m", "pkg.mod", "--sync"], (["--interval", "0.5"], "pkg.mod", True, ["--sync"])),
+        (["--nproc-per-node", "2", "ddp.py", "10"], (["--nproc-per-node", "2"], "ddp.py", False, ["10"])),
+        (["--sync"], (["--sync"], None, False, [])),
+        (["-m"], (["-m"], None, True, [])),
+    ],
+)
+def test_split_run(argv, expected):
+    assert split_run(argv) == expected
+
+
+def test_run_options_parse():
+    args = run_parser().parse_args(["--sync", "--sync-scope", "step", "--nproc-per-node", "2"])
+    assert args.sync and args.sync_scope == "step" and args.nproc_per_node == 2
