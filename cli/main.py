@@ -113,12 +113,15 @@ def _gpu_probe():
 
 
 def _stack_source():
-    """Starts a py-spy stack poller for a pid, or None when the probe is not available."""
-    try:
-        from torchpar_top.probes.host.stacks import StackPoller
-    except ImportError:
-        return None
-    return StackPoller
+    """A function that starts a py-spy stack poller (about 2 Hz) for a pid."""
+    from torchpar_top.probes.host.stacks import StackPoller, StackSampler
+
+    def start(pid: int) -> StackPoller:
+        poller = StackPoller(StackSampler(pid))
+        poller.start()
+        return poller
+
+    return start
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Headless mode: the same session, one JSON object per sample on stdout (JSON lines).
 
 Fields of each line (see README, "Headless output"):
-``t``, ``experiment``, ``mode``, ``child`` {pid, state, exit_code}, ``cores`` [percent per core],
+``t``, ``experiment``, ``target``, ``mode`` (null when attached), ``notice``, ``child`` {pid, state, exit_code}, ``cores`` [percent per core],
 ``threads`` [{role, count, busy, cpu_percent}], ``executors`` [{name, kind, quantity, value, capacity,
 launched, completed, busy, blocked, emulated}], ``throughput`` {value, unit}, ``num_threads``,
 ``frontend`` {busy, wait}, ``overlap``, ``scoreboard`` {async|sync: {seconds, throughput, mean_depth,
 frontend_wait}}, ``ratio``, ``results`` [{label, value, unit}], ``scaling`` [{threads, gflops}],
-``gpus`` [...], ``log`` [new log lines since the previous object].
+``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code}],
+``syncpoints`` [{where, call, count, per_second}], ``data_verdict``, ``stack`` {thread, idle,
+waiting_in, frames} or null, ``stack_status``, ``log`` [new log lines since the previous object].
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
     return {
         "t": round(snap.t, 3),
         "experiment": snap.experiment,
-        "mode": snap.mode,
+        "target": snap.target,
+        "mode": None if snap.experiment == "attach" else snap.mode,
+        "notice": snap.notice,
         "paused": snap.paused,
         "child": {"pid": snap.child.pid, "state": snap.child.state, "exit_code": snap.child.exit_code},
         "cores": [round(c, 1) for c in snap.cores],
@@ -55,6 +59,14 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "scaling": [{"threads": p.threads, "gflops": round(p.gflops, 2)} for p in snap.scaling],
         "gpus": [asdict(g) | {"util_history": None} for g in snap.gpus],
         "gpu_status": snap.gpu_status,
+        "ranks": [asdict(r) for r in snap.ranks],
+        "syncpoints": [asdict(s) for s in snap.syncpoints],
+        "data_verdict": snap.data_verdict,
+        "stack": None if snap.stack is None else {
+            "thread": snap.stack.thread, "idle": snap.stack.idle, "waiting_in": snap.stack.waiting_in,
+            "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
+        },
+        "stack_status": snap.stack_status,
         "log": [{"source": line.source, "text": line.text} for line in snap.log if line.seq > log_after],
     }
 

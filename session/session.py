@@ -21,7 +21,7 @@ from torchpar_top.session.store import SessionStore
 from torchpar_top.session.targets import AttachTarget, ExperimentTarget, ScriptTarget, Target
 
 StackSource = Callable[[int], Any]
-"""Given a pid, returns an object with ``latest() -> (StackView | None, status)`` and ``stop()``."""
+"""Given a pid, starts a poller with ``latest -> (StackView | None, status)`` and ``stop()``."""
 
 ATTACH_NOTICE = "attached: cores, threads, GPU use and stacks only — queue depth needs `torchpar-top run`"
 
@@ -128,7 +128,7 @@ class Session:
         snap = self.store.snapshot()
         if self._stacks is None:
             return snap
-        stack, status = self._stacks.latest()
+        stack, status = self._stacks.latest
         return _with_stack(snap, stack, status)
 
     # -- the target -------------------------------------------------------------------------------

@@ -1,0 +1,267 @@
+"""The frontend thread's Python stack, from ``py-spy dump --json --nonblocking``, and what it waits in.
+
+Never blocking mode: it stops every thread of the target, and a torch process has many (py-spy #872).
+py-spy (0.4) prints a JSON list of threads, each ``{pid, thread_id, thread_name, os_thread_id, active,
+owns_gil, frames: [{name, filename, line, ...}]}``, frames innermost first; ``active: false`` is its
+idle verdict (from the OS thread state). On failure it exits 1 with a message on stderr.
+Functions implemented in C (``time.sleep``, ``Tensor.item``) have no frame of their own, so the source
+line of the innermost frame is read too (``linecache``) to tell what it calls.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from torchpar_top.probes.host.process import describe_pid
+from torchpar_top.session.model import StackFrame, StackView
+
+TIMEOUT_S = 2.0
+WAIT_SYNC, WAIT_ITEM, WAIT_DATA, WAIT_COLLECTIVE = "synchronize", "item()/cpu()", "DataLoader", "collective"
+WAIT_EMU_SYNC, WAIT_EMU_FULL = "synchronize (emulated stream)", "launch (queue full)"
+WAIT_SLEEP, WAIT_QUEUE = "sleep", "queue get"
+
+MSG_NO_PYSPY = "py-spy not found: pip install py-spy"
+MSG_PTRACE = (
+    "ptrace not permitted: run as the same user and set /proc/sys/kernel/yama/ptrace_scope to 0, or run "
+    "torchpar-top with sudo / CAP_SYS_PTRACE (docker: --cap-add SYS_PTRACE)"
+)
+MSG_TIMEOUT = "py-spy timed out"
+MSG_RACE = "py-spy read the stack while it changed (nonblocking); retrying"
+
+_DATALOADER_FUNCS = {"__next__", "_next_data", "_get_data", "_try_get_data"}
+_COLLECTIVES = {
+    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+    "broadcast", "barrier", "monitored_barrier", "reduce", "all_to_all", "all_to_all_single", "gather",
+    "scatter", "send", "recv", "wait",
+}  # fmt: skip
+_LINE_RULES = (  # the innermost frame's source line, for calls into C
+    (re.compile(r"\bsleep\("), WAIT_SLEEP),
+    (re.compile(r"\.(item|cpu|tolist)\(\s*\)"), WAIT_ITEM),
+    (re.compile(r"\bsynchronize\("), WAIT_SYNC),
+    (re.compile(r"\.wait\(\s*\)"), WAIT_COLLECTIVE),  # c10d Work.wait() is C; Python waits have frames
+)
+_PERMISSION = ("permission denied", "operation not permitted")
+_GONE = ("no such file or directory (os error 2)", "no such process", "check if it is running")
+_RACE = ("failed to get stack traces", "failed to copy", "bad address")
+_NOT_PYTHON = ("python version", "python interpreter", "python binary", "libpython", "interpreter address")
+
+
+def find_py_spy() -> str | None:
+    """The ``py-spy`` next to ``sys.executable`` (a venv's bin), else the one on PATH, else None."""
+    for bindir in (Path(sys.executable).parent, Path(sys.executable).resolve().parent):
+        candidate = bindir / "py-spy"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("py-spy")
+
+
+def _source_line(filename: str, line: int) -> str:
+    """Line ``line`` of ``filename`` (the target's source, same machine), or '' when unreadable."""
+    if line <= 0 or filename.startswith("<"):
+        return ""
+    linecache.checkcache(filename)
+    return linecache.getline(filename, line).strip()
+
+
+def _short(name: str) -> str:
+    """``Queue.get`` -> ``get``: py-spy shows qualified names for Python 3.11+, bare ones before."""
+    return name.rsplit(".", 1)[-1]
+
+
+def _torch_not_dist(path: str) -> bool:
+    """Inside torch but not torch.distributed (there ``.wait()`` is a future's, not a collective's)."""
+    return "/torch/" in path and "/torch/distributed/" not in path
+
+
+def classify_wait(frames: tuple[StackFrame, ...], source: Callable[[str, int], str] = _source_line) -> str:
+    """What the stack (outermost first) waits in: one of the ``WAIT_*`` labels, or '' (running Python)."""
+    path = [f.filename.replace("\\", "/") for f in frames]
+    for f, p in zip(frames, path):  # fetching a batch, even inside the user's own Dataset code
+        if p.endswith("torch/utils/data/dataloader.py") and _short(f.function) in _DATALOADER_FUNCS:
+            return WAIT_DATA
+    weak = ""
+    for i in range(len(frames) - 1, -1, -1):  # innermost first
+        f, p, name = frames[i], path[i], _short(frames[i].function)
+        inner = _short(frames[i + 1].function) if i + 1 < len(frames) else ""
+        if i == len(frames) - 1:
+            text = source(f.filename, f.line)
+            for pattern, label in _LINE_RULES:
+                if text and pattern.search(text) and not (label == WAIT_COLLECTIVE and _torch_not_dist(p)):
+                    return label
+        if p.endswith("probes/agent/stream.py"):
+            if name == "synchronize":
+                return WAIT_EMU_SYNC
+            if name == "launch" and inner == "put":
+                return WAIT_EMU_FULL
+        if "/torch/" in p:
+            if name == "synchronize":
+                return WAIT_SYNC
+            if "/torch/distributed/" in p and name in _COLLECTIVES:
+                return WAIT_COLLECTIVE
+            if p.endswith("torch/_tensor_str.py"):
+                return WAIT_ITEM  # printing a tensor copies it to the host
+        if not weak and name == "get" and p.endswith(("/queue.py", "/queues.py")):
+            weak = WAIT_QUEUE
+    return weak
+
+
+def parse_dump(
+    text: str, pid: int, t: float, source: Callable[[str, int], str] = _source_line
+) -> StackView | None:
+    """Turn py-spy's JSON into the main thread's :class:`StackView`; None when it lists no thread."""
+    threads: list[dict[str, Any]] = json.loads(text)
+    if not threads:
+        return None
+    main = next((th for th in threads if th.get("os_thread_id") == pid), None)
+    main = main or next((th for th in threads if th.get("thread_name") == "MainThread"), None)
+    main = main or threads[-1]  # py-spy lists the newest thread first: the main thread comes last
+    frames = tuple(
+        StackFrame(str(fr.get("name", "?")), str(fr.get("filename", "")), int(fr.get("line") or 0))
+        for fr in reversed(main.get("frames") or [])
+    )
+    tid = main.get("os_thread_id")
+    name = main.get("thread_name") or ("MainThread" if tid == pid else f"thread {tid or main['thread_id']}")
+    return StackView(pid, name, frames, not main.get("active", True), t, classify_wait(frames, source))
+
+
+def _process(pid: int) -> tuple[bool, bool]:
+    """``(alive, is_python)`` for ``pid`` from /proc; ``is_python`` is True when it cannot be told."""
+    info = describe_pid(pid)
+    if isinstance(info, str):
+        return not info.startswith(("no process", f"process {pid} has exited")), True
+    return True, info.is_python
+
+
+def explain_error(stderr: str, pid: int, *, alive: bool | None = None, python: bool | None = None) -> str:
+    """One line saying why py-spy failed, from its stderr and what /proc says about ``pid``."""
+    low = stderr.lower()
+    if alive is None or python is None:
+        found = _process(pid)
+        alive = found[0] if alive is None else alive
+        python = found[1] if python is None else python
+    if not alive:
+        return f"process {pid} has exited"
+    if any(s in low for s in _PERMISSION):
+        return MSG_PTRACE
+    if "unsupported version of python" in low:
+        return f"process {pid} runs a Python version this py-spy does not support: pip install -U py-spy"
+    if any(s in low for s in _RACE):
+        return MSG_RACE
+    if any(s in low for s in _NOT_PYTHON + _GONE):  # alive, yet no executable or no interpreter found
+        # under heavy thread churn py-spy can miss the interpreter of a real Python process
+        return MSG_RACE if python else f"process {pid} is not running Python (py-spy found no interpreter)"
+    first = next((ln.strip() for ln in stderr.splitlines() if ln.strip().startswith("Error")), "")
+    return f"py-spy failed: {first or stderr.strip()[:200] or 'no message'}"
+
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+class StackSampler:
+    """Dumps the frontend (main) thread's stack of process ``pid`` with py-spy, one call per sample."""
+
+    def __init__(
+        self,
+        pid: int,
+        *,
+        py_spy: str | None = None,
+        runner: Runner = subprocess.run,
+        source: Callable[[str, int], str] = _source_line,
+    ) -> None:
+        """Watch ``pid``; ``py_spy`` is found with :func:`find_py_spy` when not given."""
+        self.pid = pid
+        self.py_spy = py_spy or find_py_spy()
+        self._run = runner
+        self._source = source
+
+    def sample(self) -> tuple[StackView | None, str]:
+        """One dump: ``(view, '')``, or ``(None, why)``; never raises. A torn read is retried once."""
+        view, status = self._dump()
+        return self._dump() if status == MSG_RACE else (view, status)
+
+    def _dump(self) -> tuple[StackView | None, str]:
+        """Run py-spy once and interpret what it printed."""
+        if not self.py_spy:
+            return None, MSG_NO_PYSPY
+        cmd = [self.py_spy, "dump", "--json", "--nonblocking", "--pid", str(self.pid)]
+        env = {**os.environ, "RUST_BACKTRACE": "0", "RUST_LIB_BACKTRACE": "0"}
+        try:
+            proc = self._run(
+                cmd, capture_output=True, encoding="utf-8", errors="replace", timeout=TIMEOUT_S, env=env
+            )
+        except subprocess.TimeoutExpired:
+            return None, MSG_TIMEOUT
+        except FileNotFoundError:
+            return None, MSG_NO_PYSPY
+        except OSError as exc:
+            return None, f"cannot run {self.py_spy}: {exc.strerror or exc}"
+        if proc.returncode != 0:
+            return None, explain_error(proc.stderr or "", self.pid)
+        try:
+            view = parse_dump(proc.stdout, self.pid, time.time(), self._source)
+        except (ValueError, TypeError, AttributeError) as exc:
+            return None, f"py-spy printed something unexpected: {exc}"
+        return (view, "") if view else (None, f"process {self.pid} has no Python thread")
+
+
+class Sampler(Protocol):
+    """Anything with :meth:`StackSampler.sample`'s signature."""
+
+    def sample(self) -> tuple[StackView | None, str]:
+        """One ``(view, status)``."""
+        ...
+
+
+class StackPoller:
+    """Calls ``sampler.sample()`` every ``interval`` seconds in a daemon thread; keeps the latest."""
+
+    def __init__(self, sampler: Sampler, interval: float = 0.5) -> None:
+        """Nothing runs until :meth:`start`."""
+        self.sampler = sampler
+        self.interval = interval
+        self._latest: tuple[StackView | None, str] = (None, "waiting for the first stack")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def latest(self) -> tuple[StackView | None, str]:
+        """The most recent ``(view, status)``."""
+        with self._lock:
+            return self._latest
+
+    def start(self) -> None:
+        """Start polling (a daemon thread: it never keeps the process alive)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="torchpar-stacks", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = TIMEOUT_S + 1.0) -> None:
+        """Stop polling and join the thread (at most ``timeout``: a py-spy call may be under way)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        """Sample until stopped; a failure becomes the status, never an exception."""
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                result = self.sampler.sample()
+            except Exception as exc:  # noqa: BLE001 - a probe must not kill its thread
+                result = (None, f"stack sampling failed: {exc}")
+            with self._lock:
+                if result[1] == MSG_RACE and self._latest[0] is not None:
+                    result = (self._latest[0], result[1])  # keep the last stack through a torn read
+                self._latest = result
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))

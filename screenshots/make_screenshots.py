@@ -1,0 +1,96 @@
+"""Screenshots from real runs: the app with a real session and real children, keys pressed as a person would.
+
+    python screenshots/make_screenshots.py [--only NAME] [--no-png]
+
+Writes ``screenshots/NAME.svg`` (Textual's own SVG export) and, when Chromium is installed,
+``screenshots/NAME.png`` (headless Chromium renders the SVG; the SVG expects the Fira Code font, Debian
+package fonts-firacode). Every number in them was measured during the run that made them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+SCRIPTS = HERE.parent / "tests" / "scripts"
+
+# name -> (target, [(keys to press, seconds to wait after)], size)
+SHOTS = {
+    "async-async": ("async", [((), 8.0)], (120, 36)),
+    "async-sync": ("async", [((), 6.0), (("s",), 8.0)], (120, 36)),
+    "multi-device": ("multi-device", [((), 12.0)], (120, 36)),
+    "intra-op": ("intra-op", [((), 4.0), (("minus",), 5.0), (("plus",), 4.0)], (120, 36)),
+    "inter-op": ("inter-op", [((), 8.0)], (120, 36)),
+    "run-train": ("run", [((), 10.0)], (120, 36)),
+    "async-80x24": ("async", [((), 8.0)], (80, 24)),
+}
+
+
+def _session(target: str):
+    from torchpar_top.main import _gpu_probe, _stack_source
+    from torchpar_top.session.session import Session
+    from torchpar_top.session.targets import ScriptTarget
+
+    if target == "run":
+        script = SCRIPTS / "train_dataloader.py"
+        target = ScriptTarget(str(script), ("400",))
+    return Session(target, gpu_probe=_gpu_probe(), stack_source=_stack_source())
+
+
+async def _shoot(name: str, target: str, steps, size) -> pathlib.Path:
+    from torchpar_top.tui.app import TorchparTopApp
+
+    session = _session(target)
+    app = TorchparTopApp(session)
+    svg = HERE / f"{name}.svg"
+    async with app.run_test(size=size) as pilot:
+        for keys, wait in steps:
+            for key in keys:
+                await pilot.press(key)
+            await asyncio.sleep(wait)
+        await pilot.pause()
+        app.save_screenshot(filename=svg.name, path=str(HERE))
+    session.close()
+    return svg
+
+
+def to_png(svg: pathlib.Path, size) -> pathlib.Path | None:
+    """Render the SVG with headless Chromium; None when Chromium is not installed."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return None
+    png = svg.with_suffix(".png")
+    cols, rows = size
+    width, height = int(cols * 12.2) + 40, int(rows * 24.5) + 80
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--no-first-run", f"--user-data-dir={profile}", f"--screenshot={png}",
+             f"--window-size={width},{height}", svg.as_uri()],
+            check=True, capture_output=True, timeout=120,
+        )
+    return png
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", choices=sorted(SHOTS))
+    parser.add_argument("--no-png", action="store_true")
+    args = parser.parse_args()
+    for name in args.only or SHOTS:
+        target, steps, size = SHOTS[name]
+        svg = asyncio.run(_shoot(name, target, steps, size))
+        png = None if args.no_png else to_png(svg, size)
+        print(f"{svg.relative_to(HERE.parent)}" + (f", {png.relative_to(HERE.parent)}" if png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
