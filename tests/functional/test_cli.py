@@ -99,3 +99,37 @@ def test_sigterm_to_headless_stops_the_child_too():
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid)
+
+
+def test_attach_to_a_dead_pid_is_one_clear_line():
+    proc = run("attach", "999999999")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "torchpar-top: error: no process with pid 999999999"
+
+
+@pytest.mark.slow
+def test_attach_headless_shows_threads_and_stack_then_the_exit(tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text("import time\nwhile True:\n    time.sleep(0.01)\n")
+    target = subprocess.Popen([sys.executable, str(script)])
+    try:
+        watcher = subprocess.Popen([*CMD, "attach", str(target.pid), "--headless", "--duration", "8"],
+                                   stdout=subprocess.PIPE, text=True)
+        records = []
+        for line in watcher.stdout:
+            records.append(json.loads(line))
+            if len(records) == 30:
+                target.kill()  # the watched process dies mid-run: shown, not fatal
+        watcher.wait(30)
+    finally:
+        target.kill()
+        target.wait()
+    assert watcher.returncode == 0
+    early = records[25]
+    assert early["mode"] is None and "queue depth needs" in early["notice"]
+    assert early["child"]["state"] == "attached" and early["executors"] == []
+    assert any(t["role"] == "frontend (main)" for t in early["threads"])
+    stacks = [r["stack"] for r in records[:30] if r["stack"]]
+    assert stacks and stacks[-1]["waiting_in"] == "sleep"
+    assert records[-1]["child"]["state"] == "exited"
+    assert any("has exited" in line["text"] for r in records for line in r["log"])
