@@ -29,8 +29,9 @@ Child → parent messages (``type``):
 
 Optional fields: ``hello`` may carry ``rank`` and ``world_size`` (torchrun) and ``target`` (the user's
 script or module); a ``sample`` executor row may carry ``ready`` (DataLoader: batches ready); a
-``sample`` may carry ``data_wait`` (fraction of the window the frontend waited for the next batch) and
-``steps`` (optimizer steps so far).
+``sample`` may carry ``data_wait`` (fraction of the window the frontend waited for the next batch),
+``steps`` (optimizer steps so far) and ``cuda_uuids`` (``GPU-...`` strings in the child's CUDA order,
+so the monitor labels NVML devices as the child sees them).
 
 Parent → child: ``cmd`` with ``cmd`` one of ``set_sync`` (``value``: bool, optional ``scope``),
 ``set_threads`` (``value``: int >= 1), ``stop``.

@@ -85,6 +85,8 @@ class Session:
         self._stop_target()
         if self._host_thread is not None:
             self._host_thread.join(timeout=5)
+        if self._gpu_probe is not None:
+            self._gpu_probe.close()
 
     # -- commands ---------------------------------------------------------------------------------
 
@@ -162,7 +164,7 @@ class Session:
                 env[ENV_VAR] = self._listener.path
             child = ChildProcess(
                 lambda fd: target.command(fd, self.interval, self._sync_wanted),
-                on_message=self.store.on_message,
+                on_message=self._on_child_message,
                 on_output=self.store.add_log,
                 on_exit=lambda code: self._on_exit(child, code),
                 env=env,
@@ -193,6 +195,8 @@ class Session:
             listener, self._listener = self._listener, None
             stacks, self._stacks = self._stacks, None
             self._samplers = {}
+            if self._gpu_probe is not None:
+                self._gpu_probe.cuda_uuids = None
         if child is not None:
             child.stop()
         if listener is not None:
@@ -212,10 +216,16 @@ class Session:
             "w to start an experiment"
         self.store.add_log("app", f"workload pid {child.pid} {message}; press {key}")
 
+    def _on_child_message(self, msg: dict[str, Any], number: int = 0) -> None:
+        uuids = msg.get("cuda_uuids") if msg["type"] == "sample" else None
+        if uuids and self._gpu_probe is not None:
+            self._gpu_probe.cuda_uuids = uuids  # the child's own CUDA order: label GPUs as it sees them
+        self.store.on_message(msg, number)
+
     def _on_rank_message(self, msg: dict[str, Any], number: int) -> None:
         if msg["type"] == "hello":
             self._watch_rank(msg["pid"])
-        self.store.on_message(msg, number)
+        self._on_child_message(msg, number)
 
     def _watch_rank(self, pid: int) -> None:
         with self._child_lock:

@@ -23,8 +23,15 @@ def _item(n: int, w: torch.Tensor) -> None:
     torch.mm(torch.randn(n, n), w)
 
 
+def _cuda_item(n: int, w: torch.Tensor) -> None:
+    torch.mm(torch.randn(n, n, device=w.device), w)
+
+
 def run(agent, size: int = CPU_SIZE) -> None:
-    """Launch items until stopped."""
+    """Launch items until stopped (on ``cuda:0`` with n = 1000 when CUDA is available)."""
+    if torch.cuda.is_available():
+        _run_cuda(agent, SIZE if size == CPU_SIZE else size)
+        return
     stream = agent.emulated_stream("cpu-stream:0")
     agent.throughput_from(lambda: stream.completed, "it/s")
     agent.log(f"experiment async: randn({size},{size}) + mm per item on {stream.name} "
@@ -32,4 +39,16 @@ def run(agent, size: int = CPU_SIZE) -> None:
     w = torch.randn(size, size)
     while agent.running:
         agent.launch(stream, _item, size, w)
+        agent.step()
+
+
+def _run_cuda(agent, size: int) -> None:
+    """The same loop on ``cuda:0``'s current stream; throughput counts items whose ops completed."""
+    stream = agent.cuda_stream("cuda:0", device=0)
+    agent.throughput_from(stream.items_completed, "it/s")
+    agent.log(f"experiment async: randn({size},{size}) + mm per item on cuda:0 (CUDA stream; queue shown "
+              f"as outstanding ops, capacity {stream.capacity})")
+    w = torch.randn(size, size, device="cuda:0")
+    while agent.running:
+        agent.launch(stream, _cuda_item, size, w)
         agent.step()

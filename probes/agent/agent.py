@@ -56,6 +56,8 @@ class Agent:
         self.running = True
         """False once torchpar-top asked the workload to stop; loops should check it."""
         self.executors: list[Executor] = []
+        self.cuda: Any = None
+        """The :class:`~torchpar_top.probes.agent.cuda.CudaMonitor`, created by the first ``cuda_stream``."""
         self.frontend_wait = ActivityRecorder()
         """When the frontend was blocked: on a full queue or in a synchronize."""
         self.items = 0
@@ -86,6 +88,17 @@ class Agent:
     def interop_pool(self, name: str = "inter-op pool") -> InterOpPool:
         """Futures forked on the inter-op pool."""
         return self._add(InterOpPool(name, on_wait=self.frontend_wait.add))
+
+    def cuda_stream(self, name: str, device: int = 0, stream: Any = None) -> Any:
+        """A CUDA stream (default: the device's current one) watched by completion markers.
+
+        Call it on the frontend thread: it starts counting that thread's launches.
+        """
+        if self.cuda is None:
+            from torchpar_top.probes.agent.cuda import CudaMonitor
+
+            self.cuda = CudaMonitor(on_thread=self._agent_tids.append)
+        return self._add(self.cuda.stream(name, device, stream, on_wait=self.frontend_wait.add))
 
     def _add(self, ex: Any) -> Any:
         self.executors.append(ex)
@@ -165,6 +178,8 @@ class Agent:
         self.running = False
         for ex in self.executors:
             ex.close()
+        if self.cuda is not None:
+            self.cuda.close()
 
     def roles(self) -> dict[str, str]:
         """Threads the agent knows, as ``{tid: role}`` for the thread panel."""
@@ -218,6 +233,7 @@ class Agent:
                 }
             )
         wait = min(1.0, busy_time(self.frontend_wait.intervals(t0, t1)) / window)
+        extra = {"cuda_uuids": self.cuda.uuids()} if self.cuda is not None else {}
         return {
             "msg_type": "sample",
             "t": time.time(),
@@ -233,6 +249,7 @@ class Agent:
             "overlap": min(1.0, overlap_time(per_executor) / window) if len(per_executor) > 1 else 0.0,
             "executors": rows,
             "roles": self.roles(),
+            **extra,
         }
 
     def draining(self) -> bool:

@@ -1,0 +1,132 @@
+"""CUDA streams as executors in the child: outstanding work from completion markers, busy lanes, sync.
+
+- ``L``: the frontend's :class:`~torchpar_top.probes.agent.cuda_launch.LaunchCounter` counts ops per
+  device (ops, not kernels).
+- ``C``: a marker thread records an event on each watched stream every ``period`` (2 ms) when ``L``
+  moved, remembering ``L`` then, and pops markers while ``query()`` is true: ``C = L`` of the last
+  completed marker, so ``O = L - C`` (queued + running). ``S`` is not observable: reported as ``C``.
+  At most ``MAX_PENDING`` markers wait per stream (each takes a slot of the 1024-entry queue).
+- Lanes on the host clock: a busy run starts at the first launch after the stream caught up and ends
+  when the marker that drains it completes. Markers are timing-disabled (completion = the poll that
+  sees it) except where a run's end must be exact: the end of an item launched onto a caught-up stream
+  (recorded by the frontend in :meth:`CudaStream.launch`: sparse or SYNC loops), a marker recorded on
+  a caught-up stream, and one "tail" marker when the frontend stops feeding a backlog. Those are
+  mapped to host time by a reference event calibrated once per device (``cudaEventElapsedTime`` is
+  float ms: about 0.2 ms resolution after an hour). Costs per record (DESIGN.md, not measurable here):
+  about 0.25 µs timing off, 2.5 µs timing on; at most one marker per stream per period from the thread
+  (500/s: 1.25 ms/s, 0.125% of a core, even if all were timed), plus one timed record per item while
+  caught up.
+- SYNC: :meth:`CudaStream.synchronize` is ``torch.cuda.synchronize(device)``, timed as a frontend wait
+  (a thread spinning there is waiting, not working).
+- The launch-queue ``blocked`` share is not observable this way and reads 0; a profiler window
+  (:func:`profile_queue`, HTA's method) gives the exact depth and time at the cap.
+
+Untested on hardware: verified against ``tests/fakes/fake_cuda.py`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from typing import Any, Callable
+
+from torchpar_top.probes.agent import hta
+from torchpar_top.probes.agent.cuda_launch import DeviceOf, LaunchCounter, cuda_device_of
+from torchpar_top.probes.agent.cuda_stream import CAPACITY, CudaStream, DeviceClock
+
+#: Seconds between marker rounds.
+PERIOD = 0.002
+
+
+class CudaMonitor:
+    """The CUDA part of the agent: the launch counter, one marker thread, per-device clocks."""
+
+    def __init__(self, cuda: Any = None, *, period: float = PERIOD, timed_edges: bool = True,
+                 clock: Callable[[], float] = time.perf_counter, device_of: DeviceOf | None = None,
+                 thread: bool = True, on_thread: Callable[[int], None] | None = None) -> None:
+        if cuda is None:
+            import torch
+
+            cuda = torch.cuda
+        self.cuda, self.clock, self.period, self.timed_edges = cuda, clock, period, timed_edges
+        self.counter = LaunchCounter(device_of or cuda_device_of, clock)
+        self.streams: tuple[CudaStream, ...] = ()
+        self.clocks: dict[int, DeviceClock | None] = {}
+        self._thread_wanted, self._on_thread = thread, on_thread
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._uuids: list[str] | None = None
+
+    def stream(self, name: str, device: int = 0, stream: Any = None,
+               on_wait: Callable[[float, float], None] | None = None) -> CudaStream:
+        """Watch ``stream`` (default: the device's current stream); call on the frontend thread."""
+        stream = stream if stream is not None else self.cuda.current_stream(device)
+        if device not in self.clocks:
+            try:
+                self.clocks[device] = DeviceClock(self.cuda, device, stream, self.clock)
+            except RuntimeError:
+                self.clocks[device] = None  # lanes fall back to poll times
+        self.counter.start()
+        ex = CudaStream(name, device, stream, self, on_wait)
+        self.streams = self.streams + (ex,)
+        if self._thread_wanted and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tpt-cuda-markers", daemon=True)
+            self._thread.start()
+        return ex
+
+    def poll(self) -> None:
+        """One round over the watched streams (the marker thread calls it every ``period``)."""
+        now = self.clock()
+        for s in self.streams:
+            try:
+                s.poll(now)
+            except Exception as exc:  # e.g. a device error: keep watching the others
+                s.error = f"{type(exc).__name__}: {exc}"
+
+    def uuids(self) -> list[str]:
+        """NVML-style UUIDs (``GPU-...``) of the child's CUDA devices, in CUDA order (read once)."""
+        if self._uuids is None:
+            props = self.cuda.get_device_properties
+            self._uuids = [f"GPU-{props(i).uuid}" for i in range(self.cuda.device_count())]
+        return self._uuids
+
+    def close(self) -> None:
+        """Stop the marker thread and leave the launch-counting mode (on the frontend thread)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.counter.stop()
+
+    def _run(self) -> None:
+        if self._on_thread:
+            self._on_thread(threading.get_native_id())
+        while not self._stop.wait(self.period):
+            self.poll()
+
+
+def profile_queue(seconds: float = 0.5, *, cuda: bool = True, sleep: Callable[[float], None] = time.sleep,
+                  cap: int = CAPACITY) -> dict[tuple[int, int], hta.QueueSeries]:
+    """Run ``torch.profiler`` for ``seconds`` and return HTA's queue depth per ``(device, stream)``.
+
+    CUPTI records runtime launches and kernels process-wide, so this may run on an agent thread while
+    the frontend works. The CUDA part is untested on hardware; with ``cuda=False`` it profiles the CPU
+    only (an empty result) and is what the tests run.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    prof = profile(activities=activities)
+    prof.start()
+    try:
+        sleep(seconds)
+    finally:
+        prof.stop()
+    with tempfile.TemporaryDirectory(prefix="tpt-prof-") as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    return hta.queue_depth(hta.from_chrome_trace(trace), cap)

@@ -1,0 +1,174 @@
+"""A fake of the ``torch.cuda`` surface the agent uses, on a simulated clock.
+
+Streams are in-order queues: an item submitted at host time ``t`` starts at ``max(t + latency, end of
+the previous item)``. Events complete when the stream reaches them; ``query()`` compares with the
+clock; ``synchronize()`` moves the clock to the completion (the host waited). A stream holds at most
+``capacity`` items not yet started: a launch into a full stream moves the clock until one starts (the
+host blocked), as CUDA's launch queue does. Host time passes only when a test (or the fake) says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+
+class SimClock:
+    """Simulated host time in seconds (the agent's ``clock``)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Let host time pass."""
+        self.now += seconds
+
+    def advance_to(self, t: float) -> None:
+        """Wait until ``t`` (never goes back)."""
+        self.now = max(self.now, t)
+
+
+class FakeStream:
+    """One in-order stream of a device."""
+
+    def __init__(self, cuda: "FakeCuda", device: int) -> None:
+        self.cuda, self.device_index = cuda, device
+        self.device = SimpleNamespace(type="cuda", index=device)
+        self.tail = 0.0
+        self._starts: deque[float] = deque()
+        self.kernels: list[tuple[float, float]] = []
+        """``(start, end)`` of every kernel, for tests."""
+
+    def submit(self, duration: float, latency: float | None = None) -> tuple[float, float]:
+        """Enqueue one item; blocks (moves the clock) while ``capacity`` items wait to start."""
+        clock = self.cuda.clock
+        while self._starts and self._starts[0] <= clock.now:
+            self._starts.popleft()
+        if len(self._starts) >= self.cuda.capacity:
+            clock.advance_to(self._starts.popleft())
+        start = max(clock.now + (self.cuda.latency if latency is None else latency), self.tail)
+        self.tail = start + duration
+        self._starts.append(start)
+        return start, self.tail
+
+    def synchronize(self) -> None:
+        """Wait for everything submitted."""
+        self.cuda.clock.advance_to(self.tail)
+
+    def query(self) -> bool:
+        """True when everything submitted has completed."""
+        return self.cuda.clock.now >= self.tail
+
+
+class FakeEvent:
+    """``torch.cuda.Event``: completes when its stream reaches it."""
+
+    def __init__(self, cuda: "FakeCuda", enable_timing: bool = False) -> None:
+        self.cuda, self.enable_timing = cuda, enable_timing
+        self.device: int | None = None
+        self.t: float | None = None
+        cuda.events_created += 1
+
+    def record(self, stream: FakeStream | None = None) -> None:
+        stream = stream or self.cuda.current_stream()
+        if self.device is not None and self.device != stream.device_index:
+            raise RuntimeError("Event device does not match recording stream's device")
+        self.device = stream.device_index
+        self.t = stream.submit(0.0, latency=0.0)[1]
+        self.cuda.records[self.enable_timing] += 1
+
+    def query(self) -> bool:
+        return self.t is None or self.cuda.clock.now >= self.t
+
+    def synchronize(self) -> None:
+        if self.t is not None:
+            self.cuda.clock.advance_to(self.t)
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        if not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.t is None or end.t is None or not (self.query() and end.query()):
+            raise RuntimeError("CUDA error: device not ready")
+        return (end.t - self.t) * 1000.0
+
+
+class FakeCuda:
+    """``torch.cuda`` with ``devices`` GPUs sharing one simulated clock."""
+
+    def __init__(self, devices: int = 1, *, clock: SimClock | None = None, latency: float = 5e-6,
+                 capacity: int = 1024) -> None:
+        self.clock = clock or SimClock()
+        self.latency, self.capacity = latency, capacity
+        self._count = devices
+        self._current = 0
+        self._default = [FakeStream(self, d) for d in range(devices)]
+        self._streams = list(self._default)
+        self.events_created = 0
+        self.records = {False: 0, True: 0}
+        self.syncs = 0
+        self.uuids = [f"{d:08x}-1111-2222-3333-444455556666" for d in range(devices)]
+        # what the next counted op launches (see device_of)
+        self.next_device, self.kernel_time, self.launch_cost = 0, 1e-3, 10e-6
+
+    def is_available(self) -> bool:
+        return self._count > 0
+
+    def device_count(self) -> int:
+        return self._count
+
+    def current_device(self) -> int:
+        return self._current
+
+    def set_device(self, device: int) -> None:
+        self._current = device
+
+    def current_stream(self, device: int | None = None) -> FakeStream:
+        return self._default[self._current if device is None else device]
+
+    default_stream = current_stream
+
+    def Stream(self, device: int | None = None, priority: int = 0) -> FakeStream:  # noqa: N802
+        stream = FakeStream(self, self._current if device is None else device)
+        self._streams.append(stream)
+        return stream
+
+    def Event(  # noqa: N802
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ) -> FakeEvent:
+        return FakeEvent(self, enable_timing)
+
+    def synchronize(self, device: int | None = None) -> None:
+        """Wait for every stream of the device."""
+        dev = self._current if device is None else device
+        self.syncs += 1
+        for s in self._streams:
+            if s.device_index == dev:
+                s.synchronize()
+
+    @contextlib.contextmanager
+    def device(self, device: int) -> Iterator[None]:
+        prev, self._current = self._current, device
+        try:
+            yield
+        finally:
+            self._current = prev
+
+    def get_device_properties(self, device: int) -> Any:
+        text = self.uuids[device]
+        uuid = type("_CUuuid", (), {"__str__": lambda self: text})()  # torch prints it without "GPU-"
+        return SimpleNamespace(name=f"Fake GPU {device}", uuid=uuid, total_memory=80 << 30)
+
+    # -- the simulated GPU seeing the frontend's launches -----------------------------------------
+
+    def device_of(self, out: Any, args: tuple) -> int:
+        """A ``LaunchCounter`` device hook: the counted op launched one kernel of ``kernel_time`` on
+        ``next_device``'s current stream, and the launch call took ``launch_cost`` of host time."""
+        stream = self.current_stream(self.next_device)
+        stream.kernels.append(stream.submit(self.kernel_time))
+        self.clock.advance(self.launch_cost)
+        return self.next_device
