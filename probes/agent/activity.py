@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
-from typing import Iterable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Sequence
 
 #: Two busy intervals closer than this are merged into one (seconds). A gap this short is below what a
 #: lane cell (about 100 ms) can show; merging keeps a busy executor to a handful of intervals per window.
@@ -60,6 +62,23 @@ class ActivityRecorder:
         if since is not None:
             items.append((since, t1))
         return clip(items, t0, t1)
+
+
+@contextmanager
+def waiting(*recorders: ActivityRecorder | None, clock: Callable[[], float] = time.perf_counter) -> Iterator[None]:
+    """Record the enclosed wait in each recorder *as it happens*.
+
+    A wait recorded only when it ends would be missed by a sample taken while it lasts, and the next
+    window would clip away the part before it; begin/end makes a sample mid-wait count it up to now.
+    """
+    live = [r for r in recorders if r is not None]
+    for r in live:
+        r.begin(clock())
+    try:
+        yield
+    finally:
+        for r in live:
+            r.end(clock())
 
 
 def clip(intervals: Iterable[Interval], t0: float, t1: float) -> list[Interval]:

@@ -70,6 +70,8 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._drain_target: dict[int, int] = {}
         """After a switch to SYNC: per executor, the launches made before it (the ASYNC backlog)."""
+        self.hello_extra: dict[str, Any] = {}
+        """More ``hello`` fields (``target``; ``rank``/``world_size`` under torchrun)."""
         self.hard_exit: Callable[[], None] = _kill_own_group
         """Called when the workload ignores a stop for :data:`STOP_GRACE` seconds (tests replace it)."""
 
@@ -78,7 +80,7 @@ class Agent:
     def emulated_stream(self, name: str, capacity: int = DEFAULT_CAPACITY) -> EmulatedStream:
         """A new emulated CPU stream, watched and synchronized by the agent."""
         return self._add(
-            EmulatedStream(name, capacity, on_wait=self.frontend_wait.add, threads=lambda: self._threads_wanted)
+            EmulatedStream(name, capacity, wait=self.frontend_wait, threads=lambda: self._threads_wanted)
         )
 
     def eager_device(self, name: str = "cpu (eager)") -> EagerDevice:
@@ -87,7 +89,7 @@ class Agent:
 
     def interop_pool(self, name: str = "inter-op pool") -> InterOpPool:
         """Futures forked on the inter-op pool."""
-        return self._add(InterOpPool(name, on_wait=self.frontend_wait.add))
+        return self._add(InterOpPool(name, wait=self.frontend_wait))
 
     def cuda_stream(self, name: str, device: int = 0, stream: Any = None) -> Any:
         """A CUDA stream (default: the device's current one) watched by completion markers.
@@ -98,7 +100,7 @@ class Agent:
             from torchpar_top.probes.agent.cuda import CudaMonitor
 
             self.cuda = CudaMonitor(on_thread=self._agent_tids.append)
-        return self._add(self.cuda.stream(name, device, stream, on_wait=self.frontend_wait.add))
+        return self._add(self.cuda.stream(name, device, stream, wait=self.frontend_wait))
 
     def _add(self, ex: Any) -> Any:
         self.executors.append(ex)
@@ -167,6 +169,7 @@ class Agent:
             interop_threads=torch.get_num_interop_threads(),
             executors=[ex.declare() for ex in self.executors],
             roles=self.roles(),
+            **self.hello_extra,
         )
         for target, name in ((self._sample_loop, "tpt-sampler"), (self._command_loop, "tpt-control")):
             th = threading.Thread(target=target, name=name, daemon=True)

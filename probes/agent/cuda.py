@@ -34,6 +34,7 @@ import time
 from typing import Any, Callable
 
 from torchpar_top.probes.agent import hta
+from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.cuda_launch import DeviceOf, LaunchCounter, cuda_device_of
 from torchpar_top.probes.agent.cuda_stream import CAPACITY, CudaStream, DeviceClock
 
@@ -61,7 +62,7 @@ class CudaMonitor:
         self._uuids: list[str] | None = None
 
     def stream(self, name: str, device: int = 0, stream: Any = None,
-               on_wait: Callable[[float, float], None] | None = None) -> CudaStream:
+               wait: ActivityRecorder | None = None) -> CudaStream:
         """Watch ``stream`` (default: the device's current stream); call on the frontend thread."""
         stream = stream if stream is not None else self.cuda.current_stream(device)
         if device not in self.clocks:
@@ -70,7 +71,7 @@ class CudaMonitor:
             except RuntimeError:
                 self.clocks[device] = None  # lanes fall back to poll times
         self.counter.start()
-        ex = CudaStream(name, device, stream, self, on_wait)
+        ex = CudaStream(name, device, stream, self, wait)
         self.streams = self.streams + (ex,)
         if self._thread_wanted and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tpt-cuda-markers", daemon=True)

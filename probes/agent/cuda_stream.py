@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.probes.agent.executor import QUANTITY_OUTSTANDING, Executor
 from torchpar_top.probes.agent.hta import QUEUE_CAP as CAPACITY
 
@@ -60,11 +61,11 @@ class CudaStream(Executor):
     quantity = QUANTITY_OUTSTANDING
 
     def __init__(self, name: str, device: int, stream: Any, monitor: "CudaMonitor",
-                 on_wait: Callable[[float, float], None] | None = None) -> None:
+                 wait: ActivityRecorder | None = None) -> None:
         self.device, self.stream, self._m = device, stream, monitor
         super().__init__(name, CAPACITY)
         self.completed = self._last_marked = self.launched  # ops before watching began count as done
-        self._on_wait, self._lock = on_wait, threading.RLock()
+        self._wait, self._lock = wait, threading.RLock()
         self._clock = monitor.clocks.get(device)
         self._edges = monitor.timed_edges and self._clock is not None
         self._markers: deque[_Marker] = deque()
@@ -112,13 +113,10 @@ class CudaStream(Executor):
 
     def synchronize(self) -> None:
         """``torch.cuda.synchronize(device)``, recorded as a frontend wait."""
-        launched, clock = self.launched, self._m.clock
-        t0 = clock()
-        self._m.cuda.synchronize(self.device)
-        t1 = clock()
+        launched = self.launched
+        with waiting(self._wait, clock=self._m.clock):
+            self._m.cuda.synchronize(self.device)
         self._set_completed(launched)
-        if self._on_wait:
-            self._on_wait(t0, t1)
 
     def poll(self, now: float) -> None:
         """Pop completed markers; mark new launches, or the end of a backlog (marker thread)."""

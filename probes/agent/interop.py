@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any, Sequence
 
+from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.probes.agent.executor import QUANTITY_OUTSTANDING, Executor
 
 
@@ -21,12 +22,12 @@ class InterOpPool(Executor):
     kind = "interop-pool"
     quantity = QUANTITY_OUTSTANDING
 
-    def __init__(self, name: str = "inter-op pool", *, on_wait: Any = None) -> None:
+    def __init__(self, name: str = "inter-op pool", *, wait: ActivityRecorder | None = None) -> None:
         super().__init__(name, capacity=None)
         self._lock = threading.Lock()
         self._pending: list[Any] = []
         self._in_flight_since: float | None = None
-        self._on_wait = on_wait
+        self._wait = wait
 
     def track(self, futures: Sequence[Any]) -> None:
         """Count futures just returned by a scripted function that forked them."""
@@ -60,17 +61,15 @@ class InterOpPool(Executor):
         with self._lock:
             fut = self._pending[0] if self._pending else None
         if fut is not None:
-            self._wait(lambda: fut.wait())
+            self._block(fut.wait)
 
     def synchronize(self) -> None:
         """Wait on every pending future."""
         with self._lock:
             pending = list(self._pending)
         if pending:
-            self._wait(lambda: [f.wait() for f in pending])
+            self._block(lambda: [f.wait() for f in pending])
 
-    def _wait(self, fn: Any) -> None:
-        t0 = time.perf_counter()
-        fn()
-        if self._on_wait:
-            self._on_wait(t0, time.perf_counter())
+    def _block(self, fn: Any) -> None:
+        with waiting(self._wait):
+            fn()

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.probes.agent.executor import Executor
 
 #: HTA's per-stream launch queue constant for CUDA, used for the emulation too.
@@ -33,7 +34,7 @@ class EmulatedStream(Executor):
         name: str,
         capacity: int = DEFAULT_CAPACITY,
         *,
-        on_wait: Callable[[float, float], None] | None = None,
+        wait: ActivityRecorder | None = None,
         threads: Callable[[], int] | None = None,
     ) -> None:
         """Start the executor thread.
@@ -41,14 +42,14 @@ class EmulatedStream(Executor):
         Args:
             name: shown on screen, e.g. ``cpu-stream:0``.
             capacity: queue length at which launch blocks.
-            on_wait: called with ``(start, end)`` of each frontend wait (full queue or synchronize).
+            wait: where the frontend's waits (full queue or synchronize) are recorded as they happen.
             threads: returns the wanted ``torch.set_num_threads`` value; applied in the executor thread
                 before the next item when it changes (the setting is per calling thread for OpenMP).
         """
         super().__init__(name, capacity)
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=capacity)
         self._done = threading.Condition()
-        self._on_wait = on_wait
+        self._wait = wait
         self._threads = threads
         self._errors = 0
         self.last_error: str | None = None
@@ -63,24 +64,17 @@ class EmulatedStream(Executor):
         try:
             self._queue.put_nowait(item)
         except queue.Full:
-            t0 = time.perf_counter()
-            self._queue.put(item)
-            t1 = time.perf_counter()
-            self.blocked.add(t0, t1)
-            if self._on_wait:
-                self._on_wait(t0, t1)
+            with waiting(self.blocked, self._wait):
+                self._queue.put(item)
         self.launched += 1
 
     def synchronize(self) -> None:
         """Wait until every launched item has completed."""
         if self.completed >= self.launched:
             return
-        t0 = time.perf_counter()
-        with self._done:
+        with waiting(self._wait), self._done:
             while self.completed < self.launched and self._thread.is_alive():
                 self._done.wait(0.5)
-        if self._on_wait:
-            self._on_wait(t0, time.perf_counter())
 
     def close(self) -> None:
         """Drop queued work and stop the thread."""

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.stream import EmulatedStream
 from torchpar_top.session import protocol
@@ -38,8 +39,8 @@ def test_known_backlog_reads_exactly(gated_stream):
 
 def test_launch_blocks_at_capacity_and_the_wait_is_recorded(gated_stream):
     stream, gate = gated_stream
-    waits = []
-    stream._on_wait = lambda a, b: waits.append(b - a)
+    waits = ActivityRecorder()
+    stream._wait = waits
     stream.launch(gate.wait)
     while stream.started < 1:
         time.sleep(0.001)
@@ -52,7 +53,9 @@ def test_launch_blocks_at_capacity_and_the_wait_is_recorded(gated_stream):
     gate.set()
     blocked.join(5)
     assert stream.launched == 6
-    assert waits == [pytest.approx(waits[0])] and waits[0] >= 0.15
+    now = time.perf_counter()
+    (start, end), = waits.intervals(now - 10, now)
+    assert end - start >= 0.15
     now = time.perf_counter()
     assert stream.blocked.intervals(now - 10, now)
 
@@ -151,3 +154,21 @@ def test_the_agent_stops_when_torchpar_top_goes_away():
         time.sleep(0.01)
     assert not agent.running
     agent.close()
+
+
+def test_a_sample_taken_during_a_wait_counts_it_up_to_now():
+    agent = _agent()
+    stream = agent.emulated_stream("s")
+    gate = threading.Event()
+    try:
+        stream.launch(gate.wait)
+        t0 = time.perf_counter()
+        waiter = threading.Thread(target=stream.synchronize)  # stands in for the frontend
+        stream._wait = agent.frontend_wait
+        waiter.start()
+        time.sleep(0.3)
+        msg = agent.sample(t0, time.perf_counter(), 0)
+        assert msg["frontend"]["wait"] > 0.8  # the synchronize still running is counted
+    finally:
+        gate.set()
+        agent.close()

@@ -1,0 +1,211 @@
+"""Run the user's code unmodified under the agent: ``torchpar-top run``'s child (and each torchrun rank).
+
+    python -m torchpar_top.probes.agent.run [--fd N] [--interval S] [--sync] [--sync-scope op|step]
+        (-m MODULE | SCRIPT) [ARGS...]
+
+It behaves like ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``: ``sys.argv``, ``__main__``,
+``sys.path[0]`` and the exit status are the same, and an uncaught exception prints a normal traceback
+(without this module's frames) and exits 1. The protocol goes over the inherited socket ``--fd`` or,
+without it, the Unix socket named by ``TORCHPAR_TOP_SOCKET`` (torchrun ranks). A target that cannot run
+(missing, not Python, a syntax error, no such module) is one line on stderr and exit status 2; the
+parent can print the same line before spawning with :func:`check_target`. This module imports torch
+only in :func:`main`, so the parent can import :func:`check_target` cheaply.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+
+from torchpar_top.probes.agent.usercode_target import check_target
+
+__all__ = ["check_target", "main"]
+
+#: Exit status for a target that cannot run or a bad command line (the user's code never ran).
+EXIT_CANNOT_RUN = 2
+ENV_SOCKET = "TORCHPAR_TOP_SOCKET"
+USAGE = "usage: python -m torchpar_top.probes.agent.run [--fd N] [--interval S] [--sync] " \
+        "[--sync-scope op|step] (-m MODULE | SCRIPT) [ARGS...]"
+
+
+class UsageError(Exception):
+    """A command line this entry point does not understand."""
+
+
+@dataclass
+class Options:
+    """The parsed command line."""
+
+    target: str = ""
+    is_module: bool = False
+    args: list[str] = field(default_factory=list)
+    fd: int | None = None
+    interval: float = 0.1
+    sync: bool = False
+    sync_scope: str = "op"
+
+
+def parse_args(argv: list[str]) -> Options:
+    """Our options first; ``-m MODULE`` or the first other word starts the user's command line."""
+    opts, i = Options(), 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, inline = arg.partition("=")
+        if name in ("--fd", "--interval", "--sync-scope"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"{name} needs a value")
+                inline, i = argv[i + 1], i + 1
+            try:
+                if name == "--fd":
+                    opts.fd = int(inline)
+                elif name == "--interval":
+                    opts.interval = float(inline)
+                    if not opts.interval > 0:
+                        raise ValueError
+                elif inline in ("op", "step"):
+                    opts.sync_scope = inline
+                else:
+                    raise ValueError
+            except ValueError:
+                raise UsageError(f"bad value for {name}: {inline!r}") from None
+        elif arg == "--sync":
+            opts.sync = True
+        elif arg.startswith("-m"):
+            module = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if not module:
+                raise UsageError("-m needs a module name")
+            rest = i + (1 if arg[2:] else 2)
+            opts.target, opts.is_module, opts.args = module, True, argv[rest:]
+            return opts
+        elif arg == "--":
+            if i + 1 >= len(argv):
+                break
+            opts.target, opts.args = argv[i + 1], argv[i + 2:]
+            return opts
+        elif arg.startswith("-"):
+            raise UsageError(f"unknown option {arg}")
+        else:
+            opts.target, opts.args = arg, argv[i + 1:]
+            return opts
+        i += 1
+    raise UsageError("missing SCRIPT or -m MODULE")
+
+
+def connect(fd: int | None) -> socket.socket:
+    """The protocol socket: the inherited ``fd``, else a connection to ``$TORCHPAR_TOP_SOCKET``.
+
+    Raises:
+        UsageError: neither is given, or the connection fails.
+    """
+    if fd is not None:
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError as exc:
+            raise UsageError(f"--fd {fd}: {exc.strerror or exc}") from None
+    else:
+        path = os.environ.get(ENV_SOCKET)
+        if not path:
+            raise UsageError(f"no --fd and {ENV_SOCKET} is not set: nothing to report to")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            raise UsageError(f"cannot connect to {ENV_SOCKET}={path}: {exc.strerror or exc}") from None
+    sock.set_inheritable(False)  # not into the user's subprocesses
+    return sock
+
+
+def _env_int(name: str) -> int | None:
+    """An environment variable as a non-negative int, None when unset or not a number."""
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the target, connect, install the agent, run the user's code; returns its exit status."""
+    try:
+        opts = parse_args(list(sys.argv[1:] if argv is None else argv))
+        problem = check_target(opts.target, opts.is_module)
+        if problem:
+            print(f"torchpar-top: error: {problem}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+        sock = connect(opts.fd)
+    except UsageError as exc:
+        print(f"torchpar-top: error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+
+    from torchpar_top.probes.agent.usercode import UserAgent
+    from torchpar_top.probes.agent.usercode_exec import run_user_code
+    from torchpar_top.probes.agent.usercode_install import Instrumentation
+
+    label = f"-m {opts.target}" if opts.is_module else opts.target
+    agent = UserAgent(sock, target=label, interval=opts.interval, sync=opts.sync, sync_scope=opts.sync_scope,
+                      rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))
+    agent.start()
+    status: int | None = 0  # None: die of SIGINT, as python does after an uncaught KeyboardInterrupt
+    try:
+        with Instrumentation(agent):
+            agent.interruptible = True
+            try:
+                run_user_code(opts.target, opts.is_module, opts.args)
+            finally:
+                agent.interruptible = False
+    except SystemExit:
+        raise  # the interpreter turns the code into the exit status, as for python SCRIPT
+    except KeyboardInterrupt as exc:
+        if agent.stop_requested:  # a stop from torchpar-top ends quietly with 0, and soon
+            status = -1
+        else:
+            _print_user_traceback(exc)
+            status = None
+    except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything
+        _print_user_traceback(exc)
+        status = 1
+    finally:
+        agent.finish()
+        sys.stdout.flush()
+    if status is None:
+        _die_of_sigint()
+    if status == -1:
+        _exit_soon()
+    return status or 0
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """Print as Python would (``sys.excepthook``), minus the frames of this bootstrap."""
+    from torchpar_top.probes.agent.usercode_exec import user_traceback
+
+    tb = user_traceback(exc.__traceback__)
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def _exit_soon() -> None:
+    """After a stop: the user's ``finally`` blocks ran; run the atexit handlers and leave with 0 at once.
+
+    Python's own teardown of a torch process takes 0.5-1 s (more on a loaded machine), longer than the
+    parent waits before SIGTERM, which would skip the handlers and turn the exit status into -15.
+    """
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _die_of_sigint() -> None:
+    """End like python after an uncaught KeyboardInterrupt: killed by SIGINT."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""DDP on a tiny model with the Gloo backend on the CPU, for torchrun.
+
+    torchrun --standalone --nproc-per-node=2 ddp_gloo.py [STEPS]
+
+Reads RANK / WORLD_SIZE (and MASTER_ADDR / MASTER_PORT) from the environment torchrun sets.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main() -> None:
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(rank)
+    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(1, steps + 1):
+        x = torch.randn(64, 32)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()  # DDP all-reduces the gradients over Gloo here
+        opt.step()
+        if step % 50 == 0 and rank == 0:
+            print(f"step {step}/{steps}", flush=True)
+    dist.barrier()
+    if rank == 0:
+        print(f"done on {world} ranks", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""A package run with ``python -m pkgdemo`` (tests: -m behaves like python -m)."""
