@@ -294,7 +294,7 @@ class SessionStore:
                     launched=e.launched, completed=e.completed, emulated=e.emulated,
                     history=tuple(e.history), busy=tuple(e.busy), blocked=e.blocked,
                 )
-                for e in self._executors.values()
+                for e in sorted(self._executors.values(), key=lambda e: e.name)
             )
             return Snapshot(
                 t=time.time(),

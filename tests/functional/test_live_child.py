@@ -14,27 +14,9 @@ import pytest
 from torchpar_top.session.child import ChildProcess
 from torchpar_top.session.session import Session
 from torchpar_top.session.store import SessionStore
+from waiting import group_alive, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(predicate, timeout=60.0, every=0.05):
-    """Poll until predicate() is truthy; return its value or fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    pytest.fail(f"condition not met within {timeout} s")
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
