@@ -5,7 +5,7 @@ It never measures, spawns or parses: everything on screen comes from ``session.s
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -25,11 +25,23 @@ from torchpar_top.tui.widgets.log import LogPanel
 from torchpar_top.tui.widgets.panel import SnapshotPanel
 from torchpar_top.tui.widgets.panel_row import PanelRow
 from torchpar_top.tui.widgets.queues import QueuesPanel
+from torchpar_top.tui.widgets.ranks import RanksPanel, shows_ranks
 from torchpar_top.tui.widgets.scoreboard import ScoreboardPanel
+from torchpar_top.tui.widgets.stack import StackPanel
+from torchpar_top.tui.widgets.syncpoints import SyncPointsPanel
 from torchpar_top.tui.widgets.threads import ThreadsPanel
 
 SHORT_SCREEN_ROWS = 30
 """Below this many rows the screen gets class ``-short`` (shorter panels, room for the log)."""
+
+NARROW_SCREEN_COLUMNS = 100
+"""Below this many columns the footer's keys need all its room."""
+
+NO_STACK_HINT = "no Python stack here: stacks are sampled for `torchpar-top run` and `attach`"
+"""Said when ``k`` is pressed where there is no stack to show."""
+
+FrameHook = Callable[[Snapshot], None]
+"""Called with each snapshot once it is on screen (see ``on_frame``)."""
 
 
 class TorchparTopApp(App[None]):
@@ -41,15 +53,24 @@ class TorchparTopApp(App[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "toggle_sync", "sync"),
-        Binding("plus,equals_sign", "more_threads", "threads", key_display="+"),
-        Binding("minus", "fewer_threads", "threads", key_display="-"),
+        Binding("plus,equals_sign", "more_threads", "threads", key_display="+/-"),
+        Binding("minus", "fewer_threads", "fewer threads", key_display="-", show=False),
         Binding("w", "pick_experiment", "experiment"),
+        Binding("r", "restart", "restart"),
+        Binding("k", "toggle_stack", "stack"),
         Binding("p", "toggle_pause", "pause"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
 
-    def __init__(self, session: SessionLike, *, render_interval: float | None = 0.1, title_extra: str = "") -> None:
+    def __init__(
+        self,
+        session: SessionLike,
+        *,
+        render_interval: float | None = 0.1,
+        title_extra: str = "",
+        on_frame: FrameHook | None = None,
+    ) -> None:
         """Create the app; nothing starts before it is mounted.
 
         Args:
@@ -57,12 +78,16 @@ class TorchparTopApp(App[None]):
             render_interval: Seconds between redraws; ``None`` for no timer (tests call
                 :meth:`refresh_from_session` themselves).
             title_extra: Shown after the name in the header (e.g. the user's script).
+            on_frame: A measurement hook (``benchmarks/bench_tui.py``): called with every snapshot drawn,
+                after the screen refresh that shows it. Not for drawing; keep it cheap.
         """
         super().__init__()
         self.session = session
         """The session drawn and commanded."""
         self.render_interval = render_interval
         self.title_extra = title_extra
+        self.on_frame = on_frame
+        """The measurement hook, or ``None``."""
         self.paused = False
         """Whether sampling is paused (``p``)."""
         self.last_snapshot: Snapshot | None = None
@@ -71,25 +96,33 @@ class TorchparTopApp(App[None]):
         self._rows: list[PanelRow] = []
         self._log_panel: LogPanel | None = None
         self._cores: CoresPanel | None = None
+        self._stack: StackPanel | None = None
+        self._top: PanelRow | None = None
+        self._detail: PanelRow | None = None
+        self._footer: Footer | None = None
         self._main_screen: Screen[object] | None = None
         self._session_closed = False
 
     def compose(self) -> ComposeResult:
-        """Header; cores | threads; queues; lanes | scoreboard; GPUs; log; footer."""
+        """Header; cores | threads (| ranks); queues; lanes | scoreboard; GPUs; stack | sync points; log."""
         yield HeaderBar(title_extra=self.title_extra, id="header")
         with PanelRow(id="top"):
             yield CoresPanel(id="cores", classes="panel")
             yield ThreadsPanel(id="threads", classes="panel")
+            yield RanksPanel(id="ranks", classes="panel")
         yield QueuesPanel(id="queues", classes="panel")
         with PanelRow(id="middle"):
             yield LanesPanel(id="lanes", classes="panel")
             yield ScoreboardPanel(id="scoreboard", classes="panel")
         yield GpusPanel(id="gpus", classes="panel")
+        with PanelRow(id="detail", flexible=True):
+            yield StackPanel(id="stack", classes="panel")
+            yield SyncPointsPanel(id="syncpoints", classes="panel")
         log = LogPanel(id="log")
         log.add_class("panel")
         log.border_title = "log"
         yield log
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         """Cache the widgets, start the session, draw once, start the render timer."""
@@ -97,8 +130,13 @@ class TorchparTopApp(App[None]):
         self._rows = list(self.query(PanelRow))
         self._log_panel = self.query_one(LogPanel)
         self._cores = self.query_one(CoresPanel)
+        self._stack = self.query_one(StackPanel)
+        self._top = self.query_one("#top", PanelRow)
+        self._detail = self.query_one("#detail", PanelRow)
+        self._footer = self.query_one(Footer)
         self._main_screen = self.screen
         self._set_short(self.size.height)
+        self._set_narrow(self.size.width)
         self.session.start()
         self.refresh_from_session()
         self.paused = bool(self.last_snapshot and self.last_snapshot.paused)
@@ -106,27 +144,39 @@ class TorchparTopApp(App[None]):
             self.set_interval(self.render_interval, self.refresh_from_session)
 
     def on_resize(self, event: events.Resize) -> None:
-        """Short terminals get shorter panels."""
+        """Short terminals get shorter panels; narrow ones a footer without the palette hint."""
         self._set_short(event.size.height)
+        self._set_narrow(event.size.width)
 
     def on_unmount(self) -> None:
         """Close the session (once)."""
         self._close_session()
 
-    def refresh_from_session(self) -> None:
-        """Take one snapshot and push it to every panel in one batch."""
+    def refresh_from_session(self, force: bool = False) -> None:
+        """Take one snapshot and push it to every panel in one batch.
+
+        Args:
+            force: Redraw even when the session returns the snapshot drawn last (a display setting
+                changed, e.g. ``k``).
+        """
         if self._session_closed or self._log_panel is None:
             return
         snapshot = self.session.snapshot()
-        if snapshot is self.last_snapshot:
+        if snapshot is self.last_snapshot and not force:
             return  # nothing new (e.g. paused): nothing to redraw
         self.last_snapshot = snapshot
         with self.batch_update():
             for panel in self._panels:
                 panel.update_snapshot(snapshot)
             self._log_panel.update_snapshot(snapshot)
+            if self._top is not None:
+                self._top.set_class(shows_ranks(snapshot), "-ranks")
             for row in self._rows:
                 row.fit()
+            if self._main_screen is not None and self._detail is not None:
+                self._main_screen.set_class(self._detail.display, "-detail")
+        if self.on_frame is not None:
+            self.call_after_refresh(self.on_frame, snapshot)
 
     # actions: each one is a session call, then a redraw so its effect shows at once
 
@@ -144,6 +194,21 @@ class TorchparTopApp(App[None]):
         """``-``: one fewer intra-op thread."""
         self.session.change_threads(-1)
         self.refresh_from_session()
+
+    def action_restart(self) -> None:
+        """``r``: run the same target again (the user's script after it ended, or the experiment)."""
+        self.session.restart()
+        self.refresh_from_session()
+
+    def action_toggle_stack(self) -> None:
+        """``k``: show or hide the frontend's Python stack."""
+        if self._stack is None:
+            return
+        self._stack.enabled = not self._stack.enabled
+        snapshot = self.last_snapshot
+        if self._stack.enabled and snapshot is not None and snapshot.stack is None and not snapshot.stack_status:
+            self.notify(NO_STACK_HINT, timeout=4)
+        self.refresh_from_session(force=True)
 
     def action_toggle_pause(self) -> None:
         """``p``: pause or resume sampling."""
@@ -181,6 +246,11 @@ class TorchparTopApp(App[None]):
         if not self._session_closed:
             self._session_closed = True
             self.session.close()
+
+    def _set_narrow(self, columns: int) -> None:
+        """Below :data:`NARROW_SCREEN_COLUMNS` the footer leaves out ``^p palette`` (help names it)."""
+        if self._footer is not None:
+            self._footer.show_command_palette = columns >= NARROW_SCREEN_COLUMNS
 
     def _set_short(self, rows: int) -> None:
         """Short terminals: the ``-short`` class on the screen, and fewer rows of cores."""

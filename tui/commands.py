@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 class TorchparCommands(Provider):
-    """Offers toggle sync, more/fewer threads, pause, help, and every experiment."""
+    """Offers toggle sync, more/fewer threads, restart, the stack panel, pause, help, and every experiment."""
 
     def commands(self) -> list[tuple[str, Callable[[], object], str]]:
         """``(name, callback, help)`` for every command."""
@@ -21,6 +21,8 @@ class TorchparCommands(Provider):
             ("Toggle sync (ASYNC / SYNC)", app.action_toggle_sync, "synchronize after every op, or not (key s)"),
             ("More threads", app.action_more_threads, "torch.set_num_threads(n + 1) in the child (key +)"),
             ("Fewer threads", app.action_fewer_threads, "torch.set_num_threads(n - 1) in the child (key -)"),
+            ("Restart", app.action_restart, "run the same script or experiment again (key r)"),
+            ("Toggle stack panel", app.action_toggle_stack, "the frontend's Python stack, from py-spy (key k)"),
             ("Pause / resume sampling", app.action_toggle_pause, "the child keeps running (key p)"),
             ("Help", app.action_help, "what each panel means (key ?)"),
         ]

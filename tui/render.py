@@ -8,6 +8,7 @@ like 0-100%.
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Sequence
 
 #: Vertical eighths, index 0 (empty) to 8 (full cell).
@@ -139,6 +140,13 @@ def clip(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return text[: width - 1] + "…" if width > 1 else text[:1]
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` broken into lines of at most ``width`` cells (long words are split); ``[]`` for no text."""
+    if not text or width <= 0:
+        return []
+    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [text[:width]]
 
 
 def mean(values: Sequence[float]) -> float | None:

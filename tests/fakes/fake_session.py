@@ -17,9 +17,13 @@ from torchpar_top.session.model import (
     GpuView,
     LogLine,
     ModeStats,
+    RankView,
     ResultRow,
     ScalingPoint,
     Snapshot,
+    StackFrame,
+    StackView,
+    SyncSite,
     ThreadGroup,
     ThreadInfo,
 )
@@ -225,6 +229,247 @@ def make_snapshot(
     )
 
 
+SITE_PACKAGES = "/home/user/.venv/lib/python3.11/site-packages/"
+STDLIB = "/usr/lib/python3.11/"
+
+ATTACH_NOTICE = "attached: cores, threads, GPU use and stacks only — queue depth needs `torchpar-top run`"
+"""As the real session says it (a copy: the snapshots must not change when that wording does)."""
+
+PTRACE_MESSAGE = (
+    "ptrace not permitted: run as the same user and set /proc/sys/kernel/yama/ptrace_scope to 0, or run "
+    "torchpar-top with sudo / CAP_SYS_PTRACE (docker: --cap-add SYS_PTRACE)"
+)
+"""As the stacks probe says it (a copy, for the same reason)."""
+
+
+def _eager(name: str, ops: int, n_hist: int = 60) -> ExecutorView:
+    """The CPU running eager ops on the frontend thread: L = S = C, depth 0."""
+    return ExecutorView(name, "eager", "depth", 0, None, ops, ops, False, (0.0,) * n_hist, (0.0,) * n_hist, 0.0)
+
+
+def _dataloader(name: str, value: int, capacity: int, busy: float, n_hist: int = 60, phase: int = 0) -> ExecutorView:
+    """A DataLoader's prefetch queue: ``outstanding`` batches in the workers, capped at prefetch × workers."""
+    history = tuple(float(max(0, min(capacity, value - (1 if (i + phase) % 7 == 0 else 0)))) for i in range(n_hist))
+    busy_hist = tuple(round(min(1.0, busy + 0.05 * math.sin(i / 3 + phase)), 3) for i in range(n_hist))
+    launched = 7440 + 100 * phase
+    return ExecutorView(name, "dataloader", "outstanding", value, capacity, launched, launched - value, False,
+                        history, busy_hist, 0.0)
+
+
+def _frames(*spec: tuple[str, str, int]) -> tuple[StackFrame, ...]:
+    """Frames from ``(function, filename, line)``, outermost first."""
+    return tuple(StackFrame(function, filename, line) for function, filename, line in spec)
+
+
+def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit_code: int | None = None) -> Snapshot:
+    """``torchpar-top run train.py --epochs 3`` on the CPU: one agent, no rank number.
+
+    The loop is input-bound: a DataLoader with 2 workers (prefetch 2 × 2 = 4) whose queue sits at its
+    cap, the frontend waits for data 62% of the time, and py-spy finds it waiting in the DataLoader.
+    Six sync-point sites (``.item()`` every step, printing a tensor...).
+    """
+    base = make_snapshot(cores=4, executors=0, mode=mode, child_state=child_state, exit_code=exit_code)
+    n_hist = 60
+    frontend_busy = tuple(0.38 + (0.1 if i % 4 == 0 else 0.0) for i in range(n_hist))
+    threads = (
+        ThreadInfo(4242, "python", "frontend (main)", 41.0),
+        ThreadInfo(4243, "python", "intra-op workers", 22.0),
+        ThreadInfo(4244, "python", "intra-op workers", 19.0),
+        ThreadInfo(4251, "pt_autograd_0", "autograd", 6.0),
+        ThreadInfo(4270, "python", "torchpar agent", 1.0),
+    )
+    groups = (
+        ThreadGroup("frontend (main)", 1, 1, 41.0, (4242,)),
+        ThreadGroup("intra-op workers", 2, 2, 41.0, (4243, 4244)),
+        ThreadGroup("autograd", 1, 0, 6.0, (4251,)),
+        ThreadGroup("torchpar agent", 1, 0, 1.0, (4270,)),
+    )
+    stack = StackView(
+        pid=4242,
+        thread="MainThread",
+        frames=_frames(
+            ("<module>", "/home/user/proj/train.py", 88),
+            ("main", "/home/user/proj/train.py", 71),
+            ("train_epoch", "/home/user/proj/train.py", 52),
+            ("__next__", SITE_PACKAGES + "torch/utils/data/dataloader.py", 733),
+            ("_next_data", SITE_PACKAGES + "torch/utils/data/dataloader.py", 1480),
+            ("_get_data", SITE_PACKAGES + "torch/utils/data/dataloader.py", 1442),
+            ("_try_get_data", SITE_PACKAGES + "torch/utils/data/dataloader.py", 1295),
+            ("get", STDLIB + "multiprocessing/queues.py", 113),
+            ("poll", STDLIB + "multiprocessing/connection.py", 257),
+            ("wait", STDLIB + "multiprocessing/connection.py", 1136),
+            ("select", STDLIB + "selectors.py", 415),
+        ),
+        idle=True,
+        t=999.6,
+        waiting_in="DataLoader",
+    )
+    log = (
+        LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),
+        LogLine(2, "app", "starting run train.py"),
+        LogLine(3, "child", "agent ready: counting ops, DataLoader prefetch, sync points"),
+        LogLine(4, "stdout", "epoch 0  step 100  loss 2.3026"),
+        LogLine(5, "stdout", "epoch 0  step 200  loss 1.8713  tensor(0.4180)"),
+    )
+    if child_state == "exited":
+        log += (LogLine(6, "app", f"workload pid 4242 exited with status {exit_code}; press r to run it again"),)
+    return dataclasses.replace(
+        base,
+        experiment="run",
+        description="train.py --epochs 3",
+        target="run train.py",
+        executors=(_eager("cpu (eager)", 91_230), _dataloader("dataloader:0", 4, 4, 0.93)),
+        threads=threads,
+        thread_groups=groups,
+        frontend_busy=frontend_busy,
+        frontend_wait=tuple(round(1.0 - b, 3) for b in frontend_busy),
+        overlap=(),
+        throughput=6.2,
+        throughput_unit="steps/s",
+        throughput_history=tuple(6.0 + 0.1 * (i % 5) for i in range(n_hist)),
+        num_threads=2,
+        scoreboard=(ModeStats("async", 38.0, 6.2, 4.0, 0.62), ModeStats("sync", 0.0, None, None, None)),
+        results=(),
+        scaling=(),
+        log=log,
+        sample_t=999.95,
+        ranks=(RankView(None, 4242, child_state if child_state == "exited" else "running", 6.2, "steps/s", 4, 0.62,
+                        exit_code),),
+        syncpoints=(
+            SyncSite("train.py:57", "item()", 1860, 6.2),
+            SyncSite("train.py:61", "print/repr(tensor)", 62, 0.2),
+            SyncSite("train.py:49", "to('cpu')", 1860, 6.2),
+            SyncSite("metrics.py:14", "tolist()", 300, 1.0),
+            SyncSite("train.py:66", "bool(tensor)", 19, 0.0),
+            SyncSite("metrics.py:22", "nonzero()", 3, 0.0),
+        ),
+        data_verdict="input-bound: waits for data 62% of the time",
+        stack=stack,
+        stack_status="",
+    )
+
+
+def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
+    """``torchpar-top run --nproc-per-node 2 ddp_train.py``: Gloo DDP on the CPU, one rank died.
+
+    Args:
+        ranks: How many ranks (2 to 4 are typical); each has an eager executor and a DataLoader,
+            prefixed ``rN:``.
+        dead: The rank that exited with code 1 (``None``: all running).
+    """
+    base = make_snapshot(cores=4, executors=0)
+    n_hist = 60
+    executors: list[ExecutorView] = []
+    rank_views = []
+    for r in range(ranks):
+        exited = r == dead
+        executors.append(_eager(f"r{r}:cpu (eager)", 40_000 + 1000 * r, n_hist))
+        executors.append(_dataloader(f"r{r}:dataloader:0", 0 if exited else 1, 4, 0.35, n_hist, phase=r))
+        rank_views.append(
+            RankView(r, 5101 + r, "exited" if exited else "running", 5.6 if exited else 5.8 - 0.1 * r, "steps/s",
+                     0 if exited else 1, 0.10 if exited else 0.12 + 0.01 * r, 1 if exited else None)
+        )
+    alive = ranks - (dead is not None)
+    groups = (
+        ThreadGroup("frontend (main)", alive, alive, 91.0 * alive, tuple(5101 + r for r in range(alive))),
+        ThreadGroup("intra-op workers", alive, alive, 58.0 * alive, tuple(5201 + r for r in range(alive))),
+        ThreadGroup("autograd", alive, 0, 4.0 * alive, tuple(5301 + r for r in range(alive))),
+        ThreadGroup("other", 2 * alive, 1, 12.0, tuple(5401 + r for r in range(2 * alive))),
+        ThreadGroup("torchpar agent", alive, 0, 1.0 * alive, tuple(5501 + r for r in range(alive))),
+    )
+    frontend_busy = tuple(0.8 + (0.1 if i % 5 == 0 else 0.0) for i in range(n_hist))
+    stack = StackView(
+        pid=5101,
+        thread="MainThread",
+        frames=_frames(
+            ("<module>", "/home/user/proj/ddp_train.py", 95),
+            ("main", "/home/user/proj/ddp_train.py", 80),
+            ("train_step", "/home/user/proj/ddp_train.py", 41),
+            ("backward", SITE_PACKAGES + "torch/_tensor.py", 648),
+            ("backward", SITE_PACKAGES + "torch/autograd/__init__.py", 353),
+            ("_engine_run_backward", SITE_PACKAGES + "torch/autograd/graph.py", 824),
+        ),
+        idle=False,
+        t=999.7,
+        waiting_in="",
+    )
+    log = (
+        LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),
+        LogLine(2, "app", "starting run ddp_train.py ×2 ranks"),
+        LogLine(3, "stdout", "[rank0] step 100  loss 0.6931"),
+        LogLine(4, "stderr", "[rank1]: RuntimeError: injected failure at step 120"),
+        LogLine(5, "app", "agent connection 2 closed (a rank ended)"),
+    )
+    return dataclasses.replace(
+        base,
+        experiment="run",
+        description="ddp_train.py",
+        target=f"run ddp_train.py ×{ranks} ranks",
+        child=ChildStatus(pid=5100, state="running"),
+        executors=tuple(executors),
+        threads=(),
+        thread_groups=groups,
+        frontend_busy=frontend_busy,
+        frontend_wait=tuple(round(1.0 - b, 3) for b in frontend_busy),
+        overlap=tuple(round(0.2 + 0.1 * math.sin(i / 4), 3) for i in range(n_hist)),
+        throughput=5.8,
+        throughput_unit="steps/s",
+        throughput_history=tuple(5.6 + 0.1 * (i % 4) for i in range(n_hist)),
+        num_threads=2,
+        scoreboard=(ModeStats("async", 25.0, 5.8, 1.0, 0.12), ModeStats("sync", 0.0, None, None, None)),
+        results=(),
+        scaling=(),
+        log=log,
+        sample_t=999.95,
+        ranks=tuple(rank_views),
+        syncpoints=(
+            SyncSite("r0:ddp_train.py:48", "item()", 700, 5.8),
+            *((SyncSite("r1:ddp_train.py:48", "item()", 690, 0.0),) if ranks > 1 else ()),
+        ),
+        data_verdict="compute-bound: waits for data 12% of the time",
+        stack=stack,
+    )
+
+
+def make_attach_snapshot() -> Snapshot:
+    """``torchpar-top attach 31337`` without ptrace permission: cores and threads, no agent, no stack."""
+    base = make_snapshot(cores=8, executors=0)
+    groups = (
+        ThreadGroup("frontend (main)", 1, 1, 97.0, (31337,)),
+        ThreadGroup("intra-op workers", 3, 3, 236.0, (31338, 31339, 31340)),
+        ThreadGroup("data", 2, 0, 3.0, (31341, 31342)),
+        ThreadGroup("other", 4, 0, 1.0, (31343, 31344, 31345, 31346)),
+    )
+    log = (
+        LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),
+        LogLine(2, "app", "attached to pid 31337 (python train_big.py)"),
+    )
+    return dataclasses.replace(
+        base,
+        experiment="attach",
+        description="watching pid 31337 (not started by torchpar-top)",
+        target="attach 31337",
+        child=ChildStatus(pid=31337, state="attached", message="watching pid 31337 (not started by torchpar-top)"),
+        executors=(),
+        threads=(),
+        thread_groups=groups,
+        frontend_busy=(),
+        frontend_wait=(),
+        overlap=(),
+        throughput=None,
+        throughput_history=(),
+        num_threads=None,
+        interop_threads=None,
+        scoreboard=(ModeStats("async", 0.0, None, None, None), ModeStats("sync", 0.0, None, None, None)),
+        results=(),
+        scaling=(),
+        log=log,
+        notice=ATTACH_NOTICE,
+        stack=None,
+        stack_status=PTRACE_MESSAGE,
+    )
+
+
 class FakeSession:
     """A :class:`~torchpar_top.session.model.SessionLike` for tests.
 
@@ -281,3 +526,9 @@ class FakeSession:
         """Record; set the snapshot's ``paused``."""
         self.calls.append(("set_paused", paused))
         self.snapshot_value = dataclasses.replace(self.snapshot_value, paused=paused)
+
+    def restart(self) -> None:
+        """Record; the child runs again (state ``running``, no exit code)."""
+        self.calls.append(("restart",))
+        child = dataclasses.replace(self.snapshot_value.child, state="running", exit_code=None)
+        self.snapshot_value = dataclasses.replace(self.snapshot_value, child=child)

@@ -11,20 +11,35 @@ import dataclasses
 import functools
 from typing import Awaitable, Callable
 
-from fakes.fake_session import FakeSession, make_snapshot
+from fakes.fake_session import (
+    ATTACH_NOTICE,
+    PTRACE_MESSAGE,
+    FakeSession,
+    make_attach_snapshot,
+    make_run_snapshot,
+    make_snapshot,
+    make_torchrun_snapshot,
+)
+from textual import events
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 from textual.widget import Widget
+from textual.widgets._footer import FooterKey
 
-from torchpar_top.session.model import LogLine
+from torchpar_top.session.model import LogLine, Snapshot
 from torchpar_top.tui.app import TorchparTopApp
-from torchpar_top.tui.screens.help import HelpScreen
+from torchpar_top.tui.screens.help import HELP, HelpScreen
 from torchpar_top.tui.screens.picker import PickerScreen
 from torchpar_top.tui.widgets.cores import CoresPanel
 from torchpar_top.tui.widgets.gpus import GpusPanel
 from torchpar_top.tui.widgets.header import HeaderBar
+from torchpar_top.tui.widgets.lanes import LanesPanel
 from torchpar_top.tui.widgets.log import LogPanel
 from torchpar_top.tui.widgets.queues import QueuesPanel
+from torchpar_top.tui.widgets.ranks import RanksPanel
+from torchpar_top.tui.widgets.scoreboard import ScoreboardPanel
+from torchpar_top.tui.widgets.stack import StackPanel
+from torchpar_top.tui.widgets.syncpoints import SyncPointsPanel
 from torchpar_top.tui.widgets.threads import SYNC_NOTE, ThreadsPanel
 
 SIZE = (120, 36)
@@ -47,7 +62,7 @@ def text_of(widget: Widget) -> str:
 
 def log_text(log: LogPanel) -> str:
     """The log's lines as plain text."""
-    return "\n".join(strip.text for strip in log.lines)
+    return "\n".join(log.plain_lines())
 
 
 def header(app: TorchparTopApp) -> str:
@@ -59,6 +74,28 @@ def make_app(**snapshot_args: object) -> tuple[TorchparTopApp, FakeSession]:
     """An app on a fake session, timer off."""
     session = FakeSession(make_snapshot(**snapshot_args))  # type: ignore[arg-type]
     return TorchparTopApp(session, render_interval=None), session
+
+
+def app_on(snapshot: Snapshot) -> tuple[TorchparTopApp, FakeSession]:
+    """An app on a fake session serving ``snapshot``, timer off."""
+    session = FakeSession(snapshot)
+    return TorchparTopApp(session, render_interval=None), session
+
+
+async def settle(pilot: Pilot) -> None:
+    """Draw again once the layout is known, twice (panels shown for the first time get widths)."""
+    for _ in range(2):
+        await pilot.pause()
+        assert isinstance(pilot.app, TorchparTopApp)
+        pilot.app.refresh_from_session(force=True)
+    await pilot.pause()
+
+
+def on_screen(widget: Widget) -> bool:
+    """Whether the widget is shown and lies wholly inside the screen."""
+    screen = widget.screen.region
+    region = widget.region
+    return widget.display and region.height > 0 and screen.contains_region(region)
 
 
 @run_async
@@ -289,7 +326,7 @@ async def test_log_appends_new_lines_and_child_exit() -> None:
         await pilot.pause()
         text = log_text(log)
         assert "bye" in text and "child exited with code 1" in text and "RuntimeError: out of memory" in text
-        assert "child exited 1" in header(app)
+        assert "exited 1" in header(app)
         app.refresh_from_session()
         await pilot.pause()
         assert log_text(log).count("child exited with code 1") == 1
@@ -305,3 +342,253 @@ async def test_render_timer_runs_and_close_is_called_once() -> None:
         app.exit()
     assert session.names().count("start") == 1
     assert session.names().count("close") == 1
+
+
+@run_async
+async def test_r_restarts_the_target() -> None:
+    app, session = app_on(make_run_snapshot(child_state="exited", exit_code=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "exited 1" in header(app)
+        await pilot.press("r")
+        await pilot.pause()
+        assert ("restart",) in session.calls
+        assert "exited" not in header(app)
+
+
+@run_async
+async def test_k_hides_and_shows_the_stack() -> None:
+    app, session = app_on(make_run_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        stack = app.query_one(StackPanel)
+        assert on_screen(stack)
+        text = text_of(stack)
+        assert "waiting in: DataLoader" in text and "idle" in text
+        assert text.rstrip().splitlines()[-1].lstrip().startswith("▶ select")  # innermost frame last
+        await pilot.press("k")
+        await settle(pilot)
+        assert not stack.display
+        await pilot.press("k")
+        await settle(pilot)
+        assert on_screen(stack)
+        assert "toggle_stack" not in session.names()  # a display setting, not a session command
+
+
+@run_async
+async def test_k_without_a_stack_says_why() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        stack = app.query_one(StackPanel)
+        assert not stack.display  # experiments have no stack
+        await pilot.press("k", "k")  # off, then on again: nothing to show, so a notification
+        await pilot.pause()
+        assert not stack.display
+        assert any("no Python stack" in str(n.message) for n in app._notifications)
+
+
+@run_async
+async def test_footer_names_the_new_keys() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        keys = {k.key: k.description for k in app.query(FooterKey)}
+        assert keys.get("r") == "restart" and keys.get("k") == "stack"
+        assert "`r`" in HELP and "`k`" in HELP and "sync points" in HELP and ".item()" in HELP
+
+
+@run_async
+async def test_run_mode_draws_verdict_sync_points_and_stack() -> None:
+    app, _ = app_on(make_run_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        text = header(app)
+        assert "run train.py" in text and "--epochs 3" in text and "steps/s" in text
+        queues = text_of(app.query_one(QueuesPanel))
+        loader_row = next(line for line in queues.splitlines() if "dataloader:0" in line)
+        assert "input-bound: waits for data 62% of the time" in loader_row
+        sync = app.query_one(SyncPointsPanel)
+        assert on_screen(sync)
+        sync_text = text_of(sync)
+        assert "item()" in sync_text and "train.py:57" in sync_text and "6.2/s" in sync_text
+        assert "+1 more" in sync_text and "nonzero()" not in sync_text  # top 5 of 6
+        assert "would-be" in str(sync.border_title)
+        assert not app.query_one(RanksPanel).display  # one agent, no rank number
+        assert on_screen(app.query_one(LogPanel))
+
+
+@run_async
+async def test_sync_note_with_a_hot_frontend_in_run_mode() -> None:
+    snap = make_run_snapshot(mode="sync")
+    groups = tuple(
+        dataclasses.replace(g, cpu_percent=96.0) if g.role.startswith("frontend") else g for g in snap.thread_groups
+    )
+    app, _ = app_on(dataclasses.replace(snap, thread_groups=groups))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert SYNC_NOTE in text_of(app.query_one(ThreadsPanel))
+
+
+@run_async
+async def test_torchrun_shows_every_rank_and_the_dead_one() -> None:
+    app, _ = app_on(make_torchrun_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "run ddp_train.py ×2 ranks" in header(app)
+        ranks = app.query_one(RanksPanel)
+        assert on_screen(ranks)
+        text = text_of(ranks)
+        assert "r0" in text and "running" in text and "5101" in text
+        r1 = next(line for line in text.splitlines() if line.startswith("r1"))
+        assert "✗ exited 1" in r1 and "5102" in r1
+        assert "1 of 2 running" in str(ranks.border_title)
+        queues = text_of(app.query_one(QueuesPanel))
+        assert "r0:dataloader:0" in queues and "r1:dataloader:0" in queues and "cpu (eager) ×2" in queues
+        lanes = text_of(app.query_one(LanesPanel))
+        assert "r0:dataloader:0" in lanes and "r1:dataloader:0" in lanes
+
+
+@run_async
+async def test_four_ranks_of_two_executors_fit_at_120x36() -> None:
+    app, _ = app_on(make_torchrun_snapshot(ranks=4))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        queues, lanes = app.query_one(QueuesPanel), app.query_one(LanesPanel)
+        for panel in (queues, lanes, app.query_one(RanksPanel), app.query_one(ScoreboardPanel)):
+            assert on_screen(panel), panel
+            assert panel.rows_at(panel.size.width) <= panel.size.height, panel  # nothing cut off
+        for r in range(4):
+            assert f"r{r}:dataloader:0" in text_of(queues) and f"r{r}:dataloader:0" in text_of(lanes)
+            assert f"r{r} " in text_of(app.query_one(RanksPanel))
+        assert on_screen(app.query_one(LogPanel))
+
+
+@run_async
+async def test_attach_shows_the_notice_and_why_there_is_no_stack() -> None:
+    app, session = app_on(make_attach_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        text = header(app)
+        assert "attach 31337" in text and "attached" in text and "ASYNC" not in text and "it/s" not in text
+        queues = " ".join(text_of(app.query_one(QueuesPanel)).split())
+        assert ATTACH_NOTICE in queues
+        stack = app.query_one(StackPanel)
+        assert on_screen(stack)
+        assert " ".join(text_of(stack).split()) == PTRACE_MESSAGE  # the whole message, wrapped
+        assert not app.query_one(LanesPanel).display and not app.query_one(ScoreboardPanel).display
+        assert not app.query_one(SyncPointsPanel).display and not app.query_one(RanksPanel).display
+
+
+@run_async
+async def test_attach_at_80x24_wraps_the_notice() -> None:
+    app, _ = app_on(make_attach_snapshot())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        queues = text_of(app.query_one(QueuesPanel))
+        assert len(queues.strip().splitlines()) >= 2  # wrapped, not cut
+        assert ATTACH_NOTICE in " ".join(queues.split())
+        assert on_screen(app.query_one(StackPanel)) and on_screen(app.query_one(LogPanel))
+
+
+@run_async
+async def test_command_palette_restart_and_stack() -> None:
+    app, session = app_on(make_run_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        hits = await _palette_hits(pilot, "Restart")
+        assert hits[0].splitlines()[0] == "Restart"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert ("restart",) in session.calls
+        hits = await _palette_hits(pilot, "Toggle stack panel")
+        assert hits[0].splitlines()[0] == "Toggle stack panel"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert not app.query_one(StackPanel).display
+
+
+@run_async
+async def test_on_frame_hook_sees_each_drawn_snapshot() -> None:
+    seen: list[Snapshot] = []
+    session = FakeSession(make_run_snapshot())
+    app = TorchparTopApp(session, render_interval=None, on_frame=seen.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert seen and seen[-1] is session.snapshot_value
+        count = len(seen)
+        app.refresh_from_session()  # the same snapshot: nothing drawn, no call
+        await pilot.pause()
+        assert len(seen) == count
+        session.snapshot_value = dataclasses.replace(session.snapshot_value, sample_t=1000.0)
+        app.refresh_from_session()
+        await pilot.pause()
+        assert len(seen) == count + 1 and seen[-1].sample_t == 1000.0
+
+
+@run_async
+async def test_new_states_survive_tiny_terminals_and_switches() -> None:
+    app, session = app_on(make_torchrun_snapshot(ranks=4))
+    async with app.run_test(size=(40, 12)) as pilot:
+        await settle(pilot)
+        await pilot.press("k", "r", "k")
+        for snap in (make_attach_snapshot(), make_run_snapshot(), make_snapshot(), make_torchrun_snapshot()):
+            session.snapshot_value = snap
+            await settle(pilot)
+        await pilot.resize_terminal(20, 5)
+        await settle(pilot)
+    assert session.names().count("close") == 1
+
+
+@run_async
+async def test_log_follows_the_tail_and_scrolls_back_with_the_wheel() -> None:
+    snap = make_snapshot()
+    many = tuple(LogLine(i, "stdout", f"line {i}") for i in range(1, 61))
+    app, session = app_on(dataclasses.replace(snap, log=many))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        log = app.query_one(LogPanel)
+        shown = text_of(log)
+        assert "line 60" in shown and "line 1\n" not in shown + "\n"  # the newest lines, at the bottom
+        wheel = (log, 1, 1, 0, 0, 0, False, False, False)
+        for _ in range(2):
+            log.post_message(events.MouseScrollUp(*wheel))
+        await pilot.pause()
+        assert log.scroll_back == 6 and "line 60" not in text_of(log)
+        assert "scroll down to follow" in str(log.border_subtitle)
+        more = many + (LogLine(61, "stdout", "line 61"),)
+        session.snapshot_value = dataclasses.replace(snap, log=more)
+        await settle(pilot)
+        assert "line 61" not in text_of(log)  # scrolled back: the view stays where it was
+        for _ in range(5):
+            log.post_message(events.MouseScrollDown(*wheel))
+        await pilot.pause()
+        assert log.scroll_back == 0 and "line 61" in text_of(log) and not log.border_subtitle
+
+
+@run_async
+async def test_a_panel_with_the_same_picture_is_not_repainted() -> None:
+    app, session = app_on(make_run_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panels = [app.query_one(ThreadsPanel), app.query_one(StackPanel), app.query_one(QueuesPanel)]
+        calls: list[str] = []
+        for panel in panels:
+            original = panel.refresh
+
+            def counting(*args: object, _name: str = type(panel).__name__, _original=original, **kwargs: object):
+                calls.append(_name)
+                return _original(*args, **kwargs)
+
+            panel.refresh = counting  # type: ignore[method-assign]
+        session.snapshot_value = dataclasses.replace(session.snapshot_value, t=session.snapshot_value.t)  # a copy
+        app.refresh_from_session()
+        await pilot.pause()
+        assert calls == []
+        threads = session.snapshot_value.thread_groups
+        session.snapshot_value = dataclasses.replace(
+            session.snapshot_value, thread_groups=(dataclasses.replace(threads[0], cpu_percent=55.0), *threads[1:])
+        )
+        app.refresh_from_session()
+        await pilot.pause()
+        assert calls == ["ThreadsPanel"]

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fakes.fake_session import FakeSession, make_snapshot
+from fakes.fake_session import (
+    FakeSession,
+    make_attach_snapshot,
+    make_run_snapshot,
+    make_snapshot,
+    make_torchrun_snapshot,
+)
 from textual.pilot import Pilot
 
+from torchpar_top.session.model import Snapshot
 from torchpar_top.tui.app import TorchparTopApp
 
 SnapCompare = Callable[..., bool]
@@ -22,11 +29,18 @@ def app_for(**snapshot_args: Any) -> TorchparTopApp:
     return TorchparTopApp(FakeSession(make_snapshot(**snapshot_args)), render_interval=None)
 
 
+def app_serving(snapshot: Snapshot) -> TorchparTopApp:
+    """The app on a fake session serving ``snapshot``, render timer off."""
+    return TorchparTopApp(FakeSession(snapshot), render_interval=None)
+
+
 async def redraw(pilot: Pilot) -> None:
-    """Draw the snapshot again once the layout is known (what the render timer would do)."""
-    await pilot.pause()
+    """Draw the snapshot again once the layout is known (what the render timer would do), twice: panels
+    shown for the first time (stack, sync points, ranks) get their widths in the first layout."""
     assert isinstance(pilot.app, TorchparTopApp)
-    pilot.app.refresh_from_session()
+    for _ in range(2):
+        await pilot.pause()
+        pilot.app.refresh_from_session(force=True)
     await pilot.pause()
 
 
@@ -58,3 +72,22 @@ def test_help_120x36(snap_compare: SnapCompare) -> None:
 
 def test_picker_80x24(snap_compare: SnapCompare) -> None:
     assert snap_compare(app_for(), terminal_size=(80, 24), press=["w"], run_before=redraw)
+
+
+def test_run_script_120x36(snap_compare: SnapCompare) -> None:
+    """``run train.py``: DataLoader verdict, sync points, the stack waiting in the DataLoader."""
+    assert snap_compare(app_serving(make_run_snapshot()), terminal_size=(120, 36), run_before=redraw)
+
+
+def test_run_script_80x24(snap_compare: SnapCompare) -> None:
+    assert snap_compare(app_serving(make_run_snapshot()), terminal_size=(80, 24), run_before=redraw)
+
+
+def test_torchrun_rank_exited_120x36(snap_compare: SnapCompare) -> None:
+    """Two ranks, rank 1 exited with code 1; executors ``r0:``/``r1:``."""
+    assert snap_compare(app_serving(make_torchrun_snapshot()), terminal_size=(120, 36), run_before=redraw)
+
+
+def test_attach_no_ptrace_120x36(snap_compare: SnapCompare) -> None:
+    """``attach PID``: the notice instead of queues, and why there is no stack."""
+    assert snap_compare(app_serving(make_attach_snapshot()), terminal_size=(120, 36), run_before=redraw)

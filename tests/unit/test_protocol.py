@@ -112,8 +112,8 @@ def test_no_pickle_in_the_codebase():
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[2]
-    for path in root.glob("*/**/*.py"):
-        if "tests" in path.parts:
-            continue
+    paths = [p for folder in ("cli", "tui", "probes", "session", "workloads") for p in (root / folder).rglob("*.py")]
+    assert len(paths) > 20
+    for path in paths:
         text = path.read_text()
         assert "import pickle" not in text and "pickle.loads" not in text, path

@@ -87,3 +87,11 @@ def test_size_duration_clip_mean_window() -> None:
     assert render.mean([]) is None
     assert render.mean([1.0, 3.0]) == 2.0
     assert list(render.window(list(range(100)), 5.0, 0.1)) == list(range(50, 100))
+
+
+def test_wrap_breaks_at_width_and_keeps_every_word() -> None:
+    text = "ptrace not permitted: set /proc/sys/kernel/yama/ptrace_scope to 0"
+    lines = render.wrap(text, 20)
+    assert all(len(line) <= 20 for line in lines)
+    assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+    assert render.wrap("", 10) == [] and render.wrap("abc", 0) == []

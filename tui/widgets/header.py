@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from torchpar_top.session.model import Snapshot
 from torchpar_top.tui import render
-from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel, is_attached
 
 
 def depth_text(snapshot: Snapshot) -> str:
@@ -19,18 +19,41 @@ def depth_text(snapshot: Snapshot) -> str:
     return f"depth {total}/{cap}"
 
 
+def target_text(snapshot: Snapshot) -> str:
+    """What runs: ``run train.py``, ``run train.py ×2 ranks``, ``attach 1234``, or the experiment's name."""
+    return snapshot.target or snapshot.experiment
+
+
+def description_text(snapshot: Snapshot) -> str:
+    """The description, less what the target already says: ``train.py --epochs 3`` after ``run train.py``
+    becomes ``--epochs 3``."""
+    description, target = snapshot.description, target_text(snapshot)
+    first, _, rest = description.partition(" ")
+    if first and first in target.split():
+        return rest
+    return description
+
+
 def child_text(snapshot: Snapshot) -> str:
-    """The child's state when it is not simply running: ``child exited 1``, ``child starting``..."""
+    """The child's state when it is not simply running: ``exited 1``, ``attached``, ``starting``..."""
     child = snapshot.child
     if child.state == "running":
         return ""
     if child.state == "exited":
-        return f"child exited {child.exit_code}" if child.exit_code is not None else "child exited"
-    return f"child {child.state}"
+        return f"exited {child.exit_code}" if child.exit_code is not None else "exited"
+    if child.state == "failed":
+        return "failed to start"
+    return child.state
+
+
+def child_failed(snapshot: Snapshot) -> bool:
+    """Whether the child's state is bad news: it could not start, or ended with a non-zero code."""
+    child = snapshot.child
+    return child.state == "failed" or (child.state == "exited" and child.exit_code != 0)
 
 
 class HeaderBar(SnapshotPanel):
-    """One line: ``torchpar-top  async · emulated CPU streams · ASYNC   12.4 it/s   depth 3/1024``."""
+    """One line: ``torchpar-top  run train.py · ASYNC   [exited 1]  12.4 it/s   depth 3/1024``."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "header--name",
@@ -38,6 +61,7 @@ class HeaderBar(SnapshotPanel):
         "header--sync",
         "header--paused",
         "header--child",
+        "header--state",
     }
 
     DEFAULT_CSS = """
@@ -49,6 +73,7 @@ class HeaderBar(SnapshotPanel):
         & > .header--sync { color: $background; background: $warning; text-style: bold; }
         & > .header--paused { color: $background; background: $secondary; text-style: bold; }
         & > .header--child { color: $background; background: $error; text-style: bold; }
+        & > .header--state { color: $background; background: $primary; text-style: bold; }
     }
     """
 
@@ -59,28 +84,35 @@ class HeaderBar(SnapshotPanel):
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The one header row."""
+        watching = is_attached(snapshot)
         mode = "SYNC" if snapshot.mode == "sync" else "ASYNC"
         right = Row()
         child = child_text(snapshot)
         if child:
-            right.add(f" {child} ", self.style("header--child")).add("  ")
+            badge = "header--child" if child_failed(snapshot) else "header--state"
+            right.add(f" {child} ", self.style(badge)).add("  ")
         if snapshot.paused:
             right.add(" PAUSED ", self.style("header--paused")).add("  ")
-        right.add(render.num(snapshot.throughput), self.style("value"))
-        right.add(f" {snapshot.throughput_unit}   ", self.style("dim"))
-        right.add(depth_text(snapshot), self.style("label")).add(" ")
+        if not watching:
+            right.add(render.num(snapshot.throughput), self.style("value"))
+            right.add(f" {snapshot.throughput_unit}   ", self.style("dim"))
+            right.add(depth_text(snapshot), self.style("label"))
+        right.add(" ")
 
         row = Row().add(" torchpar-top", self.style("header--name"))
         if self.title_extra:
             row.add(f" {self.title_extra}", self.style("dim"))
         row.add("  ")
-        row.add(snapshot.experiment, self.style("value"))
-        mode_badge = f" {mode} "
+        target = target_text(snapshot)
+        row.add(render.clip(target, max(8, width - right.width - 24)), self.style("value"))
+        mode_badge = "" if watching else f" {mode} "
         room = width - row.width - right.width - len(mode_badge) - 3 - 3 - 2
-        if snapshot.description and room > 3:
-            row.add(" · ", self.style("dim")).add(render.clip(snapshot.description, room), self.style("label"))
-        row.add(" · ", self.style("dim"))
-        row.add(mode_badge, self.style("header--sync" if mode == "SYNC" else "header--async"))
+        description = description_text(snapshot)
+        if description and room > 3:
+            row.add(" · ", self.style("dim")).add(render.clip(description, room), self.style("label"))
+        if mode_badge:
+            row.add(" · ", self.style("dim"))
+            row.add(mode_badge, self.style("header--sync" if mode == "SYNC" else "header--async"))
         row.to(max(row.width + 2, width - right.width))
         row.segments.extend(right.segments)
         row.width += right.width

@@ -6,7 +6,8 @@ from typing import Sequence
 
 from torchpar_top.session.model import KIND_EAGER, Snapshot
 from torchpar_top.tui import render
-from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel, is_attached
+from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks, rank_of
 
 WINDOW_SECONDS = 5.0
 """How far back the lanes reach."""
@@ -43,13 +44,18 @@ class LanesPanel(SnapshotPanel):
     LanesPanel { height: auto; }
     """
 
+    def shown(self, snapshot: Snapshot) -> bool:
+        """Not when attached to a process without the agent: nothing here can be measured then."""
+        return not is_attached(snapshot)
+
     def title(self, snapshot: Snapshot) -> str:
         """``lanes, last 5 s``."""
         return f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} waiting)"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The frontend lane, one lane per executor, and the overlap line."""
-        names = ["frontend", *(e.name for e in snapshot.executors)]
+        rows = executor_rows(snapshot.executors)
+        names = ["frontend", *(label for label, _ in rows)]
         name_w = min(max(len(n) for n in names), 16)
         right_w = len(" busy 100%")
         lane_w = max(1, width - name_w - 1 - right_w)
@@ -60,14 +66,17 @@ class LanesPanel(SnapshotPanel):
         busy, wait = win(snapshot.frontend_busy), win(snapshot.frontend_wait)
         row = Row().add("frontend".ljust(name_w) + " ", self.style("label"))
         text = frontend_lane(busy, wait, lane_w)
-        for ch in text:  # adjacent equal glyphs merge back into one segment in the Strip
+        for ch in text:  # a run of equal glyphs joins into one segment (Row.add)
             row.add(ch, self.style("accent") if ch == LAUNCH else self.style("dim"))
         row.add(" busy " + render.pct(render.mean(busy), 4), self.style("value"))
         out = [row]
-        for e in snapshot.executors:
-            row = Row().add(render.clip(e.name, name_w).ljust(name_w) + " ", self.style("label"))
+        exited = exited_ranks(snapshot)
+        for label, e in rows:
+            name_style = self.style("dim" if rank_of(label) in exited else "label")
+            row = Row().add(render.clip(label, name_w).ljust(name_w) + " ", name_style)
             if e.kind == KIND_EAGER:
-                row.add("(synchronous: inside the frontend lane)".ljust(lane_w)[:lane_w], self.style("dim"))
+                text = "(synchronous: inside the frontend lane)" if lane_w >= 39 else "(synchronous)"
+                row.add(text.ljust(lane_w)[:lane_w], self.style("dim"))
                 row.add(" " * right_w)
             else:
                 values = win(e.busy)

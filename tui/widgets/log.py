@@ -1,16 +1,31 @@
-"""The log pane: the child's stdout/stderr and agent messages, and the child's fate when it ends."""
+"""The log pane: the child's stdout/stderr and agent messages, and the child's fate when it ends.
+
+A Line API widget like the panels: appending lines only repaints it (a ``RichLog`` grows its virtual
+size on every write, which relayouts the whole screen: a script printing every step would cost a
+layout per frame). It shows the newest lines; the mouse wheel scrolls back.
+"""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import ClassVar
 
-from rich.text import Text
-from textual.widgets import RichLog
+from rich.style import Style
+from textual import events
+from textual.strip import Strip
+from textual.widget import Widget
 
 from torchpar_top.session.model import ChildStatus, LogLine, Snapshot
+from torchpar_top.tui.widgets.panel import Row
 
 SOURCE_TAGS = {"stdout": "out", "stderr": "err", "child": "child", "app": "app"}
 """The tag shown before each line."""
+
+MAX_LINES = 1000
+"""Lines kept for scrolling back."""
+
+Piece = tuple[str, str]
+"""Some text and the component class that colours it."""
 
 
 def status_lines(child: ChildStatus) -> list[str]:
@@ -28,8 +43,15 @@ def status_lines(child: ChildStatus) -> list[str]:
     return [head, *(f"  {line}" for line in child.last_stderr)]
 
 
-class LogPanel(RichLog):
-    """A RichLog fed from snapshots: appends only the lines it has not shown yet (by ``seq``)."""
+def pieces_of(line: LogLine) -> tuple[Piece, ...]:
+    """``[err] Traceback...``: the tag dim, the text coloured by its source."""
+    tag = SOURCE_TAGS.get(line.source, line.source)
+    body = {"stderr": "log--stderr", "stdout": "log--stdout"}.get(line.source, "log--dim")
+    return ((f"{tag:>5} ", "log--tag"), (line.text.rstrip("\n"), body))
+
+
+class LogPanel(Widget):
+    """Fed from snapshots: appends only the lines it has not shown yet (by ``seq``), newest at the bottom."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"log--tag", "log--stdout", "log--stderr", "log--dim", "log--status"}
 
@@ -44,31 +66,90 @@ class LogPanel(RichLog):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(max_lines=1000, wrap=False, markup=False, highlight=False, auto_scroll=True, id=id)
+        super().__init__(id=id)
         self.last_seq = -1
         """The ``seq`` of the newest line written."""
+        self.scroll_back = 0
+        """How many lines the view is scrolled up from the newest (0: following the tail)."""
+        self._lines: deque[tuple[Piece, ...]] = deque(maxlen=MAX_LINES)
         self._reported: tuple | None = None
+        self._styles: dict[str, Style] = {}
+        self._appended = 0
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Append new log lines, and the child's status once when it exits or fails."""
+        before = self._appended
         for line in snapshot.log:
             if line.seq > self.last_seq:
-                self.write(self._text(line))
+                self._append(pieces_of(line))
                 self.last_seq = line.seq
         child = snapshot.child
         key = (child.pid, child.state, child.exit_code)
         lines = status_lines(child)
         if lines and key != self._reported:
             self._reported = key
-            style = self.get_component_rich_style("log--status")
-            self.write(Text(lines[0], style=style))
+            self._append(((lines[0], "log--status"),))
             for extra in lines[1:]:
-                self.write(Text(extra, style=self.get_component_rich_style("log--stderr")))
+                self._append(((extra, "log--stderr"),))
+        if self._appended != before:
+            self.refresh()
 
-    def _text(self, line: LogLine) -> Text:
-        """``[err] Traceback...`` with the tag dim and the text coloured by its source."""
-        tag = SOURCE_TAGS.get(line.source, line.source)
-        body = {"stderr": "log--stderr", "stdout": "log--stdout"}.get(line.source, "log--dim")
-        text = Text(f"{tag:>5} ", style=self.get_component_rich_style("log--tag"))
-        text.append(line.text.rstrip("\n"), style=self.get_component_rich_style(body))
-        return text
+    def plain_lines(self) -> list[str]:
+        """Every line kept, as plain text, oldest first."""
+        return ["".join(text for text, _ in pieces) for pieces in self._lines]
+
+    def _append(self, pieces: tuple[Piece, ...]) -> None:
+        """Add a line; a view scrolled back stays on the lines it shows."""
+        self._lines.append(pieces)
+        self._appended += 1
+        if self.scroll_back:
+            self.scroll_back = min(self.scroll_back + 1, self._max_scroll())
+            self._show_scroll()
+
+    def render_line(self, y: int) -> Strip:
+        """Line ``y``: the newest lines fill the pane from the bottom up (less what is scrolled back)."""
+        width, height = self.size
+        base = self.rich_style
+        end = len(self._lines) - self.scroll_back  # one past the newest line shown
+        index = max(0, end - height) + y
+        if index >= end:
+            return Strip.blank(width, base)
+        row = Row()
+        for text, name in self._lines[index]:
+            row.add(text, self._style(name))
+        return row.strip(width, base)
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        """Scroll back through older lines."""
+        event.stop()
+        self._scroll_to(self.scroll_back + 3)
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        """Scroll towards the newest line (and follow it again at the bottom)."""
+        event.stop()
+        self._scroll_to(self.scroll_back - 3)
+
+    def notify_style_update(self) -> None:
+        """New colours after a theme or CSS change."""
+        super().notify_style_update()
+        self._styles = {}
+
+    def _scroll_to(self, back: int) -> None:
+        back = max(0, min(back, self._max_scroll()))
+        if back != self.scroll_back:
+            self.scroll_back = back
+            self._show_scroll()
+            self.refresh()
+
+    def _max_scroll(self) -> int:
+        return max(0, len(self._lines) - max(1, self.size.height))
+
+    def _show_scroll(self) -> None:
+        """The border says when the view is not following the newest line."""
+        self.border_subtitle = f"↑ {self.scroll_back} lines back · scroll down to follow" if self.scroll_back else ""
+
+    def _style(self, name: str) -> Style:
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = self.get_component_rich_style(name)
+        return style

@@ -13,6 +13,11 @@ from textual.widget import Widget
 from torchpar_top.session.model import Snapshot
 
 
+def is_attached(snapshot: Snapshot) -> bool:
+    """Watching a process torchpar-top did not start (``attach``): no agent, so no mode, queues or lanes."""
+    return snapshot.child.state == "attached" or (snapshot.target.startswith("attach ") and not snapshot.executors)
+
+
 class Row:
     """One screen line being built from pieces of text, each with its own style."""
 
@@ -24,9 +29,14 @@ class Row:
         """Cells used so far (every glyph drawn here is one cell wide)."""
 
     def add(self, text: str, style: Style | None = None) -> Row:
-        """Append ``text``; returns the row so calls chain."""
+        """Append ``text``; returns the row so calls chain. Text in the style of the previous piece joins
+        it (fewer segments to compare, style and write: a lane is one run per colour, not one per cell)."""
         if text:
-            self.segments.append(Segment(text, style))
+            segments = self.segments
+            if segments and segments[-1].style == style:
+                segments[-1] = Segment(segments[-1].text + text, style)
+            else:
+                segments.append(Segment(text, style))
             self.width += len(text)
         return self
 
@@ -40,11 +50,17 @@ class Row:
         return Strip(segments, self.width).crop_extend(0, width, base)
 
 
+def same_rows(a: list[Row], b: list[Row]) -> bool:
+    """Whether two builds draw the same text in the same styles."""
+    return len(a) == len(b) and all(x.segments == y.segments for x, y in zip(a, b))
+
+
 class SnapshotPanel(Widget):
     """Draws one snapshot as rows; subclasses implement :meth:`build`.
 
-    ``update_snapshot`` stores the snapshot and asks for a repaint; the rows are built once per
-    snapshot and width, on the next paint, and served line by line from ``render_line``.
+    ``update_snapshot`` stores the snapshot, builds its rows and asks for a repaint only when they differ
+    from the rows on screen; ``render_line`` serves them line by line (rebuilt for another width on the
+    next paint).
     """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -82,19 +98,39 @@ class SnapshotPanel(Widget):
         self.snapshot = None
         self._generation = 0
         self._rows_cache: tuple[tuple[int, int], list[Row]] | None = None
-        self._lines_cache: tuple[tuple[int, int], list[Strip]] | None = None
+        self._lines_cache: tuple[tuple[int, int, int], list[Strip]] | None = None
         self._height = 1
         self._styles: dict[str, Style] = {}
         self._blank = Strip([])
+        self._shown = True
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
-        """Draw ``snapshot`` on the next paint (and relayout when the number of rows changes)."""
+        """Draw ``snapshot`` on the next paint (and relayout when the number of rows changes).
+
+        A panel with nothing to say about ``snapshot`` (:meth:`shown` is false) is hidden.
+        """
         self.snapshot = snapshot
-        self._generation += 1
+        shown = self.shown(snapshot)
+        if shown != self._shown:  # only on a change: CSS may hide a panel too (e.g. on short screens)
+            self._shown = self.display = shown
+        if not shown:
+            self._generation += 1  # rebuilt when shown again
+            return
         title = self.title(snapshot)
         if title is not None and title != self.border_title:
             self.border_title = title
-        height = len(self._rows(self.size.width)) if self.size.width > 0 else self._height
+        width = self.size.width
+        if width <= 0:  # not laid out yet (or no room at all): build on the first paint
+            self._generation += 1
+            self.refresh()
+            return
+        rows = self.build(snapshot, width)
+        cached = self._rows_cache
+        if cached is not None and cached[0][1] == width and same_rows(rows, cached[1]):
+            return  # the same picture as on screen: no repaint (most panels of a steady run)
+        self._generation += 1
+        self._rows_cache = ((self._generation, width), rows)
+        height = len(rows)
         self.refresh(layout=height != self._height)
         self._height = height
 
@@ -102,6 +138,10 @@ class SnapshotPanel(Widget):
         """Rebuild the rows on the next paint (after a setting that changes them)."""
         self._generation += 1
         self.refresh(layout=True)
+
+    def shown(self, snapshot: Snapshot) -> bool:
+        """Whether the panel has anything to show for ``snapshot`` (hidden otherwise); always, here."""
+        return True
 
     def title(self, snapshot: Snapshot) -> str | None:
         """The border title for ``snapshot``; ``None`` leaves it as it is."""
@@ -137,14 +177,22 @@ class SnapshotPanel(Widget):
         self._rows_cache = self._lines_cache = None
         self._styles = {}
 
+    def fit_rows(self, rows: list[Row], height: int) -> list[Row]:
+        """The rows to draw when ``height`` lines are available; here all (the bottom ones get cut).
+
+        Panels whose last rows matter most (a stack, innermost frame last) override this.
+        """
+        return rows
+
     def render_line(self, y: int) -> Strip:
         """Line ``y`` of the panel."""
-        width = self.size.width
-        key = (self._generation, width)
+        width, height = self.size
+        key = (self._generation, width, height)
         if self._lines_cache is None or self._lines_cache[0] != key:
             base = self.rich_style
             self._blank = Strip.blank(width, base)
-            self._lines_cache = (key, [row.strip(width, base) for row in self._rows(width)])
+            rows = self.fit_rows(self._rows(width), height)
+            self._lines_cache = (key, [row.strip(width, base) for row in rows])
         lines = self._lines_cache[1]
         return lines[y] if 0 <= y < len(lines) else self._blank
 
@@ -159,3 +207,9 @@ class SnapshotPanel(Widget):
     def rows_at(self, width: int) -> int:
         """Rows the current snapshot needs at ``width`` content cells (at least one)."""
         return max(1, len(self._rows(width)))
+
+    def outer_height(self) -> int | None:
+        """Lines the panel needs with its border at its current width; ``None`` before it has a width."""
+        if self.size.width <= 0:
+            return None
+        return self.rows_at(self.size.width) + self.styles.gutter.height

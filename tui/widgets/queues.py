@@ -1,12 +1,17 @@
-"""The launch queue of every executor: which quantity, its history on 0..capacity, and how often it was full."""
+"""The launch queue of every executor: which quantity, its history on 0..capacity, and how often it was full.
+
+The DataLoader's row carries the input-bound / compute-bound verdict; the session's standing notice (e.g.
+attached: no queue depth) is shown here, where the queues would be.
+"""
 
 from __future__ import annotations
 
 from rich.style import Style
 
-from torchpar_top.session.model import KIND_EAGER, ExecutorView, Snapshot
+from torchpar_top.session.model import KIND_DATALOADER, KIND_EAGER, ExecutorView, Snapshot
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks, primary_rank, rank_of
 
 KIND_TAGS = {
     "cuda-stream": "cuda",
@@ -43,6 +48,32 @@ def blocked_text(executor: ExecutorView, short: bool) -> str:
     return "never full" if short else "launch never blocked"
 
 
+def verdict_text(snapshot: Snapshot, short: bool) -> str:
+    """``input-bound: waits for data 62% of the time`` (short: ``input-bound``), from ``data_verdict``."""
+    verdict = snapshot.data_verdict
+    return verdict.split(":", 1)[0] if short else verdict
+
+
+def data_text(snapshot: Snapshot, executor: ExecutorView, short: bool) -> str:
+    """A DataLoader row's ending: the verdict on the primary rank's (or the only agent's) loader; on another
+    rank's loader that rank's own data wait (``waits for data 10%``); '' when there is nothing to say."""
+    if executor.kind != KIND_DATALOADER:
+        return ""
+    rank = rank_of(executor.name)
+    if rank is None or rank == primary_rank(snapshot):
+        return verdict_text(snapshot, short)
+    view = next((r for r in snapshot.ranks if r.rank == rank), None)
+    if view is None or view.data_wait is None:
+        return ""
+    share = render.pct(view.data_wait, 0)
+    return f"data {share}" if short else f"waits for data {share} of the time"
+
+
+def status_text(snapshot: Snapshot, executor: ExecutorView, short: bool) -> str:
+    """What the row ends with: the DataLoader's verdict or data wait, or how often launch blocked."""
+    return data_text(snapshot, executor, short) or blocked_text(executor, short)
+
+
 class QueuesPanel(SnapshotPanel):
     """One row per executor: ``cpu-stream:0  emulated  depth ▁▂▄▆██ 1024 / 1024  full: launch blocks 61%...``."""
 
@@ -55,28 +86,43 @@ class QueuesPanel(SnapshotPanel):
         return "launch queue (frontend → backend)"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
-        """A row per executor."""
-        executors = snapshot.executors
+        """A row per executor, then the session's notice (wrapped)."""
+        out = self._executors(snapshot, width)
+        for i, line in enumerate(render.wrap(snapshot.notice, width - 2)):
+            out.append(Row().add("  " if i else "» ", self.style("note")).add(line, self.style("note")))
+        if not out:
+            out.append(Row().add("no executors reported yet", self.style("dim")))
+        return out
+
+    def _executors(self, snapshot: Snapshot, width: int) -> list[Row]:
+        """``cpu-stream:0  emulated  depth ▁▂▄▆██ 1024 / 1024  full: launch blocks 61% of the time``."""
+        rows = executor_rows(snapshot.executors)
+        executors = [e for _, e in rows]
         if not executors:
-            return [Row().add("no executors reported yet", self.style("dim"))]
-        name_w = min(max(len(e.name) for e in executors), 18)
+            return []
+        name_w = min(max(len(label) for label, _ in rows), 18)
         tag_w = max(len(kind_tag(e)) for e in executors)
         qty_w = max(len(e.quantity) for e in executors)
         value_w = max(len(self._value(e)) for e in executors)
         short = False
         for short in (False, True):
-            blocked_w = max(len(blocked_text(e, short)) for e in executors)
-            fixed = name_w + 2 + tag_w + 2 + qty_w + 1 + 1 + value_w + 2 + blocked_w
+            status_w = max(len(status_text(snapshot, e, short)) for e in executors)
+            fixed = name_w + 2 + tag_w + 2 + qty_w + 1 + 1 + value_w + 2 + status_w
             if width - fixed >= 16:
                 break
         hist_w = max(4, width - fixed)
+        exited = exited_ranks(snapshot)
         out = []
-        for e in executors:
-            row = Row().add(render.clip(e.name, name_w).ljust(name_w) + "  ", self.style("value"))
+        for label, e in rows:
+            name_style = self.style("dim" if rank_of(label) in exited else "value")
+            row = Row().add(render.clip(label, name_w).ljust(name_w) + "  ", name_style)
             row.add(kind_tag(e).ljust(tag_w) + "  ", self.style("accent" if e.emulated else "dim"))
             if e.kind == KIND_EAGER:
                 row.add("synchronous: depth 0", self.style("label"))
-                row.add("  (L = S = C: every op finishes before the launch returns)", self.style("dim"))
+                for note in ("  (L = S = C: every op finishes before the launch returns)", "  (L = S = C)"):
+                    if row.width + len(note) <= width:
+                        row.add(note, self.style("dim"))
+                        break
                 out.append(row)
                 continue
             row.add(e.quantity.ljust(qty_w) + " ", self.style("label"))
@@ -84,7 +130,12 @@ class QueuesPanel(SnapshotPanel):
             frac = render.fraction(e.value, scale)
             row.add(render.spark(e.history, hist_w, scale), self._fill_style(e, frac))
             row.add(" " + self._value(e).rjust(value_w) + "  ", self.style("value"))
-            row.add(blocked_text(e, short), self._blocked_style(e))
+            data = data_text(snapshot, e, short)
+            if data:
+                style = "note" if data.startswith("input") else "value" if data.startswith("compute") else "label"
+                row.add(data, self.style(style))
+            else:
+                row.add(blocked_text(e, short), self._blocked_style(e))
             out.append(row)
         return out
 

@@ -8,7 +8,7 @@ from rich.style import Style
 
 from torchpar_top.session.model import ModeStats, Snapshot
 from torchpar_top.tui import render
-from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel, is_attached
 
 
 def ratio_text(snapshot: Snapshot) -> str:
@@ -29,6 +29,10 @@ class ScoreboardPanel(SnapshotPanel):
         & > .score--sync { color: $warning; text-style: bold; }
     }
     """
+
+    def shown(self, snapshot: Snapshot) -> bool:
+        """Not when attached to a process without the agent: nothing here can be measured then."""
+        return not is_attached(snapshot)
 
     def title(self, snapshot: Snapshot) -> str:
         """The panel's title."""

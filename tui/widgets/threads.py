@@ -6,8 +6,9 @@ from torchpar_top.session.model import Snapshot, ThreadGroup
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
-HOT_FRONTEND_PERCENT = 90.0
-"""A frontend above this share of a core while in SYNC gets the "waiting, not working" note."""
+HOT_FRONTEND_PERCENT = 80.0
+"""A frontend above this share of a core (per thread of the group) while in SYNC gets the "waiting, not
+working" note."""
 
 SYNC_NOTE = "frontend hot in a synchronize = waiting, not working"
 
@@ -18,9 +19,9 @@ def is_frontend(group: ThreadGroup) -> bool:
 
 
 def hot_frontend_in_sync(snapshot: Snapshot) -> bool:
-    """True when the mode is SYNC and a frontend thread runs at about 100% of a core."""
+    """True when the mode is SYNC and the frontend group runs above 80% of a core per thread."""
     return snapshot.mode == "sync" and any(
-        is_frontend(g) and g.cpu_percent >= HOT_FRONTEND_PERCENT * max(1, g.count) for g in snapshot.thread_groups
+        is_frontend(g) and g.cpu_percent > HOT_FRONTEND_PERCENT * max(1, g.count) for g in snapshot.thread_groups
     )
 
 
@@ -32,9 +33,13 @@ class ThreadsPanel(SnapshotPanel):
     """
 
     def title(self, snapshot: Snapshot) -> str:
-        """``threads (pid 4242) · intra-op 2``."""
+        """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
         pid = snapshot.child.pid
-        text = f"threads (pid {pid})" if pid is not None else "threads (no child)"
+        ranks = sum(r.state == "running" for r in snapshot.ranks)
+        if len(snapshot.ranks) > 1:
+            text = f"threads ({ranks} rank{'s' if ranks != 1 else ''})"
+        else:
+            text = f"threads (pid {pid})" if pid is not None else "threads (no child)"
         if snapshot.num_threads is not None:
             text += f" · intra-op {snapshot.num_threads}"
         if snapshot.interop_threads is not None:

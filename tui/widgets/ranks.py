@@ -1,0 +1,130 @@
+"""One row per agent process (torchrun rank): its state or exit code, throughput, queue depth, data wait."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torchpar_top.session.model import KIND_EAGER, ExecutorView, RankView, Snapshot
+from torchpar_top.tui import render
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+
+
+def shows_ranks(snapshot: Snapshot) -> bool:
+    """Whether there is a rank table to draw: several agent processes, or one with a rank number."""
+    return len(snapshot.ranks) > 1 or any(r.rank is not None for r in snapshot.ranks)
+
+
+def rank_of(executor_name: str) -> int | None:
+    """The rank an executor belongs to, from its ``rN:`` prefix; ``None`` without one."""
+    head, sep, _ = executor_name.partition(":")
+    if sep and head[:1] == "r" and head[1:].isdigit():
+        return int(head[1:])
+    return None
+
+
+def strip_rank(executor_name: str) -> str:
+    """``r1:dataloader:0`` -> ``dataloader:0``."""
+    return executor_name.partition(":")[2] if rank_of(executor_name) is not None else executor_name
+
+
+def executor_rows(executors: tuple[ExecutorView, ...]) -> list[tuple[str, ExecutorView]]:
+    """``(label, executor)`` per row: the eager executors of several ranks share one row
+    (``cpu (eager) ×4``): each is depth 0 by definition, and four such rows would crowd out the rest."""
+    eager = [e for e in executors if e.kind == KIND_EAGER]
+    if len(eager) < 2:
+        return [(e.name, e) for e in executors]
+    names = {strip_rank(e.name) for e in eager}
+    label = f"{names.pop() if len(names) == 1 else 'eager'} ×{len(eager)}"
+    out: list[tuple[str, ExecutorView]] = []
+    for e in executors:
+        if e.kind != KIND_EAGER:
+            out.append((e.name, e))
+        elif e is eager[0]:
+            out.append((label, e))
+    return out
+
+
+def primary_rank(snapshot: Snapshot) -> int | None:
+    """The rank whose frontend, lanes, scoreboard and data verdict are shown: the lowest rank number."""
+    numbers = [r.rank for r in snapshot.ranks if r.rank is not None]
+    return min(numbers) if numbers else None
+
+
+def exited_ranks(snapshot: Snapshot) -> frozenset[int]:
+    """Rank numbers whose process has exited (their executors stay listed, dimmed)."""
+    return frozenset(r.rank for r in snapshot.ranks if r.rank is not None and r.state == "exited")
+
+
+def rank_label(rank: RankView) -> str:
+    """``r0``, ``r1``...; ``main`` for an agent without a rank number."""
+    return "main" if rank.rank is None else f"r{rank.rank}"
+
+
+def rank_state(rank: RankView) -> str:
+    """``running``, ``exited 1`` (marked ``✗`` when the code is not 0), or another state as it is."""
+    if rank.state != "exited":
+        return rank.state
+    if rank.exit_code is None:
+        return "exited"
+    return f"exited {rank.exit_code}" if rank.exit_code == 0 else f"✗ exited {rank.exit_code}"
+
+
+class RanksPanel(SnapshotPanel):
+    """``rank  pid   state     steps/s  depth  data`` and a row per rank; a rank that exited stays listed."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"ranks--dead", "ranks--done"}
+
+    DEFAULT_CSS = """
+    RanksPanel {
+        height: auto;
+        & > .ranks--dead { color: $error; text-style: bold; }
+        & > .ranks--done { color: $foreground-muted; }
+    }
+    """
+
+    def shown(self, snapshot: Snapshot) -> bool:
+        """Only under torchrun (or whenever there are ranks)."""
+        return shows_ranks(snapshot)
+
+    def title(self, snapshot: Snapshot) -> str:
+        """``ranks · 1 of 2 running``."""
+        running = sum(r.state == "running" for r in snapshot.ranks)
+        return f"ranks · {running} of {len(snapshot.ranks)} running"
+
+    def build(self, snapshot: Snapshot, width: int) -> list[Row]:
+        """A header row and a row per rank; pid and data-wait columns go first when narrow."""
+        ranks = snapshot.ranks
+        unit = ranks[0].unit if ranks else snapshot.throughput_unit
+        state_w = max([7, *(len(rank_state(r)) for r in ranks)])
+        pid_w = max([3, *(len(str(r.pid)) for r in ranks)])
+        thr_w = max(len(unit), 6)
+        # rank, pid, state, throughput, depth, data wait: drop data wait, then pid, when narrow
+        cols = {"rank": 5, "pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
+        for drop in ((), ("data",), ("data", "pid")):
+            if sum(w for k, w in cols.items() if k not in drop) <= width:
+                break
+        for key in drop:
+            del cols[key]
+        head = Row().add("rank".ljust(cols["rank"]), self.style("dim"))
+        if "pid" in cols:
+            head.add("pid".ljust(cols["pid"]), self.style("dim"))
+        head.add("state".ljust(cols["state"]), self.style("dim")).add(unit.rjust(cols["thr"]), self.style("dim"))
+        head.add("depth".rjust(cols["depth"]), self.style("dim"))
+        if "data" in cols:
+            head.add("data".rjust(cols["data"]), self.style("dim"))
+        out = [head]
+        for r in ranks:
+            exited = r.state == "exited"
+            number = self.style("dim") if exited else self.style("value")
+            row = Row().add(rank_label(r).ljust(cols["rank"]), self.style("label"))
+            if "pid" in cols:
+                row.add(str(r.pid).ljust(cols["pid"]), self.style("dim"))
+            state = rank_state(r)
+            style = "ranks--dead" if state.startswith("✗") else "ranks--done" if exited else "accent"
+            row.add(state.ljust(cols["state"]), self.style(style))
+            row.add(render.num(r.throughput).rjust(cols["thr"]), number)
+            row.add(str(r.depth).rjust(cols["depth"]), number)
+            if "data" in cols:
+                row.add(render.pct(r.data_wait, cols["data"]), number)
+            out.append(row)
+        return out
