@@ -61,6 +61,8 @@ class TorchparTopApp(App[None]):
         Binding("p", "toggle_pause", "pause"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
+        # Ctrl-C quits at once (Textual's default asks to press ctrl+q): a profiler must let go fast.
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
     ]
 
     def __init__(

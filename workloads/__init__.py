@@ -17,7 +17,7 @@ EXPERIMENTS: dict[str, tuple[str, Experiment]] = {
         "async_compute",
         Experiment(
             "async",
-            "async computation: randn(1000,1000) + mm on a stream",
+            "async computation: randn + mm launched onto a stream",
             "The frontend launches randn+mm items onto a stream and runs ahead; the launch queue fills to "
             "its capacity. SYNC waits for each item: the queue collapses.",
         ),

@@ -207,6 +207,17 @@ async def test_q_quits_and_closes_once() -> None:
     assert app.return_code == 0
 
 
+@run_async
+async def test_ctrl_c_quits_at_once_and_closes_once() -> None:
+    app, session = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0  # exited by the key, not by leaving run_test
+    assert session.names().count("close") == 1
+    assert app.return_code == 0
+
+
 async def _palette_hits(pilot: Pilot, query: str) -> list[str]:
     """Open the command palette, type ``query``, wait for hits; returns their texts."""
     await pilot.press("ctrl+p")

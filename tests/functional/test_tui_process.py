@@ -1,0 +1,88 @@
+"""The real app in a pseudo-terminal: however it exits, nothing it started is left running."""
+
+import os
+import pty
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+
+from waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+class _App:
+    """The app's process, forked onto a new pty that is its controlling terminal (as in a terminal tab)."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
+        self.pid, self.master = pty.fork()
+        if self.pid == 0:  # the child: becomes torchpar-top
+            os.execve(sys.executable, [sys.executable, "-m", "torchpar_top"], env)
+        self._status = None
+
+    def poll(self):
+        if self._status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._status = status
+        return self._status
+
+    def send_signal(self, sig):
+        os.kill(self.pid, sig)
+
+
+def _start_app():
+    """torchpar-top in a pty; returns (app, master fd)."""
+    app = _App()
+    return app, app.master
+
+
+def _drain(master):
+    try:
+        while os.read(master, 65536):
+            pass
+    except OSError:
+        pass
+
+
+def _workload_pids(proc):
+    kids = psutil.Process(proc.pid).children(recursive=True)
+    return [k.pid for k in kids if "bootstrap" in " ".join(k.cmdline())]
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "key q", "key ctrl-c", "terminal closed"])
+def test_nothing_is_left_running(how):
+    proc, master = _start_app()
+    os.set_blocking(master, False)
+    try:
+        pids = wait_for(lambda: (_drain(master), _workload_pids(proc))[1], timeout=60)
+        time.sleep(1.0)  # let the app draw a few frames
+        _drain(master)
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        elif how == "SIGHUP":
+            proc.send_signal(signal.SIGHUP)
+        elif how == "key q":
+            os.write(master, b"q")
+        elif how == "key ctrl-c":
+            os.write(master, b"\x03")
+        else:
+            os.close(master)
+            master = None
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            if master is not None:
+                _drain(master)
+            time.sleep(0.05)
+        assert proc.poll() is not None, f"the app did not exit after {how}"
+        wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids),
+                 timeout=15)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if master is not None:
+            os.close(master)
