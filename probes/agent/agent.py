@@ -203,6 +203,8 @@ class Agent:
         while self.running:
             time.sleep(self.interval)
             now = time.perf_counter()
+            for ex in self.executors:
+                ex.refresh()
             count = self._throughput_source()
             try:
                 self._send(**self.sample(last_t, now, count - last_count))
@@ -215,6 +217,7 @@ class Agent:
         window = max(t1 - t0, 1e-9)
         rows, per_executor = [], []
         for ex in self.executors:
+            ex.refresh()
             completed, started = ex.completed, ex.started  # read C and S before L: value never < 0
             launched = ex.launched
             value = max(0, launched - (started if ex.quantity == "depth" else completed))

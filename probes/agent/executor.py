@@ -43,6 +43,9 @@ class Executor:
         done = self.started if self.quantity == QUANTITY_DEPTH else self.completed
         return max(0, self.launched - done)
 
+    def refresh(self) -> None:
+        """Bring ``completed`` up to date where it is polled rather than pushed (the sampler calls it)."""
+
     def synchronize(self) -> None:
         """Block until everything launched has completed."""
 

@@ -3,7 +3,8 @@
 From plain Python ``torch.jit.fork`` runs synchronously; inside a scripted function it returns a future
 at once and the work runs on the inter-op pool (threads named ``PTThreadPool``). We see the futures,
 not the moment each task starts, so the quantity is *outstanding* (``O = L - C``), and the busy lane
-is the time at least one task was in flight (forked, not yet done).
+is the time at least one task was in flight (forked, not yet seen done: done-ness is polled when the
+agent samples and whenever the frontend asks, so a gap shorter than that can be missed).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ class InterOpPool(Executor):
         super().__init__(name, capacity=None)
         self._lock = threading.Lock()
         self._pending: list[Any] = []
-        self._in_flight_since: float | None = None
         self._wait = wait
 
     def track(self, futures: Sequence[Any]) -> None:
@@ -34,26 +34,26 @@ class InterOpPool(Executor):
         now = time.perf_counter()
         with self._lock:
             if not self._pending:
-                self._in_flight_since = now
                 self.activity.begin(now)
             self._pending.extend(futures)
             self.launched += len(futures)
             self.started += len(futures)  # unknown; S is not reported for this executor
-        for fut in futures:
-            fut.add_done_callback(self._on_done)
 
-    def _on_done(self, fut: Any) -> None:
+    def refresh(self) -> None:
+        """Count the futures that are done now (polled: a done-callback per future would run Python on
+        the inter-op threads, under the GIL, for every task)."""
         with self._lock:
-            self.completed += 1
-            try:
-                self._pending.remove(fut)
-            except ValueError:
-                pass
             if not self._pending:
+                return
+            still = [f for f in self._pending if not f.done()]
+            self.completed += len(self._pending) - len(still)
+            self._pending = still
+            if not still:
                 self.activity.end(time.perf_counter())
 
     def outstanding(self) -> int:
         """Futures not yet done."""
+        self.refresh()
         return max(0, self.launched - self.completed)
 
     def wait_oldest(self) -> None:
@@ -62,6 +62,7 @@ class InterOpPool(Executor):
             fut = self._pending[0] if self._pending else None
         if fut is not None:
             self._block(fut.wait)
+        self.refresh()
 
     def synchronize(self) -> None:
         """Wait on every pending future."""
@@ -69,6 +70,7 @@ class InterOpPool(Executor):
             pending = list(self._pending)
         if pending:
             self._block(lambda: [f.wait() for f in pending])
+        self.refresh()
 
     def _block(self, fn: Any) -> None:
         with waiting(self._wait):
