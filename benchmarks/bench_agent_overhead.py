@@ -7,7 +7,9 @@ in a child, sampling at 10 Hz, messages read by this process) and takes the thro
 agent's own samples after a warm-up. "Without" runs the same experiment module in a child with a
 bare stand-in agent: executors that only count completions (no L/S/C bookkeeping, no busy intervals,
 no sampler thread, no socket). Rounds alternate with and without so drift on a noisy machine hits
-both. The ratio is throughput(with) / throughput(without).
+both, and alternate which goes first (ABBA). The ratio is throughput(with) / throughput(without); the
+median over rounds is reported with every round's ratio, because on a shared 2-core VM single rounds
+scatter by ±10%.
 """
 
 from __future__ import annotations
@@ -205,6 +207,55 @@ def without_agent(experiment: str, seconds: float) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["throughput"]
 
 
+def agent_thread_share(experiment: str, seconds: float) -> tuple[float, float]:
+    """CPU of the agent's own threads (sampler, control) in a real run, in % of one core, and the
+    workload's throughput then, read through the session's own thread probe."""
+    from torchpar_top.session.session import Session
+
+    session = Session(experiment)
+    session.start()
+    try:
+        t_end = time.monotonic() + WARMUP + seconds
+        shares, rates = [], []
+        while time.monotonic() < t_end:
+            time.sleep(0.1)
+            snap = session.snapshot()
+            if time.monotonic() < t_end - seconds or not snap.executors:
+                continue
+            shares.append(sum(g.cpu_percent for g in snap.thread_groups if g.role == "torchpar agent"))
+            if snap.throughput:
+                rates.append(snap.throughput)
+    finally:
+        session.close()
+    return statistics.mean(shares), statistics.median(rates)
+
+
+def per_item_cost(items: int = 20000) -> tuple[float, float]:
+    """µs per launched no-op item through the agent's emulated stream vs the bare one (launch, run,
+    complete; the frontend launching into a full queue as in the async experiment)."""
+    from torchpar_top.probes.agent.agent import Agent
+
+    def noop() -> None:
+        pass
+
+    def timed(launch, sync) -> float:
+        t0 = time.perf_counter()
+        for _ in range(items):
+            launch(noop)
+        sync()
+        return (time.perf_counter() - t0) / items * 1e6
+
+    results = {"agent": [], "bare": []}
+    for _ in range(5):
+        agent = Agent(None, experiment="bench", description="")
+        stream = agent.emulated_stream("s", capacity=64)
+        results["agent"].append(timed(lambda fn: agent.launch(stream, fn), stream.synchronize))
+        agent.close()
+        bare = _BareStream(capacity=64)
+        results["bare"].append(timed(bare.launch, bare.synchronize))
+    return statistics.median(results["agent"]), statistics.median(results["bare"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0)
@@ -212,28 +263,51 @@ def main() -> None:
     parser.add_argument("--experiments", default="async,multi-device,intra-op,inter-op")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--bare-child", metavar="EXPERIMENT")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also measure the agent's own threads' CPU and the per-item bookkeeping cost")
     args = parser.parse_args()
     if args.bare_child:
         bare_child(args.bare_child, args.seconds)
         return
     rows = []
-    for name in args.experiments.split(","):
+    for name in args.experiments.split(",") if args.rounds else []:
         ratios, w_all, wo_all = [], [], []
-        for _ in range(args.rounds):
-            wo = without_agent(name, args.seconds)
-            w = with_agent(name, args.seconds)
+        for i in range(args.rounds):
+            # ABBA: alternate which variant goes first, so drift within a round hits both alike
+            if i % 2 == 0:
+                wo = without_agent(name, args.seconds)
+                w = with_agent(name, args.seconds)
+            else:
+                w = with_agent(name, args.seconds)
+                wo = without_agent(name, args.seconds)
             ratios.append(w / wo)
             w_all.append(w)
             wo_all.append(wo)
         rows.append({"experiment": name, "without": statistics.median(wo_all), "with": statistics.median(w_all),
                      "ratio_median": statistics.median(ratios), "ratios": ratios})
+    breakdown = {}
+    if args.breakdown:
+        agent_us, bare_us = per_item_cost()
+        breakdown["per_item_us"] = {"agent": agent_us, "bare": bare_us}
+        for name in args.experiments.split(","):
+            share, rate = agent_thread_share(name, args.seconds)
+            breakdown[name] = {"agent_threads_percent_of_core": share, "throughput": rate}
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"rows": rows, "breakdown": breakdown}, indent=1))
         return
     print(f"{'experiment':<14}{'without agent':>16}{'with agent':>14}{'ratio (median)':>16}  per round")
     for r in rows:
         print(f"{r['experiment']:<14}{r['without']:>16.1f}{r['with']:>14.1f}{r['ratio_median']:>16.3f}  "
               + " ".join(f"{x:.3f}" for x in r["ratios"]))
+    if breakdown:
+        per = breakdown["per_item_us"]
+        print(f"\nper launched item through an emulated stream (no-op item, full queue): agent "
+              f"{per['agent']:.1f} µs, bare {per['bare']:.1f} µs, difference {per['agent'] - per['bare']:.1f} µs")
+        print("agent's own threads (sampler + control), measured by the thread probe in a real session:")
+        for name in args.experiments.split(","):
+            b = breakdown[name]
+            print(f"  {name:<14}{b['agent_threads_percent_of_core']:6.2f} % of one core   "
+                  f"(throughput then {b['throughput']:.1f})")
 
 
 if __name__ == "__main__":
