@@ -54,12 +54,16 @@ def _items(n: int, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def _train(steps: int) -> float:
-    """Steps/s of a small MLP training loop."""
+#: (features, hidden, batch) of the two training loops: a tiny step (~0.3 ms) and a larger one (~5 ms)
+LOOPS = {"MLP 64-128-10, batch 32": (64, 128, 32), "MLP 512-1024-10, batch 256": (512, 1024, 256)}
+
+
+def _train(steps: int, features: int = 64, hidden: int = 128, batch: int = 32) -> float:
+    """Steps/s of an MLP training loop."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    x, y = torch.randn(batch, features), torch.randint(0, 10, (batch,))
     t0 = time.perf_counter()
     for _ in range(steps):
         opt.zero_grad()
@@ -99,24 +103,27 @@ def main() -> None:
     for setup, fn in per_op.values():
         _under(setup, fn, 2000, *tensors)
     runs: dict[str, list[float]] = {k: [] for k in per_op}
-    loop: dict[str, list[float]] = {"plain": [], "bare": [], "agent": []}
+    loop = {size: {"plain": [], "bare": [], "agent": []} for size in LOOPS}
     for _ in range(args.repeats):
         for name, (setup, fn) in per_op.items():
             runs[name].append(_under(setup, fn, args.ops // (10 if fn is _items else 1), *tensors))
-        for setup in loop:
-            loop[setup].append(_under(setup, _train, args.steps))
+        for size, shape in LOOPS.items():
+            steps = args.steps if shape[2] == 32 else max(20, args.steps // 10)
+            for setup in loop[size]:
+                loop[size][setup].append(_under(setup, _train, steps, *shape))
     print(f"torch {torch.__version__}, {args.ops} ops x {args.repeats} repeats, 1 intra-op thread")
     print(f"{'per op':34s} {'median µs/op':>12s} {'min µs/op':>10s} {'overhead µs/op':>15s}")
     for name, values in runs.items():
         base = statistics.median(runs["item() plain" if "item()" in name else "plain"])
         med = statistics.median(values)
         print(f"{name:34s} {med:12.3f} {min(values):10.3f} {med - base:15.3f}")
-    plain = statistics.median(loop["plain"])
-    print(f"\ntraining loop (MLP 64-128-10, batch 32, SGD), {args.steps} steps x {args.repeats} repeats")
     labels = {"plain": "plain", "bare": "bare TorchFunctionMode (floor)", "agent": "under torchpar-top run"}
-    for setup, label in labels.items():
-        rate = statistics.median(loop[setup])
-        print(f"{label:34s} {rate:12.1f} steps/s   ratio {rate / plain:.3f}")
+    for size, rates in loop.items():
+        plain = statistics.median(rates["plain"])
+        print(f"\ntraining loop ({size}, SGD), {args.repeats} repeats")
+        for setup, label in labels.items():
+            rate = statistics.median(rates[setup])
+            print(f"{label:34s} {rate:12.1f} steps/s   ratio {rate / plain:.3f}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import pathlib
 import shutil
 import subprocess
@@ -38,8 +39,8 @@ def _session(target: str):
     from torchpar_top.session.targets import ScriptTarget
 
     if target == "run":
-        script = SCRIPTS / "train_dataloader.py"
-        target = ScriptTarget(str(script), ("400",))
+        script = os.path.relpath(SCRIPTS / "train_dataloader.py")  # as a user would type it
+        target = ScriptTarget(script, ("400",))
     return Session(target, gpu_probe=_gpu_probe(), stack_source=_stack_source())
 
 
@@ -80,6 +81,7 @@ def to_png(svg: pathlib.Path, size) -> pathlib.Path | None:
 
 
 def main() -> int:
+    os.chdir(HERE.parent)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", choices=sorted(SHOTS))
     parser.add_argument("--no-png", action="store_true")

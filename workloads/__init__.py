@@ -17,7 +17,7 @@ EXPERIMENTS: dict[str, tuple[str, Experiment]] = {
         "async_compute",
         Experiment(
             "async",
-            "async computation: randn + mm launched onto a stream",
+            "randn + mm launched onto a stream (asynchronous computation)",
             "The frontend launches randn+mm items onto a stream and runs ahead; the launch queue fills to "
             "its capacity. SYNC waits for each item: the queue collapses.",
         ),
@@ -26,7 +26,7 @@ EXPERIMENTS: dict[str, tuple[str, Experiment]] = {
         "multi_device",
         Experiment(
             "multi-device",
-            "auto-parallelism: 20000 × mm(100×100) on device 0, device 1, both",
+            "20000 × mm(100×100) on device 0, device 1, both (auto-parallelism)",
             "One Python thread feeds two devices; run alone they take t0 and t1, together less than "
             "t0 + t1 when they overlap.",
         ),
@@ -35,7 +35,7 @@ EXPERIMENTS: dict[str, tuple[str, Experiment]] = {
         "intra_op",
         Experiment(
             "intra-op",
-            "intra-op threads: a large matmul loop, +/- set_num_threads",
+            "a large matmul loop; +/- set_num_threads (intra-op threads)",
             "One operator split across the intra-op thread pool; the scaling table fills in as you try "
             "thread counts.",
         ),
@@ -44,7 +44,7 @@ EXPERIMENTS: dict[str, tuple[str, Experiment]] = {
         "inter_op",
         Experiment(
             "inter-op",
-            "inter-op fork: independent matmul chains on the inter-op pool",
+            "independent matmul chains forked on the inter-op pool (TorchScript fork)",
             "A TorchScript function forks independent chains; pending futures are the queue.",
         ),
     ),
