@@ -2,10 +2,13 @@
 
     python benchmarks/bench_usercode.py [--ops 200000] [--steps 300] [--repeats 7]
 
-1. Per op: the same small op (``torch.add(a, b, out=c)`` on 1-element tensors) plain, under a function
-   mode that only calls through (the floor of any ``TorchFunctionMode``), and under the agent's
-   ``OpCounter`` (count + busy interval + sync-point check), in SYNC scope ``op`` on the CPU (one more
-   call per op), and for a sync-point call (``.item()``: attribution walks the stack).
+1. Per op: the same small op (``torch.add(a, b, out=c)`` on 1-element tensors, about the cost of a
+   CUDA launch call from Python) plain, under a function mode that only calls through (the floor of any
+   ``TorchFunctionMode``), under ``run``'s ``OpCounter`` (count + busy interval + sync-point check), in
+   SYNC scope ``op`` on the CPU (one more call per op), under the CUDA agent's ``LaunchCounter`` (on CPU
+   tensors, and forced to count every op as ``cuda:0``: its CUDA path), under a minimal counting
+   ``TorchDispatchMode`` for comparison, and for a sync-point call (``.item()``: attribution walks the
+   stack).
 2. Per step: a user-style training loop (MLP, SGD) plain, under the bare mode, and under the full
    ``Instrumentation`` (mode, optimizer step hook, DataLoader wrappers), as steps/s and the ratio to plain.
    A step of this tiny model makes about 40 torch calls in 0.2-0.3 ms, so the mode's fixed cost per call
@@ -24,6 +27,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchpar_top.probes.agent.cuda_launch import LaunchCounter
 
 from torchpar_top.probes.agent.usercode import UserAgent
 from torchpar_top.probes.agent.usercode_install import Instrumentation
@@ -72,12 +78,33 @@ def _train(steps: int, features: int = 64, hidden: int = 128, batch: int = 32) -
     return steps / (time.perf_counter() - t0)
 
 
+class _DispatchCounter(TorchDispatchMode):
+    """Counts ATen ops (also sees backward ops): the alternative DESIGN.md mentions, for comparison."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+#: Modes measured per op besides the agent's own instrumentation.
+MODES: dict[str, Callable[[], Any]] = {
+    "bare": _Bare,
+    "launch-cpu": LaunchCounter,  # the CUDA agent's launch counter as deployed, on CPU tensors
+    "launch-cuda0": lambda: LaunchCounter(device_of=lambda out, a: 0),  # its CUDA path: count + time
+    "dispatch": _DispatchCounter,
+}
+
+
 def _under(setup: str, fn: Callable[..., float], *args: Any) -> float:
-    """Run ``fn`` plain, under the bare mode, or under the agent's instrumentation."""
+    """Run ``fn`` plain, under one of :data:`MODES`, or under the agent's instrumentation."""
     if setup == "plain":
         return fn(*args)
-    if setup == "bare":
-        with _Bare():
+    if setup in MODES:
+        with MODES[setup]():
             return fn(*args)
     agent = UserAgent(None, target="bench")
     if setup == "sync-op":
@@ -98,6 +125,9 @@ def main() -> None:
     per_op = {
         "plain": ("plain", _ops), "bare TorchFunctionMode (floor)": ("bare", _ops),
         "OpCounter (ASYNC)": ("agent", _ops), "OpCounter (SYNC scope op, CPU)": ("sync-op", _ops),
+        "CUDA LaunchCounter (CPU tensors)": ("launch-cpu", _ops),
+        "CUDA LaunchCounter (as cuda:0)": ("launch-cuda0", _ops),
+        "TorchDispatchMode counter": ("dispatch", _ops),
         "item() plain": ("plain", _items), "item() as a sync point": ("agent", _items),
     }
     for setup, fn in per_op.values():
