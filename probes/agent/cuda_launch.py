@@ -5,7 +5,7 @@ that device and that have returned. It counts ops, not kernels: one op may launc
 kernels. Metadata calls (``.shape``, ``.size()``, ``len`` ...) are not counted. Function modes are
 per thread: the mode counts calls made on the thread that entered it (the frontend).
 
-Cost per op measured by ``benchmarks/bench_launch_counter.py`` (CPU ops on this machine).
+Cost per op measured by ``benchmarks/bench_usercode.py`` (CPU ops on this machine).
 """
 
 from __future__ import annotations
