@@ -319,3 +319,6 @@ class SessionLike(Protocol):
 
     def restart(self) -> None:
         """Run the same target again (the user's script after it ended, or the experiment)."""
+
+    def profile(self, seconds: float = 1.0) -> None:
+        """Ask the child for a short torch.profiler window (exact per-stream queue length on CUDA)."""

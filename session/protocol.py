@@ -34,7 +34,8 @@ script or module); a ``sample`` executor row may carry ``ready`` (DataLoader: ba
 so the monitor labels NVML devices as the child sees them).
 
 Parent → child: ``cmd`` with ``cmd`` one of ``set_sync`` (``value``: bool, optional ``scope``),
-``set_threads`` (``value``: int >= 1), ``stop``.
+``set_threads`` (``value``: int >= 1), ``profile`` (``seconds``: 0 < s <= 10; a ``torch.profiler``
+window analysed the way Holistic Trace Analysis computes queue length), ``stop``.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ EXECUTOR_SAMPLE: dict[str, tuple[type, ...]] = {
     "busy": _NUM,
     "blocked": _NUM,
 }
-COMMANDS = {"set_sync", "set_threads", "stop"}
+COMMANDS = {"set_sync", "set_threads", "profile", "stop"}
 MODES = {"async", "sync"}
 QUANTITIES = {"depth", "outstanding"}
 
@@ -184,6 +185,10 @@ def validate(msg: Any) -> None:
             raise ProtocolError(f"unknown command {msg['cmd']!r}")
         if msg["cmd"] == "set_sync" and not isinstance(msg.get("value"), bool):
             raise ProtocolError("set_sync needs a bool value")
+        if msg["cmd"] == "profile":
+            seconds = msg.get("seconds")
+            if isinstance(seconds, bool) or not isinstance(seconds, _NUM) or not 0 < seconds <= 10:
+                raise ProtocolError("profile needs seconds in (0, 10]")
         if msg["cmd"] == "set_threads":
             value = msg.get("value")
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -111,6 +111,11 @@ class Session:
             self.store.num_threads = wanted
             self.store.add_log("app", f"asked for {wanted} intra-op threads")
 
+    def profile(self, seconds: float = 1.0) -> None:
+        """Ask the child for a short torch.profiler window, analysed the way HTA computes queue length."""
+        if self._send("profile", seconds=seconds):
+            self.store.add_log("app", f"asked for a {seconds:g} s profiler window (queue length, HTA's way)")
+
     def switch_experiment(self, name: str) -> None:
         """Stop whatever runs and start the built-in experiment ``name``."""
         workloads.info(name)

@@ -58,6 +58,7 @@ class TorchparTopApp(App[None]):
         Binding("w", "pick_experiment", "experiment"),
         Binding("r", "restart", "restart"),
         Binding("k", "toggle_stack", "stack"),
+        Binding("h", "profile", "profile", show=False),
         Binding("p", "toggle_pause", "pause"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
@@ -200,6 +201,11 @@ class TorchparTopApp(App[None]):
     def action_restart(self) -> None:
         """``r``: run the same target again (the user's script after it ended, or the experiment)."""
         self.session.restart()
+        self.refresh_from_session()
+
+    def action_profile(self) -> None:
+        """``h``: a 1 s torch.profiler window in the child, analysed the way HTA computes queue length."""
+        self.session.profile(1.0)
         self.refresh_from_session()
 
     def action_toggle_stack(self) -> None:

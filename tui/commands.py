@@ -22,6 +22,8 @@ class TorchparCommands(Provider):
             ("More threads", app.action_more_threads, "torch.set_num_threads(n + 1) in the child (key +)"),
             ("Fewer threads", app.action_fewer_threads, "torch.set_num_threads(n - 1) in the child (key -)"),
             ("Restart", app.action_restart, "run the same script or experiment again (key r)"),
+            ("Profile the launch queue", app.action_profile,
+             "1 s torch.profiler window: exact per-stream queue length, HTA's way (key h; CUDA only)"),
             ("Toggle stack panel", app.action_toggle_stack, "the frontend's Python stack, from py-spy (key k)"),
             ("Pause / resume sampling", app.action_toggle_pause, "the child keeps running (key p)"),
             ("Help", app.action_help, "what each panel means (key ?)"),

@@ -301,9 +301,42 @@ class Agent:
         elif cmd == "set_threads":
             self.set_threads(msg["value"])
             self._ack(cmd, True, f"torch.set_num_threads({msg['value']})")
+        elif cmd == "profile":
+            self._ack(cmd, True, f"profiler window of {msg['seconds']} s started")
+            th = threading.Thread(target=self._profile, args=(float(msg["seconds"]),), name="tpt-profile",
+                                  daemon=True)
+            th.start()
         elif cmd == "stop":
             self._ack(cmd, True, "stopping")
             self._stop_process()
+
+    def _profile(self, seconds: float) -> None:
+        """A short torch.profiler window, analysed HTA's way; the per-stream result goes to the log.
+
+        CUPTI records launches and kernels process-wide, so this thread may run it while the frontend
+        works. Without CUDA there are no launches to analyse, and the log says so. (CUDA: untested on
+        hardware.)
+        """
+        from torchpar_top.probes.agent import hta
+        from torchpar_top.probes.agent.cuda import profile_queue
+
+        cuda = self.cuda is not None
+        try:
+            series = profile_queue(seconds, cuda=cuda)
+        except Exception as exc:  # the profiler is optional: report, never crash the workload
+            self._log_quietly(f"profiler window failed: {type(exc).__name__}: {exc}")
+            return
+        if not series:
+            where = "no CUDA stream is watched" if not cuda else "the window saw no kernel launches"
+            self._log_quietly(f"profiler window ({seconds:g} s): no launch queue to analyse ({where})")
+        for line in hta.summary(series):
+            self._log_quietly(f"profiler window ({seconds:g} s): {line}")
+
+    def _log_quietly(self, text: str) -> None:
+        try:
+            self.log(text)
+        except OSError:
+            pass
 
     def _ack(self, cmd: str, ok: bool, detail: str) -> None:
         try:

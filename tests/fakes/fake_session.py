@@ -527,6 +527,10 @@ class FakeSession:
         self.calls.append(("set_paused", paused))
         self.snapshot_value = dataclasses.replace(self.snapshot_value, paused=paused)
 
+    def profile(self, seconds: float = 1.0) -> None:
+        """Record."""
+        self.calls.append(("profile", seconds))
+
     def restart(self) -> None:
         """Record; the child runs again (state ``running``, no exit code)."""
         self.calls.append(("restart",))

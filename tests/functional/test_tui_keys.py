@@ -368,6 +368,15 @@ async def test_r_restarts_the_target() -> None:
 
 
 @run_async
+async def test_h_asks_for_a_profiler_window() -> None:
+    app, session = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("h")
+        await pilot.pause()
+        assert ("profile", 1.0) in session.calls
+
+
+@run_async
 async def test_k_hides_and_shows_the_stack() -> None:
     app, session = app_on(make_run_snapshot())
     async with app.run_test(size=SIZE) as pilot:

@@ -142,6 +142,28 @@ def test_commands_over_the_socket_change_mode_and_threads():
         agent.close()
 
 
+def test_a_profiler_window_without_cuda_says_there_is_no_queue_to_analyse():
+    parent, child = socket.socketpair()
+    agent = _agent(child)
+    stream = agent.emulated_stream("s")
+    agent.start()
+    try:
+        for _ in range(50):
+            agent.launch(stream, time.sleep, 0.001)  # work running while the profiler records
+        parent.sendall(protocol.encode("cmd", cmd="profile", seconds=0.2))
+        reader, logs = protocol.LineReader(), []
+        parent.settimeout(30)
+        while not any("profiler window" in text for text in logs):
+            for line in reader.feed(parent.recv(65536)):
+                msg = protocol.decode(line)
+                if msg["type"] == "log":
+                    logs.append(msg["text"])
+        assert any("no launch queue to analyse (no CUDA stream is watched)" in text for text in logs)
+    finally:
+        parent.close()
+        agent.close()
+
+
 def test_the_agent_stops_when_torchpar_top_goes_away():
     parent, child = socket.socketpair()
     stopped = threading.Event()

@@ -57,6 +57,7 @@ def test_every_message_type_round_trips():
         (json.dumps({"v": 1, "type": "cmd", "cmd": "rm -rf"}).encode(), "unknown command"),
         (json.dumps({"v": 1, "type": "cmd", "cmd": "set_threads", "value": 0}).encode(), ">= 1"),
         (json.dumps({"v": 1, "type": "cmd", "cmd": "set_sync", "value": "yes"}).encode(), "bool value"),
+        (json.dumps({"v": 1, "type": "cmd", "cmd": "profile", "seconds": 60}).encode(), "seconds in"),
     ],
 )
 def test_malformed_lines_are_rejected_with_a_reason(line, why):

@@ -55,6 +55,7 @@ at 100% of a core.
 | `w` | pick an experiment to run |
 | `r` | restart: run the same script or experiment again (e.g. after it ended) |
 | `k` | show / hide the frontend stack panel |
+| `h` | a 1 s `torch.profiler` window, analysed the way Holistic Trace Analysis computes queue length: exact depth per CUDA stream and time at the 1024 cap, in the log (CUDA only) |
 | `p` | pause / resume sampling (the child keeps running) |
 | `?` | this help |
 | `ctrl+p` | command palette |
