@@ -84,12 +84,14 @@ def test_sleeping_child_waits_in_sleep(spawn):
         nap()
         """
     )
-    view = sample_until(StackSampler(child.pid), lambda v: v.frames[-1:] and v.frames[-1].function == "nap")
+    # py-spy's idle verdict is per dump: a dump taken as the call enters the sleep can read active, so
+    # wait for a dump that reads idle (it must come: the thread sleeps for 60 s)
+    view = sample_until(StackSampler(child.pid),
+                        lambda v: v.frames[-1:] and v.frames[-1].function == "nap" and v.idle)
     assert view.pid == child.pid and view.thread == "MainThread"
     assert [f.function for f in view.frames] == ["<module>", "nap"]
     assert view.frames[-1].filename.endswith("child0.py") and view.frames[-1].line == 4
     assert view.waiting_in == st.WAIT_SLEEP
-    assert view.idle
 
 
 def test_spinning_child_shows_its_function(spawn):
