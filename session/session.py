@@ -186,12 +186,14 @@ class Session:
             self._watch_pid(child.pid)
 
     def _watch_pid(self, pid: int) -> None:
-        """Sample this process's threads (and its stacks and GPU use, where those probes exist)."""
+        """Sample this process's threads; the first one watched also gets stacks and per-process GPU use
+        (the workload, or the first torchrun rank to connect)."""
         with self._child_lock:
+            first = not self._samplers
             self._samplers[pid] = ThreadSampler(pid)
             if self._stacks is None and self._stack_source is not None:
                 self._stacks = self._stack_source(pid)
-            if self._gpu_probe is not None:
+            if first and self._gpu_probe is not None:
                 self._gpu_probe.pid = pid
 
     def _stop_target(self) -> None:
@@ -229,14 +231,8 @@ class Session:
 
     def _on_rank_message(self, msg: dict[str, Any], number: int) -> None:
         if msg["type"] == "hello":
-            self._watch_rank(msg["pid"])
+            self._watch_pid(msg["pid"])
         self._on_child_message(msg, number)
-
-    def _watch_rank(self, pid: int) -> None:
-        with self._child_lock:
-            self._samplers[pid] = ThreadSampler(pid)
-            if self._stacks is None and self._stack_source is not None:
-                self._stacks = self._stack_source(pid)  # the first rank to connect
 
     def _on_rank_closed(self, number: int) -> None:
         self.store.on_source_closed(number)
