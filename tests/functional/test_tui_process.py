@@ -49,9 +49,31 @@ def _drain(master):
         pass
 
 
+def _cmdline(process):
+    """A process's command line, or "" if it ended or is a zombie by the time we read it.
+
+    The app starts short-lived helpers (py-spy dumps twice a second), so any child may
+    turn into a zombie or vanish between listing and reading it."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def _workload_pids(proc):
-    kids = psutil.Process(proc.pid).children(recursive=True)
-    return [k.pid for k in kids if "bootstrap" in " ".join(k.cmdline())]
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [k.pid for k in kids if "bootstrap" in _cmdline(k)]
+
+
+def _running(pid):
+    """Alive and not a zombie (a zombie has ended; only its exit status is left to collect)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "key q", "key ctrl-c", "terminal closed"])
@@ -62,6 +84,11 @@ def test_nothing_is_left_running(how):
         pids = wait_for(lambda: (_drain(master), _workload_pids(proc))[1], timeout=60)
         time.sleep(1.0)  # let the app draw a few frames
         _drain(master)
+        # Everything the app started (workload and helpers such as py-spy) must be gone afterwards.
+        try:
+            pids += [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:
+            pass
         if how == "SIGTERM":
             proc.send_signal(signal.SIGTERM)
         elif how == "SIGHUP":
@@ -79,7 +106,7 @@ def test_nothing_is_left_running(how):
                 _drain(master)
             time.sleep(0.05)
         assert proc.poll() is not None, f"the app did not exit after {how}"
-        wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids),
+        wait_for(lambda: not any(_running(p) for p in pids),
                  timeout=15)
     finally:
         if proc.poll() is None:
