@@ -106,8 +106,12 @@ class ChildProcess:
         except OSError:
             return False
 
-    def stop(self) -> int | None:
+    def stop(self, grace: float = STOP_GRACE) -> int | None:
         """Stop the child and everything in its process group; wait for the reader. Idempotent.
+
+        Args:
+            grace: seconds the workload gets to return after the ``stop`` command before SIGTERM;
+                0 goes straight to SIGTERM (the app is quitting and nobody will read what it says).
 
         Returns:
             The exit status, or None if it never started.
@@ -116,9 +120,9 @@ class ChildProcess:
         if proc is None:
             return None
         self._stopping.set()
-        if proc.poll() is None:
+        if grace > 0 and proc.poll() is None:
             self.send("stop")
-            _wait(proc, STOP_GRACE)
+            _wait(proc, grace)
         _kill_group(proc.pid, signal.SIGTERM)
         if proc.poll() is None:
             _wait(proc, TERM_GRACE)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from torchpar_top import workloads
 from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler
-from torchpar_top.session.child import ChildProcess
+from torchpar_top.session.child import STOP_GRACE, ChildProcess
 from torchpar_top.session.listener import ENV_VAR, AgentListener
 from torchpar_top.session.model import ChildStatus, Experiment, HostSample, Snapshot, StackView
 from torchpar_top.session.store import SessionStore
@@ -82,7 +82,9 @@ class Session:
             return
         self._closed = True
         self._stop.set()
-        self._stop_target()
+        # Quitting. Our experiments have nothing to unwind: SIGTERM at once. The user's code is
+        # interrupted as Ctrl-C would (its finally blocks and atexit handlers run) before SIGTERM.
+        self._stop_target(grace=0 if isinstance(self.target, ExperimentTarget) else STOP_GRACE)
         if self._host_thread is not None:
             self._host_thread.join(timeout=5)
         if self._gpu_probe is not None:
@@ -196,7 +198,7 @@ class Session:
             if first and self._gpu_probe is not None:
                 self._gpu_probe.pid = pid
 
-    def _stop_target(self) -> None:
+    def _stop_target(self, grace: float = STOP_GRACE) -> None:
         with self._child_lock:
             child, self._child = self._child, None
             listener, self._listener = self._listener, None
@@ -205,7 +207,7 @@ class Session:
             if self._gpu_probe is not None:
                 self._gpu_probe.cuda_uuids = None
         if child is not None:
-            child.stop()
+            child.stop(grace)
         if listener is not None:
             listener.close()
         if stacks is not None:

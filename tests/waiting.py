@@ -3,6 +3,8 @@
 import os
 import time
 
+import psutil
+
 import pytest
 
 
@@ -24,3 +26,11 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has ended; only its exit status is left to collect)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

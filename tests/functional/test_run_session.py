@@ -11,7 +11,7 @@ import pytest
 from torchpar_top.session.session import Session
 from torchpar_top.session.targets import ScriptTarget
 
-from waiting import wait_for
+from waiting import running, wait_for
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
 pytestmark = pytest.mark.slow
@@ -30,6 +30,8 @@ def run_session():
     yield make
     for s in made:
         s.close()
+
+
 
 
 def test_an_input_bound_training_loop(run_session):
@@ -83,6 +85,12 @@ def test_torchrun_ranks_are_shown_and_a_dead_rank_is_marked(run_session):
     victim = next(r for r in ranks if r.rank == 1)
     os.kill(victim.pid, signal.SIGKILL)
     wait_for(lambda: next(r for r in s.snapshot().ranks if r.rank == 1).state == "exited", timeout=60)
+    # torchrun starts each rank in a session of its own, out of reach of our process group:
+    # closing must still end the surviving rank.
+    survivor = next(r for r in ranks if r.rank == 0).pid
+    launcher = s.snapshot().child.pid
+    s.close()
+    wait_for(lambda: not running(survivor) and not running(launcher), timeout=15)
 
 
 @pytest.mark.parametrize(

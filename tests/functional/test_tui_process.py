@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from waiting import wait_for
+from waiting import running, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -68,12 +68,6 @@ def _workload_pids(proc):
     return [k.pid for k in kids if "bootstrap" in _cmdline(k)]
 
 
-def _running(pid):
-    """Alive and not a zombie (a zombie has ended; only its exit status is left to collect)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "key q", "key ctrl-c", "terminal closed"])
@@ -106,7 +100,7 @@ def test_nothing_is_left_running(how):
                 _drain(master)
             time.sleep(0.05)
         assert proc.poll() is not None, f"the app did not exit after {how}"
-        wait_for(lambda: not any(_running(p) for p in pids),
+        wait_for(lambda: not any(running(p) for p in pids),
                  timeout=15)
     finally:
         if proc.poll() is None:

@@ -28,7 +28,7 @@ class SlowDataset(Dataset):
 
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 60
-    sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 0.004
+    sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
     batch = 8
     loader = DataLoader(SlowDataset(steps * batch, sleep), batch_size=batch, num_workers=2, shuffle=True)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
