@@ -2,7 +2,7 @@
 
 Fields of each line (see README, "Headless output"):
 ``t``, ``experiment``, ``target``, ``mode`` (null when attached), ``notice``, ``child`` {pid, state, exit_code}, ``cores`` [percent per core],
-``threads`` [{role, count, busy, cpu_percent}], ``executors`` [{name, kind, quantity, value, capacity,
+``threads`` [{role, count, busy, cpu_percent, wait_percent}], ``executors`` [{name, kind, quantity, value, capacity,
 launched, completed, busy, blocked, emulated}], ``throughput`` {value, unit}, ``num_threads``,
 ``frontend`` {busy, wait}, ``overlap``, ``scoreboard`` {async|sync: {seconds, throughput, mean_depth,
 frontend_wait}}, ``ratio``, ``results`` [{label, value, unit}], ``scaling`` [{threads, gflops}],
@@ -37,7 +37,8 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "child": {"pid": snap.child.pid, "state": snap.child.state, "exit_code": snap.child.exit_code},
         "cores": [round(c, 1) for c in snap.cores],
         "threads": [
-            {"role": g.role, "count": g.count, "busy": g.busy, "cpu_percent": round(g.cpu_percent, 1)}
+            {"role": g.role, "count": g.count, "busy": g.busy, "cpu_percent": round(g.cpu_percent, 1),
+             "wait_percent": round(g.wait_percent, 1)}
             for g in snap.thread_groups
         ],
         "executors": [

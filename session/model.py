@@ -34,6 +34,11 @@ class ThreadInfo:
     """What it does for PyTorch: see :mod:`torchpar_top.probes.host.threads` for the roles."""
     cpu_percent: float
     """Share of one core used since the previous sample, 0..100."""
+    wait_percent: float = 0.0
+    """Share of the time since the previous sample spent runnable but waiting for a core (the
+    run-queue delay in ``schedstat``): above 0 means the machine had more runnable threads than cores."""
+    pid: int | None = None
+    """The process it belongs to: the watched one, or one it started (DataLoader workers...)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class ThreadGroup:
     cpu_percent: float
     """Sum over the group, in percent of one core (may exceed 100)."""
     tids: tuple[int, ...] = ()
+    wait_percent: float = 0.0
+    """Run-queue wait summed over the group, in percent of one core."""
 
 
 BUSY_THREAD_PERCENT = 10.0

@@ -10,6 +10,8 @@ import os
 import time
 from typing import Iterable, Mapping
 
+import psutil
+
 from torchpar_top.session.model import BUSY_THREAD_PERCENT, ThreadGroup, ThreadInfo
 
 ROLE_FRONTEND = "frontend (main)"
@@ -19,6 +21,10 @@ ROLE_INTRAOP = "intra-op workers"
 ROLE_INTEROP = "inter-op pool"
 ROLE_AUTOGRAD = "autograd"
 ROLE_DATA = "data"
+ROLE_DATA_WORKERS = "DataLoader workers"
+"""Threads of DataLoader worker processes (children of the watched process)."""
+ROLE_SUBPROCESS = "child processes"
+"""Threads of any other process the watched one started (compile workers, launchers' helpers...)."""
 ROLE_AGENT = "torchpar agent"
 ROLE_OTHER = "other"
 
@@ -48,6 +54,17 @@ def classify(tid: int, comm: str, pid: int, roles: Mapping[int, str] | None = No
     """The role of thread ``tid`` (named ``comm``) of process ``pid``; ``roles`` from the agent win."""
     if roles and tid in roles:
         return roles[tid]
+    return classify_own(tid, comm, pid)
+
+
+def classify_descendant(comm: str) -> str:
+    """The role of a thread of a process started by the watched one: DataLoader workers name
+    themselves ``pt_data_worker`` (and their threads inherit it); anything else is a child process."""
+    return ROLE_DATA_WORKERS if comm.startswith(_DATA_PREFIXES) else ROLE_SUBPROCESS
+
+
+def classify_own(tid: int, comm: str, pid: int) -> str:
+    """The role of thread ``tid`` of the watched process ``pid`` from its kernel name alone."""
     low = comm.lower()
     if tid == pid or comm.startswith("pt_main_thread"):
         return ROLE_FRONTEND
@@ -71,7 +88,7 @@ def _rank(role: str) -> int:
         return 0
     if role.startswith(ROLE_STREAM_PREFIX):
         return 1
-    order = (ROLE_INTRAOP, ROLE_INTEROP, ROLE_AUTOGRAD, ROLE_DATA, ROLE_AGENT)
+    order = (ROLE_INTRAOP, ROLE_INTEROP, ROLE_AUTOGRAD, ROLE_DATA, ROLE_DATA_WORKERS, ROLE_SUBPROCESS, ROLE_AGENT)
     return 2 + order.index(role) if role in order else 2 + len(order)
 
 
@@ -86,6 +103,7 @@ def group(threads: Iterable[ThreadInfo]) -> tuple[ThreadGroup, ...]:
             count=len(ts),
             busy=sum(1 for t in ts if t.cpu_percent > BUSY_THREAD_PERCENT),
             cpu_percent=sum(t.cpu_percent for t in ts),
+            wait_percent=sum(t.wait_percent for t in ts),
             tids=tuple(sorted(t.tid for t in ts)),
         )
         for role, ts in sorted(by_role.items(), key=lambda kv: (_rank(kv[0]), kv[0]))
@@ -93,16 +111,21 @@ def group(threads: Iterable[ThreadInfo]) -> tuple[ThreadGroup, ...]:
 
 
 class ThreadSampler:
-    """Per-thread CPU of one process, as a share of one core since the previous :meth:`sample`."""
+    """Per-thread CPU of one process and of the processes it started, as a share of one core since
+    the previous :meth:`sample`, and the time each thread spent runnable but waiting for a core."""
 
-    def __init__(self, pid: int) -> None:
-        """Watch process ``pid``; nothing is read until the first :meth:`sample`."""
+    def __init__(self, pid: int, *, descendants: bool = True) -> None:
+        """Watch process ``pid`` (and, with ``descendants``, every process below it, such as DataLoader
+        workers); nothing is read until the first :meth:`sample`."""
         self.pid = pid
         self.error: str | None = None
         """Why the last sample was empty (process gone, permission denied), else ``None``."""
         self._hz = float(os.sysconf("SC_CLK_TCK"))
-        self._prev: dict[int, float] = {}
+        self._prev: dict[int, tuple[float, float]] = {}
         self._prev_t: float | None = None
+        self._descendants = descendants
+        self._children: list[int] = []
+        self._children_t = float("-inf")
 
     def read_ticks(self) -> dict[int, tuple[str, int]]:
         """Read ``{tid: (comm, utime + stime ticks)}`` for the live threads (``/proc/.../stat``)."""
@@ -119,53 +142,63 @@ class ThreadSampler:
             ProcessLookupError: the process has exited (or is a zombie).
             PermissionError: ``/proc/<pid>/task`` is not readable.
         """
-        task = f"/proc/{self.pid}/task"
-        try:
-            names = os.listdir(task)
-        except FileNotFoundError:
-            raise ProcessLookupError(self.pid) from None
-        out: dict[int, tuple[str, int, int | None]] = {}
-        for name in names:
+        return {tid: (comm, ticks, run) for tid, (comm, ticks, run, _) in _read_task(self.pid, own=True).items()}
+
+    def children(self) -> list[int]:
+        """Pids of the processes below the watched one, looked up again at most once a second."""
+        now = time.monotonic()
+        if self._descendants and now - self._children_t >= CHILDREN_REFRESH_S:
+            self._children_t = now
             try:
-                with open(f"{task}/{name}/stat", encoding="utf-8", errors="replace") as f:
-                    comm, state, ticks = parse_stat(f.read())
-            except (FileNotFoundError, ProcessLookupError):
-                continue  # the thread ended between listdir and open
-            if int(name) == self.pid and state in ("Z", "X"):
-                raise ProcessLookupError(self.pid)  # exited, not yet reaped
-            out[int(name)] = (comm, ticks, _read_schedstat_ns(f"{task}/{name}/schedstat"))
-        if not out and not os.path.exists(f"/proc/{self.pid}"):
-            raise ProcessLookupError(self.pid)
-        return out
+                self._children = [c.pid for c in psutil.Process(self.pid).children(recursive=True)]
+            except psutil.Error:
+                self._children = []
+        return self._children
 
     def sample(self, roles: Mapping[int, str] | None = None) -> tuple[ThreadInfo, ...]:
-        """The process's threads, sorted by tid, with their CPU share since the previous call.
+        """The process's threads, then its descendants', with their CPU share since the previous call.
 
         Args:
             roles: tid -> role name from the agent; overrides :func:`classify`'s guess.
 
         Returns:
-            One :class:`ThreadInfo` per live thread (``cpu_percent`` is 0.0 on the first call and
-            for threads new since the previous one), or ``()`` with :attr:`error` set.
+            One :class:`ThreadInfo` per live thread (``cpu_percent`` and ``wait_percent`` are 0.0 on
+            the first call and for threads new since the previous one), or ``()`` with :attr:`error`
+            set when the watched process itself cannot be read.
         """
         now = time.monotonic()
         try:
-            times = self.read_times()
+            own = _read_task(self.pid, own=True)
         except ProcessLookupError:
             return self._fail(f"process {self.pid} has exited")
         except PermissionError:
             return self._fail(f"permission denied reading /proc/{self.pid}/task (another user's process?)")
         except OSError as exc:
             return self._fail(f"cannot read threads of process {self.pid}: {exc}")
+        readings = [(self.pid, own)]
+        for child in self.children():
+            try:
+                readings.append((child, _read_task(child, own=False)))
+            except OSError:
+                continue  # ended, or not ours to read: the watched process is what matters
         dt = now - self._prev_t if self._prev_t is not None else 0.0
         infos = []
-        cpu_ns = {tid: ns if ns is not None else ticks * 1e9 / self._hz for tid, (_, ticks, ns) in times.items()}
-        for tid in sorted(times):
-            comm, t = times[tid][0], cpu_ns[tid]
-            prev = self._prev.get(tid)
-            pct = max(0.0, (t - prev) / 1e9 / dt * 100.0) if prev is not None and dt > 0 else 0.0
-            infos.append(ThreadInfo(tid, comm, classify(tid, comm, self.pid, roles), pct))
-        self._prev = cpu_ns
+        current: dict[int, tuple[float, float]] = {}
+        for pid, times in readings:
+            for tid in sorted(times):
+                comm, ticks, run_ns, wait_ns = times[tid]
+                run = run_ns if run_ns is not None else ticks * 1e9 / self._hz
+                wait = wait_ns if wait_ns is not None else 0.0
+                current[tid] = (run, wait)
+                prev = self._prev.get(tid)
+                if prev is not None and dt > 0:
+                    pct = max(0.0, (run - prev[0]) / 1e9 / dt * 100.0)
+                    wait_pct = max(0.0, (wait - prev[1]) / 1e9 / dt * 100.0)
+                else:
+                    pct = wait_pct = 0.0
+                role = classify(tid, comm, pid, roles) if pid == self.pid else classify_descendant(comm)
+                infos.append(ThreadInfo(tid, comm, role, pct, wait_pct, pid))
+        self._prev = current
         self._prev_t = now
         self.error = None
         return tuple(infos)
@@ -177,10 +210,47 @@ class ThreadSampler:
         return ()
 
 
-def _read_schedstat_ns(path: str) -> int | None:
-    """Nanoseconds on CPU, the first field of ``schedstat``; None when unavailable."""
+CHILDREN_REFRESH_S = 1.0
+"""How often :meth:`ThreadSampler.children` walks the process tree again (psutil reads every pid's
+ppid; at 10 Hz that would be most of the sampler's cost)."""
+
+
+def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, int | None]]:
+    """``{tid: (comm, ticks, run_ns, wait_ns)}`` for the live threads of ``pid``.
+
+    ``run_ns`` and ``wait_ns`` are the first two fields of ``schedstat``: time on a CPU, and time
+    runnable but waiting on a run queue (None where the kernel keeps no schedstat).
+
+    Raises:
+        ProcessLookupError: the process has exited (for ``own``, a zombie counts as exited).
+        PermissionError: ``/proc/<pid>/task`` is not readable.
+    """
+    task = f"/proc/{pid}/task"
+    try:
+        names = os.listdir(task)
+    except FileNotFoundError:
+        raise ProcessLookupError(pid) from None
+    out: dict[int, tuple[str, int, int | None, int | None]] = {}
+    for name in names:
+        try:
+            with open(f"{task}/{name}/stat", encoding="utf-8", errors="replace") as f:
+                comm, state, ticks = parse_stat(f.read())
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended between listdir and open
+        if own and int(name) == pid and state in ("Z", "X"):
+            raise ProcessLookupError(pid)  # exited, not yet reaped
+        run_ns, wait_ns = _read_schedstat_ns(f"{task}/{name}/schedstat")
+        out[int(name)] = (comm, ticks, run_ns, wait_ns)
+    if not out and not os.path.exists(f"/proc/{pid}"):
+        raise ProcessLookupError(pid)
+    return out
+
+
+def _read_schedstat_ns(path: str) -> tuple[int | None, int | None]:
+    """``(on CPU, waiting on a run queue)`` in nanoseconds from ``schedstat``; Nones when unavailable."""
     try:
         with open(path, encoding="ascii") as f:
-            return int(f.read().split()[0])
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
     except (OSError, ValueError, IndexError):
-        return None
+        return None, None

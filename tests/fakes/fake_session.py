@@ -266,22 +266,27 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
 
     The loop is input-bound: a DataLoader with 2 workers (prefetch 2 × 2 = 4) whose queue sits at its
     cap, the frontend waits for data 62% of the time, and py-spy finds it waiting in the DataLoader.
+    The workers' threads wait for a core (0.64 cores' worth of run-queue delay in all: starved).
     Six sync-point sites (``.item()`` every step, printing a tensor...).
     """
     base = make_snapshot(cores=4, executors=0, mode=mode, child_state=child_state, exit_code=exit_code)
     n_hist = 60
     frontend_busy = tuple(0.38 + (0.1 if i % 4 == 0 else 0.0) for i in range(n_hist))
     threads = (
-        ThreadInfo(4242, "python", "frontend (main)", 41.0),
-        ThreadInfo(4243, "python", "intra-op workers", 22.0),
-        ThreadInfo(4244, "python", "intra-op workers", 19.0),
-        ThreadInfo(4251, "pt_autograd_0", "autograd", 6.0),
-        ThreadInfo(4270, "python", "torchpar agent", 1.0),
+        ThreadInfo(4242, "python", "frontend (main)", 41.0, 18.0, 4242),
+        ThreadInfo(4243, "python", "intra-op workers", 22.0, 13.0, 4242),
+        ThreadInfo(4244, "python", "intra-op workers", 19.0, 11.0, 4242),
+        ThreadInfo(4251, "pt_autograd_0", "autograd", 6.0, 0.0, 4242),
+        ThreadInfo(4270, "python", "torchpar agent", 1.0, 0.0, 4242),
+        # Two DataLoader worker processes (children of the script), three threads each.
+        *(ThreadInfo(4300 + 10 * w + i, "pt_data_worker", "DataLoader workers", 12.0 if i == 0 else 2.0,
+                     9.0 if i == 0 else 1.0, 4300 + 10 * w) for w in range(2) for i in range(3)),
     )
     groups = (
-        ThreadGroup("frontend (main)", 1, 1, 41.0, (4242,)),
-        ThreadGroup("intra-op workers", 2, 2, 41.0, (4243, 4244)),
+        ThreadGroup("frontend (main)", 1, 1, 41.0, (4242,), 18.0),
+        ThreadGroup("intra-op workers", 2, 2, 41.0, (4243, 4244), 24.0),
         ThreadGroup("autograd", 1, 0, 6.0, (4251,)),
+        ThreadGroup("DataLoader workers", 6, 2, 32.0, (4300, 4301, 4302, 4310, 4311, 4312), 22.0),
         ThreadGroup("torchpar agent", 1, 0, 1.0, (4270,)),
     )
     stack = StackView(

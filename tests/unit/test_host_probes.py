@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -15,6 +16,8 @@ from torchpar_top.probes.host import threads as th
 from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler, classify, group, parse_stat
 from torchpar_top.session.model import ThreadInfo
+
+from waiting import wait_for
 
 
 def _independent_ticks(pid: int, tid: int) -> tuple[str, int]:
@@ -73,6 +76,9 @@ def test_group_sums_and_order() -> None:
         ThreadInfo(1, "python", th.ROLE_FRONTEND, 100.0),
         ThreadInfo(10, "pt_data_pin", th.ROLE_DATA, 0.0),
         ThreadInfo(11, "pt_autograd_0", th.ROLE_AUTOGRAD, 0.0),
+        ThreadInfo(12, "pt_data_worker", th.ROLE_DATA_WORKERS, 30.0, 12.5, pid=40),
+        ThreadInfo(13, "pt_data_worker", th.ROLE_DATA_WORKERS, 20.0, 7.5, pid=41),
+        ThreadInfo(14, "cc1plus", th.ROLE_SUBPROCESS, 5.0, pid=42),
     ]
     groups = group(infos)
     assert [g.role for g in groups] == [
@@ -83,12 +89,16 @@ def test_group_sums_and_order() -> None:
         th.ROLE_INTEROP,
         th.ROLE_AUTOGRAD,
         th.ROLE_DATA,
+        th.ROLE_DATA_WORKERS,
+        th.ROLE_SUBPROCESS,
         th.ROLE_AGENT,
         "mystery",
     ]
     intra = groups[3]
     assert (intra.count, intra.busy, intra.cpu_percent, intra.tids) == (3, 2, 180.0, (3, 4, 5))
     assert groups[4].busy == 1 and groups[1].busy == 0
+    workers = groups[7]
+    assert (workers.count, workers.busy, workers.cpu_percent, workers.wait_percent) == (2, 2, 50.0, 20.0)
     assert sum(g.count for g in groups) == len(infos)
     assert group([]) == ()
 
@@ -146,9 +156,70 @@ def test_busy_and_idle_threads_read_from_proc() -> None:
     for t in (busy, idle, newcomer):
         if t.ident is not None:
             t.join(5)
-    gone = {t.tid for t in sampler.sample()}
-    assert busy.native_id not in gone and newcomer.native_id not in gone
+    # join() returns just before the OS thread is gone from /proc: give it a moment.
+    gone = wait_for(lambda: (tids := {t.tid for t in sampler.sample()}) and busy.native_id not in tids
+                    and newcomer.native_id not in tids and tids, timeout=10)
     assert pid in gone
+
+
+@pytest.mark.parametrize("comm, expected", [
+    ("pt_data_worker", th.ROLE_DATA_WORKERS),
+    ("python", th.ROLE_SUBPROCESS),
+    ("cc1plus", th.ROLE_SUBPROCESS),
+])
+def test_classify_descendant(comm: str, expected: str) -> None:
+    assert th.classify_descendant(comm) == expected
+
+
+# Two processes spinning on the same core: each is runnable all the time and gets about half of it,
+# so each waits on the run queue about half the time. Their parent sleeps.
+_PINNED_PAIR = r"""
+import os, subprocess, sys, time
+core = sorted(os.sched_getaffinity(0))[0]
+spin = "import os, sys; os.sched_setaffinity(0, {%d}); print('spinning', flush=True)\nwhile True: pass" % core
+kids = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE) for _ in range(2)]
+for k in kids:
+    k.stdout.readline()
+print(" ".join(str(k.pid) for k in kids), flush=True)
+time.sleep(60)
+"""
+
+
+def _schedstat(pid: int, tid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        run, wait, _ = f.read().split()
+    return int(run), int(wait)
+
+
+def test_descendants_are_sampled_with_their_run_queue_wait() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", _PINNED_PAIR], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        kids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(kids) == 2
+        sampler = ThreadSampler(parent.pid)
+        sampler.sample()
+        time.sleep(1.0)
+        infos = sampler.sample()
+        by_tid = {t.tid: t for t in infos}
+        assert by_tid[parent.pid].role == th.ROLE_FRONTEND and by_tid[parent.pid].pid == parent.pid
+        assert by_tid[parent.pid].cpu_percent < 20
+        for kid in kids:
+            info = by_tid[kid]
+            assert (info.pid, info.role) == (kid, th.ROLE_SUBPROCESS)
+            # Sharing one core: neither has it all, and each waited for it a good part of the second.
+            assert 10 < info.cpu_percent < 90, info
+            assert info.wait_percent > 10, info
+        # The run-queue wait comes from schedstat's second field, read independently here.
+        before = _schedstat(kids[0], kids[0])
+        time.sleep(0.3)
+        after = _schedstat(kids[0], kids[0])
+        assert after[1] > before[1] and after[0] > before[0]
+        assert ThreadSampler(parent.pid, descendants=False).sample() and all(
+            t.pid == parent.pid for t in ThreadSampler(parent.pid, descendants=False).sample())
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
 
 
 def test_dead_pid_gives_empty_and_message() -> None:

@@ -24,7 +24,7 @@ from torchpar_top.tui.widgets.ranks import (
 from torchpar_top.tui.widgets.scoreboard import ratio_text
 from torchpar_top.tui.widgets.stack import short_path, verdict, where
 from torchpar_top.tui.widgets.syncpoints import count_text, on_device, rate_text, top_sites
-from torchpar_top.tui.widgets.threads import hot_frontend_in_sync
+from torchpar_top.tui.widgets.threads import hot_frontend_in_sync, starved_note
 
 
 def test_depth_sums_values_over_capacities() -> None:
@@ -163,3 +163,13 @@ def test_status_lines() -> None:
     assert status_lines(ChildStatus(pid=None, state="failed", message="no such file"))[0] == (
         "child failed to start: no such file"
     )
+
+
+def test_starved_note_above_half_a_core_of_run_queue_wait() -> None:
+    run = make_run_snapshot()
+    assert sum(g.wait_percent for g in run.thread_groups) == 64.0
+    assert starved_note(run) == "starved: waited 0.6 cores for a CPU"
+    calm = dataclasses.replace(run, thread_groups=tuple(dataclasses.replace(g, wait_percent=g.wait_percent / 2)
+                                                       for g in run.thread_groups))
+    assert starved_note(calm) is None
+    assert starved_note(make_snapshot()) is None

@@ -73,6 +73,7 @@ class SnapshotPanel(Widget):
         "panel--track",
         "panel--accent",
         "panel--note",
+        "panel--warn",
     }
 
     DEFAULT_CSS = """
@@ -87,6 +88,7 @@ class SnapshotPanel(Widget):
         & > .panel--track { color: $secondary; background: $foreground 7%; }
         & > .panel--accent { color: $accent; }
         & > .panel--note { color: $warning; text-style: italic; }
+        & > .panel--warn { color: $warning; }
     }
     """
 

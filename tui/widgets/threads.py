@@ -12,6 +12,24 @@ working" note."""
 
 SYNC_NOTE = "frontend hot in a synchronize = waiting, not working"
 
+SHOWN_WAIT_PERCENT = 5.0
+"""A group's run-queue wait is written next to it from this share of a core."""
+WAIT_COLUMN_MIN_WIDTH = 52
+"""Narrower panels leave the per-group wait out (the names and bars need the room); the note stays."""
+STARVED_WAIT_PERCENT = 50.0
+"""Run-queue wait summed over every thread above this (half a core) gets the "starved" note."""
+
+
+def starved_note(snapshot: Snapshot) -> str | None:
+    """The note for threads that were runnable but waited for a core, summed, when above half a core.
+
+    The wait is the kernel's run-queue delay (``schedstat``): the cores were all taken, by this
+    workload's own threads (oversubscription) or by other processes (the cores panel tells which)."""
+    wait = sum(g.wait_percent for g in snapshot.thread_groups)
+    if wait <= STARVED_WAIT_PERCENT:
+        return None
+    return f"starved: waited {wait / 100:.1f} cores for a CPU"
+
 
 def is_frontend(group: ThreadGroup) -> bool:
     """Whether ``group`` is the Python frontend (the thread that launches the work)."""
@@ -53,8 +71,9 @@ class ThreadsPanel(SnapshotPanel):
             return [Row().add("no threads sampled yet", self.style("dim"))]
         names = [self.label_of(g) for g in groups]
         busy_w = 7  # "12 busy"
-        name_w = min(max(len(s) for s in names), max(8, width - busy_w - 1 - 6 - 6))
-        bar_w = max(4, min(30, width - name_w - 1 - busy_w - 1 - 6))
+        wait_w = 11 if width >= WAIT_COLUMN_MIN_WIDTH else 0  # " waits 156%" (run-queue wait; blank when small)
+        name_w = min(max(len(s) for s in names), max(8, width - busy_w - 1 - 6 - 6 - wait_w))
+        bar_w = max(4, min(30, width - name_w - 1 - busy_w - 1 - 6 - wait_w))
         out = []
         for group, name in zip(groups, names):
             frac = render.fraction(group.cpu_percent, 100.0 * max(1, group.count))
@@ -63,9 +82,14 @@ class ThreadsPanel(SnapshotPanel):
             row.add(busy.rjust(busy_w) + " ", self.style("dim"))
             row.add(render.bar(frac, bar_w), self.level_style(frac))
             row.add(f"{round(group.cpu_percent):5d}%", self.style("value"))
+            if wait_w and group.wait_percent >= SHOWN_WAIT_PERCENT:
+                row.add(f" waits{round(group.wait_percent):4d}%", self.style("warn"))
             out.append(row)
         if hot_frontend_in_sync(snapshot):
             out.append(Row().add("⚠ " + SYNC_NOTE, self.style("note")))
+        note = starved_note(snapshot)
+        if note:
+            out.append(Row().add(render.clip("⚠ " + note, width), self.style("note")))
         return out
 
     @staticmethod
