@@ -7,6 +7,7 @@ import dataclasses
 from fakes.fake_session import make_attach_snapshot, make_run_snapshot, make_snapshot, make_torchrun_snapshot
 
 from torchpar_top.session.model import ChildStatus, RankView, StackFrame, SyncSite, ThreadGroup
+from torchpar_top.tui.widgets.cores import CoresPanel
 from torchpar_top.tui.widgets.header import child_failed, child_text, depth_text, description_text, target_text
 from torchpar_top.tui.widgets.lanes import frontend_lane, overlap_text
 from torchpar_top.tui.widgets.log import status_lines
@@ -173,3 +174,9 @@ def test_starved_note_above_half_a_core_of_run_queue_wait() -> None:
                                                        for g in run.thread_groups))
     assert starved_note(calm) is None
     assert starved_note(make_snapshot()) is None
+
+
+def test_cores_title_before_and_after_the_first_reading() -> None:
+    panel = CoresPanel()
+    assert panel.title(dataclasses.replace(make_snapshot(), cores=())) == "CPU"
+    assert panel.title(make_snapshot(cores=2)) == "CPU  2 cores"

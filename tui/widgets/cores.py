@@ -33,9 +33,9 @@ class CoresPanel(SnapshotPanel):
     short terminals)."""
 
     def title(self, snapshot: Snapshot) -> str:
-        """``CPU  N cores``."""
+        """``CPU  N cores``; just ``CPU`` until the first reading."""
         n = len(snapshot.cores)
-        return f"CPU  {n} core{'s' if n != 1 else ''}"
+        return f"CPU  {n} core{'s' if n != 1 else ''}" if n else "CPU"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """Rows of cores, in the widest cell that fits."""
