@@ -26,6 +26,10 @@ Child → parent messages (``type``):
 ``syncpoints``
     ``sites``: list of ``{where, call, count}``, cumulative since the start: calls that make the
     frontend wait for the device (``.item()``, ``.cpu()``, printing a tensor...), by source line.
+``exit``
+    ``status``, ``reason``: how the user's code ended (``run``), sent just before the agent closes, e.g.
+    ``1, "ValueError: bad value 42"``. A torchrun rank is not our child, so this is the only way its
+    status is known; a rank killed by a signal cannot send it.
 
 Optional fields: ``hello`` may carry ``rank`` and ``world_size`` (torchrun) and ``target`` (the user's
 script or module); a ``sample`` executor row may carry ``ready`` (DataLoader: batches ready); a
@@ -88,6 +92,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "log": {"text": (str,)},
     "ack": {"cmd": (str,), "ok": (bool,), "detail": (str,)},
     "syncpoints": {"sites": (list,)},
+    "exit": {"status": (int,), "reason": (str,)},
     "cmd": {"cmd": (str,)},
 }
 

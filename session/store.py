@@ -208,13 +208,26 @@ class SessionStore:
             self.add_log("child", msg["text"])
         elif kind == "ack":
             self.add_log("child", f"{'ok' if msg['ok'] else 'refused'}: {msg['detail']}")
+        elif kind == "exit":
+            with self._lock:
+                src = self._source(source)
+                src.exit_code = msg["status"]
+                who = "the workload" if src.rank is None else f"rank {src.rank}"
+            reason = f": {msg['reason']}" if msg["reason"] else ""
+            self.add_log("child", f"{who}'s code ended with status {msg['status']}{reason}")
 
     def on_source_closed(self, source: int, exit_code: int | None = None) -> None:
-        """Agent connection ``source`` ended (a rank died or finished)."""
+        """Agent connection ``source`` ended (a rank died or finished).
+
+        ``exit_code`` is the process's status where we know it (our own child, from ``wait``); a
+        torchrun rank is not our child, so its status is the one its agent sent in an ``exit`` message,
+        if it got to send one (a rank killed by a signal cannot)."""
         with self._lock:
             src = self._sources.get(source)
             if src is not None:
-                src.state, src.exit_code = "exited", exit_code
+                src.state = "exited"
+                if exit_code is not None:
+                    src.exit_code = exit_code
 
     def _source(self, number: int) -> _Source:
         src = self._sources.get(number)

@@ -338,6 +338,14 @@ class Agent:
         except OSError:
             pass
 
+    def report_exit(self, status: int, reason: str = "") -> None:
+        """Tell torchpar-top how the workload's code ended (a torchrun rank is not its child: this is
+        the only way it learns the status). Best effort: the connection may be gone."""
+        try:
+            self._send("exit", status=status, reason=reason)
+        except OSError:
+            pass
+
     def _ack(self, cmd: str, ok: bool, detail: str) -> None:
         try:
             self._send("ack", cmd=cmd, ok=ok, detail=detail)

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import traceback
 from dataclasses import dataclass, field
 
 from torchpar_top.probes.agent.usercode_target import check_target
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                       rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))
     agent.start()
     status: int | None = 0  # None: die of SIGINT, as python does after an uncaught KeyboardInterrupt
+    reported: tuple[int, str] = (0, "")  # the status and why, for torchpar-top (ranks are not its children)
     try:
         with Instrumentation(agent):
             agent.interruptible = True
@@ -156,18 +158,23 @@ def main(argv: list[str] | None = None) -> int:
                 run_user_code(opts.target, opts.is_module, opts.args)
             finally:
                 agent.interruptible = False
-    except SystemExit:
+    except SystemExit as exc:
+        reported = system_exit_status(exc.code)
         raise  # the interpreter turns the code into the exit status, as for python SCRIPT
     except KeyboardInterrupt as exc:
         if agent.stop_requested:  # a stop from torchpar-top ends quietly with 0, and soon
             status = -1
+            reported = (0, "stopped by torchpar-top")
         else:
             _print_user_traceback(exc)
             status = None
+            reported = (-signal.SIGINT, "KeyboardInterrupt")
     except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything
         _print_user_traceback(exc)
         status = 1
+        reported = (1, exception_line(exc))
     finally:
+        agent.report_exit(*reported)
         agent.finish()
         sys.stdout.flush()
     if status is None:
@@ -175,6 +182,20 @@ def main(argv: list[str] | None = None) -> int:
     if status == -1:
         _exit_soon()
     return status or 0
+
+
+def system_exit_status(code: object) -> tuple[int, str]:
+    """The exit status Python gives ``sys.exit(code)``, and a reason when it is not a plain number."""
+    if code is None:
+        return 0, ""
+    if isinstance(code, int):  # bool too: sys.exit(True) is status 1
+        return code & 0xFF, ""
+    return 1, f"sys.exit({code!r})"
+
+
+def exception_line(exc: BaseException) -> str:
+    """The last line Python prints for an uncaught ``exc``: ``ValueError: bad value 42``."""
+    return traceback.format_exception_only(type(exc), exc)[-1].strip()
 
 
 def _print_user_traceback(exc: BaseException) -> None:

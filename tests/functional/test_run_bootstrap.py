@@ -79,6 +79,7 @@ def test_a_script_sees_argv_main_and_path_as_under_python(monkeypatch):
     (hello,) = child.of_type("hello")
     assert (hello["experiment"], hello["target"]) == ("run", "tests/scripts/argv_echo.py")
     assert "rank" not in hello
+    assert [(m["status"], m["reason"]) for m in child.of_type("exit")] == [(3, "")]
 
 
 def test_a_module_runs_as_under_python_m(monkeypatch):
@@ -99,6 +100,7 @@ def test_an_uncaught_exception_prints_pythons_traceback_and_exits_1(monkeypatch)
     assert child.stderr == ref.stderr.splitlines()  # none of the bootstrap's frames
     assert child.stderr[0] == "Traceback (most recent call last):"
     assert child.stderr[-1] == "ValueError: bad value 42"
+    assert [(m["status"], m["reason"]) for m in child.of_type("exit")] == [(1, "ValueError: bad value 42")]
 
 
 def test_an_input_bound_loop_shows_steps_prefetch_and_data_wait(monkeypatch):
@@ -161,6 +163,7 @@ def test_stop_interrupts_the_users_code_cleanly(monkeypatch):
     child = Child("tests/scripts/train_dataloader.py", "100000")
     wait_for(lambda: any(m.get("steps") for m in child.of_type("sample")))
     assert child.proc.stop() == 0  # the stop command, not SIGTERM: the script unwound and exited 0
+    assert [(m["status"], m["reason"]) for m in child.of_type("exit")] == [(0, "stopped by torchpar-top")]
     assert not any("Traceback" in line for line in child.stderr)
 
 

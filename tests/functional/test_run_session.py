@@ -93,6 +93,19 @@ def test_torchrun_ranks_are_shown_and_a_dead_rank_is_marked(run_session):
     wait_for(lambda: not running(survivor) and not running(launcher), timeout=15)
 
 
+def test_a_rank_that_raises_shows_its_status_and_why(run_session):
+    s = run_session("ddp_gloo.py", "1000000", "1", nproc=2)
+    rank1 = wait_for(lambda: (r := [x for x in s.snapshot().ranks if x.rank == 1]) and r[0].state == "exited"
+                     and r[0], timeout=120)
+    # The rank is torchrun's child, not ours: this status is the one its agent reported.
+    assert rank1.exit_code == 1
+    assert any(line.text == "rank 1's code ended with status 1: RuntimeError: rank 1 gives up at step 20"
+               for line in s.snapshot().log)
+    # torchrun then stops the other rank and exits with a failure of its own.
+    child = wait_for(lambda: (c := s.snapshot().child).state == "exited" and c, timeout=120)
+    assert child.exit_code != 0
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

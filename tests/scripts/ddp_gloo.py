@@ -1,6 +1,8 @@
 """DDP on a tiny model with the Gloo backend on the CPU, for torchrun.
 
-    torchrun --standalone --nproc-per-node=2 ddp_gloo.py [STEPS]
+    torchrun --standalone --nproc-per-node=2 ddp_gloo.py [STEPS [FAILING_RANK]]
+
+With FAILING_RANK, that rank raises a RuntimeError at step 20 (torchrun then stops the others).
 
 Reads RANK / WORLD_SIZE (and MASTER_ADDR / MASTER_PORT) from the environment torchrun sets.
 """
@@ -16,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    failing = int(sys.argv[2]) if len(sys.argv) > 2 else None
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -28,6 +31,8 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()  # DDP all-reduces the gradients over Gloo here
         opt.step()
+        if step == 20 and rank == failing:
+            raise RuntimeError(f"rank {rank} gives up at step {step}")
         if step % 50 == 0 and rank == 0:
             print(f"step {step}/{steps}", flush=True)
     dist.barrier()

@@ -39,6 +39,7 @@ def test_every_message_type_round_trips():
         "log": dict(text="hi"),
         "ack": dict(cmd="set_sync", ok=True, detail="SYNC"),
         "cmd": dict(cmd="set_threads", value=3),
+        "exit": dict(status=1, reason="ValueError: bad value 42"),
     }
     for kind, fields in cases.items():
         assert decode(encode(kind, **fields))["type"] == kind

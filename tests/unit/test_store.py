@@ -84,3 +84,28 @@ def test_a_dead_child_carries_its_last_stderr_lines():
     child = st.snapshot().child
     assert child.exit_code == 1 and child.last_stderr[-1] == "err 19"
     assert len(child.last_stderr) == store_mod.STDERR_TAIL
+
+
+def _hello(pid, rank=None):
+    msg = {"v": 1, "type": "hello", "pid": pid, "experiment": "run", "description": "", "torch": "2",
+           "device": "cpu", "num_threads": 1, "interop_threads": 1, "executors": [], "roles": {}}
+    return msg if rank is None else {**msg, "rank": rank}
+
+
+def test_a_rank_reports_its_exit_status_before_its_connection_closes():
+    store = SessionStore("run")
+    store.on_message(_hello(11, rank=1), source=7)
+    store.on_message({"v": 1, "type": "exit", "status": 1, "reason": "RuntimeError: boom"}, source=7)
+    store.on_source_closed(7)  # a rank is not our child: no status from wait()
+    (rank,) = store.snapshot().ranks
+    assert (rank.rank, rank.state, rank.exit_code) == (1, "exited", 1)
+    assert store.snapshot().log[-1].text == "rank 1's code ended with status 1: RuntimeError: boom"
+
+
+def test_our_own_childs_wait_status_wins_over_its_report():
+    store = SessionStore("run")
+    store.on_message(_hello(12), source=0)
+    store.on_message({"v": 1, "type": "exit", "status": 0, "reason": ""}, source=0)
+    assert store.snapshot().log[-1].text == "the workload's code ended with status 0"
+    store.on_source_closed(0, -9)  # killed after it reported: wait() knows better
+    assert [(r.rank, r.exit_code) for r in store.snapshot().ranks] == [(None, -9)]

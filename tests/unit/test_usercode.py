@@ -1,6 +1,7 @@
 """The instrumentation around user code, in this process: sync points, steps, ops, DataLoader, targets."""
 
 import importlib.util
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchpar_top.probes.agent import usercode
 from torchpar_top.probes.agent.activity import busy_time
-from torchpar_top.probes.agent.run import UsageError, parse_args
+from torchpar_top.probes.agent.run import UsageError, exception_line, parse_args, system_exit_status
 from torchpar_top.probes.agent.usercode import CPU_SYNC_NOTE, UserAgent
 from torchpar_top.probes.agent.usercode_install import Instrumentation, after_fork_in_child
 from torchpar_top.probes.agent.usercode_target import check_target
@@ -374,3 +375,16 @@ def test_a_failure_to_watch_cuda_is_a_log_line_not_an_error(agent, monkeypatch):
     monkeypatch.setattr(agent, "cuda_stream", broken, raising=False)
     agent.watch_cuda_streams()
     assert "not watched: RuntimeError: no driver" in agent.of_type("log")[-1]["text"]
+
+
+@pytest.mark.parametrize("code", ["None", "0", "3", "256", "-1", "True", "'bye'"])
+def test_system_exit_status_is_the_one_python_exits_with(code):
+    real = subprocess.run([sys.executable, "-c", f"import sys; sys.exit({code})"], capture_output=True)
+    status, reason = system_exit_status(eval(code))
+    assert status == real.returncode
+    assert (reason == "") == (real.stderr == b"")  # python prints a non-numeric code, and so do we say why
+
+
+def test_exception_line_is_pythons_last_traceback_line():
+    real = subprocess.run([sys.executable, "-c", "raise KeyError('k')"], capture_output=True, text=True)
+    assert exception_line(KeyError("k")) == real.stderr.strip().splitlines()[-1] == "KeyError: 'k'"
