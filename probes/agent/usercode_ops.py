@@ -45,6 +45,17 @@ SYNC_CALLS: dict[Any, str] = {
     torch.Tensor.equal: "equal()", torch.allclose: "allclose()", torch.Tensor.allclose: "allclose()",
 }
 
+
+class _Masked(str):
+    """The label of an indexing call: a sync point only when the index holds a boolean mask (its
+    number of True values sets the result's size), which is checked per call, before anything else."""
+
+
+#: Indexing, read and write.
+MASK_CALLS: dict[Any, _Masked] = {
+    torch.Tensor.__getitem__: _Masked("x[bool mask]"), torch.Tensor.__setitem__: _Masked("x[bool mask] = ..."),
+}
+
 _clock = time.perf_counter
 #: False in eager; torch.compile's tracer treats it as True (a compiled region is not counted op by op).
 _dynamo_compiling: Callable[[], bool] = getattr(
@@ -209,7 +220,7 @@ class OpCounter(TorchFunctionMode):
             kind = self._kinds[func] = _classify(func)
         if kind is _META or not self.active:
             return func(*args, **kwargs) if kwargs else func(*args)
-        if kind is not _OP:
+        if kind is not _OP and (kind.__class__ is not _Masked or (len(args) > 1 and _has_bool_mask(args[1]))):
             self.syncpoints.hit(kind, func, args, kwargs)
         if self.call_soon is not None:
             call, self.call_soon = self.call_soon, None
@@ -231,10 +242,19 @@ class OpCounter(TorchFunctionMode):
                 self.after_op()
 
 
+def _has_bool_mask(index: Any) -> bool:
+    """Whether an index (``x[index]``) holds a boolean tensor, alone or in a tuple or list."""
+    if isinstance(index, torch.Tensor):
+        return index.dtype == torch.bool
+    if isinstance(index, (tuple, list)):
+        return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
+    return False
+
+
 def _classify(func: Any) -> Any:
     """``_META``, ``_OP`` or the sync-point label of ``func``."""
     try:
-        label = SYNC_CALLS.get(func)
+        label = SYNC_CALLS.get(func) or MASK_CALLS.get(func)
     except TypeError:  # unhashable callable
         label = None
     if label is not None:

@@ -24,6 +24,17 @@ def moves(t: torch.Tensor) -> None:
     t.to("cpu")  # MARK:to-cpu
 
 
+def masks(t: torch.Tensor) -> None:
+    """Indexing with a boolean mask needs the number of True values (nonzero): a sync point, read or
+    write; indexing with integers or slices is not one."""
+    v = torch.arange(4.0) * t
+    v[v > 1]  # MARK:mask-read
+    v[v > 2] = 0.0  # MARK:mask-write
+    v[1:3]  # MARK:slice
+    v[torch.tensor([0, 2])]  # MARK:int-index
+    v[0, ...] if v.dim() > 1 else v[..., v > 0]  # MARK:mask-in-tuple
+
+
 def library_bookkeeping() -> list[int]:
     """A sampler's own ``randperm().tolist()`` runs inside torch: not charged to this line."""
     return list(torch.utils.data.RandomSampler(range(8)))  # MARK:sampler

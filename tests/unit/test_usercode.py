@@ -84,6 +84,19 @@ def test_sync_points_are_charged_to_the_calling_line(agent):
     assert agent.syncpoints.total() == 6
 
 
+def test_boolean_mask_indexing_is_a_sync_point_and_other_indexing_is_not(agent):
+    with Instrumentation(agent):
+        helper.masks(torch.tensor(1.0))
+    sites = sites_by_line(agent)
+    at = lambda mark: f"syncpoint_helper.py:{helper.line_of(mark)}"  # noqa: E731
+    assert sites[(at("mask-read"), "x[bool mask]")] == 1
+    assert sites[(at("mask-write"), "x[bool mask] = ...")] == 1
+    assert sites[(at("mask-in-tuple"), "x[bool mask]")] == 1
+    lines = {where for where, _ in sites}
+    assert at("slice") not in lines and at("int-index") not in lines
+    assert agent.syncpoints.total() == 3
+
+
 def test_the_syncpoints_message_is_sent_only_when_a_count_changed(agent):
     with Instrumentation(agent):
         helper.call_item(torch.tensor(2.0))
