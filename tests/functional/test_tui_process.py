@@ -70,7 +70,7 @@ def _workload_pids(proc):
 
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "key q", "key ctrl-c", "terminal closed"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "key q", "key ctrl-c", "terminal closed", "SIGKILL"])
 def test_nothing_is_left_running(how):
     proc, master = _start_app()
     os.set_blocking(master, False)
@@ -87,6 +87,8 @@ def test_nothing_is_left_running(how):
             proc.send_signal(signal.SIGTERM)
         elif how == "SIGHUP":
             proc.send_signal(signal.SIGHUP)
+        elif how == "SIGKILL":  # no chance to clean up: the child sees its socket close and ends itself
+            proc.send_signal(signal.SIGKILL)
         elif how == "key q":
             os.write(master, b"q")
         elif how == "key ctrl-c":
