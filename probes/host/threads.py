@@ -237,8 +237,10 @@ def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, 
                 comm, state, ticks = parse_stat(f.read())
         except (FileNotFoundError, ProcessLookupError):
             continue  # the thread ended between listdir and open
-        if own and int(name) == pid and state in ("Z", "X"):
-            raise ProcessLookupError(pid)  # exited, not yet reaped
+        if int(name) == pid and state in ("Z", "X"):
+            if own:
+                raise ProcessLookupError(pid)  # exited, not yet reaped
+            return {}  # a descendant that has ended: nothing of it is running
         run_ns, wait_ns = _read_schedstat_ns(f"{task}/{name}/schedstat")
         out[int(name)] = (comm, ticks, run_ns, wait_ns)
     if not out and not os.path.exists(f"/proc/{pid}"):

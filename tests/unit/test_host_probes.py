@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from torchpar_top.probes.host import threads as th
@@ -219,6 +220,23 @@ def test_descendants_are_sampled_with_their_run_queue_wait() -> None:
             t.pid == parent.pid for t in ThreadSampler(parent.pid, descendants=False).sample())
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
+def test_a_descendant_that_ended_is_left_out() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", "import os, sys, time\n"
+                               "pid = os.fork()\n"
+                               "os._exit(0) if pid == 0 else print(pid, flush=True)\n"
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        zombie = int(parent.stdout.readline())  # forked, exited at once, never waited for
+        wait_for(lambda: psutil.Process(zombie).status() == psutil.STATUS_ZOMBIE, timeout=10)
+        sampler = ThreadSampler(parent.pid)
+        assert zombie in sampler.children()
+        assert {t.pid for t in sampler.sample()} == {parent.pid}
+        assert sampler.error is None
+    finally:
+        parent.kill()
         parent.wait()
 
 
