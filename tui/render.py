@@ -59,13 +59,9 @@ def fit(values: Sequence[float], width: int) -> list[float]:
     n = len(values)
     if width <= 0 or n == 0:
         return []
-    if n >= width:
-        out = []
-        for i in range(width):
-            lo, hi = (i * n) // width, ((i + 1) * n) // width
-            chunk = values[lo:hi]
-            out.append(sum(chunk) / len(chunk))
-        return out
+    if n >= width:  # every bin holds at least one value
+        bounds = [(i * n) // width for i in range(width + 1)]
+        return [sum(values[lo:hi]) / (hi - lo) for lo, hi in zip(bounds, bounds[1:])]
     return [values[(i * n) // width] for i in range(width)]
 
 
@@ -74,14 +70,24 @@ def spark(values: Sequence[float], width: int, scale: float) -> str:
     if width <= 0:
         return ""
     tail = values[-width:] if len(values) > width else values
-    text = "".join(level(fraction(v, scale)) for v in tail)
+    if scale > 0:
+        text = "".join([_level_of(v / scale) for v in tail])
+    else:  # every fraction is 0: blank cells
+        text = " " * len(tail)
     return " " * (width - len(text)) + text
+
+
+def _level_of(x: float) -> str:
+    """``level(clamp01(x))`` in one call (the hot loop of :func:`spark`)."""
+    if x > 0.0:  # false for NaN, which reads as 0
+        return VBLOCKS[max(1, round(x * 8))] if x < 1.0 else "█"
+    return " "
 
 
 def lane(values: Sequence[float], width: int) -> str:
     """Busy fractions (0..1) stretched or binned over ``width`` cells, as block heights."""
     cells = fit(values, width)
-    return "".join(level(v) for v in cells) + " " * (width - len(cells))
+    return "".join([_level_of(v) for v in cells]) + " " * (width - len(cells))
 
 
 def pct(frac: float | None, width: int = 4) -> str:

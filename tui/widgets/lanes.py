@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Sequence
 
 from torchpar_top.session.model import KIND_EAGER, Snapshot
@@ -66,8 +67,9 @@ class LanesPanel(SnapshotPanel):
         busy, wait = win(snapshot.frontend_busy), win(snapshot.frontend_wait)
         row = Row().add("frontend".ljust(name_w) + " ", self.style("label"))
         text = frontend_lane(busy, wait, lane_w)
-        for ch in text:  # a run of equal glyphs joins into one segment (Row.add)
-            row.add(ch, self.style("accent") if ch == LAUNCH else self.style("dim"))
+        accent, dim = self.style("accent"), self.style("dim")
+        for launching, run in groupby(text, key=LAUNCH.__eq__):  # one piece per run of one colour
+            row.add("".join(run), accent if launching else dim)
         row.add(" busy " + render.pct(render.mean(busy), 4), self.style("value"))
         out = [row]
         exited = exited_ranks(snapshot)

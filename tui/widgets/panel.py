@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -33,8 +33,8 @@ class Row:
         it (fewer segments to compare, style and write: a lane is one run per colour, not one per cell)."""
         if text:
             segments = self.segments
-            if segments and segments[-1].style == style:
-                segments[-1] = Segment(segments[-1].text + text, style)
+            if segments and ((last := segments[-1]).style is style or last.style == style):
+                segments[-1] = Segment(last.text + text, style)
             else:
                 segments.append(Segment(text, style))
             self.width += len(text)
@@ -46,8 +46,12 @@ class Row:
 
     def strip(self, width: int, base: Style) -> Strip:
         """The row as a Strip of exactly ``width`` cells on the widget's ``base`` style."""
-        segments = Segment.apply_style(self.segments, base) if self.segments else []
-        return Strip(segments, self.width).crop_extend(0, width, base)
+        segments = list(Segment.apply_style(self.segments, base)) if self.segments else []
+        if self.width > width:  # too long: Textual's crop (it measures the cells)
+            return Strip(segments, self.width).crop_extend(0, width, base)
+        if self.width < width:  # what crop_extend would add, without its intermediate strips
+            segments.append(Segment(" " * (width - self.width), base))
+        return Strip(segments, width)
 
 
 def same_rows(a: list[Row], b: list[Row]) -> bool:
@@ -55,12 +59,31 @@ def same_rows(a: list[Row], b: list[Row]) -> bool:
     return len(a) == len(b) and all(x.segments == y.segments for x, y in zip(a, b))
 
 
+def changed_lines(old: list[Row], new: list[Row], height: int) -> list[tuple[int, int]]:
+    """The runs ``(first, count)`` of lines among the first ``height`` that draw differently in ``new``
+    than in ``old`` (a line that only one of them has counts as changed)."""
+    runs: list[tuple[int, int]] = []
+    n_old = len(old)
+    start = -1
+    for y in range(min(height, max(n_old, len(new)))):
+        differs = y >= n_old or y >= len(new) or old[y].segments != new[y].segments
+        if differs and start < 0:
+            start = y
+        elif not differs and start >= 0:
+            runs.append((start, y - start))
+            start = -1
+    if start >= 0:
+        runs.append((start, min(height, max(n_old, len(new))) - start))
+    return runs
+
+
 class SnapshotPanel(Widget):
     """Draws one snapshot as rows; subclasses implement :meth:`build`.
 
     ``update_snapshot`` stores the snapshot, builds its rows and asks for a repaint only when they differ
-    from the rows on screen; ``render_line`` serves them line by line (rebuilt for another width on the
-    next paint).
+    from the rows on screen, and then only of the lines that differ (Textual keeps the others, with their
+    border, from the last paint); ``render_line`` serves them line by line (rebuilt for another width on
+    the next paint).
     """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -100,11 +123,14 @@ class SnapshotPanel(Widget):
         self.snapshot = None
         self._generation = 0
         self._rows_cache: tuple[tuple[int, int], list[Row]] | None = None
-        self._lines_cache: tuple[tuple[int, int, int], list[Strip]] | None = None
+        self._lines_cache: tuple[tuple[int, int, int], Style, list[Row], list[Strip | None]] | None = None
         self._height = 1
         self._styles: dict[str, Style] = {}
         self._blank = Strip([])
         self._shown = True
+        self._drawn: tuple[tuple[int, int], list[Row]] | None = None
+        """The rows whose lines Textual holds for this widget ((width, height), fitted rows), or ``None``
+        when unknown (then the next change repaints the whole panel)."""
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Draw ``snapshot`` on the next paint (and relayout when the number of rows changes).
@@ -117,6 +143,7 @@ class SnapshotPanel(Widget):
             self._shown = self.display = shown
         if not shown:
             self._generation += 1  # rebuilt when shown again
+            self._drawn = None
             return
         title = self.title(snapshot)
         if title is not None and title != self.border_title:
@@ -124,6 +151,7 @@ class SnapshotPanel(Widget):
         width = self.size.width
         if width <= 0:  # not laid out yet (or no room at all): build on the first paint
             self._generation += 1
+            self._drawn = None
             self.refresh()
             return
         rows = self.build(snapshot, width)
@@ -133,12 +161,24 @@ class SnapshotPanel(Widget):
         self._generation += 1
         self._rows_cache = ((self._generation, width), rows)
         height = len(rows)
+        drawn = self._drawn
+        lines = self.size.height
+        if height == self._height and drawn is not None and drawn[0] == (width, lines):
+            # same size: repaint only the lines that changed (the others stay as Textual cached them)
+            fitted = self.fit_rows(rows, lines)
+            self._drawn = ((width, lines), fitted)
+            regions = [Region(0, y, width, n) for y, n in changed_lines(drawn[1], fitted, lines)]
+            if regions:
+                self.refresh(*regions)
+            return
+        self._drawn = None
         self.refresh(layout=height != self._height)
         self._height = height
 
     def invalidate(self) -> None:
         """Rebuild the rows on the next paint (after a setting that changes them)."""
         self._generation += 1
+        self._drawn = None
         self.refresh(layout=True)
 
     def shown(self, snapshot: Snapshot) -> bool:
@@ -176,7 +216,7 @@ class SnapshotPanel(Widget):
     def notify_style_update(self) -> None:
         """Rebuild the rows with the new colours when the theme or CSS changes."""
         super().notify_style_update()
-        self._rows_cache = self._lines_cache = None
+        self._rows_cache = self._lines_cache = self._drawn = None
         self._styles = {}
 
     def fit_rows(self, rows: list[Row], height: int) -> list[Row]:
@@ -194,9 +234,15 @@ class SnapshotPanel(Widget):
             base = self.rich_style
             self._blank = Strip.blank(width, base)
             rows = self.fit_rows(self._rows(width), height)
-            self._lines_cache = (key, [row.strip(width, base) for row in rows])
-        lines = self._lines_cache[1]
-        return lines[y] if 0 <= y < len(lines) else self._blank
+            self._drawn = ((width, height), rows)
+            self._lines_cache = (key, base, rows, [None] * len(rows))
+        _, base, rows, lines = self._lines_cache
+        if not 0 <= y < len(lines):
+            return self._blank
+        line = lines[y]
+        if line is None:  # made when first asked for: Textual asks only for the lines it repaints
+            line = lines[y] = rows[y].strip(width, base)
+        return line
 
     def _rows(self, width: int) -> list[Row]:
         """The rows of the current snapshot at ``width``, built once per snapshot and width."""
