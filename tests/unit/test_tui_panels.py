@@ -174,6 +174,9 @@ def test_starved_note_above_half_a_core_of_run_queue_wait() -> None:
                                                        for g in run.thread_groups))
     assert starved_note(calm) is None
     assert starved_note(make_snapshot()) is None
+    # 60 busy threads each waiting 2 % of the time: 1.2 cores of wait, but 2 % of their runnable time.
+    many = tuple(ThreadGroup(f"worker {i}", 1, 1, 98.0, (i,), 2.0) for i in range(60))
+    assert starved_note(dataclasses.replace(run, thread_groups=many)) is None
 
 
 def test_cores_title_before_and_after_the_first_reading() -> None:

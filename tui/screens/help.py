@@ -19,7 +19,8 @@ HELP = """\
 - **threads**: the child's threads grouped by role (frontend, stream executors, intra-op workers, inter-op
   pool, autograd, DataLoader worker processes, other child processes); the bar is 100% per thread of
   the group. **waits N%**: time runnable but with every core taken (the kernel's run-queue delay);
-  above half a core in all, the panel says **starved** — more runnable threads than cores.
+  above half a core in all (and a fifth of the threads' runnable time), the panel says **starved** —
+  more runnable threads than cores.
 - **launch queue**: per executor, either **depth** (Q = launched - started) or **outstanding**
   (O = launched - completed); the label says which. The strip is drawn on 0..capacity; launch blocks
   when the queue is full, and the row says how often that happened. An eager CPU executor is shown as

@@ -6,6 +6,9 @@ from torchpar_top.session.model import Snapshot, ThreadGroup
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
+STREAM_EXECUTOR = "stream executor "
+"""The agent's role for an emulated stream's executor thread is this plus the stream's name."""
+
 HOT_FRONTEND_PERCENT = 80.0
 """A frontend above this share of a core (per thread of the group) while in SYNC gets the "waiting, not
 working" note."""
@@ -17,16 +20,21 @@ SHOWN_WAIT_PERCENT = 5.0
 WAIT_COLUMN_MIN_WIDTH = 52
 """Narrower panels leave the per-group wait out (the names and bars need the room); the note stays."""
 STARVED_WAIT_PERCENT = 50.0
-"""Run-queue wait summed over every thread above this (half a core) gets the "starved" note."""
+"""Run-queue wait summed over every thread above this (half a core) gets the "starved" note..."""
+STARVED_SHARE = 0.2
+"""...if it is also above this share of the time the threads wanted a core (ran + waited)."""
 
 
 def starved_note(snapshot: Snapshot) -> str | None:
-    """The note for threads that were runnable but waited for a core, summed, when above half a core.
+    """The note for threads that were runnable but waited for a core, when that is above half a core in
+    all and above :data:`STARVED_SHARE` of the time the threads wanted a core (run + wait): on a large
+    machine a little wait spread over many busy threads is not starvation.
 
     The wait is the kernel's run-queue delay (``schedstat``): the cores were all taken, by this
     workload's own threads (oversubscription) or by other processes (the cores panel tells which)."""
     wait = sum(g.wait_percent for g in snapshot.thread_groups)
-    if wait <= STARVED_WAIT_PERCENT:
+    ran = sum(g.cpu_percent for g in snapshot.thread_groups)
+    if wait <= STARVED_WAIT_PERCENT or wait <= STARVED_SHARE * (wait + ran):
         return None
     return f"starved: waited {wait / 100:.1f} cores for a CPU"
 
@@ -94,5 +102,9 @@ class ThreadsPanel(SnapshotPanel):
 
     @staticmethod
     def label_of(group: ThreadGroup) -> str:
-        """The role, with ``×N`` when the group has several threads."""
-        return f"{group.role} ×{group.count}" if group.count > 1 else group.role
+        """The role, with ``×N`` when the group has several threads; a stream executor is shown as
+        ``executor NAME`` (its executor's name says it is a stream, and the row keeps room for waits)."""
+        role = group.role
+        if role.startswith(STREAM_EXECUTOR):
+            role = "executor " + role[len(STREAM_EXECUTOR):]
+        return f"{role} ×{group.count}" if group.count > 1 else role
