@@ -65,6 +65,7 @@ class Session:
         self._stop = threading.Event()
         self._host_thread: threading.Thread | None = None
         self._closed = False
+        self._close_lock = threading.Lock()
         self.host_samples = 0
         """How many host readings were stored (headless mode prints one line per reading)."""
 
@@ -78,9 +79,13 @@ class Session:
 
     def close(self) -> None:
         """Stop the child (and its process group), the listener and the probes. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._close_lock:  # a second caller waits until the first has stopped everything
+            if self._closed:
+                return
+            self._closed = True
+            self._close()
+
+    def _close(self) -> None:
         self._stop.set()
         # Quitting. Our experiments have nothing to unwind: SIGTERM at once. The user's code is
         # interrupted as Ctrl-C would (its finally blocks and atexit handlers run) before SIGTERM.

@@ -5,6 +5,7 @@ It never measures, spawns or parses: everything on screen comes from ``session.s
 
 from __future__ import annotations
 
+import asyncio
 from typing import Callable, ClassVar
 
 from textual import events
@@ -105,6 +106,7 @@ class TorchparTopApp(App[None]):
         self._footer: Footer | None = None
         self._main_screen: Screen[object] | None = None
         self._session_closed = False
+        self._quitting = False
 
     def compose(self) -> ComposeResult:
         """Header; cores | threads (| ranks); queues; lanes | scoreboard; GPUs; stack | sync points; log."""
@@ -245,8 +247,18 @@ class TorchparTopApp(App[None]):
         self.refresh_from_session()
 
     async def action_quit(self) -> None:
-        """``q``: close the session and exit."""
-        self._close_session()
+        """``q``: close the session and exit. Closing may take seconds (the user's code gets up to
+        1.5 s to unwind, then SIGTERM, then SIGKILL), so it runs off the event loop and the screen says so."""
+        if self._quitting:
+            return
+        self._quitting = True
+        self.notify("stopping the workload…", title="quitting", timeout=10)
+        # A worker, not an await here: the app's messages (this notification, frames) are handled while
+        # the session closes; an action awaiting would hold the app's message queue until it returned.
+        self.run_worker(self._close_then_exit(), name="quit", exclusive=True)
+
+    async def _close_then_exit(self) -> None:
+        await asyncio.to_thread(self._close_session)
         self.exit()
 
     def _close_session(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import threading
 from typing import Awaitable, Callable
 
 from fakes.fake_session import (
@@ -203,6 +204,36 @@ async def test_q_quits_and_closes_once() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("q")
         await pilot.pause()
+    assert session.names().count("close") == 1
+    assert app.return_code == 0
+
+
+@run_async
+async def test_a_slow_close_keeps_the_screen_alive_and_says_so() -> None:
+    """A stubborn workload takes seconds to stop: the app keeps handling messages meanwhile (the
+    notification is drawn, a second q is ignored) and exits once the session is closed."""
+    app, session = make_app()
+    release = threading.Event()
+    closing = threading.Event()
+
+    def slow_close() -> None:
+        closing.set()
+        release.wait(10)
+        session.calls.append(("close",))
+
+    session.close = slow_close
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await asyncio.to_thread(closing.wait, 10)
+        await pilot.pause()
+        assert app.is_running
+        assert [n.message for n in app._notifications] == ["stopping the workload…"]
+        await pilot.press("q")  # a second q while closing changes nothing
+        release.set()
+        for _ in range(100):
+            if not app.is_running:
+                break
+            await asyncio.sleep(0.05)
     assert session.names().count("close") == 1
     assert app.return_code == 0
 
