@@ -66,6 +66,8 @@ class Session:
         self._host_thread: threading.Thread | None = None
         self._closed = False
         self._close_lock = threading.Lock()
+        self._threads_chosen: int | None = None
+        """The intra-op thread count last asked for with ``+``/``-`` (kept by a restart)."""
         self.host_samples = 0
         """How many host readings were stored (headless mode prints one line per reading)."""
 
@@ -116,6 +118,7 @@ class Session:
             return
         if self._send("set_threads", value=wanted):
             self.store.num_threads = wanted
+            self._threads_chosen = wanted
             self.store.add_log("app", f"asked for {wanted} intra-op threads")
 
     def profile(self, seconds: float = 1.0) -> None:
@@ -126,11 +129,16 @@ class Session:
     def switch_experiment(self, name: str) -> None:
         """Stop whatever runs and start the built-in experiment ``name``."""
         workloads.info(name)
+        self._threads_chosen = None
         self._switch(ExperimentTarget(name))
 
     def restart(self) -> None:
-        """Run the same target again (e.g. the user's script after it ended)."""
-        self._switch(self.target)
+        """Run the same target again (e.g. the user's script after it ended). An experiment restarts with
+        the intra-op thread count chosen with ``+``/``-``, set before any of its threads start."""
+        target = self.target
+        if isinstance(target, ExperimentTarget) and self._threads_chosen is not None:
+            target = replace(target, threads=self._threads_chosen)
+        self._switch(target)
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume sampling; the child keeps running."""

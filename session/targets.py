@@ -18,6 +18,8 @@ class ExperimentTarget:
     """A built-in experiment."""
 
     name: str
+    threads: int | None = None
+    """Intra-op threads to start with (a restart after ``+``/``-``); None: torch's default."""
 
     @property
     def label(self) -> str:
@@ -28,6 +30,8 @@ class ExperimentTarget:
         """The child's argv; ``fd`` is the inherited protocol socket."""
         cmd = [sys.executable, "-m", "torchpar_top.probes.agent.bootstrap", "--fd", str(fd),
                "--experiment", self.name, "--interval", str(interval)]
+        if self.threads is not None:
+            cmd += ["--threads", str(self.threads)]
         return cmd + (["--sync"] if sync else [])
 
     @property

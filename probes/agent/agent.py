@@ -300,7 +300,11 @@ class Agent:
             self._ack(cmd, True, f"{'SYNC' if self.sync else 'ASYNC'} (synchronize after every {scope})")
         elif cmd == "set_threads":
             self.set_threads(msg["value"])
-            self._ack(cmd, True, f"torch.set_num_threads({msg['value']})")
+            detail = f"torch.set_num_threads({msg['value']})"
+            if any(isinstance(ex, InterOpPool) for ex in self.executors):
+                detail += (" on the frontend; the inter-op pool's threads keep the OpenMP team they started"
+                           f" with: r restarts with {msg['value']}")
+            self._ack(cmd, True, detail)
         elif cmd == "profile":
             self._ack(cmd, True, f"profiler window of {msg['seconds']} s started")
             th = threading.Thread(target=self._profile, args=(float(msg["seconds"]),), name="tpt-profile",

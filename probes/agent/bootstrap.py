@@ -21,9 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--sync", action="store_true")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads before anything runs (so pool threads start with it too)")
     args = parser.parse_args(argv)
 
     from torchpar_top import workloads  # after argument parsing: imports torch-heavy modules
+
+    if args.threads is not None:
+        import torch
+
+        # Before the workload starts any thread: the inter-op pool's threads size their OpenMP team from
+        # this when they start, and keep it; a later set_num_threads reaches only the calling thread.
+        torch.set_num_threads(max(1, args.threads))
 
     sock = socket.socket(fileno=args.fd)
     experiment = workloads.get(args.experiment)

@@ -102,6 +102,29 @@ def test_inter_op_pending_futures_are_the_depth(session_factory):
     assert max(s.snapshot().executors[0].history[n + 10:]) <= 4  # at most one batch of chains
 
 
+def _pool(snapshot):
+    return next((g for g in snapshot.thread_groups if g.role == "inter-op pool"), None)
+
+
+def test_inter_op_threads_keep_their_team_until_a_restart_applies_the_count(session_factory):
+    """Each inter-op thread sizes its OpenMP team when it starts (team workers inherit the PTThreadPool
+    name): set_num_threads on the frontend does not reach them; a restart with the count does."""
+    s = session_factory("inter-op")
+    snap = wait_for(lambda: (sn := s.snapshot()).interop_threads and (p := _pool(sn)) and p.busy >= 1 and sn)
+    before = snap.num_threads
+    if before > 1:  # nested teams: more pool threads than the inter-op pool's size
+        wait_for(lambda: _pool(s.snapshot()).count > s.snapshot().interop_threads)
+    s.change_threads(1 - before)
+    wait_for(lambda: any("r restarts with 1" in line.text for line in s.snapshot().log))
+    s.restart()
+    snap = wait_for(lambda: (sn := s.snapshot()).child.state == "running" and sn.interop_threads
+                    and (p := _pool(sn)) and p.busy >= 1 and sn)
+    assert snap.num_threads == 1
+    for _ in range(20):  # the pool stays at its own size: no OpenMP workers under it
+        assert _pool(s.snapshot()).count == snap.interop_threads
+        time.sleep(0.1)
+
+
 def test_a_killed_child_is_reported_and_another_can_start(session_factory):
     s = session_factory("async")
     pid = wait_for(lambda: s.snapshot().child.pid)

@@ -3,6 +3,7 @@
 import pytest
 
 from torchpar_top.args import run_parser, split_run
+from torchpar_top.session.targets import ExperimentTarget
 
 
 @pytest.mark.parametrize(
@@ -23,3 +24,10 @@ def test_split_run(argv, expected):
 def test_run_options_parse():
     args = run_parser().parse_args(["--sync", "--sync-scope", "step", "--nproc-per-node", "2"])
     assert args.sync and args.sync_scope == "step" and args.nproc_per_node == 2
+
+
+def test_an_experiment_restarted_with_a_thread_count_passes_it_to_the_child():
+    plain = ExperimentTarget("inter-op").command(7, 0.1, False)
+    assert "--threads" not in plain
+    again = ExperimentTarget("inter-op", threads=1).command(7, 0.1, True)
+    assert again[again.index("--threads") + 1] == "1" and again[-1] == "--sync"

@@ -56,7 +56,7 @@ at 100% of a core.
 | `s` | toggle ASYNC / SYNC |
 | `+` `=` / `-` | one more / one fewer intra-op thread (`torch.set_num_threads`) |
 | `w` | pick an experiment to run |
-| `r` | restart: run the same script or experiment again (e.g. after it ended) |
+| `r` | restart: run the same script or experiment again (e.g. after it ended); an experiment keeps the thread count of `+`/`-`, set before any of its threads start |
 | `k` | show / hide the frontend stack panel |
 | `h` | a 1 s `torch.profiler` window, analysed the way Holistic Trace Analysis computes queue length: exact depth per CUDA stream and time at the 1024 cap, in the log (CUDA only) |
 | `p` | pause / resume sampling (the child keeps running) |
