@@ -10,11 +10,12 @@ from typing import Callable, ClassVar
 
 from textual import events
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from torchpar_top.session.model import SessionLike, Snapshot
+from torchpar_top.contract.snapshot import SessionLike, Snapshot
+from torchpar_top.tui import keys
 from torchpar_top.tui.commands import TorchparCommands
 from torchpar_top.tui.screens.help import HelpScreen
 from torchpar_top.tui.screens.picker import PickerScreen
@@ -52,20 +53,7 @@ class TorchparTopApp(App[None]):
     TITLE = "torchpar-top"
     COMMANDS = App.COMMANDS | {TorchparCommands}
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "toggle_sync", "sync"),
-        Binding("plus,equals_sign", "more_threads", "threads", key_display="+/-"),
-        Binding("minus", "fewer_threads", "fewer threads", key_display="-", show=False),
-        Binding("w", "pick_experiment", "experiment"),
-        Binding("r", "restart", "restart"),
-        Binding("k", "toggle_stack", "stack"),
-        Binding("h", "profile", "profile", show=False),
-        Binding("p", "toggle_pause", "pause"),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("q", "quit", "quit"),
-        # Ctrl-C quits at once (Textual's default asks to press ctrl+q): a profiler must let go fast.
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.bindings()  # type: ignore[assignment]
 
     def __init__(
         self,

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Callable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from torchpar_top.tui import keys
+
 if TYPE_CHECKING:
     from torchpar_top.tui.app import TorchparTopApp
 
@@ -18,15 +20,7 @@ class TorchparCommands(Provider):
         """``(name, callback, help)`` for every command."""
         app: TorchparTopApp = self.app  # type: ignore[assignment]
         items: list[tuple[str, Callable[[], object], str]] = [
-            ("Toggle sync (ASYNC / SYNC)", app.action_toggle_sync, "synchronize after every op, or not (key s)"),
-            ("More threads", app.action_more_threads, "torch.set_num_threads(n + 1) in the child (key +)"),
-            ("Fewer threads", app.action_fewer_threads, "torch.set_num_threads(n - 1) in the child (key -)"),
-            ("Restart", app.action_restart, "run the same script or experiment again (key r)"),
-            ("Profile the launch queue", app.action_profile,
-             "1 s torch.profiler window: exact per-stream queue length, HTA's way (key h; CUDA only)"),
-            ("Toggle stack panel", app.action_toggle_stack, "the frontend's Python stack, from py-spy (key k)"),
-            ("Pause / resume sampling", app.action_toggle_pause, "the child keeps running (key p)"),
-            ("Help", app.action_help, "what each panel means (key ?)"),
+            (c.name, getattr(app, f"action_{c.action}"), c.help) for c in keys.commands()
         ]
         for experiment in app.session.experiments():
             items.append(

@@ -1,0 +1,82 @@
+"""Every key of the main screen, once: the bindings, the help table, the README's table and the command
+palette are all made from :data:`KEYS` (``tests/unit/test_docs.py`` checks the README against it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class Command:
+    """A palette entry: its name, the app action it runs, and a line of help."""
+
+    name: str
+    action: str
+    help: str
+
+
+@dataclass(frozen=True)
+class Key:
+    """One row of the keys table: how the key is written, what it does, its bindings and palette entries."""
+
+    shown: str
+    """The key as the help and the README write it (``\\`+\\` \\`=\\` / \\`-\\```)."""
+    does: str
+    bindings: tuple[Binding, ...] = ()
+    commands: tuple[Command, ...] = ()
+
+
+KEYS: tuple[Key, ...] = (
+    Key("`s`", "toggle ASYNC / SYNC",
+        (Binding("s", "toggle_sync", "sync"),),
+        (Command("Toggle sync (ASYNC / SYNC)", "toggle_sync", "synchronize after every op, or not (key s)"),)),
+    Key("`+` `=` / `-`", "one more / one fewer intra-op thread (`torch.set_num_threads`)",
+        (Binding("plus,equals_sign", "more_threads", "threads", key_display="+/-"),
+         Binding("minus", "fewer_threads", "fewer threads", key_display="-", show=False)),
+        (Command("More threads", "more_threads", "torch.set_num_threads(n + 1) in the child (key +)"),
+         Command("Fewer threads", "fewer_threads", "torch.set_num_threads(n - 1) in the child (key -)"))),
+    Key("`w`", "pick an experiment to run",
+        (Binding("w", "pick_experiment", "experiment"),)),
+    Key("`r`", "restart: run the same script or experiment again (e.g. after it ended); an experiment keeps "
+               "the thread count of `+`/`-`, set before any of its threads start",
+        (Binding("r", "restart", "restart"),),
+        (Command("Restart", "restart", "run the same script or experiment again (key r)"),)),
+    Key("`k`", "show / hide the frontend stack panel",
+        (Binding("k", "toggle_stack", "stack"),),
+        (Command("Toggle stack panel", "toggle_stack", "the frontend's Python stack, from py-spy (key k)"),)),
+    Key("`h`", "a 1 s `torch.profiler` window, analysed the way Holistic Trace Analysis computes queue length: "
+               "exact depth per CUDA stream and time at the 1024 cap, in the log (CUDA only)",
+        (Binding("h", "profile", "profile", show=False),),
+        (Command("Profile the launch queue", "profile",
+                 "1 s torch.profiler window: exact per-stream queue length, HTA's way (key h; CUDA only)"),)),
+    Key("`p`", "pause / resume sampling (the child keeps running)",
+        (Binding("p", "toggle_pause", "pause"),),
+        (Command("Pause / resume sampling", "toggle_pause", "the child keeps running (key p)"),)),
+    Key("`?`", "this help",
+        (Binding("question_mark", "help", "help", key_display="?"),),
+        (Command("Help", "help", "what each panel means (key ?)"),)),
+    Key("`ctrl+p`", "command palette"),  # Textual's own binding
+    Key("`q`", "quit",
+        (Binding("q", "quit", "quit"),
+         # Ctrl-C quits at once (Textual's default asks to press ctrl+q): a profiler must let go fast.
+         Binding("ctrl+c", "quit", "quit", show=False, priority=True))),
+)
+
+
+def bindings() -> list[Binding]:
+    """The main screen's bindings, in table order."""
+    return [b for key in KEYS for b in key.bindings]
+
+
+def commands() -> list[Command]:
+    """The palette's commands for the keys, in table order."""
+    return [c for key in KEYS for c in key.commands]
+
+
+def keys_table() -> str:
+    """The keys as a Markdown table (help screen and README)."""
+    rows = ["| key | does |", "|-----|------|"]
+    rows += [f"| {key.shown} | {key.does} |" for key in KEYS]
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,107 @@
+"""What each panel means, once: the help screen shows :attr:`Panel.meaning`, the README adds
+:attr:`Panel.detail` (``python -m torchpar_top.tui.docs README.md`` writes it; a test checks it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchpar_top.tui.keys import keys_table
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel: its name and what its numbers mean (and, for the README, where they come from)."""
+
+    name: str
+    meaning: str
+    detail: str = ""
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("header",
+          "what runs (an experiment, `run train.py`, `run train.py ×2 ranks`, `attach PID`), and the mode: "
+          "**ASYNC** (the frontend enqueues work and returns at once) or **SYNC** (a `synchronize()` after "
+          "every op). Then the child's state when it is not running (*exited 1*, *attached*), throughput "
+          "and the summed queue depth.",
+          "Throughput is the workload's own count per second: items, mm, chains or optimizer steps."),
+    Panel("CPU", "load per core, 0-100% on a fixed scale, with a short history.",
+          "From psutil in the monitor; rows up to 8 cores, compact cells up to 64, one glyph per core up "
+          "to 256."),
+    Panel("threads",
+          "the child's threads grouped by role (frontend, stream executors, intra-op workers, inter-op pool, "
+          "autograd, DataLoader worker processes, other child processes); the bar is 100% per thread of the "
+          "group. **waits N%**: time runnable but with every core taken (the kernel's run-queue delay); "
+          "above half a core in all (and a fifth of the threads' runnable time), the panel says "
+          "**starved** — more runnable threads than cores.",
+          "From `/proc/<pid>/task/*/{stat,schedstat}` (nanosecond CPU time). The agent names its own "
+          "threads (frontend, stream executors, pin-memory threads, agent); `PTThreadPool` is the inter-op "
+          "pool, `pt_autograd_*` autograd, `pt_data*` data; OpenMP workers inherit their creator's name and "
+          "are shown as intra-op workers. Processes the child started are included (the tree is walked "
+          "again once a second). The session decides *starved* and the SYNC note (`session/derive.py`); "
+          "headless output carries both."),
+    Panel("launch queue",
+          "per executor, either **depth** (Q = launched - started) or **outstanding** (O = launched - "
+          "completed); the label says which. The strip is drawn on 0..capacity; launch blocks when the "
+          "queue is full, and the row says how often that happened. An eager CPU executor is shown as "
+          "*synchronous: depth 0*. A DataLoader's row says whether the loop is **input-bound** (the "
+          "frontend waits for the next batch) or **compute-bound**. Attached to a process it did not "
+          "start, torchpar-top cannot see queues: the panel says so (queue depth needs `torchpar-top run`).",
+          "Depth for emulated streams; outstanding for CUDA streams (completion markers), inter-op futures "
+          "and DataLoader tasks. A CUDA row fed by the launch counter is tagged **calls**: it counts torch "
+          "calls, not kernels, and cannot see a blocked launch (the row says *blocking not observable "
+          "here* rather than *never blocked*). Input-bound means the frontend waited for data more than "
+          "30 % of the time."),
+    Panel("lanes",
+          "the last 5 s. The frontend lane shows `▌` where it was launching and `·` where it waited; each "
+          "executor lane shows how busy it was. *overlap* is the share of time two or more executors were "
+          "busy at once.",
+          "From busy intervals the agent records as work runs; overlap is an exact sweep over them, merged "
+          "across gaps under 0.2 ms."),
+    Panel("async vs sync (measured)",
+          "throughput, mean depth and frontend wait in each mode, and their ratio, all measured in this "
+          "run, plus the experiment's own results and the threads → GFLOP/s table.",
+          "The window that straddles a switch, and the drain of the ASYNC backlog after a switch to SYNC, "
+          "count in neither mode."),
+    Panel("ranks",
+          "(torchrun): one row per rank, its state (a rank that exited is marked with its exit code, the "
+          "others keep being shown), throughput, queue depth and the share of time it waited for data. "
+          "Executors of rank N are prefixed `rN:` in the queue and lanes panels.",
+          "A rank's agent reports its exit status with the exception's last line; a rank killed by a signal "
+          "shows just *exited*."),
+    Panel("GPU", "*kernel-active* is NVML's share of time a kernel ran, not SM occupancy.",
+          "Also memory, power, temperature and the child's own share; or one line saying why there is no "
+          "GPU data."),
+    Panel("frontend stack (py-spy)",
+          "the main thread's Python stack, outermost first, innermost last, about twice a second, and what "
+          "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...). When there is no stack the panel "
+          "says why (py-spy missing, ptrace not permitted) and how to fix it.",
+          "`py-spy dump --json --nonblocking`: blocking mode would stop every thread of a torch process."),
+    Panel("log",
+          "the workload's stdout and stderr, agent messages, and the child's exit status and last error "
+          "lines when it ends; the mouse wheel scrolls back.",
+          "A separate pipe from the protocol, so prints never corrupt it; escape sequences the workload "
+          "prints are shown as symbols (`␛`), never sent to the terminal."),
+    Panel("sync points",
+          "source lines whose calls wait for the device: `.item()`, `.cpu()`, `.tolist()`, printing a "
+          "tensor, `bool(tensor)`... Each blocks the frontend until the device has finished everything "
+          "queued before it, so the queue drains. Listed busiest first (per second, and the total count). "
+          "On the CPU nothing is queued: they are counted as the syncs they *would* be on a GPU.",
+          "Indexing with a boolean mask (`x[mask]`, `x[mask] = v`) counts too."),
+)
+
+HOT_CORE_NOTE = ("**A hot core next to a synchronize is waiting, not working**: a thread waiting in a "
+                 "synchronize may spin at 100% of a core.")
+
+
+def panels_list(detail: bool) -> str:
+    """The panels as a Markdown list; with ``detail``, as the README has it."""
+    items = []
+    for panel in PANELS:
+        text = f"{panel.meaning} {panel.detail}" if detail and panel.detail else panel.meaning
+        items.append(f"- **{panel.name}**: {text}" if not text.startswith("(") else f"- **{panel.name}** {text}")
+    return "\n".join(items) + "\n"
+
+
+def help_markdown() -> str:
+    """The help screen: the panels, the hot-core note, the keys."""
+    return f"## Panels\n\n{panels_list(detail=False)}\n{HOT_CORE_NOTE}\n\n## Keys\n\n{keys_table()}"
