@@ -176,6 +176,7 @@ def bare_child(experiment: str, seconds: float) -> None:
 
 def with_agent(experiment: str, seconds: float) -> float:
     """Throughput the agent measures in a real child, averaged over samples after the warm-up."""
+    from torchpar_top.contract.messages import Sample
     from torchpar_top.session.child import ChildProcess
     from torchpar_top.session.targets import ExperimentTarget
 
@@ -183,8 +184,7 @@ def with_agent(experiment: str, seconds: float) -> float:
     start = time.time()
     child = ChildProcess(
         lambda fd: ExperimentTarget(experiment).command(fd, 0.1, False),
-        on_message=lambda m: m["type"] == "sample" and samples.append((m["t"], m["throughput"] * m["window"],
-                                                                        m["window"])),
+        on_message=lambda m: isinstance(m, Sample) and samples.append((m.t, m.throughput * m.window, m.window)),
         on_output=lambda *_: None, on_exit=lambda _: None,
     )
     child.start()

@@ -13,21 +13,22 @@ import argparse
 import gc
 import tracemalloc
 
-from torchpar_top.session.model import HostSample, ThreadInfo
+from torchpar_top.contract.messages import ExecutorRow, Frontend, Sample, ThreadRole
+from torchpar_top.contract.snapshot import HostSample, ThreadInfo
+from torchpar_top.contract.vocab import ExecutorKind, Mode, Quantity, Role
 from torchpar_top.session.store import SessionStore
 
 
-def sample(i: int) -> dict:
+def sample(i: int) -> Sample:
     """A realistic child sample."""
-    return {
-        "v": 1, "type": "sample", "t": float(i), "window": 0.1, "mode": "async" if i % 600 < 300 else "sync",
-        "sync_scope": "op", "throughput": 1500.0 + i % 7, "unit": "it/s", "items": i, "num_threads": 2,
-        "frontend": {"busy": 0.1, "wait": 0.9}, "overlap": 0.0,
-        "executors": [{"name": "cpu-stream:0", "kind": "emulated-stream", "emulated": True, "quantity": "depth",
-                       "value": i % 1024, "capacity": 1024, "launched": i, "started": i, "completed": i,
-                       "busy": 0.99, "blocked": 0.9}],
-        "roles": {"100": "frontend (main)", "101": "stream executor cpu-stream:0"},
-    }
+    return Sample(
+        t=float(i), window=0.1, mode=Mode.ASYNC if i % 600 < 300 else Mode.SYNC, throughput=1500.0 + i % 7,
+        unit="it/s", num_threads=2, frontend=Frontend(busy=0.1, wait=0.9), overlap=0.0,
+        executors=(ExecutorRow(name="cpu-stream:0", kind=ExecutorKind.EMULATED_STREAM, emulated=True,
+                               quantity=Quantity.DEPTH, value=i % 1024, capacity=1024, launched=i + 1024,
+                               completed=i, busy=0.99, blocked=0.9),),
+        roles=(ThreadRole(100, Role.FRONTEND), ThreadRole(101, Role.STREAM_EXECUTOR, "cpu-stream:0")),
+    )
 
 
 def main() -> None:
@@ -35,7 +36,7 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=1.0)
     args = parser.parse_args()
     store = SessionStore("async")
-    threads = tuple(ThreadInfo(100 + k, "python", "intra-op workers", 50.0) for k in range(12))
+    threads = tuple(ThreadInfo(100 + k, "python", Role.INTRAOP, 50.0) for k in range(12))
     tracemalloc.start()
     print(f"{'simulated':>10}{'traced memory':>16}")
     for i in range(int(args.hours * 36000)):

@@ -6,7 +6,7 @@
    (N cores, 2 emulated streams, a new snapshot every frame: loads, histories and queue values move),
    rendered for real in a 120x36 tmux pane. The app process reports its own ``time.process_time()``
    delta over the measured window (after a warm-up): CPU time / wall time, in % of one core. Budget
-   (DESIGN.md): at most 10% of one core with 16 cores and 2 executors.
+   (ARCHITECTURE.md): at most 10% of one core with 16 cores and 2 executors.
 2. **Latency.** The app on the real session (``Session("async")``: the child runs the async experiment,
    the host probes sample every 0.1 s), in a tmux pane. For every drawn frame that shows a new child
    sample, ``time.time() - snapshot.sample_t`` (the child stamps ``sample_t`` when it makes the sample;
@@ -91,7 +91,7 @@ class SyntheticSession:
 
     def snapshot(self) -> Any:
         """A new snapshot on every call (the render timer calls it once per frame)."""
-        from torchpar_top.session.model import LogLine  # noqa: PLC0415
+        from torchpar_top.contract.snapshot import LogLine  # noqa: PLC0415
 
         self._frame += 1
         k, base = self._frame, self._base

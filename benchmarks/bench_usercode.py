@@ -79,7 +79,7 @@ def _train(steps: int, features: int = 64, hidden: int = 128, batch: int = 32) -
 
 
 class _DispatchCounter(TorchDispatchMode):
-    """Counts ATen ops (also sees backward ops): the alternative DESIGN.md mentions, for comparison."""
+    """Counts ATen ops (also sees backward ops): the heavier alternative to a function mode, for comparison."""
 
     def __init__(self) -> None:
         super().__init__()

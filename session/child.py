@@ -17,14 +17,15 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from torchpar_top.session import protocol
+from torchpar_top.contract.messages import Message, Stop
+from torchpar_top.contract.vocab import PARENT_STOP_GRACE, LogSource
+from torchpar_top.session.wire import MessageStream, TextStream
 
-OnMessage = Callable[[dict[str, Any]], None]
+OnMessage = Callable[[Message], None]
 OnOutput = Callable[[str, str], None]
 OnExit = Callable[[int], None]
 
-#: How long a child gets to stop after the ``stop`` command, then after SIGTERM, before SIGKILL.
-STOP_GRACE = 1.5
+#: How long a child gets after SIGTERM before SIGKILL (the grace after ``stop`` is PARENT_STOP_GRACE).
 TERM_GRACE = 1.0
 
 
@@ -95,18 +96,18 @@ class ChildProcess:
         self._reader = threading.Thread(target=self._read_loop, name="tpt-child-reader", daemon=True)
         self._reader.start()
 
-    def send(self, cmd: str, **fields: Any) -> bool:
+    def send(self, cmd: Message) -> bool:
         """Send a command; False when the child is gone."""
         if self._sock is None:
             return False
         try:
             with self._send_lock:
-                self._sock.sendall(protocol.encode("cmd", cmd=cmd, **fields))
+                self._sock.sendall(cmd.to_json())
             return True
         except OSError:
             return False
 
-    def stop(self, grace: float = STOP_GRACE) -> int | None:
+    def stop(self, grace: float = PARENT_STOP_GRACE) -> int | None:
         """Stop the child and everything in its process group; wait for the reader. Idempotent.
 
         Args:
@@ -121,7 +122,7 @@ class ChildProcess:
             return None
         self._stopping.set()
         if grace > 0 and proc.poll() is None:
-            self.send("stop")
+            self.send(Stop())
             _wait(proc, grace)
         _kill_group(proc.pid, signal.SIGTERM)
         if proc.poll() is None:
@@ -138,10 +139,11 @@ class ChildProcess:
         proc, sock = self.proc, self._sock
         assert proc is not None and sock is not None and proc.stdout and proc.stderr
         sel = selectors.DefaultSelector()
-        readers = {
-            sock.fileno(): ("protocol", protocol.LineReader()),
-            proc.stdout.fileno(): ("stdout", protocol.LineReader()),
-            proc.stderr.fileno(): ("stderr", protocol.LineReader()),
+        protocol_error = lambda text: self._on_output(LogSource.PROTOCOL, text)  # noqa: E731
+        readers: dict[int, MessageStream | TextStream] = {
+            sock.fileno(): MessageStream(self._on_message, protocol_error),
+            proc.stdout.fileno(): TextStream(lambda text: self._on_output(LogSource.STDOUT, text)),
+            proc.stderr.fileno(): TextStream(lambda text: self._on_output(LogSource.STDERR, text)),
         }
         for fd in readers:
             os.set_blocking(fd, False)
@@ -160,7 +162,7 @@ class ChildProcess:
                     sel.unregister(fd)
                     open_fds.discard(fd)
                     continue
-                self._dispatch(*readers[fd], data)
+                readers[fd].feed(data)
             if proc.poll() is not None:
                 # the child is dead: drain what is left, without waiting on pipes a grandchild holds
                 self._drain(sel, readers, open_fds)
@@ -185,24 +187,7 @@ class ChildProcess:
                     sel.unregister(key.fd)
                     open_fds.discard(key.fd)
                 else:
-                    self._dispatch(*readers[key.fd], data)
-
-    def _dispatch(self, source: str, reader: protocol.LineReader, data: bytes) -> None:
-        try:
-            lines = reader.feed(data)
-        except protocol.ProtocolError as exc:
-            self._on_output("protocol", f"dropped: {exc}")
-            return
-        for line in lines:
-            if source != "protocol":
-                self._on_output(source, line.decode("utf-8", "replace"))
-                continue
-            try:
-                msg = protocol.decode(line)
-            except protocol.ProtocolError as exc:
-                self._on_output("protocol", f"malformed message dropped: {exc}")
-                continue
-            self._on_message(msg)
+                    readers[key.fd].feed(data)
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -1,24 +1,29 @@
 """Headless mode: the same session, one JSON object per sample on stdout (JSON lines).
 
 Fields of each line (see README, "Headless output"):
-``t``, ``experiment``, ``target``, ``mode`` (null when attached), ``notice``, ``child`` {pid, state, exit_code}, ``cores`` [percent per core],
-``threads`` [{role, count, busy, cpu_percent, wait_percent}], ``executors`` [{name, kind, quantity, value, capacity,
-launched, completed, busy, blocked, emulated}], ``throughput`` {value, unit}, ``num_threads``,
-``frontend`` {busy, wait}, ``overlap``, ``scoreboard`` {async|sync: {seconds, throughput, mean_depth,
+``t``, ``experiment``, ``target``, ``description``, ``mode`` (null when attached), ``attached``, ``notice``,
+``child`` {pid, state, exit_code}, ``cores`` [percent per core], ``threads`` [{role, executor, count,
+busy, cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null),
+``frontend_hot_in_sync``, ``executors`` [{name, rank, kind, quantity, counts, value, capacity, launched,
+completed, ready, busy, blocked, emulated}], ``throughput`` {value, unit}, ``num_threads``, ``frontend``
+{busy, wait}, ``overlap``, ``scoreboard`` {async|sync: {seconds, throughput, mean_depth,
 frontend_wait}}, ``ratio``, ``results`` [{label, value, unit}], ``scaling`` [{threads, gflops}],
-``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code}],
-``syncpoints`` [{where, call, count, per_second}], ``data_verdict``, ``stack`` {thread, idle,
-waiting_in, frames} or null, ``stack_status``, ``log`` [new log lines since the previous object].
+``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
+data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
+or null, ``stack`` {thread, idle, waiting_in, frames} or null, ``stack_status``, ``log`` [new log lines
+since the previous object]. Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field
+(the last value of a history); nothing is derived here.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 from typing import Any, TextIO
 
-from torchpar_top.session.model import Snapshot
+from torchpar_top.contract.codec import to_plain
+from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.vocab import ChildState
 
 
 def _last(series: tuple[float, ...]) -> float | None:
@@ -31,21 +36,26 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "t": round(snap.t, 3),
         "experiment": snap.experiment,
         "target": snap.target,
-        "mode": None if snap.experiment == "attach" else snap.mode,
+        "description": snap.description,
+        "mode": None if snap.attached else snap.mode.value,
+        "attached": snap.attached,
         "notice": snap.notice,
         "paused": snap.paused,
-        "child": {"pid": snap.child.pid, "state": snap.child.state, "exit_code": snap.child.exit_code},
+        "child": {"pid": snap.child.pid, "state": snap.child.state.value, "exit_code": snap.child.exit_code},
         "cores": [round(c, 1) for c in snap.cores],
         "threads": [
-            {"role": g.role, "count": g.count, "busy": g.busy, "cpu_percent": round(g.cpu_percent, 1),
-             "wait_percent": round(g.wait_percent, 1)}
+            {"role": g.role.value, "executor": g.executor, "count": g.count, "busy": g.busy,
+             "cpu_percent": round(g.cpu_percent, 1), "wait_percent": round(g.wait_percent, 1)}
             for g in snap.thread_groups
         ],
+        "starved": None if snap.starved is None else round(snap.starved, 2),
+        "frontend_hot_in_sync": snap.frontend_hot_in_sync,
         "executors": [
             {
-                "name": e.name, "kind": e.kind, "quantity": e.quantity, "value": e.value,
-                "capacity": e.capacity, "launched": e.launched, "completed": e.completed,
-                "busy": _last(e.busy), "blocked": round(e.blocked, 4), "emulated": e.emulated,
+                "name": e.name, "rank": e.rank, "kind": e.kind.value, "quantity": e.quantity.value,
+                "counts": e.counts.value, "value": e.value, "capacity": e.capacity, "launched": e.launched,
+                "completed": e.completed, "ready": e.ready, "busy": _last(e.busy),
+                "blocked": None if e.blocked is None else round(e.blocked, 4), "emulated": e.emulated,
             }
             for e in snap.executors
         ],
@@ -54,21 +64,22 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "num_threads": snap.num_threads,
         "frontend": {"busy": _last(snap.frontend_busy), "wait": _last(snap.frontend_wait)},
         "overlap": _last(snap.overlap),
-        "scoreboard": {m.mode: {k: v for k, v in asdict(m).items() if k != "mode"} for m in snap.scoreboard},
+        "scoreboard": {m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"}
+                       for m in snap.scoreboard},
         "ratio": snap.ratio,
-        "results": [asdict(r) for r in snap.results],
+        "results": to_plain(snap.results),
         "scaling": [{"threads": p.threads, "gflops": round(p.gflops, 2)} for p in snap.scaling],
-        "gpus": [asdict(g) | {"util_history": None} for g in snap.gpus],
+        "gpus": [to_plain(g) | {"util_history": None} for g in snap.gpus],
         "gpu_status": snap.gpu_status,
-        "ranks": [asdict(r) for r in snap.ranks],
-        "syncpoints": [asdict(s) for s in snap.syncpoints],
-        "data_verdict": snap.data_verdict,
+        "ranks": to_plain(snap.ranks),
+        "syncpoints": to_plain(snap.syncpoints),
+        "data_verdict": to_plain(snap.data_verdict),
         "stack": None if snap.stack is None else {
             "thread": snap.stack.thread, "idle": snap.stack.idle, "waiting_in": snap.stack.waiting_in,
             "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
         },
         "stack_status": snap.stack_status,
-        "log": [{"source": line.source, "text": line.text} for line in snap.log if line.seq > log_after],
+        "log": [{"source": line.source.value, "text": line.text} for line in snap.log if line.seq > log_after],
     }
 
 
@@ -95,4 +106,4 @@ def run(session: Any, duration: float, out: TextIO) -> int:
     finally:
         session.close()
     child = session.snapshot().child
-    return 1 if child.state == "failed" or (child.state == "exited" and child.exit_code) else 0
+    return 1 if child.state == ChildState.FAILED or (child.state == ChildState.EXITED and child.exit_code) else 0

@@ -12,11 +12,10 @@ import shutil
 import socket
 import tempfile
 import threading
-from typing import Any, Callable
+from typing import Callable
 
-from torchpar_top.session import protocol
-
-ENV_VAR = "TORCHPAR_TOP_SOCKET"
+from torchpar_top.contract.messages import Message
+from torchpar_top.session.wire import MessageStream
 
 
 class AgentListener:
@@ -24,7 +23,7 @@ class AgentListener:
 
     def __init__(
         self,
-        on_message: Callable[[dict[str, Any], int], None],
+        on_message: Callable[[Message, int], None],
         on_closed: Callable[[int], None],
         on_error: Callable[[str], None],
     ) -> None:
@@ -43,16 +42,16 @@ class AgentListener:
         self._server.listen(64)
         self._server.setblocking(False)
         self._on_message, self._on_closed, self._on_error = on_message, on_closed, on_error
-        self._conns: dict[int, tuple[socket.socket, protocol.LineReader]] = {}
+        self._conns: dict[int, tuple[socket.socket, MessageStream]] = {}
         self._lock = threading.Lock()
         self._next = 1
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tpt-listener", daemon=True)
         self._thread.start()
 
-    def broadcast(self, cmd: str, **fields: Any) -> int:
+    def broadcast(self, cmd: Message) -> int:
         """Send a command to every connected agent; returns how many got it."""
-        data = protocol.encode("cmd", cmd=cmd, **fields)
+        data = cmd.to_json()
         sent = 0
         with self._lock:
             conns = [c for c, _ in self._conns.values()]
@@ -94,11 +93,12 @@ class AgentListener:
         conn.setblocking(False)
         with self._lock:
             number, self._next = self._next, self._next + 1
-            self._conns[number] = (conn, protocol.LineReader())
+            stream = MessageStream(lambda msg, n=number: self._on_message(msg, n), self._on_error)
+            self._conns[number] = (conn, stream)
         sel.register(conn, selectors.EVENT_READ, number)
 
     def _read(self, sel: selectors.BaseSelector, number: int) -> None:
-        conn, reader = self._conns[number]
+        conn, stream = self._conns[number]
         try:
             data = conn.recv(65536)
         except BlockingIOError:
@@ -112,13 +112,4 @@ class AgentListener:
             conn.close()
             self._on_closed(number)
             return
-        try:
-            lines = reader.feed(data)
-        except protocol.ProtocolError as exc:
-            self._on_error(f"dropped: {exc}")
-            return
-        for line in lines:
-            try:
-                self._on_message(protocol.decode(line), number)
-            except protocol.ProtocolError as exc:
-                self._on_error(f"malformed message dropped: {exc}")
+        stream.feed(data)

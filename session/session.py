@@ -12,11 +12,13 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from torchpar_top import workloads
+from torchpar_top.contract.messages import Hello, Message, Profile, Sample, SetSync, SetThreads
+from torchpar_top.contract.snapshot import ChildStatus, Experiment, HostSample, Snapshot, StackView
+from torchpar_top.contract.vocab import ENV_SOCKET, PARENT_STOP_GRACE, ChildState, LogSource
 from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler
-from torchpar_top.session.child import STOP_GRACE, ChildProcess
-from torchpar_top.session.listener import ENV_VAR, AgentListener
-from torchpar_top.session.model import ChildStatus, Experiment, HostSample, Snapshot, StackView
+from torchpar_top.session.child import ChildProcess
+from torchpar_top.session.listener import AgentListener
 from torchpar_top.session.store import SessionStore
 from torchpar_top.session.targets import AttachTarget, ExperimentTarget, ScriptTarget, Target
 
@@ -53,7 +55,7 @@ class Session:
             workloads.info(self.target.name)  # KeyError for an unknown name, before anything starts
         self.interval = interval
         self.store = SessionStore(self._experiment_name(), self.target.description, interval)
-        self.store.target = self.target.label
+        self.store.set_target(self.target.label)
         self._sync_wanted = sync
         self._gpu_probe = gpu_probe
         self._stack_source = stack_source
@@ -91,7 +93,7 @@ class Session:
         self._stop.set()
         # Quitting. Our experiments have nothing to unwind: SIGTERM at once. The user's code is
         # interrupted as Ctrl-C would (its finally blocks and atexit handlers run) before SIGTERM.
-        self._stop_target(grace=0 if isinstance(self.target, ExperimentTarget) else STOP_GRACE)
+        self._stop_target(grace=0 if isinstance(self.target, ExperimentTarget) else PARENT_STOP_GRACE)
         if self._host_thread is not None:
             self._host_thread.join(timeout=5)
         if self._gpu_probe is not None:
@@ -105,26 +107,26 @@ class Session:
 
     def toggle_sync(self) -> None:
         """Switch between ASYNC and SYNC in the running child."""
-        self._sync_wanted = self.store.mode != "sync"
-        if self._send("set_sync", value=self._sync_wanted):
-            self.store.add_log("app", f"asked for {'SYNC' if self._sync_wanted else 'ASYNC'}")
+        self._sync_wanted = not self._sync_wanted
+        if self._send(SetSync(value=self._sync_wanted)):
+            self.store.add_log(LogSource.APP, f"asked for {'SYNC' if self._sync_wanted else 'ASYNC'}")
 
     def change_threads(self, delta: int) -> None:
         """``torch.set_num_threads(current + delta)`` in the child, kept within 1..cpu_count."""
         current = self.store.num_threads or 1
         wanted = min(max(1, current + delta), os.cpu_count() or 1)
         if wanted == current:
-            self.store.add_log("app", f"threads stay at {current} (1..{os.cpu_count()} cores)")
+            self.store.add_log(LogSource.APP, f"threads stay at {current} (1..{os.cpu_count()} cores)")
             return
-        if self._send("set_threads", value=wanted):
-            self.store.num_threads = wanted
+        if self._send(SetThreads(value=wanted)):
+            self.store.threads_requested(wanted)
             self._threads_chosen = wanted
-            self.store.add_log("app", f"asked for {wanted} intra-op threads")
+            self.store.add_log(LogSource.APP, f"asked for {wanted} intra-op threads")
 
     def profile(self, seconds: float = 1.0) -> None:
         """Ask the child for a short torch.profiler window, analysed the way HTA computes queue length."""
-        if self._send("profile", seconds=seconds):
-            self.store.add_log("app", f"asked for a {seconds:g} s profiler window (queue length, HTA's way)")
+        if self._send(Profile(seconds=seconds)):
+            self.store.add_log(LogSource.APP, f"asked for a {seconds:g} s profiler window (queue length, HTA's way)")
 
     def switch_experiment(self, name: str) -> None:
         """Stop whatever runs and start the built-in experiment ``name``."""
@@ -142,8 +144,8 @@ class Session:
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume sampling; the child keeps running."""
-        self.store.paused = paused
-        self.store.add_log("app", "paused" if paused else "resumed")
+        self.store.set_paused(paused)
+        self.store.add_log(LogSource.APP, "paused" if paused else "resumed")
 
     def snapshot(self) -> Snapshot:
         """The current state."""
@@ -164,15 +166,15 @@ class Session:
         self._stop_target()
         self.target = target
         self.store.reset(self._experiment_name(), target.description)
-        self.store.target = target.label
-        self.store.add_log("app", f"starting {target.label}")
+        self.store.set_target(target.label)
+        self.store.add_log(LogSource.APP, f"starting {target.label}")
         self._start_target()
 
     def _start_target(self) -> None:
         target = self.target
         if isinstance(target, AttachTarget):
-            self.store.notice = ATTACH_NOTICE
-            self.store.on_child(ChildStatus(target.pid, "attached", message=target.description))
+            self.store.set_target(target.label, ATTACH_NOTICE)
+            self.store.on_child(ChildStatus(target.pid, ChildState.ATTACHED, message=target.description))
             self._watch_pid(target.pid)
             return
         torchrun = isinstance(target, ScriptTarget) and bool(target.nproc)
@@ -180,8 +182,8 @@ class Session:
         with self._child_lock:
             if torchrun:
                 self._listener = AgentListener(self._on_rank_message, self._on_rank_closed,
-                                               lambda text: self.store.add_log("protocol", text))
-                env[ENV_VAR] = self._listener.path
+                                               lambda text: self.store.add_log(LogSource.PROTOCOL, text))
+                env[ENV_SOCKET] = self._listener.path
             child = ChildProcess(
                 lambda fd: target.command(fd, self.interval, self._sync_wanted),
                 on_message=self._on_child_message,
@@ -193,10 +195,11 @@ class Session:
             try:
                 child.start()
             except OSError as exc:
-                self.store.on_child(ChildStatus(None, "failed", None, f"could not start the workload: {exc}"))
+                self.store.on_child(ChildStatus(None, ChildState.FAILED, None,
+                                                f"could not start the workload: {exc}"))
                 return
             self._child = child
-        self.store.on_child(ChildStatus(child.pid, "running"))
+        self.store.on_child(ChildStatus(child.pid, ChildState.RUNNING))
         if not torchrun:
             self._watch_pid(child.pid)
 
@@ -211,7 +214,7 @@ class Session:
             if first and self._gpu_probe is not None:
                 self._gpu_probe.pid = pid
 
-    def _stop_target(self, grace: float = STOP_GRACE) -> None:
+    def _stop_target(self, grace: float = PARENT_STOP_GRACE) -> None:
         with self._child_lock:
             child, self._child = self._child, None
             listener, self._listener = self._listener, None
@@ -233,38 +236,37 @@ class Session:
             return  # a child we stopped on purpose (switch or close): nothing to report
         message = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         self.store.on_source_closed(0, code)
-        self.store.on_child(ChildStatus(child.pid, "exited", code, f"workload {message}"))
+        self.store.on_child(ChildStatus(child.pid, ChildState.EXITED, code, f"workload {message}"))
         key = "r to run it again, w for an experiment" if isinstance(self.target, ScriptTarget) else \
             "w to start an experiment"
-        self.store.add_log("app", f"workload pid {child.pid} {message}; press {key}")
+        self.store.add_log(LogSource.APP, f"workload pid {child.pid} {message}; press {key}")
 
-    def _on_child_message(self, msg: dict[str, Any], number: int = 0) -> None:
-        uuids = msg.get("cuda_uuids") if msg["type"] == "sample" else None
-        if uuids and self._gpu_probe is not None:
-            self._gpu_probe.cuda_uuids = uuids  # the child's own CUDA order: label GPUs as it sees them
+    def _on_child_message(self, msg: Message, number: int = 0) -> None:
+        if isinstance(msg, Sample) and msg.cuda_uuids and self._gpu_probe is not None:
+            self._gpu_probe.cuda_uuids = list(msg.cuda_uuids)  # the child's CUDA order: label GPUs as it does
         self.store.on_message(msg, number)
 
-    def _on_rank_message(self, msg: dict[str, Any], number: int) -> None:
-        if msg["type"] == "hello":
-            self._watch_pid(msg["pid"])
+    def _on_rank_message(self, msg: Message, number: int) -> None:
+        if isinstance(msg, Hello):
+            self._watch_pid(msg.pid)
         self._on_child_message(msg, number)
 
     def _on_rank_closed(self, number: int) -> None:
         self.store.on_source_closed(number)
-        self.store.add_log("app", f"agent connection {number} closed (a rank ended)")
+        self.store.add_log(LogSource.APP, f"agent connection {number} closed (a rank ended)")
 
-    def _send(self, cmd: str, **fields: object) -> bool:
+    def _send(self, cmd: Message) -> bool:
         with self._child_lock:
             child, listener = self._child, self._listener
         if listener is not None:
-            if listener.broadcast(cmd, **fields):
+            if listener.broadcast(cmd):
                 return True
-        elif child is not None and child.send(cmd, **fields):
+        elif child is not None and child.send(cmd):
             return True
         if isinstance(self.target, AttachTarget):
-            self.store.add_log("app", "attached to a process we did not start: it takes no commands")
+            self.store.add_log(LogSource.APP, "attached to a process we did not start: it takes no commands")
         else:
-            self.store.add_log("app", "no workload is running: press w to start one")
+            self.store.add_log(LogSource.APP, "no workload is running: press w to start one")
         return False
 
     # -- host probes ------------------------------------------------------------------------------
@@ -276,9 +278,10 @@ class Session:
             next_t += self.interval
             with self._child_lock:
                 samplers = list(self._samplers.values())
+            roles = self.store.roles()
             threads: tuple = ()
             for sampler in samplers:
-                threads += sampler.sample(self.store.roles)
+                threads += sampler.sample(roles)
             self.store.on_host(HostSample(time.time(), cores.sample(), threads))
             self._report_attach_errors(samplers)
             if self._gpu_probe is not None:
@@ -290,9 +293,9 @@ class Session:
         """An attached process that exits is shown as exited; we keep running."""
         if not isinstance(self.target, AttachTarget) or not samplers or not samplers[0].error:
             return
-        if self.store.child_state() == "attached":
-            self.store.on_child(ChildStatus(self.target.pid, "exited", None, samplers[0].error))
-            self.store.add_log("app", samplers[0].error)
+        if self.store.child_state() == ChildState.ATTACHED:
+            self.store.on_child(ChildStatus(self.target.pid, ChildState.EXITED, None, samplers[0].error))
+            self.store.add_log(LogSource.APP, samplers[0].error)
 
 
 def _with_stack(snap: Snapshot, stack: StackView | None, status: str) -> Snapshot:

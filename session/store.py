@@ -1,7 +1,9 @@
 """Ring buffers of everything measured, folded into a :class:`Snapshot` on demand.
 
 Writers are the host-probe thread and the child reader thread; readers are the TUI's render timer
-and headless output. One lock; every buffer is bounded, so an hour at 10 Hz stays flat.
+and headless output. One lock, taken by every method (nothing outside writes the store's state);
+every buffer is bounded, so an hour at 10 Hz stays flat. The meaning of the numbers (verdicts, notes,
+ranks) is computed here, once, with :mod:`.derive`.
 """
 
 from __future__ import annotations
@@ -10,10 +12,20 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
-from torchpar_top.probes.host.threads import group
-from torchpar_top.session.model import (
+from torchpar_top.contract.messages import (
+    Ack,
+    Exit,
+    Hello,
+    Log,
+    Message,
+    Result,
+    Sample,
+    Scaling,
+    SyncPoints,
+    ThreadRole,
+)
+from torchpar_top.contract.snapshot import (
     ChildStatus,
     ExecutorView,
     GpuView,
@@ -26,6 +38,9 @@ from torchpar_top.session.model import (
     Snapshot,
     SyncSite,
 )
+from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, LogSource, Mode, Quantity
+from torchpar_top.probes.host.threads import group
+from torchpar_top.session import derive
 
 #: Samples kept per series (60 s at the default 10 Hz).
 HISTORY = 600
@@ -40,16 +55,28 @@ STDERR_TAIL = 12
 @dataclass
 class _Executor:
     name: str
-    kind: str
-    quantity: str
+    kind: ExecutorKind
+    quantity: Quantity
     emulated: bool
+    rank: int | None
     capacity: int | None = None
     value: int = 0
     launched: int = 0
     completed: int = 0
-    blocked: float = 0.0
+    blocked: float | None = 0.0
+    counts: Counted = Counted.ITEMS
+    ready: int | None = None
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     busy: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+
+    def view(self) -> ExecutorView:
+        """This executor as the snapshot shows it."""
+        return ExecutorView(
+            name=self.name, kind=self.kind, quantity=self.quantity, value=self.value, capacity=self.capacity,
+            launched=self.launched, completed=self.completed, emulated=self.emulated,
+            history=tuple(self.history), busy=tuple(self.busy), blocked=self.blocked, rank=self.rank,
+            counts=self.counts, ready=self.ready,
+        )
 
 
 @dataclass
@@ -59,23 +86,20 @@ class _Source:
     number: int
     pid: int | None = None
     rank: int | None = None
-    state: str = "running"
+    state: ChildState = ChildState.RUNNING
     exit_code: int | None = None
     throughput: float | None = None
     unit: str = "it/s"
     depth: int = 0
     data_wait: float | None = None
+    has_dataloader: bool = False
     sites: dict = field(default_factory=dict)  # (where, call) -> (count, per_second)
     sites_t: float | None = None
 
-    @property
-    def prefix(self) -> str:
-        """Put before executor names and sync sites of a rank (``r1:``); '' for a single agent."""
-        return "" if self.rank is None else f"r{self.rank}:"
-
-
-#: A DataLoader-fed frontend waiting for its next batch more than this share of the time is input-bound.
-INPUT_BOUND_WAIT = 0.3
+    def view(self) -> RankView:
+        """This agent as the rank table shows it, with its DataLoader verdict."""
+        return RankView(self.rank, self.pid or 0, self.state, self.throughput, self.unit, self.depth,
+                        self.data_wait, self.exit_code, derive.data_verdict(self.data_wait, self.has_dataloader))
 
 
 @dataclass
@@ -85,7 +109,7 @@ class _ModeAccumulator:
     depth: float = 0.0
     wait: float = 0.0
 
-    def stats(self, mode: str) -> ModeStats:
+    def stats(self, mode: Mode) -> ModeStats:
         s = self.seconds
         return ModeStats(
             mode=mode,
@@ -104,7 +128,7 @@ class SessionStore:
         self.interval = interval
         self._log: deque[LogLine] = deque(maxlen=LOG_LINES)
         self._seq = 0
-        self.paused = False
+        self._paused = False
         self._cores: tuple[float, ...] = ()
         self._core_history: list[deque] = []
         self._threads: tuple = ()
@@ -116,43 +140,81 @@ class SessionStore:
         """Forget the previous child's measurements (a new experiment starts)."""
         with self._lock:
             self.experiment, self.description = experiment, description
-            self.roles: dict[int, str] = {}
-            self._executors: dict[str, _Executor] = {}
+            self._roles: dict[int, ThreadRole] = {}
+            self._executors: dict[tuple[int, str], _Executor] = {}  # (rank or -1, name)
             self._frontend_busy: deque = deque(maxlen=HISTORY)
             self._frontend_wait: deque = deque(maxlen=HISTORY)
             self._overlap: deque = deque(maxlen=HISTORY)
             self._throughput: deque = deque(maxlen=HISTORY)
             self._unit = "it/s"
             self._last_throughput: float | None = None
-            self.mode = "async"
-            self._modes = {"async": _ModeAccumulator(), "sync": _ModeAccumulator()}
-            self._prev_mode: str | None = None
-            self.num_threads: int | None = None
-            self.interop_threads: int | None = None
+            self._mode = Mode.ASYNC
+            self._modes = {Mode.ASYNC: _ModeAccumulator(), Mode.SYNC: _ModeAccumulator()}
+            self._prev_mode: Mode | None = None
+            self._num_threads: int | None = None
+            self._interop_threads: int | None = None
             self._results: dict[str, ResultRow] = {}
             self._scaling: dict[int, ScalingPoint] = {}
-            self._child = ChildStatus(pid=None, state="starting")
+            self._child = ChildStatus(pid=None, state=ChildState.STARTING)
             self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
             self._sample_t: float | None = None
             self._threads = ()
             self._sources: dict[int, _Source] = {}
-            self.target = experiment
-            self.notice = ""
+            self._target = experiment
+            self._notice = ""
 
     # -- writers ---------------------------------------------------------------------------------
 
-    def add_log(self, source: str, text: str) -> None:
+    def add_log(self, source: LogSource, text: str) -> None:
         """Append a line to the log pane (kept while paused: nothing is lost)."""
         with self._lock:
             self._seq += 1
-            self._log.append(LogLine(self._seq, source, text))
-            if source == "stderr":
+            self._log.append(LogLine(self._seq, LogSource(source), text))
+            if source == LogSource.STDERR:
                 self._stderr.append(text)
+
+    def set_target(self, label: str, notice: str = "") -> None:
+        """What runs (``run train.py``, ``attach 1234``...) and a standing notice about it."""
+        with self._lock:
+            self._target, self._notice = label, notice
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume taking samples (log lines are kept either way)."""
+        with self._lock:
+            self._paused = paused
+
+    def threads_requested(self, n: int) -> None:
+        """The thread count asked of the child (shown until its next sample says what it uses)."""
+        with self._lock:
+            self._num_threads = n
+
+    @property
+    def num_threads(self) -> int | None:
+        """The child's intra-op thread count as last reported (or requested)."""
+        with self._lock:
+            return self._num_threads
+
+    @property
+    def mode(self) -> Mode:
+        """The primary agent's mode as last reported."""
+        with self._lock:
+            return self._mode
+
+    @property
+    def paused(self) -> bool:
+        """Whether sampling is paused."""
+        with self._lock:
+            return self._paused
+
+    def roles(self) -> dict[int, ThreadRole]:
+        """The agents' word on their threads, by tid (for the thread sampler)."""
+        with self._lock:
+            return dict(self._roles)
 
     def on_host(self, sample: HostSample) -> None:
         """A reading of the host probes."""
         with self._lock:
-            if self.paused:
+            if self._paused:
                 return
             if len(self._core_history) != len(sample.cores):
                 self._core_history = [deque(maxlen=CORE_HISTORY) for _ in sample.cores]
@@ -164,57 +226,66 @@ class SessionStore:
     def on_gpus(self, gpus: tuple[GpuView, ...], status: str) -> None:
         """A reading of the GPU probe (views carry their own history)."""
         with self._lock:
-            if not self.paused:
+            if not self._paused:
                 self._gpus, self._gpu_status = gpus, status
 
     def on_child(self, child: ChildStatus) -> None:
         """The child's state changed."""
         with self._lock:
-            if child.state in ("exited", "failed") and not child.last_stderr:
+            if child.state in (ChildState.EXITED, ChildState.FAILED) and not child.last_stderr:
                 child = ChildStatus(child.pid, child.state, child.exit_code, child.message, tuple(self._stderr))
             self._child = child
 
-    def child_state(self) -> str:
+    def child_state(self) -> ChildState:
         """The child's state now (``running``, ``exited``...)."""
         with self._lock:
             return self._child.state
 
-    def on_message(self, msg: dict[str, Any], source: int = 0) -> None:
+    def on_message(self, msg: Message, source: int = 0) -> None:
         """A validated protocol message from agent connection ``source``."""
-        kind = msg["type"]
-        if kind == "sample":
+        if isinstance(msg, Sample):
             self._on_sample(msg, source)
-        elif kind == "hello":
-            with self._lock:
-                src = self._source(source)
-                src.pid, src.rank = msg["pid"], msg.get("rank")
-                self.num_threads = msg["num_threads"]
-                self.interop_threads = msg["interop_threads"]
-                self.roles.update({int(k): v for k, v in msg["roles"].items()})
-            rank = "" if msg.get("rank") is None else f"rank {msg['rank']} "
-            self.add_log("child", f"{rank}pid {msg['pid']}: {msg['experiment']} on {msg['device']}, torch "
-                                  f"{msg['torch']}, {msg['num_threads']} intra-op / "
-                                  f"{msg['interop_threads']} inter-op threads")
-        elif kind == "syncpoints":
+        elif isinstance(msg, Hello):
+            self._on_hello(msg, source)
+        elif isinstance(msg, SyncPoints):
             self._on_syncpoints(msg, source)
-        elif kind == "result":
+        elif isinstance(msg, Result):
             with self._lock:
-                self._results[msg["label"]] = ResultRow(msg["label"], float(msg["value"]), msg["unit"])
-        elif kind == "scaling":
+                self._results[msg.label] = ResultRow(msg.label, msg.value, msg.unit)
+        elif isinstance(msg, Scaling):
             with self._lock:
-                self._scaling[msg["threads"]] = ScalingPoint(msg["threads"], float(msg["gflops"]),
-                                                             msg["samples"])
-        elif kind == "log":
-            self.add_log("child", msg["text"])
-        elif kind == "ack":
-            self.add_log("child", f"{'ok' if msg['ok'] else 'refused'}: {msg['detail']}")
-        elif kind == "exit":
+                self._scaling[msg.threads] = ScalingPoint(msg.threads, msg.gflops, msg.samples)
+        elif isinstance(msg, Log):
+            self.add_log(LogSource.CHILD, msg.text)
+        elif isinstance(msg, Ack):
+            self.add_log(LogSource.CHILD, f"{'ok' if msg.ok else 'refused'}: {msg.detail}")
+        elif isinstance(msg, Exit):
             with self._lock:
                 src = self._source(source)
-                src.exit_code = msg["status"]
+                src.exit_code = msg.status
                 who = "the workload" if src.rank is None else f"rank {src.rank}"
-            reason = f": {msg['reason']}" if msg["reason"] else ""
-            self.add_log("child", f"{who}'s code ended with status {msg['status']}{reason}")
+            reason = f": {msg.reason}" if msg.reason else ""
+            self.add_log(LogSource.CHILD, f"{who}'s code ended with status {msg.status}{reason}")
+
+    def _on_hello(self, msg: Hello, source: int) -> None:
+        """An agent introduced itself; a second hello on the same connection is ignored."""
+        with self._lock:
+            src = self._source(source)
+            if src.pid is not None:
+                second = True
+            else:
+                second = False
+                src.pid, src.rank = msg.pid, msg.rank
+                self._num_threads = msg.num_threads
+                self._interop_threads = msg.interop_threads
+                self._roles.update({r.tid: r for r in msg.roles})
+        if second:
+            self.add_log(LogSource.PROTOCOL, f"a second hello on connection {source} ignored")
+            return
+        rank = "" if msg.rank is None else f"rank {msg.rank} "
+        self.add_log(LogSource.CHILD, f"{rank}pid {msg.pid}: {msg.experiment} on {msg.device}, torch "
+                                      f"{msg.torch}, {msg.num_threads} intra-op / "
+                                      f"{msg.interop_threads} inter-op threads")
 
     def on_source_closed(self, source: int, exit_code: int | None = None) -> None:
         """Agent connection ``source`` ended (a rank died or finished).
@@ -225,7 +296,7 @@ class SessionStore:
         with self._lock:
             src = self._sources.get(source)
             if src is not None:
-                src.state = "exited"
+                src.state = ChildState.EXITED
                 if exit_code is not None:
                     src.exit_code = exit_code
 
@@ -240,87 +311,84 @@ class SessionStore:
         ranked = sorted(self._sources.values(), key=lambda s: (s.rank is None, s.rank or 0, s.number))
         return ranked[0].number if ranked else 0
 
-    def _on_syncpoints(self, msg: dict[str, Any], source: int) -> None:
+    def _on_syncpoints(self, msg: SyncPoints, source: int) -> None:
         now = time.monotonic()
         with self._lock:
             src = self._source(source)
             dt = now - src.sites_t if src.sites_t is not None else None
             sites = {}
-            for site in msg["sites"]:
-                key = (site["where"], site["call"])
+            for site in msg.sites:
+                key = (site.where, site.call)
                 before = src.sites.get(key, (0, 0.0))[0]
-                rate = (site["count"] - before) / dt if dt else 0.0
-                sites[key] = (site["count"], max(0.0, rate))
+                rate = (site.count - before) / dt if dt else 0.0
+                sites[key] = (site.count, max(0.0, rate))
             src.sites, src.sites_t = sites, now
 
-    def _on_sample(self, msg: dict[str, Any], source: int = 0) -> None:
+    def _on_sample(self, msg: Sample, source: int = 0) -> None:
         with self._lock:
-            self.roles.update({int(k): v for k, v in msg["roles"].items()})
+            self._roles.update({r.tid: r for r in msg.roles})
             src = self._source(source)
-            src.throughput, src.unit = msg["throughput"], msg["unit"]
-            src.data_wait = msg.get("data_wait")
-            src.depth = sum(row["value"] for row in msg["executors"])
+            src.throughput, src.unit = msg.throughput, msg.unit
+            src.data_wait = msg.data_wait
+            src.depth = sum(row.value for row in msg.executors)
+            src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             primary = source == self._primary()
             if primary:
-                self.mode = msg["mode"]
-                self.num_threads = msg["num_threads"]
-                self._unit = msg["unit"]
-                self._sample_t = msg["t"]
-            if self.paused:
+                self._mode = msg.mode
+                self._num_threads = msg.num_threads
+                self._unit = msg.unit
+                self._sample_t = msg.t
+            if self._paused:
                 return
-            for row in msg["executors"]:
-                name = src.prefix + row["name"]
-                ex = self._executors.get(name)
+            for row in msg.executors:
+                key = (-1 if src.rank is None else src.rank, row.name)
+                ex = self._executors.get(key)
                 if ex is None:
-                    ex = self._executors[name] = _Executor(name, row["kind"], row["quantity"], row["emulated"])
-                ex.capacity, ex.value = row["capacity"], row["value"]
-                ex.launched, ex.completed, ex.blocked = row["launched"], row["completed"], row["blocked"]
-                ex.history.append(row["value"])
-                ex.busy.append(row["busy"])
+                    ex = self._executors[key] = _Executor(row.name, row.kind, row.quantity, row.emulated, src.rank)
+                ex.capacity, ex.value, ex.counts, ex.ready = row.capacity, row.value, row.counts, row.ready
+                ex.launched, ex.completed, ex.blocked = row.launched, row.completed, row.blocked
+                ex.history.append(row.value)
+                ex.busy.append(row.busy)
             if not primary:
                 return
-            depth = src.depth
-            self._frontend_busy.append(msg["frontend"]["busy"])
-            self._frontend_wait.append(msg["frontend"]["wait"])
-            self._overlap.append(msg["overlap"])
-            self._throughput.append(msg["throughput"])
-            self._last_throughput = msg["throughput"]
+            self._frontend_busy.append(msg.frontend.busy)
+            self._frontend_wait.append(msg.frontend.wait)
+            self._overlap.append(msg.overlap)
+            self._throughput.append(msg.throughput)
+            self._last_throughput = msg.throughput
             # The first window after a mode change straddles both modes: count it in neither. After a
             # switch to SYNC, the backlog launched in ASYNC drains first (the agent says so): that is
             # neither mode's steady state either.
-            if self._prev_mode == msg["mode"] and not msg.get("draining", False):
-                acc, w = self._modes[msg["mode"]], msg["window"]
+            if self._prev_mode == msg.mode and not msg.draining:
+                acc, w = self._modes[msg.mode], msg.window
                 acc.seconds += w
-                acc.items += msg["throughput"] * w
-                acc.depth += depth * w
-                acc.wait += msg["frontend"]["wait"] * w
-            self._prev_mode = msg["mode"]
+                acc.items += msg.throughput * w
+                acc.depth += src.depth * w
+                acc.wait += msg.frontend.wait * w
+            self._prev_mode = msg.mode
 
     # -- reader ----------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
         """Everything the screen shows, now."""
         with self._lock:
-            executors = tuple(
-                ExecutorView(
-                    name=e.name, kind=e.kind, quantity=e.quantity, value=e.value, capacity=e.capacity,
-                    launched=e.launched, completed=e.completed, emulated=e.emulated,
-                    history=tuple(e.history), busy=tuple(e.busy), blocked=e.blocked,
-                )
-                for e in sorted(self._executors.values(), key=lambda e: e.name)
-            )
+            executors = tuple(e.view() for _, e in sorted(self._executors.items()))
+            groups = group(self._threads)
+            ranks = tuple(s.view() for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
+                          if s.pid is not None)
+            primary = self._sources.get(self._primary())
             return Snapshot(
                 t=time.time(),
                 experiment=self.experiment,
-                description=self.description,
-                mode=self.mode,
-                paused=self.paused,
+                description=derive.arguments(self.description, self._target),
+                mode=self._mode,
+                paused=self._paused,
                 interval=self.interval,
                 child=self._child,
                 cores=self._cores,
                 core_history=tuple(tuple(h) for h in self._core_history),
                 threads=self._threads,
-                thread_groups=group(self._threads),
+                thread_groups=groups,
                 executors=executors,
                 frontend_busy=tuple(self._frontend_busy),
                 frontend_wait=tuple(self._frontend_wait),
@@ -328,8 +396,8 @@ class SessionStore:
                 throughput=self._last_throughput,
                 throughput_unit=self._unit,
                 throughput_history=tuple(self._throughput),
-                num_threads=self.num_threads,
-                interop_threads=self.interop_threads,
+                num_threads=self._num_threads,
+                interop_threads=self._interop_threads,
                 scoreboard=tuple(acc.stats(mode) for mode, acc in self._modes.items()),
                 results=tuple(self._results.values()),
                 scaling=tuple(sorted(self._scaling.values(), key=lambda p: p.threads)),
@@ -337,30 +405,20 @@ class SessionStore:
                 gpu_status=self._gpu_status,
                 log=tuple(self._log)[-200:],
                 sample_t=self._sample_t,
-                target=self.target,
-                notice=self.notice,
-                ranks=tuple(
-                    RankView(s.rank, s.pid, s.state, s.throughput, s.unit, s.depth, s.data_wait, s.exit_code)
-                    for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
-                    if s.pid is not None
-                ),
+                target=self._target,
+                notice=self._notice,
+                ranks=ranks,
                 syncpoints=self._syncpoints(),
-                data_verdict=self._data_verdict(),
+                data_verdict=None if primary is None else primary.view().data_verdict,
+                attached=self._child.state == ChildState.ATTACHED,
+                starved=derive.starved(groups),
+                frontend_hot_in_sync=derive.frontend_hot_in_sync(self._mode, groups),
             )
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:
         sites = [
-            SyncSite(src.prefix + where, call, count, rate)
+            SyncSite(where, call, count, rate, src.rank)
             for src in self._sources.values()
             for (where, call), (count, rate) in src.sites.items()
         ]
-        return tuple(sorted(sites, key=lambda s: (-s.per_second, -s.count, s.where)))
-
-    def _data_verdict(self) -> str:
-        src = self._sources.get(self._primary())
-        if src is None or src.data_wait is None:
-            return ""
-        if not any(e.kind == "dataloader" for e in self._executors.values()):
-            return ""
-        share = f"waits for data {src.data_wait:.0%} of the time"
-        return f"input-bound: {share}" if src.data_wait > INPUT_BOUND_WAIT else f"compute-bound: {share}"
+        return tuple(sorted(sites, key=lambda s: (-s.per_second, -s.count, s.rank or 0, s.where)))

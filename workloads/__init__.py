@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from torchpar_top.session.model import Experiment
+from torchpar_top.contract.snapshot import Experiment
 
 EXPERIMENTS: dict[str, tuple[str, Experiment]] = {
     "async": (

@@ -42,7 +42,7 @@ def run(agent, chains: int = CHAINS, length: int = LENGTH, size: int = SIZE) -> 
               f"{torch.get_num_interop_threads()} inter-op threads")
     while agent.running:
         pool.track(_fork_chains(xs, w, length))
-        if agent.sync:
+        if agent.sync.enabled:
             pool.synchronize()
         while pool.outstanding() >= MAX_PENDING and agent.running:
             pool.wait_oldest()

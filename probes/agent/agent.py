@@ -1,9 +1,13 @@
 """The agent inside the workload process: executors, sync control, sampling, the wire.
 
-A workload (built-in experiment or, later, user code) asks the agent for executors, calls
-:meth:`Agent.step` once per unit of work, and checks :attr:`Agent.running`. The agent's two threads
-sample the executors every ``interval`` and apply commands from torchpar-top (sync on/off, thread
-count, stop).
+A workload (built-in experiment or user code) asks the agent for executors, calls :meth:`Agent.step`
+once per unit of work, and checks :attr:`Agent.running`. The agent's two threads sample the executors
+every ``interval`` and apply commands from torchpar-top (sync on/off, thread count, stop).
+
+It is composed, not subclassed: :attr:`Agent.sync` is a :class:`SyncPolicy` others can watch,
+:attr:`Agent.throughput` any object with ``take() -> (done, unit)``, :attr:`Agent.sample_parts` add
+fields to each sample, :attr:`Agent.on_sample` and :attr:`Agent.on_stop` run code at those moments, and
+:attr:`Agent.device_syncs` wait for devices beyond the executors (CUDA in user code).
 """
 
 from __future__ import annotations
@@ -17,17 +21,44 @@ from typing import Any, Callable
 
 import torch
 
-from torchpar_top.probes.agent.activity import ActivityRecorder, busy_time, overlap_time, union
+from torchpar_top.contract.codec import LineReader, ProtocolError
+from torchpar_top.contract.messages import (
+    Ack,
+    Exit,
+    Frontend,
+    Hello,
+    Log,
+    Message,
+    Profile,
+    Result,
+    Sample,
+    Scaling,
+    SetSync,
+    SetThreads,
+    Stop,
+    ThreadRole,
+    decode_command,
+)
+from torchpar_top.contract.vocab import AGENT_STOP_GRACE, Role, SyncScope
+from torchpar_top.probes.agent.activity import ActivityRecorder, busy_time, overlap_time
 from torchpar_top.probes.agent.executor import EagerDevice, Executor
 from torchpar_top.probes.agent.interop import InterOpPool
 from torchpar_top.probes.agent.stream import DEFAULT_CAPACITY, EmulatedStream
-from torchpar_top.session import protocol
+from torchpar_top.probes.agent.sync import SyncPolicy
 
-#: Seconds the workload gets to return after a stop before the agent ends the process group.
-STOP_GRACE = 3.0
 
-ROLE_FRONTEND = "frontend (main)"
-ROLE_AGENT = "torchpar agent"
+class CountRate:
+    """Throughput as the rate of a monotone count: how much it grew since the previous window."""
+
+    def __init__(self, count: Callable[[], int], unit: str = "it/s") -> None:
+        self.count, self.unit = count, unit
+        self._last = count()
+
+    def take(self) -> tuple[int, str]:
+        """Items done since the previous call, and their unit."""
+        now = self.count()
+        done, self._last = max(0, now - self._last), now
+        return done, self.unit
 
 
 class Agent:
@@ -42,7 +73,7 @@ class Agent:
         device: str = "cpu",
         interval: float = 0.1,
         sync: bool = False,
-        sync_scope: str = "op",
+        sync_scope: SyncScope = SyncScope.OP,
     ) -> None:
         self._sock = sock
         self._send_lock = threading.Lock()
@@ -50,9 +81,8 @@ class Agent:
         self.description = description
         self.device = device
         self.interval = interval
-        self.sync = sync
-        """True in SYNC mode: synchronize after every op (or every step, see ``sync_scope``)."""
-        self.sync_scope = sync_scope
+        self.sync = SyncPolicy(sync, sync_scope)
+        """SYNC on or off: synchronize after every op (or every step, see its ``scope``)."""
         self.running = True
         """False once torchpar-top asked the workload to stop; loops should check it."""
         self.executors: list[Executor] = []
@@ -61,8 +91,20 @@ class Agent:
         self.frontend_wait = ActivityRecorder()
         """When the frontend was blocked: on a full queue or in a synchronize."""
         self.items = 0
-        self._throughput_source: Callable[[], int] = lambda: self.items
-        self.unit = "it/s"
+        """Units of work the frontend reported with :meth:`step`."""
+        self.throughput: Any = CountRate(lambda: self.items)
+        """Has ``take() -> (done since the last window, unit)``; the sample's throughput."""
+        self.sample_parts: list[Callable[[float, float], dict[str, Any]]] = []
+        """Each adds fields to the sample of the window ``[t0, t1]`` (``data_wait``, ``cuda_uuids``)."""
+        self.on_sample: list[Callable[[], None]] = []
+        """Run after each sample is built (flush sync points, notes), on the sampler thread."""
+        self.on_stop: list[Callable[[], None]] = []
+        """Run when a stop arrives (or torchpar-top goes away), after :attr:`running` turned False."""
+        self.device_syncs: list[Callable[[], None]] = []
+        """Waits for devices beyond the executors, run by :meth:`synchronize` (CUDA in user code)."""
+        self.rank: int | None = None
+        """torchrun: this process's rank and the world size, said in hello."""
+        self.world_size: int | None = None
         self._threads_wanted = torch.get_num_threads()
         self._threads_applied = self._threads_wanted
         self.frontend_tid = threading.get_native_id()
@@ -70,26 +112,24 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._drain_target: dict[int, int] = {}
         """After a switch to SYNC: per executor, the launches made before it (the ASYNC backlog)."""
-        self.hello_extra: dict[str, Any] = {}
-        """More ``hello`` fields (``target``; ``rank``/``world_size`` under torchrun)."""
         self.hard_exit: Callable[[], None] = _kill_own_group
-        """Called when the workload ignores a stop for :data:`STOP_GRACE` seconds (tests replace it)."""
+        """Called when the workload ignores a stop for :data:`AGENT_STOP_GRACE` seconds (tests replace it)."""
 
     # -- executors -------------------------------------------------------------------------------
 
     def emulated_stream(self, name: str, capacity: int = DEFAULT_CAPACITY) -> EmulatedStream:
         """A new emulated CPU stream, watched and synchronized by the agent."""
-        return self._add(
+        return self.add(
             EmulatedStream(name, capacity, wait=self.frontend_wait, threads=lambda: self._threads_wanted)
         )
 
     def eager_device(self, name: str = "cpu (eager)") -> EagerDevice:
         """The CPU running eager ops on the frontend thread (depth 0)."""
-        return self._add(EagerDevice(name))
+        return self.add(EagerDevice(name))
 
     def interop_pool(self, name: str = "inter-op pool") -> InterOpPool:
         """Futures forked on the inter-op pool."""
-        return self._add(InterOpPool(name, wait=self.frontend_wait))
+        return self.add(InterOpPool(name, wait=self.frontend_wait))
 
     def cuda_stream(self, name: str, device: int = 0, stream: Any = None) -> Any:
         """A CUDA stream (default: the device's current one) watched by completion markers.
@@ -100,38 +140,49 @@ class Agent:
             from torchpar_top.probes.agent.cuda import CudaMonitor
 
             self.cuda = CudaMonitor(on_thread=self._agent_tids.append)
-        return self._add(self.cuda.stream(name, device, stream, wait=self.frontend_wait))
+        return self.add(self.cuda.stream(name, device, stream, wait=self.frontend_wait))
 
-    def _add(self, ex: Any) -> Any:
+    def add(self, ex: Any) -> Any:
+        """Watch ``ex`` (any :class:`Executor`); returns it."""
         self.executors.append(ex)
         return ex
 
     def launch(self, stream: EmulatedStream, fn: Callable[..., Any], *args: Any) -> None:
         """Launch onto ``stream``; in SYNC mode with scope ``op``, wait for it to complete."""
         stream.launch(fn, *args)
-        if self.sync and self.sync_scope == "op":
+        if self.sync.per_op:
             stream.synchronize()
 
     def synchronize(self) -> None:
-        """Wait for every executor to finish what was launched."""
+        """Wait for every executor to finish what was launched, then for the devices beyond them."""
         for ex in self.executors:
             ex.synchronize()
+        for wait in self.device_syncs:
+            wait()
 
     # -- the workload's calls -------------------------------------------------------------------
 
     def step(self, n: int = 1) -> None:
         """Count ``n`` units of work done by the frontend; apply pending settings; sync per step."""
         self.items += n
+        self.apply_threads()
+        if self.sync.per_step:
+            self.synchronize()
+
+    def apply_threads(self) -> None:
+        """Apply a pending thread count to the calling thread (the frontend, between items)."""
         if self._threads_applied != self._threads_wanted:
             self._threads_applied = self._threads_wanted
             torch.set_num_threads(self._threads_applied)
-        if self.sync and self.sync_scope == "step":
-            self.synchronize()
+
+    @property
+    def threads_pending(self) -> bool:
+        """Whether a thread count was asked for and not yet applied on the frontend."""
+        return self._threads_applied != self._threads_wanted
 
     def throughput_from(self, source: Callable[[], int], unit: str = "it/s") -> None:
         """Measure throughput as the rate of ``source()`` (a monotone count) instead of steps."""
-        self._throughput_source = source
-        self.unit = unit
+        self.throughput = CountRate(source, unit)
 
     @property
     def num_threads(self) -> int:
@@ -144,33 +195,31 @@ class Agent:
 
     def result(self, label: str, value: float, unit: str) -> None:
         """Report a measured result (shown in the scoreboard and printed headless)."""
-        self._send("result", label=label, value=float(value), unit=unit)
+        self.send(Result(label=label, value=float(value), unit=unit))
 
     def scaling(self, threads: int, gflops: float, samples: int) -> None:
         """Report one row of the intra-op scaling table."""
-        self._send("scaling", threads=threads, gflops=float(gflops), samples=samples)
+        self.send(Scaling(threads=threads, gflops=float(gflops), samples=samples))
 
     def log(self, text: str) -> None:
         """A line for the log pane."""
-        self._send("log", text=text)
+        self.send(Log(text=text))
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Say hello and start the sampler and command threads."""
-        self._send(
-            "hello",
+        self.send(Hello(
             pid=os.getpid(),
             experiment=self.experiment,
-            description=self.description,
-            torch=torch.__version__,
             device=self.device,
+            torch=torch.__version__,
             num_threads=torch.get_num_threads(),
             interop_threads=torch.get_num_interop_threads(),
-            executors=[ex.declare() for ex in self.executors],
             roles=self.roles(),
-            **self.hello_extra,
-        )
+            rank=self.rank,
+            world_size=self.world_size,
+        ))
         for target, name in ((self._sample_loop, "tpt-sampler"), (self._command_loop, "tpt-control")):
             th = threading.Thread(target=target, name=name, daemon=True)
             th.start()
@@ -184,79 +233,59 @@ class Agent:
         if self.cuda is not None:
             self.cuda.close()
 
-    def roles(self) -> dict[str, str]:
-        """Threads the agent knows, as ``{tid: role}`` for the thread panel."""
-        roles = {str(self.frontend_tid): ROLE_FRONTEND}
-        for tid in self._agent_tids:
-            roles[str(tid)] = ROLE_AGENT
-        for ex in self.executors:
-            for tid in ex.tids:
-                roles[str(tid)] = f"stream executor {ex.name}"
-        return roles
+    def roles(self) -> tuple[ThreadRole, ...]:
+        """Threads the agent knows, for the thread panel: the frontend, its own, the executors'."""
+        roles = [ThreadRole(self.frontend_tid, Role.FRONTEND)]
+        roles += [ThreadRole(tid, Role.AGENT) for tid in self._agent_tids]
+        roles += [ThreadRole(tid, ex.thread_role, ex.name) for ex in self.executors for tid in ex.tids]
+        return tuple(roles)
 
     # -- threads ----------------------------------------------------------------------------------
 
     def _sample_loop(self) -> None:
         self._agent_tids.append(threading.get_native_id())
         last_t = time.perf_counter()
-        last_count = self._throughput_source()
         while self.running:
             time.sleep(self.interval)
             now = time.perf_counter()
-            for ex in self.executors:
-                ex.refresh()
-            count = self._throughput_source()
             try:
-                self._send(**self.sample(last_t, now, count - last_count))
+                self.send(self.sample(last_t, now))
             except OSError:
                 return
-            last_t, last_count = now, count
+            last_t = now
 
-    def sample(self, t0: float, t1: float, done: int) -> dict[str, Any]:
-        """The ``sample`` message for the window ``[t0, t1]`` in which ``done`` items completed."""
+    def sample(self, t0: float, t1: float) -> Sample:
+        """The :class:`Sample` for the window ``[t0, t1]``; then the :attr:`on_sample` hooks run."""
         window = max(t1 - t0, 1e-9)
+        extra: dict[str, Any] = {}
+        for part in self.sample_parts:  # first: a part may bring counters up to date (DataLoaders)
+            extra.update(part(t0, t1))
         rows, per_executor = [], []
         for ex in self.executors:
             ex.refresh()
-            completed, started = ex.completed, ex.started  # read C and S before L: value never < 0
-            launched = ex.launched
-            value = max(0, launched - (started if ex.quantity == "depth" else completed))
-            busy = union(ex.activity.intervals(t0, t1))
+            row, busy = ex.row(t0, t1)
+            rows.append(row)
             per_executor.append(busy)
-            rows.append(
-                {
-                    "name": ex.name,
-                    "kind": ex.kind,
-                    "emulated": ex.emulated,
-                    "quantity": ex.quantity,
-                    "value": value,
-                    "capacity": ex.capacity,
-                    "launched": launched,
-                    "started": started,
-                    "completed": completed,
-                    "busy": min(1.0, busy_time(busy) / window),
-                    "blocked": min(1.0, busy_time(ex.blocked.intervals(t0, t1)) / window),
-                }
-            )
         wait = min(1.0, busy_time(self.frontend_wait.intervals(t0, t1)) / window)
-        extra = {"cuda_uuids": self.cuda.uuids()} if self.cuda is not None else {}
-        return {
-            "msg_type": "sample",
-            "t": time.time(),
-            "window": window,
-            "mode": "sync" if self.sync else "async",
-            "sync_scope": self.sync_scope,
-            "throughput": done / window,
-            "unit": self.unit,
-            "items": self.items,
-            "num_threads": self._threads_wanted,
-            "frontend": {"busy": 1.0 - wait, "wait": wait},
-            "draining": self.draining(),
-            "overlap": min(1.0, overlap_time(per_executor) / window) if len(per_executor) > 1 else 0.0,
-            "executors": rows,
-            "roles": self.roles(),
+        done, unit = self.throughput.take()
+        sample = Sample(
+            t=time.time(),
+            window=window,
+            mode=self.sync.mode,
+            throughput=done / window,
+            unit=unit,
+            num_threads=self._threads_wanted,
+            frontend=Frontend(busy=1.0 - wait, wait=wait),
+            overlap=min(1.0, overlap_time(per_executor) / window) if len(per_executor) > 1 else 0.0,
+            executors=tuple(rows),
+            roles=self.roles(),
+            draining=self.draining(),
+            cuda_uuids=tuple(self.cuda.uuids()) if self.cuda is not None else (),
             **extra,
-        }
+        )
+        for hook in self.on_sample:
+            hook()
+        return sample
 
     def draining(self) -> bool:
         """True while work launched before the switch to SYNC is still completing."""
@@ -267,52 +296,47 @@ class Agent:
 
     def _command_loop(self) -> None:
         self._agent_tids.append(threading.get_native_id())
-        reader = protocol.LineReader()
+        reader = LineReader()
         while True:
             try:
                 data = self._sock.recv(65536) if self._sock else b""
             except OSError:
                 data = b""
             if not data:  # torchpar-top went away: do not outlive it
-                self._stop_process()
+                self.request_stop()
                 return
             try:
                 lines = reader.feed(data)
-            except protocol.ProtocolError:
+            except ProtocolError:
                 continue
             for line in lines:
                 try:
-                    self._apply(protocol.decode(line))
-                except protocol.ProtocolError as exc:
+                    self.apply(decode_command(line))
+                except ProtocolError as exc:
                     self._ack("?", False, f"bad command: {exc}")
 
-    def _apply(self, msg: dict[str, Any]) -> None:
-        cmd = msg["cmd"]
-        if cmd == "set_sync":
-            scope = msg.get("scope", self.sync_scope)
-            if scope not in ("op", "step"):
-                self._ack(cmd, False, f"unknown sync scope {scope!r}")
-                return
-            self.sync_scope = scope
-            if msg["value"] and not self.sync:
-                self._drain_target = {id(ex): ex.launched for ex in self.executors}
-            self.sync = msg["value"]
-            self._ack(cmd, True, f"{'SYNC' if self.sync else 'ASYNC'} (synchronize after every {scope})")
-        elif cmd == "set_threads":
-            self.set_threads(msg["value"])
-            detail = f"torch.set_num_threads({msg['value']})"
+    def apply(self, cmd: Message) -> None:
+        """Carry out one command from torchpar-top and acknowledge it."""
+        if isinstance(cmd, SetSync):
+            if cmd.value and not self.sync.enabled:
+                self._drain_target = {id(ex): ex.launched for ex in self.executors if ex.drains_on_sync}
+            self.sync.set(cmd.value, cmd.scope)
+            word = "SYNC" if self.sync.enabled else "ASYNC"
+            self._ack(cmd.TYPE, True, f"{word} (synchronize after every {self.sync.scope})")
+        elif isinstance(cmd, SetThreads):
+            self.set_threads(cmd.value)
+            detail = f"torch.set_num_threads({cmd.value})"
             if any(isinstance(ex, InterOpPool) for ex in self.executors):
                 detail += (" on the frontend; the inter-op pool's threads keep the OpenMP team they started"
-                           f" with: r restarts with {msg['value']}")
-            self._ack(cmd, True, detail)
-        elif cmd == "profile":
-            self._ack(cmd, True, f"profiler window of {msg['seconds']} s started")
-            th = threading.Thread(target=self._profile, args=(float(msg["seconds"]),), name="tpt-profile",
-                                  daemon=True)
+                           f" with: r restarts with {cmd.value}")
+            self._ack(cmd.TYPE, True, detail)
+        elif isinstance(cmd, Profile):
+            self._ack(cmd.TYPE, True, f"profiler window of {cmd.seconds:g} s started")
+            th = threading.Thread(target=self._profile, args=(cmd.seconds,), name="tpt-profile", daemon=True)
             th.start()
-        elif cmd == "stop":
-            self._ack(cmd, True, "stopping")
-            self._stop_process()
+        elif isinstance(cmd, Stop):
+            self._ack(cmd.TYPE, True, "stopping")
+            self.request_stop()
 
     def _profile(self, seconds: float) -> None:
         """A short torch.profiler window, analysed HTA's way; the per-stream result goes to the log.
@@ -346,29 +370,38 @@ class Agent:
         """Tell torchpar-top how the workload's code ended (a torchrun rank is not its child: this is
         the only way it learns the status). Best effort: the connection may be gone."""
         try:
-            self._send("exit", status=status, reason=reason)
+            self.send(Exit(status=status, reason=reason))
         except OSError:
             pass
 
     def _ack(self, cmd: str, ok: bool, detail: str) -> None:
         try:
-            self._send("ack", cmd=cmd, ok=ok, detail=detail)
+            self.send(Ack(cmd=cmd, ok=ok, detail=detail))
         except OSError:
             pass
 
-    def _stop_process(self) -> None:
-        """Ask the workload to return; end the whole process group if it does not in time."""
+    def request_stop(self) -> None:
+        """Ask the workload to return (and run :attr:`on_stop`); end the whole process group if it does
+        not return in time."""
         self.running = False
-        timer = threading.Timer(STOP_GRACE, self.hard_exit)
+        timer = threading.Timer(AGENT_STOP_GRACE, self.hard_exit)
         timer.daemon = True
         timer.start()
+        for hook in self.on_stop:
+            hook()
 
-    def _send(self, msg_type: str, **fields: Any) -> None:
+    def send(self, msg: Message) -> None:
+        """Send one message to torchpar-top (nothing without a connection).
+
+        Raises:
+            OSError: the connection is gone.
+        """
         if self._sock is None:
             return
-        data = protocol.encode(msg_type, **fields)
+        data = msg.to_json()
         with self._send_lock:
             self._sock.sendall(data)
+
 
 
 def _kill_own_group() -> None:

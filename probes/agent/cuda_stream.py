@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
-from torchpar_top.probes.agent.executor import QUANTITY_OUTSTANDING, Executor
+from torchpar_top.contract.vocab import Counted, ExecutorKind, Quantity
+from torchpar_top.probes.agent.executor import Executor
 from torchpar_top.probes.agent.hta import QUEUE_CAP as CAPACITY
 
 if TYPE_CHECKING:
@@ -57,8 +58,10 @@ class DeviceClock:
 class CudaStream(Executor):
     """One watched CUDA stream: ``outstanding`` ops, capacity 1024, never emulated."""
 
-    kind = "cuda-stream"
-    quantity = QUANTITY_OUTSTANDING
+    kind = ExecutorKind.CUDA_STREAM
+    quantity = Quantity.OUTSTANDING
+    counts = Counted.TORCH_CALLS  # the launch counter is a function mode: torch calls, not kernels
+    blocking_observed = False  # completion markers cannot see a launch blocked on a full queue
 
     def __init__(self, name: str, device: int, stream: Any, monitor: "CudaMonitor",
                  wait: ActivityRecorder | None = None) -> None:

@@ -3,7 +3,7 @@
 HTA (``hta/analyzers/trace_counters.py``): per CUDA stream, +1 at each runtime launch event
 (``cudaLaunchKernel``, ``cudaMemcpyAsync``...) that has a correlated GPU event, -1 when that GPU event
 (kernel, memcpy, memset) starts; the depth is the running sum in time order, a step function. This is
-``Q = L - S`` of DESIGN.md. Time at the cap is the time the depth stays at or above 1024 (HTA's
+``Q = L - S`` of ARCHITECTURE.md. Time at the cap is the time the depth stays at or above 1024 (HTA's
 ``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``), during which a further launch blocks. Pure functions; times are
 microseconds as in the trace. Input: Chrome trace JSON (``prof.export_chrome_trace``) or kineto events.
 """

@@ -14,14 +14,15 @@ import time
 from typing import Any, Sequence
 
 from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
-from torchpar_top.probes.agent.executor import QUANTITY_OUTSTANDING, Executor
+from torchpar_top.contract.vocab import ExecutorKind, Quantity
+from torchpar_top.probes.agent.executor import Executor
 
 
 class InterOpPool(Executor):
     """Tracks futures forked onto the inter-op pool."""
 
-    kind = "interop-pool"
-    quantity = QUANTITY_OUTSTANDING
+    kind = ExecutorKind.INTEROP_POOL
+    quantity = Quantity.OUTSTANDING
 
     def __init__(self, name: str = "inter-op pool", *, wait: ActivityRecorder | None = None) -> None:
         super().__init__(name, capacity=None)

@@ -22,13 +22,13 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 
+from torchpar_top.contract.vocab import ENV_SOCKET, SyncScope
 from torchpar_top.probes.agent.usercode_target import check_target
 
 __all__ = ["check_target", "main"]
 
 #: Exit status for a target that cannot run or a bad command line (the user's code never ran).
 EXIT_CANNOT_RUN = 2
-ENV_SOCKET = "TORCHPAR_TOP_SOCKET"
 USAGE = "usage: python -m torchpar_top.probes.agent.run [--fd N] [--interval S] [--sync] " \
         "[--sync-scope op|step] (-m MODULE | SCRIPT) [ARGS...]"
 
@@ -141,13 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torchpar-top: error: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
 
-    from torchpar_top.probes.agent.usercode import UserAgent
+    from torchpar_top.probes.agent.usercode import UserCode
     from torchpar_top.probes.agent.usercode_exec import run_user_code
     from torchpar_top.probes.agent.usercode_install import Instrumentation
 
     label = f"-m {opts.target}" if opts.is_module else opts.target
-    agent = UserAgent(sock, target=label, interval=opts.interval, sync=opts.sync, sync_scope=opts.sync_scope,
-                      rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))
+    agent = UserCode(sock, target=label, interval=opts.interval, sync=opts.sync,
+                     sync_scope=SyncScope(opts.sync_scope), rank=_env_int("RANK"),
+                     world_size=_env_int("WORLD_SIZE"))
     agent.start()
     status: int | None = 0  # None: die of SIGINT, as python does after an uncaught KeyboardInterrupt
     reported: tuple[int, str] = (0, "")  # the status and why, for torchpar-top (ranks are not its children)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
+from torchpar_top.contract.vocab import ExecutorKind
 from torchpar_top.probes.agent.executor import Executor
 
 #: HTA's per-stream launch queue constant for CUDA, used for the emulation too.
@@ -26,7 +27,7 @@ _STOP = object()
 class EmulatedStream(Executor):
     """An in-order executor thread fed by a bounded queue."""
 
-    kind = "emulated-stream"
+    kind = ExecutorKind.EMULATED_STREAM
     emulated = True
 
     def __init__(

@@ -24,14 +24,17 @@ from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dl
 
 from torchpar_top.probes.agent.activity import ActivityRecorder
-from torchpar_top.probes.agent.executor import QUANTITY_OUTSTANDING, Executor
+from torchpar_top.contract.vocab import ExecutorKind, Quantity, Role
+from torchpar_top.probes.agent.executor import Executor
 
 
 class DataLoaderExecutor(Executor):
     """The prefetch queue of one DataLoader with workers; counters refreshed by :meth:`refresh`."""
 
-    kind = "dataloader"
-    quantity = QUANTITY_OUTSTANDING
+    kind = ExecutorKind.DATALOADER
+    quantity = Quantity.OUTSTANDING
+    drains_on_sync = False  # its workers keep prefetching: SYNC does not wait for them
+    thread_role = Role.PIN_MEMORY
 
     def __init__(self, name: str, capacity: int | None) -> None:
         super().__init__(name, capacity)
@@ -40,9 +43,13 @@ class DataLoaderExecutor(Executor):
         self._base = 0  # tasks of earlier iterators (all completed or dropped)
         self._consumed = 0  # batches of the current iterator handed to the user
         self._sent = 0  # last seen tasks sent by the current iterator
-        self.ready: int | None = None
+        self.batches_ready: int | None = None
         """Batches finished by the workers and not yet consumed (None when it cannot be read)."""
         self.degraded = False
+
+    def ready(self) -> int | None:
+        """Batches fetched and not yet consumed (None when the loader's internals are not readable)."""
+        return self.batches_ready
 
     def attach(self, it: Any) -> None:
         """Follow a new iterator (a new epoch); the previous one's leftovers count as completed."""
@@ -66,7 +73,7 @@ class DataLoaderExecutor(Executor):
         self._base += max(self._sent, self._consumed)
         self._it, self._sent, self._consumed = None, 0, 0
         self.launched = self.started = self.completed = self._base
-        self.ready = 0 if not self.degraded else None
+        self.batches_ready = 0 if not self.degraded else None
 
     def consumed_one(self) -> None:
         """The frontend received one batch from the current iterator."""
@@ -96,7 +103,7 @@ class DataLoaderExecutor(Executor):
                 self.tids = [pin.native_id]
             self.launched = self._base + sent
             self.completed = self.started = self._base + sent - in_workers
-            self.ready = None if self.degraded else max(0, sent - consumed - in_workers)
+            self.batches_ready = None if self.degraded else max(0, sent - consumed - in_workers)
 
 
 def _finished_waiting(it: Any) -> int:

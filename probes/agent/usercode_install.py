@@ -16,7 +16,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torchpar_top.probes.agent.usercode_ops import OpCounter
 
 if TYPE_CHECKING:
-    from torchpar_top.probes.agent.usercode import UserAgent
+    from torchpar_top.probes.agent.usercode import UserCode
 
 _MODES: "weakref.WeakSet[OpCounter]" = weakref.WeakSet()
 
@@ -33,24 +33,23 @@ os.register_at_fork(after_in_child=after_fork_in_child)
 class Instrumentation:
     """Installs the mode, the step hook and the DataLoader wrappers; enter and exit on the main thread."""
 
-    def __init__(self, agent: "UserAgent") -> None:
-        self.agent = agent
-        self.mode = OpCounter(agent.eager, agent.syncpoints)
+    def __init__(self, user: "UserCode") -> None:
+        self.user = user
+        self.mode = OpCounter(user.eager, user.syncpoints)
         self._hook: Any = None
 
     def __enter__(self) -> "Instrumentation":
-        agent = self.agent
-        agent.mode = self.mode
-        agent._update_mode()
+        user = self.user
+        user.use_mode(self.mode)
         _MODES.add(self.mode)
-        self._hook = register_optimizer_step_post_hook(agent.on_optimizer_step)
-        agent.data.install()
+        self._hook = register_optimizer_step_post_hook(user.on_optimizer_step)
+        user.data.install()
         self.mode.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.mode.__exit__(None, None, None)
-        self.agent.data.uninstall()
+        self.user.data.uninstall()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None

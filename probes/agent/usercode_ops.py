@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from torchpar_top.contract.messages import SyncCount
 from torchpar_top.probes.agent.activity import MERGE_GAP, ActivityRecorder, Interval, clip
 from torchpar_top.probes.agent.executor import EagerDevice
 
@@ -120,16 +121,14 @@ class SyncPoints:
             return tensor is not None and tensor.is_cuda
         return True
 
-    def sites(self) -> list[dict[str, Any]]:
+    def sites(self) -> tuple[SyncCount, ...]:
         """The busiest sites as the ``syncpoints`` message lists them (cumulative counts)."""
         with self._lock:
             items = sorted(self._counts.items(), key=lambda kv: -kv[1])[:MAX_SITES]
-        return [
-            {"where": f"{_short(path)}:{line}", "call": call, "count": n, "function": func}
-            for (path, line, func, call), n in items
-        ]
+        return tuple(SyncCount(where=f"{_short(path)}:{line}", call=call, count=n)
+                     for (path, line, _func, call), n in items)
 
-    def take_changed(self) -> list[dict[str, Any]] | None:
+    def take_changed(self) -> tuple[SyncCount, ...] | None:
         """The sites if anything changed since the last call, else None."""
         version = self.version
         if version == self._sent_version:

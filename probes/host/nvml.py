@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from torchpar_top.session.model import GpuView
+from torchpar_top.contract.snapshot import GpuView
 
 #: Utilisation values kept per GPU (driver samples, or one per poll on the fallback).
 HISTORY = 600

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from torchpar_top.probes.host.process import describe_pid
-from torchpar_top.session.model import StackFrame, StackView
+from torchpar_top.contract.snapshot import StackFrame, StackView
 
 TIMEOUT_S = 2.0
 WAIT_SYNC, WAIT_ITEM, WAIT_DATA, WAIT_COLLECTIVE = "synchronize", "item()/cpu()", "DataLoader", "collective"

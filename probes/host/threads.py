@@ -1,7 +1,8 @@
 """Per-thread CPU of a process, from ``/proc/<pid>/task/<tid>/{stat,schedstat}``, and what each thread is for.
 
-Roles (the ``ThreadInfo.role`` strings). The agent in the child may name threads itself (a mapping
-tid -> role, which always wins); otherwise :func:`classify` guesses from the kernel's thread name.
+Roles are :class:`~torchpar_top.contract.vocab.Role` members. The agent in the child may name threads
+itself (a mapping tid -> :class:`~torchpar_top.contract.messages.ThreadRole`, which always wins);
+otherwise :func:`classify` guesses from the kernel's thread name.
 """
 
 from __future__ import annotations
@@ -12,21 +13,9 @@ from typing import Iterable, Mapping
 
 import psutil
 
-from torchpar_top.session.model import BUSY_THREAD_PERCENT, ThreadGroup, ThreadInfo
-
-ROLE_FRONTEND = "frontend (main)"
-ROLE_STREAM_PREFIX = "stream executor"
-"""Agent-given roles start with this, e.g. ``"stream executor cpu-stream:0"``."""
-ROLE_INTRAOP = "intra-op workers"
-ROLE_INTEROP = "inter-op pool"
-ROLE_AUTOGRAD = "autograd"
-ROLE_DATA = "data"
-ROLE_DATA_WORKERS = "DataLoader workers"
-"""Threads of DataLoader worker processes (children of the watched process)."""
-ROLE_SUBPROCESS = "child processes"
-"""Threads of any other process the watched one started (compile workers, launchers' helpers...)."""
-ROLE_AGENT = "torchpar agent"
-ROLE_OTHER = "other"
+from torchpar_top.contract.messages import ThreadRole
+from torchpar_top.contract.snapshot import BUSY_THREAD_PERCENT, ThreadGroup, ThreadInfo
+from torchpar_top.contract.vocab import Role
 
 # DataLoader pin-memory thread / worker processes (torch.utils.data sets these names) and generic ones.
 _DATA_PREFIXES = ("pt_data",)
@@ -50,53 +39,49 @@ def parse_stat(text: str) -> tuple[str, str, int]:
     return comm, rest[0], int(rest[11]) + int(rest[12])
 
 
-def classify(tid: int, comm: str, pid: int, roles: Mapping[int, str] | None = None) -> str:
-    """The role of thread ``tid`` (named ``comm``) of process ``pid``; ``roles`` from the agent win."""
+def classify(tid: int, comm: str, pid: int, roles: Mapping[int, ThreadRole] | None = None) -> tuple[Role, str]:
+    """The role of thread ``tid`` (named ``comm``) of process ``pid`` and the executor it serves ('' for
+    none); ``roles`` from the agent win."""
     if roles and tid in roles:
-        return roles[tid]
-    return classify_own(tid, comm, pid)
+        return roles[tid].role, roles[tid].executor
+    return classify_own(tid, comm, pid), ""
 
 
-def classify_descendant(comm: str) -> str:
+def classify_descendant(comm: str) -> Role:
     """The role of a thread of a process started by the watched one: DataLoader workers name
     themselves ``pt_data_worker`` (and their threads inherit it); anything else is a child process."""
-    return ROLE_DATA_WORKERS if comm.startswith(_DATA_PREFIXES) else ROLE_SUBPROCESS
+    return Role.DATA_WORKERS if comm.startswith(_DATA_PREFIXES) else Role.SUBPROCESS
 
 
-def classify_own(tid: int, comm: str, pid: int) -> str:
+def classify_own(tid: int, comm: str, pid: int) -> Role:
     """The role of thread ``tid`` of the watched process ``pid`` from its kernel name alone."""
     low = comm.lower()
     if tid == pid or comm.startswith("pt_main_thread"):
-        return ROLE_FRONTEND
+        return Role.FRONTEND
     if comm.startswith("PTThreadPool"):
-        return ROLE_INTEROP
+        return Role.INTEROP
     if comm.startswith("pt_autograd"):
-        return ROLE_AUTOGRAD
+        return Role.AUTOGRAD
     if comm.startswith(_DATA_PREFIXES) or any(w in low for w in _DATA_WORDS):
-        return ROLE_DATA
+        return Role.DATA
     if comm.startswith(_TORCH_SERVICE_PREFIXES):
-        return ROLE_OTHER
+        return Role.OTHER
     # OpenMP / MKL workers are never renamed: they inherit the name of the thread that created them
     # ("python", "pt_main_thread"...), so an unrecognised name is most likely an intra-op worker.
     # Plain Python threads look the same; the agent's ``roles`` mapping is what tells them apart.
-    return ROLE_INTRAOP
+    return Role.INTRAOP
 
 
-def _rank(role: str) -> int:
-    """Display order: frontend, stream executors, intra-op, inter-op, autograd, data, agent, other."""
-    if role == ROLE_FRONTEND:
-        return 0
-    if role.startswith(ROLE_STREAM_PREFIX):
-        return 1
-    order = (ROLE_INTRAOP, ROLE_INTEROP, ROLE_AUTOGRAD, ROLE_DATA, ROLE_DATA_WORKERS, ROLE_SUBPROCESS, ROLE_AGENT)
-    return 2 + order.index(role) if role in order else 2 + len(order)
+#: Display order of the groups.
+_ORDER = (Role.FRONTEND, Role.STREAM_EXECUTOR, Role.PIN_MEMORY, Role.INTRAOP, Role.INTEROP, Role.AUTOGRAD,
+          Role.DATA, Role.DATA_WORKERS, Role.SUBPROCESS, Role.AGENT, Role.OTHER)
 
 
 def group(threads: Iterable[ThreadInfo]) -> tuple[ThreadGroup, ...]:
-    """Sum threads per role, in display order (alphabetical within one rank)."""
-    by_role: dict[str, list[ThreadInfo]] = {}
+    """Sum threads per role (and per executor, for executors' own threads), in display order."""
+    by_role: dict[tuple[Role, str], list[ThreadInfo]] = {}
     for t in threads:
-        by_role.setdefault(t.role, []).append(t)
+        by_role.setdefault((t.role, t.executor), []).append(t)
     return tuple(
         ThreadGroup(
             role=role,
@@ -105,8 +90,9 @@ def group(threads: Iterable[ThreadInfo]) -> tuple[ThreadGroup, ...]:
             cpu_percent=sum(t.cpu_percent for t in ts),
             wait_percent=sum(t.wait_percent for t in ts),
             tids=tuple(sorted(t.tid for t in ts)),
+            executor=executor,
         )
-        for role, ts in sorted(by_role.items(), key=lambda kv: (_rank(kv[0]), kv[0]))
+        for (role, executor), ts in sorted(by_role.items(), key=lambda kv: (_ORDER.index(kv[0][0]), kv[0][1]))
     )
 
 
@@ -155,11 +141,11 @@ class ThreadSampler:
                 self._children = []
         return self._children
 
-    def sample(self, roles: Mapping[int, str] | None = None) -> tuple[ThreadInfo, ...]:
+    def sample(self, roles: Mapping[int, ThreadRole] | None = None) -> tuple[ThreadInfo, ...]:
         """The process's threads, then its descendants', with their CPU share since the previous call.
 
         Args:
-            roles: tid -> role name from the agent; overrides :func:`classify`'s guess.
+            roles: tid -> the agent's word on that thread; overrides :func:`classify`'s guess.
 
         Returns:
             One :class:`ThreadInfo` per live thread (``cpu_percent`` and ``wait_percent`` are 0.0 on
@@ -196,8 +182,9 @@ class ThreadSampler:
                     wait_pct = max(0.0, (wait - prev[1]) / 1e9 / dt * 100.0)
                 else:
                     pct = wait_pct = 0.0
-                role = classify(tid, comm, pid, roles) if pid == self.pid else classify_descendant(comm)
-                infos.append(ThreadInfo(tid, comm, role, pct, wait_pct, pid))
+                role, executor = (classify(tid, comm, pid, roles) if pid == self.pid
+                                  else (classify_descendant(comm), ""))
+                infos.append(ThreadInfo(tid, comm, role, pct, wait_pct, pid, executor))
         self._prev = current
         self._prev_t = now
         self.error = None

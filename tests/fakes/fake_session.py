@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Sequence
 
-from torchpar_top.session.model import (
+from torchpar_top.contract.snapshot import (
     ChildStatus,
     ExecutorView,
     Experiment,
@@ -24,9 +24,12 @@ from torchpar_top.session.model import (
     StackFrame,
     StackView,
     SyncSite,
+    DataVerdict,
     ThreadGroup,
     ThreadInfo,
 )
+from torchpar_top.contract.vocab import ChildState, DataBound, ExecutorKind, LogSource, Mode, Quantity, Role
+from torchpar_top.session import derive
 
 EXPERIMENTS = (
     Experiment("async", "async vs sync launch queue", "randn(1000,1000) + mm, key s toggles sync"),
@@ -34,6 +37,30 @@ EXPERIMENTS = (
     Experiment("intra-op", "intra-op threads", "a large matmul loop; + / - change set_num_threads"),
     Experiment("inter-op", "inter-op pool", "independent matmul chains forked on the inter-op pool"),
 )
+
+
+def typed(snap: Snapshot) -> Snapshot:
+    """The snapshot as the real session serves it: words as enums, and the meaning the store derives
+    (attached, starved, frontend hot in SYNC, the description less the target) computed by the same
+    :mod:`torchpar_top.session.derive` functions."""
+    groups = tuple(dataclasses.replace(g, role=Role(g.role)) for g in snap.thread_groups)
+    mode = Mode(snap.mode)
+    return dataclasses.replace(
+        snap,
+        mode=mode,
+        child=dataclasses.replace(snap.child, state=ChildState(snap.child.state)),
+        threads=tuple(dataclasses.replace(t, role=Role(t.role)) for t in snap.threads),
+        thread_groups=groups,
+        executors=tuple(dataclasses.replace(e, kind=ExecutorKind(e.kind), quantity=Quantity(e.quantity))
+                        for e in snap.executors),
+        scoreboard=tuple(dataclasses.replace(m, mode=Mode(m.mode)) for m in snap.scoreboard),
+        log=tuple(dataclasses.replace(line, source=LogSource(line.source)) for line in snap.log),
+        ranks=tuple(dataclasses.replace(r, state=ChildState(r.state)) for r in snap.ranks),
+        description=derive.arguments(snap.description, snap.target),
+        attached=ChildState(snap.child.state) == ChildState.ATTACHED,
+        starved=derive.starved(groups),
+        frontend_hot_in_sync=derive.frontend_hot_in_sync(mode, groups),
+    )
 
 
 def wave(n: int, base: float, amp: float, phase: float = 0.0, period: float = 7.0) -> tuple[float, ...]:
@@ -140,13 +167,13 @@ def make_snapshot(
 
     threads = (
         ThreadInfo(4242, "python", "frontend (main)", 99.0 if sync else 18.0),
-        ThreadInfo(4250, "python", "stream executor cpu-stream:0", 3.0 if sync else 98.0),
+        ThreadInfo(4250, "python", Role.STREAM_EXECUTOR, 3.0 if sync else 98.0, executor="cpu-stream:0"),
         *(ThreadInfo(4260 + i, "python", "intra-op workers", 71.0 - 10 * i) for i in range(max(1, num_threads - 1))),
         ThreadInfo(4270, "python", "torchpar agent", 1.0),
     )
     groups = (
         ThreadGroup("frontend (main)", 1, 1, 99.0 if sync else 18.0, (4242,)),
-        ThreadGroup("stream executor cpu-stream:0", 1, 0 if sync else 1, 3.0 if sync else 98.0, (4250,)),
+        ThreadGroup(Role.STREAM_EXECUTOR, 1, 0 if sync else 1, 3.0 if sync else 98.0, (4250,), executor="cpu-stream:0"),
         ThreadGroup(
             "intra-op workers",
             max(1, num_threads - 1),
@@ -188,7 +215,7 @@ def make_snapshot(
         last_stderr = ("Traceback (most recent call last):", "RuntimeError: out of memory")
         log += (LogLine(5, "stderr", "RuntimeError: out of memory"),)
 
-    return Snapshot(
+    return typed(Snapshot(
         t=1000.0,
         experiment=experiment,
         description="emulated CPU streams",
@@ -226,7 +253,7 @@ def make_snapshot(
         gpus=gpu_views,
         gpu_status="" if gpus else "no GPU: NVML library not found",
         log=log,
-    )
+    ))
 
 
 SITE_PACKAGES = "/home/user/.venv/lib/python3.11/site-packages/"
@@ -318,7 +345,7 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
     )
     if child_state == "exited":
         log += (LogLine(6, "app", f"workload pid 4242 exited with status {exit_code}; press r to run it again"),)
-    return dataclasses.replace(
+    return typed(dataclasses.replace(
         base,
         experiment="run",
         description="train.py --epochs 3",
@@ -348,10 +375,10 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
             SyncSite("train.py:66", "bool(tensor)", 19, 0.0),
             SyncSite("metrics.py:22", "nonzero()", 3, 0.0),
         ),
-        data_verdict="input-bound: waits for data 62% of the time",
+        data_verdict=DataVerdict(DataBound.INPUT, 0.62),
         stack=stack,
         stack_status="",
-    )
+    ))
 
 
 def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
@@ -368,8 +395,9 @@ def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
     rank_views = []
     for r in range(ranks):
         exited = r == dead
-        executors.append(_eager(f"r{r}:cpu (eager)", 40_000 + 1000 * r, n_hist))
-        executors.append(_dataloader(f"r{r}:dataloader:0", 0 if exited else 1, 4, 0.35, n_hist, phase=r))
+        executors.append(dataclasses.replace(_eager("cpu (eager)", 40_000 + 1000 * r, n_hist), rank=r))
+        executors.append(dataclasses.replace(
+            _dataloader("dataloader:0", 0 if exited else 1, 4, 0.35, n_hist, phase=r), rank=r))
         rank_views.append(
             RankView(r, 5101 + r, "exited" if exited else "running", 5.6 if exited else 5.8 - 0.1 * r, "steps/s",
                      0 if exited else 1, 0.10 if exited else 0.12 + 0.01 * r, 1 if exited else None)
@@ -405,7 +433,7 @@ def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
         LogLine(4, "stderr", "[rank1]: RuntimeError: injected failure at step 120"),
         LogLine(5, "app", "agent connection 2 closed (a rank ended)"),
     )
-    return dataclasses.replace(
+    return typed(dataclasses.replace(
         base,
         experiment="run",
         description="ddp_train.py",
@@ -428,12 +456,12 @@ def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
         sample_t=999.95,
         ranks=tuple(rank_views),
         syncpoints=(
-            SyncSite("r0:ddp_train.py:48", "item()", 700, 5.8),
-            *((SyncSite("r1:ddp_train.py:48", "item()", 690, 0.0),) if ranks > 1 else ()),
+            SyncSite("ddp_train.py:48", "item()", 700, 5.8, 0),
+            *((SyncSite("ddp_train.py:48", "item()", 690, 0.0, 1),) if ranks > 1 else ()),
         ),
-        data_verdict="compute-bound: waits for data 12% of the time",
+        data_verdict=DataVerdict(DataBound.COMPUTE, 0.12),
         stack=stack,
-    )
+    ))
 
 
 def make_attach_snapshot() -> Snapshot:
@@ -449,7 +477,7 @@ def make_attach_snapshot() -> Snapshot:
         LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),
         LogLine(2, "app", "attached to pid 31337 (python train_big.py)"),
     )
-    return dataclasses.replace(
+    return typed(dataclasses.replace(
         base,
         experiment="attach",
         description="watching pid 31337 (not started by torchpar-top)",
@@ -472,11 +500,11 @@ def make_attach_snapshot() -> Snapshot:
         notice=ATTACH_NOTICE,
         stack=None,
         stack_status=PTRACE_MESSAGE,
-    )
+    ))
 
 
 class FakeSession:
-    """A :class:`~torchpar_top.session.model.SessionLike` for tests.
+    """A :class:`~torchpar_top.contract.snapshot.SessionLike` for tests.
 
     Every call is appended to :attr:`calls` (``("toggle_sync",)``, ``("change_threads", 1)``...).
     Commands also change the served snapshot the way a real session would (mode flips, paused,
@@ -513,8 +541,8 @@ class FakeSession:
     def toggle_sync(self) -> None:
         """Record; flip the snapshot's mode."""
         self.calls.append(("toggle_sync",))
-        mode = "sync" if self.snapshot_value.mode == "async" else "async"
-        self.snapshot_value = dataclasses.replace(self.snapshot_value, mode=mode)
+        mode = Mode.SYNC if self.snapshot_value.mode == Mode.ASYNC else Mode.ASYNC
+        self.snapshot_value = typed(dataclasses.replace(self.snapshot_value, mode=mode))
 
     def change_threads(self, delta: int) -> None:
         """Record; change ``num_threads`` (at least 1)."""
@@ -539,5 +567,5 @@ class FakeSession:
     def restart(self) -> None:
         """Record; the child runs again (state ``running``, no exit code)."""
         self.calls.append(("restart",))
-        child = dataclasses.replace(self.snapshot_value.child, state="running", exit_code=None)
+        child = dataclasses.replace(self.snapshot_value.child, state=ChildState.RUNNING, exit_code=None)
         self.snapshot_value = dataclasses.replace(self.snapshot_value, child=child)

@@ -167,7 +167,7 @@ import os, socket, sys
 s = socket.socket(fileno=int(sys.argv[1]))
 print("hello from the workload")
 s.sendall(b"garbage that is not json\n")
-s.sendall(b'{"v":1,"type":"log","text":"still heard after garbage"}\n')
+s.sendall(b'{"v":2,"type":"log","text":"still heard after garbage"}\n')
 sys.stdout.flush()
 print("Traceback: boom", file=sys.stderr)
 sys.exit(3)

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from torchpar_top.contract import messages as msgs
+from torchpar_top.contract.vocab import ENV_SOCKET as ENV_VAR
+from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.session.child import ChildProcess
-from torchpar_top.session.listener import ENV_VAR, AgentListener
+from torchpar_top.session.listener import AgentListener
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +53,7 @@ class Child:
         return self.rc
 
     def of_type(self, kind):
-        return [m for m in list(self.messages) if m["type"] == kind]
+        return [m for m in list(self.messages) if isinstance(m, kind)]
 
 
 def wait_for(predicate, timeout=60.0):
@@ -76,10 +79,9 @@ def test_a_script_sees_argv_main_and_path_as_under_python(monkeypatch):
     ref = plain("tests/scripts/argv_echo.py", "a", "b", "3", cwd=ROOT)
     assert ref.returncode == 3
     assert child.stdout == ref.stdout.splitlines() and child.stderr == []
-    (hello,) = child.of_type("hello")
-    assert (hello["experiment"], hello["target"]) == ("run", "tests/scripts/argv_echo.py")
-    assert "rank" not in hello
-    assert [(m["status"], m["reason"]) for m in child.of_type("exit")] == [(3, "")]
+    (hello,) = child.of_type(msgs.Hello)
+    assert (hello.experiment, hello.rank, hello.world_size) == ("run", None, None)
+    assert [(m.status, m.reason) for m in child.of_type(msgs.Exit)] == [(3, "")]
 
 
 def test_a_module_runs_as_under_python_m(monkeypatch):
@@ -88,7 +90,7 @@ def test_a_module_runs_as_under_python_m(monkeypatch):
     assert child.wait() == 0
     ref = plain("-m", "pkgdemo", "2", cwd=SCRIPTS)
     assert ref.returncode == 0 and child.stdout == ref.stdout.splitlines()
-    assert child.of_type("hello")[0]["target"] == "-m pkgdemo"
+    assert child.of_type(msgs.Hello)[0].experiment == "run"
 
 
 def test_an_uncaught_exception_prints_pythons_traceback_and_exits_1(monkeypatch):
@@ -100,27 +102,27 @@ def test_an_uncaught_exception_prints_pythons_traceback_and_exits_1(monkeypatch)
     assert child.stderr == ref.stderr.splitlines()  # none of the bootstrap's frames
     assert child.stderr[0] == "Traceback (most recent call last):"
     assert child.stderr[-1] == "ValueError: bad value 42"
-    assert [(m["status"], m["reason"]) for m in child.of_type("exit")] == [(1, "ValueError: bad value 42")]
+    assert [(m.status, m.reason) for m in child.of_type(msgs.Exit)] == [(1, "ValueError: bad value 42")]
 
 
 def test_an_input_bound_loop_shows_steps_prefetch_and_data_wait(monkeypatch):
     monkeypatch.chdir(ROOT)
     child = Child("tests/scripts/train_dataloader.py", "40", "0.01")
-    wait_for(lambda: any(m.get("steps") for m in child.of_type("sample")))
-    child.proc.send("set_sync", value=True, scope="step")
+    wait_for(lambda: any(m.unit == "steps/s" for m in child.of_type(msgs.Sample)))
+    child.proc.send(msgs.SetSync(value=True, scope=SyncScope.STEP))
     assert child.wait() == 0
     assert child.stdout[-1] == "done"
-    samples = [m for m in child.of_type("sample") if m["steps"] > 0]
-    assert samples and all(m["unit"] == "steps/s" for m in samples)
-    assert max(m["throughput"] for m in samples) > 0
-    loaders = [r for m in samples for r in m["executors"] if r["kind"] == "dataloader"]
-    assert loaders and {r["name"] for r in loaders} == {"dataloader:0"}
-    assert any(r["value"] > 0 for r in loaders) and all(r["value"] <= r["capacity"] == 4 for r in loaders)
-    assert all("ready" in r for r in loaders)
-    mean_wait = sum(m["data_wait"] for m in samples) / len(samples)
-    assert mean_wait > 0.5, [m["data_wait"] for m in samples]  # the workers' sleeps bound the loop
-    assert any(m["mode"] == "sync" and m["sync_scope"] == "step" for m in samples)
-    assert any("already synchronous" in m["text"] for m in child.of_type("log"))
+    samples = [m for m in child.of_type(msgs.Sample) if m.unit == "steps/s"]
+    assert samples and max(m.throughput for m in samples) > 0
+    loaders = [r for m in samples for r in m.executors if r.kind == "dataloader"]
+    assert loaders and {r.name for r in loaders} == {"dataloader:0"}
+    assert any(r.value > 0 for r in loaders) and all(r.value <= r.capacity == 4 for r in loaders)
+    assert all(r.ready is not None for r in loaders)
+    mean_wait = sum(m.data_wait for m in samples) / len(samples)
+    assert mean_wait > 0.5, [m.data_wait for m in samples]  # the workers' sleeps bound the loop
+    assert any(m.mode == "sync" for m in samples)
+    assert any(a.detail == "SYNC (synchronize after every step)" for a in child.of_type(msgs.Ack))
+    assert any("already synchronous" in m.text for m in child.of_type(msgs.Log))
 
 
 def test_item_every_step_is_a_sync_point_on_its_line(monkeypatch):
@@ -129,11 +131,10 @@ def test_item_every_step_is_a_sync_point_on_its_line(monkeypatch):
                 if "ITEM_LINE" in text)
     child = Child("tests/scripts/item_every_step.py", "300")
     assert child.wait() == 0
-    last = child.of_type("syncpoints")[-1]["sites"]
-    assert last[0] == {"where": f"tests/scripts/item_every_step.py:{line}", "call": "item()", "count": 300,
-                       "function": "<module>"}
-    samples = child.of_type("sample")
-    assert all(m["unit"] in ("ops/s", "steps/s") for m in samples)
+    last = child.of_type(msgs.SyncPoints)[-1].sites
+    assert last[0] == msgs.SyncCount(f"tests/scripts/item_every_step.py:{line}", "item()", 300)
+    samples = child.of_type(msgs.Sample)
+    assert all(m.unit in ("ops/s", "steps/s") for m in samples)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -161,9 +162,9 @@ def test_without_a_connection_it_says_so_and_exits_2(monkeypatch):
 def test_stop_interrupts_the_users_code_cleanly(monkeypatch):
     monkeypatch.chdir(ROOT)
     child = Child("tests/scripts/train_dataloader.py", "100000")
-    wait_for(lambda: any(m.get("steps") for m in child.of_type("sample")))
+    wait_for(lambda: any(m.unit == "steps/s" for m in child.of_type(msgs.Sample)))
     assert child.proc.stop() == 0  # the stop command, not SIGTERM: the script unwound and exited 0
-    assert [(m["status"], m["reason"]) for m in child.of_type("exit")] == [(0, "stopped by torchpar-top")]
+    assert [(m.status, m.reason) for m in child.of_type(msgs.Exit)] == [(0, "stopped by torchpar-top")]
     assert not any("Traceback" in line for line in child.stderr)
 
 
@@ -181,8 +182,8 @@ def test_a_rank_connects_through_the_socket_in_the_environment(listener):
     proc = subprocess.run([*RUN, "tests/scripts/argv_echo.py", "x"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    hello = wait_for(lambda: [m for _, m in listener.got if m["type"] == "hello"], timeout=10)[0]
-    assert (hello["rank"], hello["world_size"], hello["target"]) == (1, 2, "tests/scripts/argv_echo.py")
+    hello = wait_for(lambda: [m for _, m in listener.got if isinstance(m, msgs.Hello)], timeout=10)[0]
+    assert (hello.rank, hello.world_size, hello.experiment) == (1, 2, "run")
 
 
 def _gloo() -> bool:
@@ -199,9 +200,8 @@ def test_ddp_with_gloo_under_torchrun_reports_each_rank(listener):
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done on 2 ranks" in proc.stdout
-    wait_for(lambda: len({c for c, m in listener.got if m["type"] == "hello"}) == 2, timeout=10)
-    by_conn = {c: m for c, m in listener.got if m["type"] == "hello"}
-    assert sorted((m["rank"], m["world_size"]) for m in by_conn.values()) == [(0, 2), (1, 2)]
-    stepping = {c for c, m in listener.got
-                if m["type"] == "sample" and m["steps"] > 0 and m["unit"] == "steps/s"}
+    wait_for(lambda: len({c for c, m in listener.got if isinstance(m, msgs.Hello)}) == 2, timeout=10)
+    by_conn = {c: m for c, m in listener.got if isinstance(m, msgs.Hello)}
+    assert sorted((m.rank, m.world_size) for m in by_conn.values()) == [(0, 2), (1, 2)]
+    stepping = {c for c, m in listener.got if isinstance(m, msgs.Sample) and m.unit == "steps/s"}
     assert stepping == set(by_conn)

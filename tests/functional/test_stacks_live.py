@@ -17,7 +17,7 @@ import pytest
 
 from torchpar_top.probes.host import stacks as st
 from torchpar_top.probes.host.stacks import StackPoller, StackSampler
-from torchpar_top.session.model import StackView
+from torchpar_top.contract.snapshot import StackView
 
 pytestmark = pytest.mark.slow
 

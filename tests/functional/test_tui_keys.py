@@ -20,6 +20,7 @@ from fakes.fake_session import (
     make_run_snapshot,
     make_snapshot,
     make_torchrun_snapshot,
+    typed,
 )
 from textual import events
 from textual.command import CommandList, CommandPalette
@@ -27,7 +28,8 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets._footer import FooterKey
 
-from torchpar_top.session.model import LogLine, Snapshot
+from torchpar_top.contract.snapshot import LogLine, Snapshot
+from torchpar_top.contract.vocab import Role
 from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.screens.help import HELP, HelpScreen
 from torchpar_top.tui.screens.picker import PickerScreen
@@ -473,9 +475,9 @@ async def test_run_mode_draws_verdict_sync_points_and_stack() -> None:
 async def test_sync_note_with_a_hot_frontend_in_run_mode() -> None:
     snap = make_run_snapshot(mode="sync")
     groups = tuple(
-        dataclasses.replace(g, cpu_percent=96.0) if g.role.startswith("frontend") else g for g in snap.thread_groups
+        dataclasses.replace(g, cpu_percent=96.0) if g.role == Role.FRONTEND else g for g in snap.thread_groups
     )
-    app, _ = app_on(dataclasses.replace(snap, thread_groups=groups))
+    app, _ = app_on(typed(dataclasses.replace(snap, thread_groups=groups)))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert SYNC_NOTE in text_of(app.query_one(ThreadsPanel))

@@ -18,7 +18,7 @@ from fakes.fake_session import (
 )
 from textual.pilot import Pilot
 
-from torchpar_top.session.model import Snapshot
+from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.tui.app import TorchparTopApp
 
 SnapCompare = Callable[..., bool]

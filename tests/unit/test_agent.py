@@ -9,7 +9,9 @@ import pytest
 from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.stream import EmulatedStream
-from torchpar_top.session import protocol
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.codec import LineReader
+from torchpar_top.contract.vocab import SyncScope
 
 
 @pytest.fixture
@@ -102,19 +104,19 @@ def test_async_mode_runs_ahead():
 def test_sample_message_is_valid_and_measures_busy_time():
     agent = _agent()
     stream = agent.emulated_stream("s")
+    agent.throughput_from(lambda: stream.completed)
     try:
         t0 = time.perf_counter()
         for _ in range(10):
             agent.launch(stream, time.sleep, 0.01)
         stream.synchronize()
         t1 = time.perf_counter()
-        msg = agent.sample(t0, t1, stream.completed)
-        fields = {k: v for k, v in msg.items() if k != "msg_type"}
-        decoded = protocol.decode(protocol.encode("sample", **fields))
-        row = decoded["executors"][0]
-        assert row["completed"] == 10 and row["value"] == 0
-        assert 0.7 < row["busy"] <= 1.0  # 100 ms of sleeps in a window of a little more
-        assert decoded["throughput"] == pytest.approx(10 / (t1 - t0))
+        decoded = m.decode(agent.sample(t0, t1).to_json())
+        row = decoded.executors[0]
+        assert row.completed == 10 and row.value == 0 and row.blocked == 0.0
+        assert 0.7 < row.busy <= 1.0  # 100 ms of sleeps in a window of a little more
+        assert decoded.throughput == pytest.approx(10 / (t1 - t0))
+        assert decoded.roles[0].tid == threading.get_native_id()
     finally:
         agent.close()
 
@@ -124,19 +126,19 @@ def test_commands_over_the_socket_change_mode_and_threads():
     agent = _agent(child)
     agent.start()
     try:
-        parent.sendall(protocol.encode("cmd", cmd="set_sync", value=True, scope="step"))
-        parent.sendall(protocol.encode("cmd", cmd="set_threads", value=1))
-        parent.sendall(b'{"v":1,"type":"cmd","cmd":"set_threads","value":"many"}\n')
-        reader, acks = protocol.LineReader(), []
+        parent.sendall(m.SetSync(value=True, scope=SyncScope.STEP).to_json())
+        parent.sendall(m.SetThreads(value=1).to_json())
+        parent.sendall(b'{"v":%d,"type":"set_threads","value":"many"}\n' % m.VERSION)
+        reader, acks = LineReader(), []
         parent.settimeout(5)
         while len(acks) < 3:
             for line in reader.feed(parent.recv(65536)):
-                msg = protocol.decode(line)
-                if msg["type"] == "ack":
+                msg = m.decode(line)
+                if isinstance(msg, m.Ack):
                     acks.append(msg)
-        assert agent.sync and agent.sync_scope == "step" and agent.num_threads == 1
-        assert [a["ok"] for a in acks] == [True, True, False]
-        assert "bad command" in acks[2]["detail"]
+        assert agent.sync.enabled and agent.sync.scope == SyncScope.STEP and agent.num_threads == 1
+        assert [a.ok for a in acks] == [True, True, False]
+        assert "bad command" in acks[2].detail
     finally:
         parent.close()
         agent.close()
@@ -150,14 +152,14 @@ def test_a_profiler_window_without_cuda_says_there_is_no_queue_to_analyse():
     try:
         for _ in range(50):
             agent.launch(stream, time.sleep, 0.001)  # work running while the profiler records
-        parent.sendall(protocol.encode("cmd", cmd="profile", seconds=0.2))
-        reader, logs = protocol.LineReader(), []
+        parent.sendall(m.Profile(seconds=0.2).to_json())
+        reader, logs = LineReader(), []
         parent.settimeout(30)
         while not any("profiler window" in text for text in logs):
             for line in reader.feed(parent.recv(65536)):
-                msg = protocol.decode(line)
-                if msg["type"] == "log":
-                    logs.append(msg["text"])
+                msg = m.decode(line)
+                if isinstance(msg, m.Log):
+                    logs.append(msg.text)
         assert any("no launch queue to analyse (no CUDA stream is watched)" in text for text in logs)
     finally:
         parent.close()
@@ -189,8 +191,8 @@ def test_a_sample_taken_during_a_wait_counts_it_up_to_now():
         stream._wait = agent.frontend_wait
         waiter.start()
         time.sleep(0.3)
-        msg = agent.sample(t0, time.perf_counter(), 0)
-        assert msg["frontend"]["wait"] > 0.8  # the synchronize still running is counted
+        msg = agent.sample(t0, time.perf_counter())
+        assert msg.frontend.wait > 0.8  # the synchronize still running is counted
     finally:
         gate.set()
         agent.close()

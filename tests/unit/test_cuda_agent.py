@@ -20,7 +20,8 @@ from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cuda import CudaMonitor
 from torchpar_top.probes.agent.cuda_launch import LaunchCounter
 from torchpar_top.probes.agent.cuda_stream import MAX_PENDING
-from torchpar_top.session import protocol
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.vocab import Counted, SyncScope
 
 A, B = torch.ones(1), torch.ones(1)  # made before any counter starts: creating them is not a launch
 
@@ -44,7 +45,7 @@ def rig() -> Iterator[tuple[FakeCuda, Agent, list]]:
 
 
 def _row(agent: Agent, t0: float, t1: float, name: str) -> dict:
-    return next(r for r in agent.sample(t0, t1, 0)["executors"] if r["name"] == name)
+    return next(r for r in agent.sample(t0, t1).executors if r.name == name)
 
 
 def test_outstanding_follows_completed_markers(rig) -> None:
@@ -61,9 +62,10 @@ def test_outstanding_follows_completed_markers(rig) -> None:
     agent.cuda.poll()
     assert (s.completed, s.value()) == (50, 50)
     row = _row(agent, t0, fake.clock.now, "cuda:0")
-    assert (row["kind"], row["quantity"], row["capacity"]) == ("cuda-stream", "outstanding", 1024)
-    assert row["emulated"] is False
-    assert (row["value"], row["launched"], row["completed"], row["started"]) == (50, 100, 50, 50)
+    assert (row.kind, row.quantity, row.capacity) == ("cuda-stream", "outstanding", 1024)
+    assert row.emulated is False and row.counts == Counted.TORCH_CALLS
+    assert row.blocked is None  # completion markers cannot see a blocked launch: not "never blocked"
+    assert (row.value, row.launched, row.completed) == (50, 100, 50)
     fake.clock.advance(0.2)
     agent.cuda.poll()
     assert s.value() == 0 and s.items_completed() == 100
@@ -106,7 +108,7 @@ def test_sync_after_every_op(rig) -> None:
     fake, agent, (monitor,) = rig
     monitor()
     s = agent.cuda_stream("cuda:0")
-    agent.sync, agent.sync_scope = True, "op"
+    agent.sync.set(True, SyncScope.OP)
     fake.launch_cost = 0.5e-3  # longer than the recorder's 200 µs merge gap: each wait stays separate
     syncs, t0 = fake.syncs, fake.clock.now
     for _ in range(20):
@@ -114,10 +116,10 @@ def test_sync_after_every_op(rig) -> None:
         assert s.value() == 0  # synchronize completed everything at once
     t1 = fake.clock.now
     assert fake.syncs - syncs == 20
-    msg = agent.sample(t0, t1, 20)
-    assert msg["mode"] == "sync"
+    msg = agent.sample(t0, t1)
+    assert msg.mode == "sync"
     # each item: 0.5 ms in the launch call, then a wait until the kernel ends 1.005 ms after launch
-    assert msg["frontend"]["wait"] == pytest.approx(0.505 / 1.005, abs=1e-6)
+    assert msg.frontend.wait == pytest.approx(0.505 / 1.005, abs=1e-6)
     assert s.items_completed() == 20
 
 
@@ -128,7 +130,7 @@ def test_sync_after_every_step_and_toggle(rig) -> None:
     for _ in range(50):  # ASYNC: a backlog builds
         agent.launch(s, _op)
     assert fake.syncs == 1 and s.value() == 50  # only the calibration synchronized
-    agent.sync, agent.sync_scope = True, "step"
+    agent.sync.set(True, SyncScope.STEP)
     syncs = fake.syncs
     for _ in range(3):
         for _ in range(5):
@@ -158,12 +160,12 @@ def test_lanes_and_overlap_match_a_known_two_device_schedule(rig) -> None:
         fake.clock.advance(1e-3)
     t1 = t0 + 20e-3
     truth = [union(fake.current_stream(d).kernels) for d in (0, 1)]
-    msg = agent.sample(t0, t1, 0)
-    busy = {r["name"]: r["busy"] for r in msg["executors"]}
+    msg = agent.sample(t0, t1)
+    busy = {r.name: r.busy for r in msg.executors}
     assert busy["cuda:0"] == pytest.approx(busy_time(truth[0]) / 20e-3, abs=0.005)
     assert busy["cuda:1"] == pytest.approx(busy_time(truth[1]) / 20e-3, abs=0.005)
-    assert msg["overlap"] == pytest.approx(covered(truth[0] + truth[1], 2) / 20e-3, abs=0.005)
-    assert msg["overlap"] == pytest.approx(0.25, abs=0.01)
+    assert msg.overlap == pytest.approx(covered(truth[0] + truth[1], 2) / 20e-3, abs=0.005)
+    assert msg.overlap == pytest.approx(0.25, abs=0.01)
 
 
 def test_lanes_without_timed_markers_are_within_one_poll(rig) -> None:
@@ -177,7 +179,7 @@ def test_lanes_without_timed_markers_are_within_one_poll(rig) -> None:
         agent.cuda.poll()
         fake.clock.advance(1e-3)
     assert fake.records[True] == 1  # the calibration only
-    assert _row(agent, t0, t0 + 20e-3, "cuda:0")["busy"] == pytest.approx(0.25, abs=1e-3 / 20e-3)
+    assert _row(agent, t0, t0 + 20e-3, "cuda:0").busy == pytest.approx(0.25, abs=1e-3 / 20e-3)
 
 
 def test_idle_gaps_are_not_counted_as_busy(rig) -> None:
@@ -195,7 +197,7 @@ def test_idle_gaps_are_not_counted_as_busy(rig) -> None:
     t1 = fake.clock.now
     truth = busy_time(union(fake.current_stream(0).kernels)) / (t1 - t0)
     assert truth == pytest.approx(0.1 / 0.91, abs=1e-6)
-    assert _row(agent, t0, t1, "cuda:0")["busy"] == pytest.approx(truth, abs=0.01)
+    assert _row(agent, t0, t1, "cuda:0").busy == pytest.approx(truth, abs=0.01)
 
 
 def test_items_completed_counts_whole_items(rig) -> None:
@@ -215,10 +217,10 @@ def test_sample_message_carries_uuids_and_validates(rig) -> None:
     fake, agent, (monitor,) = rig
     monitor()
     agent.cuda_stream("cuda:0")
-    msg = agent.sample(fake.clock.now - 0.1, fake.clock.now, 0)
-    assert msg["cuda_uuids"] == [f"GPU-{u}" for u in fake.uuids]
-    decoded = protocol.decode(protocol.encode(**msg))
-    assert decoded["executors"][0]["kind"] == "cuda-stream"
+    msg = agent.sample(fake.clock.now - 0.1, fake.clock.now)
+    assert msg.cuda_uuids == tuple(f"GPU-{u}" for u in fake.uuids)
+    decoded = m.decode(msg.to_json())
+    assert decoded.executors[0].kind == "cuda-stream"
 
 
 def test_a_failing_stream_does_not_stop_the_others(rig) -> None:

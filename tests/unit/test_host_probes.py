@@ -15,8 +15,10 @@ import pytest
 
 from torchpar_top.probes.host import threads as th
 from torchpar_top.probes.host.cores import CoreSampler
+from torchpar_top.contract.messages import ThreadRole
+from torchpar_top.contract.vocab import Role
 from torchpar_top.probes.host.threads import ThreadSampler, classify, group, parse_stat
-from torchpar_top.session.model import ThreadInfo
+from torchpar_top.contract.snapshot import ThreadInfo
 
 from waiting import wait_for
 
@@ -45,55 +47,58 @@ def test_parse_stat_comm_with_spaces_and_parens(comm: str) -> None:
 @pytest.mark.parametrize(
     ("tid", "comm", "roles", "expected"),
     [
-        (100, "python", None, th.ROLE_FRONTEND),  # tid == pid
-        (101, "pt_main_thread", None, th.ROLE_FRONTEND),
-        (102, "PTThreadPool", None, th.ROLE_INTEROP),
-        (103, "pt_autograd_0", None, th.ROLE_AUTOGRAD),
-        (104, "pt_data_pin", None, th.ROLE_DATA),
-        (105, "pt_data_worker", None, th.ROLE_DATA),
-        (106, "my_DataLoader_1", None, th.ROLE_DATA),
-        (107, "pin_memory", None, th.ROLE_DATA),
-        (108, "python", None, th.ROLE_INTRAOP),  # OpenMP worker: inherits the creator's name
-        (109, "pt_tcpstore", None, th.ROLE_OTHER),
-        (108, "python", {108: "stream executor cpu-stream:0"}, "stream executor cpu-stream:0"),
-        (100, "python", {100: th.ROLE_AGENT}, th.ROLE_AGENT),  # agent wins even over tid == pid
-        (102, "PTThreadPool", {999: th.ROLE_AGENT}, th.ROLE_INTEROP),
+        (100, "python", None, Role.FRONTEND),  # tid == pid
+        (101, "pt_main_thread", None, Role.FRONTEND),
+        (102, "PTThreadPool", None, Role.INTEROP),
+        (103, "pt_autograd_0", None, Role.AUTOGRAD),
+        (104, "pt_data_pin", None, Role.DATA),
+        (105, "pt_data_worker", None, Role.DATA),
+        (106, "my_DataLoader_1", None, Role.DATA),
+        (107, "pin_memory", None, Role.DATA),
+        (108, "python", None, Role.INTRAOP),  # OpenMP worker: inherits the creator's name
+        (109, "pt_tcpstore", None, Role.OTHER),
+        (108, "python", {108: ThreadRole(108, Role.STREAM_EXECUTOR, "cpu-stream:0")},
+         (Role.STREAM_EXECUTOR, "cpu-stream:0")),
+        (100, "python", {100: ThreadRole(100, Role.AGENT)}, Role.AGENT),  # agent wins even over tid == pid
+        (102, "PTThreadPool", {999: ThreadRole(999, Role.AGENT)}, Role.INTEROP),
     ],
 )
-def test_classify(tid: int, comm: str, roles: dict[int, str] | None, expected: str) -> None:
-    assert classify(tid, comm, 100, roles) == expected
+def test_classify(tid: int, comm: str, roles: dict[int, ThreadRole] | None, expected: Role) -> None:
+    assert classify(tid, comm, 100, roles) == (expected if isinstance(expected, tuple) else (expected, ""))
 
 
 def test_group_sums_and_order() -> None:
     infos = [
-        ThreadInfo(7, "x", "mystery", 1.0),
-        ThreadInfo(5, "python", th.ROLE_INTRAOP, 95.0),
-        ThreadInfo(3, "python", th.ROLE_INTRAOP, 5.0),
-        ThreadInfo(4, "python", th.ROLE_INTRAOP, 80.0),
-        ThreadInfo(9, "python", th.ROLE_AGENT, 2.0),
-        ThreadInfo(8, "python", "stream executor s:1", 50.0),
-        ThreadInfo(6, "python", "stream executor s:0", 0.0),
-        ThreadInfo(2, "PTThreadPool", th.ROLE_INTEROP, 11.0),
-        ThreadInfo(1, "python", th.ROLE_FRONTEND, 100.0),
-        ThreadInfo(10, "pt_data_pin", th.ROLE_DATA, 0.0),
-        ThreadInfo(11, "pt_autograd_0", th.ROLE_AUTOGRAD, 0.0),
-        ThreadInfo(12, "pt_data_worker", th.ROLE_DATA_WORKERS, 30.0, 12.5, pid=40),
-        ThreadInfo(13, "pt_data_worker", th.ROLE_DATA_WORKERS, 20.0, 7.5, pid=41),
-        ThreadInfo(14, "cc1plus", th.ROLE_SUBPROCESS, 5.0, pid=42),
+        ThreadInfo(7, "x", Role.OTHER, 1.0),
+        ThreadInfo(5, "python", Role.INTRAOP, 95.0),
+        ThreadInfo(3, "python", Role.INTRAOP, 5.0),
+        ThreadInfo(4, "python", Role.INTRAOP, 80.0),
+        ThreadInfo(9, "python", Role.AGENT, 2.0),
+        ThreadInfo(8, "python", Role.STREAM_EXECUTOR, 50.0, executor="s:1"),
+        ThreadInfo(6, "python", Role.STREAM_EXECUTOR, 0.0, executor="s:0"),
+        ThreadInfo(2, "PTThreadPool", Role.INTEROP, 11.0),
+        ThreadInfo(1, "python", Role.FRONTEND, 100.0),
+        ThreadInfo(10, "pt_data_pin", Role.DATA, 0.0),
+        ThreadInfo(11, "pt_autograd_0", Role.AUTOGRAD, 0.0),
+        ThreadInfo(12, "pt_data_worker", Role.DATA_WORKERS, 30.0, 12.5, pid=40),
+        ThreadInfo(13, "pt_data_worker", Role.DATA_WORKERS, 20.0, 7.5, pid=41),
+        ThreadInfo(14, "cc1plus", Role.SUBPROCESS, 5.0, pid=42),
     ]
     groups = group(infos)
+    assert [(g.role, g.executor) for g in groups][:3] == [
+        (Role.FRONTEND, ""), (Role.STREAM_EXECUTOR, "s:0"), (Role.STREAM_EXECUTOR, "s:1")]
     assert [g.role for g in groups] == [
-        th.ROLE_FRONTEND,
-        "stream executor s:0",
-        "stream executor s:1",
-        th.ROLE_INTRAOP,
-        th.ROLE_INTEROP,
-        th.ROLE_AUTOGRAD,
-        th.ROLE_DATA,
-        th.ROLE_DATA_WORKERS,
-        th.ROLE_SUBPROCESS,
-        th.ROLE_AGENT,
-        "mystery",
+        Role.FRONTEND,
+        Role.STREAM_EXECUTOR,
+        Role.STREAM_EXECUTOR,
+        Role.INTRAOP,
+        Role.INTEROP,
+        Role.AUTOGRAD,
+        Role.DATA,
+        Role.DATA_WORKERS,
+        Role.SUBPROCESS,
+        Role.AGENT,
+        Role.OTHER,
     ]
     intra = groups[3]
     assert (intra.count, intra.busy, intra.cpu_percent, intra.tids) == (3, 2, 180.0, (3, 4, 5))
@@ -135,10 +140,11 @@ def test_busy_and_idle_threads_read_from_proc() -> None:
         assert b.cpu_percent > 50, b
         assert i.cpu_percent < 10, i
         assert b.name == "busy (spin) x"
-        assert second[pid].role == th.ROLE_FRONTEND
-        assert b.role == th.ROLE_INTRAOP
-        roles = {busy.native_id: "stream executor test"}
-        assert {t.tid: t.role for t in sampler.sample(roles)}[busy.native_id] == "stream executor test"
+        assert second[pid].role == Role.FRONTEND
+        assert b.role == Role.INTRAOP
+        roles = {busy.native_id: ThreadRole(busy.native_id, Role.STREAM_EXECUTOR, "test")}
+        mine = {t.tid: t for t in sampler.sample(roles)}[busy.native_id]
+        assert (mine.role, mine.executor) == (Role.STREAM_EXECUTOR, "test")
 
         # Stop spinning, then compare the ticks the sampler reads with an independent reading.
         stop.set()
@@ -164,9 +170,9 @@ def test_busy_and_idle_threads_read_from_proc() -> None:
 
 
 @pytest.mark.parametrize("comm, expected", [
-    ("pt_data_worker", th.ROLE_DATA_WORKERS),
-    ("python", th.ROLE_SUBPROCESS),
-    ("cc1plus", th.ROLE_SUBPROCESS),
+    ("pt_data_worker", Role.DATA_WORKERS),
+    ("python", Role.SUBPROCESS),
+    ("cc1plus", Role.SUBPROCESS),
 ])
 def test_classify_descendant(comm: str, expected: str) -> None:
     assert th.classify_descendant(comm) == expected
@@ -203,11 +209,11 @@ def test_descendants_are_sampled_with_their_run_queue_wait() -> None:
         time.sleep(1.0)
         infos = sampler.sample()
         by_tid = {t.tid: t for t in infos}
-        assert by_tid[parent.pid].role == th.ROLE_FRONTEND and by_tid[parent.pid].pid == parent.pid
+        assert by_tid[parent.pid].role == Role.FRONTEND and by_tid[parent.pid].pid == parent.pid
         assert by_tid[parent.pid].cpu_percent < 20
         for kid in kids:
             info = by_tid[kid]
-            assert (info.pid, info.role) == (kid, th.ROLE_SUBPROCESS)
+            assert (info.pid, info.role) == (kid, Role.SUBPROCESS)
             # Sharing one core: neither has it all, and each waited for it a good part of the second.
             assert 10 < info.cpu_percent < 90, info
             assert info.wait_percent > 10, info

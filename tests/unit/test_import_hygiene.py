@@ -1,9 +1,20 @@
-"""The one-way flow: probes and session never import the UI; the UI never measures or spawns."""
+"""The layers import one way only: contract → analysis → workloads → probes → session → tui → cli.
+
+Each layer may import itself and the layers before it, never one after it (so there are no cycles);
+the ground floor imports only the standard library; the UI never measures or spawns.
+"""
 
 import ast
 import pathlib
+import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+#: Folders in layer order, and the package each is installed as.
+LAYERS = ("contract", "analysis", "workloads", "probes", "session", "tui", "cli")
+PACKAGE = {folder: f"torchpar_top.{folder}" for folder in LAYERS} | {"cli": "torchpar_top"}
 
 
 def imports(folder):
@@ -14,11 +25,39 @@ def imports(folder):
                 for alias in node.names:
                     yield path, alias.name
             elif isinstance(node, ast.ImportFrom) and node.module:
-                yield path, node.module
+                for alias in node.names:  # "from torchpar_top import workloads" is torchpar_top.workloads
+                    yield path, f"{node.module}.{alias.name}"
 
 
-def test_probes_session_and_workloads_never_import_textual():
-    for folder in ("probes", "session", "workloads"):
+def layer_of(module: str) -> str | None:
+    """The layer a ``torchpar_top...`` module belongs to (``torchpar_top.main`` is the cli's)."""
+    parts = module.split(".")
+    if parts[0] != "torchpar_top":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS[:-1] else "cli"
+
+
+@pytest.mark.parametrize("folder", [f for f in LAYERS if (ROOT / f).is_dir()])
+def test_each_layer_imports_only_itself_and_the_layers_below(folder):
+    allowed = set(LAYERS[: LAYERS.index(folder) + 1])
+    for path, name in imports(folder):
+        layer = layer_of(name)
+        assert layer is None or layer in allowed, f"{path.relative_to(ROOT)} imports {name} (layer {layer})"
+
+
+def test_the_ground_floor_needs_only_the_standard_library():
+    for folder in ("contract", "analysis"):
+        if not (ROOT / folder).is_dir():
+            continue
+        for path, name in imports(folder):
+            top = name.split(".")[0]
+            assert top == "torchpar_top" or top in sys.stdlib_module_names, f"{path} imports {name}"
+
+
+def test_nothing_below_the_ui_imports_textual():
+    for folder in ("contract", "analysis", "probes", "session", "workloads"):
+        if not (ROOT / folder).is_dir():
+            continue
         for path, name in imports(folder):
             assert not name.startswith(("textual", "rich", "torchpar_top.tui")), f"{path} imports {name}"
 

@@ -23,7 +23,7 @@ import pytest
 from torchpar_top.probes.host import stacks as st
 from torchpar_top.probes.host.process import ProcessInfo, check_attach, describe_pid, is_python_exe, maps_libpython
 from torchpar_top.probes.host.stacks import StackPoller, StackSampler, classify_wait, explain_error, parse_dump
-from torchpar_top.session.model import StackFrame, StackView
+from torchpar_top.contract.snapshot import StackFrame, StackView
 
 SLEEP = r"""[
  {"pid": 29702, "thread_id": 139789512442560, "thread_name": null, "os_thread_id": 29702, "active": false, "owns_gil": false, "frames": [

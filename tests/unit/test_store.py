@@ -1,22 +1,30 @@
 """The store: ring buffers stay bounded; the scoreboard counts each mode's steady state only."""
 
+import json
+
 from pytest import approx
 
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.snapshot import ChildStatus, HostSample, ThreadInfo
+from torchpar_top.contract.vocab import ChildState, DataBound, Role
 from torchpar_top.session import store as store_mod
-from torchpar_top.session.model import ChildStatus, HostSample, ThreadInfo
 from torchpar_top.session.store import SessionStore
 
 
-def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5, draining=False):
-    return {
-        "v": 1, "type": "sample", "t": 1.0, "window": window, "mode": mode, "sync_scope": "op",
-        "throughput": throughput, "unit": "it/s", "items": 1, "num_threads": 2,
-        "frontend": {"busy": 1 - wait, "wait": wait}, "overlap": 0.25, "draining": draining,
+def wire(**plain):
+    """A message as the agent sends it, read back by the real codec."""
+    return m.decode(json.dumps({"v": m.VERSION, **plain}))
+
+
+def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5, draining=False, **over):
+    return wire(**{
+        "type": "sample", "t": 1.0, "window": window, "mode": mode, "throughput": throughput, "unit": "it/s",
+        "num_threads": 2, "frontend": {"busy": 1 - wait, "wait": wait}, "overlap": 0.25, "draining": draining,
         "executors": [{"name": "s0", "kind": "emulated-stream", "emulated": True, "quantity": "depth",
-                       "value": depth, "capacity": 1024, "launched": 5, "started": 4, "completed": 3,
+                       "value": depth, "capacity": 1024, "launched": 5 + depth, "completed": 3,
                        "busy": 0.9, "blocked": 0.4}],
-        "roles": {"7": "frontend (main)"},
-    }
+        "roles": [{"tid": 7, "role": "frontend (main)"}], **over,
+    })
 
 
 def test_scoreboard_means_per_mode_skip_the_switch_and_the_drain():
@@ -54,7 +62,7 @@ def test_buffers_are_bounded():
 def test_pause_freezes_samples_but_keeps_the_log():
     st = SessionStore("async")
     st.on_message(sample(depth=3))
-    st.paused = True
+    st.set_paused(True)
     st.on_message(sample(depth=99))
     st.on_host(HostSample(1.0, (50.0,), ()))
     st.add_log("stderr", "kept")
@@ -65,13 +73,13 @@ def test_pause_freezes_samples_but_keeps_the_log():
 
 def test_threads_are_grouped_and_results_kept_by_label():
     st = SessionStore("multi-device")
-    threads = (ThreadInfo(1, "python", "frontend (main)", 95.0), ThreadInfo(2, "python", "intra-op workers", 50.0),
-               ThreadInfo(3, "python", "intra-op workers", 1.0))
+    threads = (ThreadInfo(1, "python", Role.FRONTEND, 95.0), ThreadInfo(2, "python", Role.INTRAOP, 50.0),
+               ThreadInfo(3, "python", Role.INTRAOP, 1.0))
     st.on_host(HostSample(1.0, (1.0,), threads))
-    st.on_message({"v": 1, "type": "result", "label": "both at once", "value": 0.5, "unit": "s"})
-    st.on_message({"v": 1, "type": "result", "label": "both at once", "value": 0.4, "unit": "s"})
+    st.on_message(wire(type="result", label="both at once", value=0.5, unit="s"))
+    st.on_message(wire(type="result", label="both at once", value=0.4, unit="s"))
     snap = st.snapshot()
-    workers = next(g for g in snap.thread_groups if g.role == "intra-op workers")
+    workers = next(g for g in snap.thread_groups if g.role == Role.INTRAOP)
     assert (workers.count, workers.busy, workers.cpu_percent) == (2, 1, 51.0)
     assert [(r.label, r.value) for r in snap.results] == [("both at once", 0.4)]
 
@@ -80,22 +88,21 @@ def test_a_dead_child_carries_its_last_stderr_lines():
     st = SessionStore("async")
     for i in range(20):
         st.add_log("stderr", f"err {i}")
-    st.on_child(ChildStatus(42, "exited", 1, "workload exited with status 1"))
+    st.on_child(ChildStatus(42, ChildState.EXITED, 1, "workload exited with status 1"))
     child = st.snapshot().child
     assert child.exit_code == 1 and child.last_stderr[-1] == "err 19"
     assert len(child.last_stderr) == store_mod.STDERR_TAIL
 
 
 def _hello(pid, rank=None):
-    msg = {"v": 1, "type": "hello", "pid": pid, "experiment": "run", "description": "", "torch": "2",
-           "device": "cpu", "num_threads": 1, "interop_threads": 1, "executors": [], "roles": {}}
-    return msg if rank is None else {**msg, "rank": rank}
+    return m.Hello(pid=pid, experiment="run", torch="2", device="cpu", num_threads=1, interop_threads=1,
+                   rank=rank, world_size=None if rank is None else 2)
 
 
 def test_a_rank_reports_its_exit_status_before_its_connection_closes():
     store = SessionStore("run")
     store.on_message(_hello(11, rank=1), source=7)
-    store.on_message({"v": 1, "type": "exit", "status": 1, "reason": "RuntimeError: boom"}, source=7)
+    store.on_message(wire(type="exit", status=1, reason="RuntimeError: boom"), source=7)
     store.on_source_closed(7)  # a rank is not our child: no status from wait()
     (rank,) = store.snapshot().ranks
     assert (rank.rank, rank.state, rank.exit_code) == (1, "exited", 1)
@@ -105,7 +112,43 @@ def test_a_rank_reports_its_exit_status_before_its_connection_closes():
 def test_our_own_childs_wait_status_wins_over_its_report():
     store = SessionStore("run")
     store.on_message(_hello(12), source=0)
-    store.on_message({"v": 1, "type": "exit", "status": 0, "reason": ""}, source=0)
+    store.on_message(wire(type="exit", status=0, reason=""), source=0)
     assert store.snapshot().log[-1].text == "the workload's code ended with status 0"
     store.on_source_closed(0, -9)  # killed after it reported: wait() knows better
     assert [(r.rank, r.exit_code) for r in store.snapshot().ranks] == [(None, -9)]
+
+
+def test_a_second_hello_on_a_connection_is_ignored():
+    store = SessionStore("run")
+    store.on_message(_hello(12), source=0)
+    store.on_message(_hello(1), source=0)  # a script writing on our socket cannot rename the workload
+    assert [r.pid for r in store.snapshot().ranks] == [12]
+    assert "second hello" in store.snapshot().log[-1].text
+
+
+def test_ranks_are_fields_not_name_prefixes():
+    store = SessionStore("run")
+    for rank in (0, 1):
+        store.on_message(_hello(20 + rank, rank=rank), source=rank + 1)
+        store.on_message(sample(), source=rank + 1)
+    store.on_message(wire(type="syncpoints", sites=[{"where": "t.py:3", "call": "item()", "count": 4}]), source=2)
+    snap = store.snapshot()
+    assert [(e.rank, e.name) for e in snap.executors] == [(0, "s0"), (1, "s0")]
+    assert [(s.rank, s.where) for s in snap.syncpoints] == [(1, "t.py:3")]
+
+
+def test_the_dataloader_verdict_is_computed_once_per_rank():
+    loader = {"name": "dataloader:0", "kind": "dataloader", "emulated": False, "quantity": "outstanding",
+              "value": 4, "capacity": 4, "launched": 40, "completed": 36, "busy": 1.0, "blocked": 0.0, "ready": 0}
+    store = SessionStore("run")
+    store.on_message(_hello(20, rank=0), source=1)
+    store.on_message(_hello(21, rank=1), source=2)
+    store.on_message(sample(executors=[loader], data_wait=0.62), source=1)
+    store.on_message(sample(executors=[loader], data_wait=0.10), source=2)
+    snap = store.snapshot()
+    assert (snap.data_verdict.bound, snap.data_verdict.wait) == (DataBound.INPUT, 0.62)  # the primary rank's
+    assert [r.data_verdict.bound for r in snap.ranks] == [DataBound.INPUT, DataBound.COMPUTE]
+    assert snap.executors[0].ready == 0
+    no_loader = SessionStore("run")
+    no_loader.on_message(sample(data_wait=0.9))
+    assert no_loader.snapshot().data_verdict is None  # a wait without a watched DataLoader is no verdict

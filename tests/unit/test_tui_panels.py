@@ -6,26 +6,25 @@ import dataclasses
 
 from fakes.fake_session import make_attach_snapshot, make_run_snapshot, make_snapshot, make_torchrun_snapshot
 
-from torchpar_top.session.model import ChildStatus, RankView, StackFrame, SyncSite, ThreadGroup
+from torchpar_top.contract.snapshot import ChildStatus, RankView, StackFrame, SyncSite
+from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind
 from torchpar_top.tui.widgets.cores import CoresPanel
-from torchpar_top.tui.widgets.header import child_failed, child_text, depth_text, description_text, target_text
+from torchpar_top.tui.widgets.header import child_failed, child_text, depth_text, target_text
 from torchpar_top.tui.widgets.lanes import frontend_lane, overlap_text
-from torchpar_top.tui.widgets.log import status_lines
-from torchpar_top.tui.widgets.panel import is_attached
+from torchpar_top.tui.widgets.log import inert, status_lines
 from torchpar_top.tui.widgets.queues import blocked_text, data_text, history_scale, kind_tag, status_text
 from torchpar_top.tui.widgets.ranks import (
     executor_rows,
     exited_ranks,
     primary_rank,
-    rank_of,
     rank_state,
     shows_ranks,
-    strip_rank,
+    with_rank,
 )
 from torchpar_top.tui.widgets.scoreboard import ratio_text
 from torchpar_top.tui.widgets.stack import short_path, verdict, where
 from torchpar_top.tui.widgets.syncpoints import count_text, on_device, rate_text, top_sites
-from torchpar_top.tui.widgets.threads import hot_frontend_in_sync, starved_note
+from torchpar_top.tui.widgets.threads import starved_note
 
 
 def test_depth_sums_values_over_capacities() -> None:
@@ -45,16 +44,9 @@ def test_child_text() -> None:
     assert not child_failed(make_attach_snapshot())
 
 
-def test_target_and_description() -> None:
+def test_target() -> None:
     assert target_text(make_snapshot()) == "async"  # no target: the experiment's name
-    run = make_run_snapshot()
-    assert target_text(run) == "run train.py"
-    assert description_text(run) == "--epochs 3"  # the script's name is in the target already
-    assert description_text(make_torchrun_snapshot()) == ""
-    assert description_text(make_snapshot()) == "emulated CPU streams"
-    assert is_attached(make_attach_snapshot()) and not is_attached(run)
-    gone = dataclasses.replace(make_attach_snapshot(), child=ChildStatus(31337, "exited", None, "no such process"))
-    assert is_attached(gone)
+    assert target_text(make_run_snapshot()) == "run train.py"
 
 
 def test_data_verdict_goes_with_the_primary_ranks_loader() -> None:
@@ -78,10 +70,9 @@ def test_ranks() -> None:
     assert shows_ranks(ddp)
     assert shows_ranks(dataclasses.replace(ddp, ranks=ddp.ranks[:1]))  # one rank, but a rank
     assert [rank_state(r) for r in ddp.ranks] == ["running", "✗ exited 1"]
-    assert rank_state(RankView(0, 1, "exited", None, "it/s", 0, exit_code=0)) == "exited 0"
+    assert rank_state(RankView(0, 1, ChildState.EXITED, None, "it/s", 0, exit_code=0)) == "exited 0"
     assert primary_rank(ddp) == 0 and exited_ranks(ddp) == {1}
-    assert rank_of("r12:dataloader:0") == 12 and rank_of("dataloader:0") is None and rank_of("run:x") is None
-    assert strip_rank("r1:cpu (eager)") == "cpu (eager)" and strip_rank("cpu-stream:0") == "cpu-stream:0"
+    assert with_rank("dataloader:0", 12) == "r12:dataloader:0" and with_rank("run:x", None) == "run:x"
 
 
 def test_eager_executors_of_several_ranks_share_a_row() -> None:
@@ -122,6 +113,9 @@ def test_queue_texts() -> None:
     assert blocked_text(pool, short=False) == "unbounded: launch never blocks"
     assert kind_tag(full) == "emulated"
     assert kind_tag(eager) == "eager"
+    calls = dataclasses.replace(full, kind=ExecutorKind.CUDA_STREAM, emulated=False, counts=Counted.TORCH_CALLS, blocked=None)
+    assert kind_tag(calls) == "cuda calls"  # a function-mode counter: torch calls, not kernels
+    assert blocked_text(calls, short=False) == "blocking not observable here"  # not "never blocked"
     assert history_scale(full) == 1024
     assert history_scale(pool) == max(pool.history)
 
@@ -142,41 +136,27 @@ def test_ratio_until_both_modes_measured() -> None:
     assert ratio_text(dataclasses.replace(snap, scoreboard=snap.scoreboard[:1])) == "—"
 
 
-def test_hot_frontend_note_only_in_sync() -> None:
-    assert hot_frontend_in_sync(make_snapshot(mode="sync"))
-    assert not hot_frontend_in_sync(make_snapshot(mode="async"))
-
-
-def test_hot_frontend_means_above_80_percent_per_thread() -> None:
-    def with_frontend(percent: float, count: int = 1) -> bool:
-        group = ThreadGroup("frontend (main)", count, count, percent)
-        return hot_frontend_in_sync(dataclasses.replace(make_snapshot(mode="sync"), thread_groups=(group,)))
-
-    assert with_frontend(81.0)
-    assert not with_frontend(80.0)
-    assert with_frontend(170.0, count=2) and not with_frontend(150.0, count=2)
-
-
 def test_status_lines() -> None:
-    assert status_lines(ChildStatus(pid=1, state="running")) == []
-    lines = status_lines(ChildStatus(pid=1, state="exited", exit_code=1, last_stderr=("boom",)))
-    assert lines == ["child exited with code 1", "  boom"]
-    assert status_lines(ChildStatus(pid=None, state="failed", message="no such file"))[0] == (
+    assert status_lines(ChildStatus(pid=1, state=ChildState.RUNNING)) == []
+    lines = status_lines(ChildStatus(pid=1, state=ChildState.EXITED, exit_code=1, last_stderr=("boom\x1b[2J",)))
+    assert lines == ["child exited with code 1", "  boom␛[2J"]
+    assert status_lines(ChildStatus(pid=None, state=ChildState.FAILED, message="no such file"))[0] == (
         "child failed to start: no such file"
     )
 
 
-def test_starved_note_above_half_a_core_of_run_queue_wait() -> None:
-    run = make_run_snapshot()
-    assert sum(g.wait_percent for g in run.thread_groups) == 64.0
-    assert starved_note(run) == "starved: waited 0.6 cores for a CPU"
-    calm = dataclasses.replace(run, thread_groups=tuple(dataclasses.replace(g, wait_percent=g.wait_percent / 2)
-                                                       for g in run.thread_groups))
-    assert starved_note(calm) is None
+def test_workload_text_is_inert_in_a_terminal() -> None:
+    """Escape sequences a script prints (retitle, clear, leave the alternate screen) become symbols."""
+    assert inert("\x1b]0;TITLE\x07") == "␛]0;TITLE␇"
+    assert inert("\x1b[2J\x1b[H\x1b[?1049l") == "␛[2J␛[H␛[?1049l"
+    assert inert("a\rb\bc\td") == "a␍b␈c d"
+    assert inert("\x9b31m") == "\\x9b31m"  # C1 CSI, shown as its escape
+    assert inert("ünïcödé ✓") == "ünïcödé ✓"
+
+
+def test_starved_note_formats_the_snapshot() -> None:
+    assert starved_note(make_run_snapshot()) == "starved: waited 0.6 cores for a CPU"
     assert starved_note(make_snapshot()) is None
-    # 60 busy threads each waiting 2 % of the time: 1.2 cores of wait, but 2 % of their runnable time.
-    many = tuple(ThreadGroup(f"worker {i}", 1, 1, 98.0, (i,), 2.0) for i in range(60))
-    assert starved_note(dataclasses.replace(run, thread_groups=many)) is None
 
 
 def test_cores_title_before_and_after_the_first_reading() -> None:

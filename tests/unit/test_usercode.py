@@ -13,10 +13,11 @@ from torch.utils.data import DataLoader, Dataset
 from torchpar_top.probes.agent import usercode
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.run import UsageError, exception_line, parse_args, system_exit_status
-from torchpar_top.probes.agent.usercode import CPU_SYNC_NOTE, UserAgent
+from torchpar_top.probes.agent.usercode import CPU_SYNC_NOTE, UserCode
 from torchpar_top.probes.agent.usercode_install import Instrumentation, after_fork_in_child
 from torchpar_top.probes.agent.usercode_target import check_target
-from torchpar_top.session import protocol
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.vocab import SyncScope
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -31,35 +32,31 @@ def _load(name):
 helper = _load("syncpoint_helper")
 
 
-class RecordingAgent(UserAgent):
-    """Keeps every message it would send (validated by the protocol), without a socket."""
+class RecordingUser(UserCode):
+    """Keeps every message its agent would send (through the real codec), without a socket."""
 
     def __init__(self, **kw):
-        self.sent = []
         super().__init__(None, target="test", **kw)
+        self.sent = []
+        self.agent.send = lambda msg: self.sent.append(m.decode(msg.to_json()))
 
-    def _send(self, msg_type, **fields):
-        if msg_type == "hello":
-            fields.update(self.hello_extra)
-        self.sent.append(protocol.decode(protocol.encode(msg_type, **fields)))
-
-    def of_type(self, kind):
-        return [m for m in self.sent if m["type"] == kind]
+    def of_type(self, cls):
+        return [msg for msg in self.sent if isinstance(msg, cls)]
 
 
 @pytest.fixture
 def agent():
-    a = RecordingAgent()
+    a = RecordingUser()
     yield a
-    a.close()
+    a.agent.close()
 
 
 def sites_by_line(agent):
     """{("file.py:LINE", call): count} from the agent's sync points."""
     out = {}
     for s in agent.syncpoints.sites():
-        path, line = s["where"].rsplit(":", 1)
-        out[(f"{Path(path).name}:{line}", s["call"])] = s["count"]
+        path, line = s.where.rsplit(":", 1)
+        out[(f"{Path(path).name}:{line}", s.call)] = s.count
     return out
 
 
@@ -102,10 +99,10 @@ def test_the_syncpoints_message_is_sent_only_when_a_count_changed(agent):
         helper.call_item(torch.tensor(2.0))
     agent.flush_syncpoints()
     agent.flush_syncpoints()
-    (msg,) = agent.of_type("syncpoints")
-    (site,) = msg["sites"]
-    assert site["where"].endswith(f"syncpoint_helper.py:{helper.line_of('item')}")
-    assert (site["call"], site["count"], site["function"]) == ("item()", 1, "call_item")
+    (msg,) = agent.of_type(m.SyncPoints)
+    (site,) = msg.sites
+    assert site.where.endswith(f"syncpoint_helper.py:{helper.line_of('item')}")
+    assert (site.call, site.count) == ("item()", 1)
 
 
 def test_ops_are_counted_on_the_eager_device_and_metadata_is_not(agent):
@@ -126,7 +123,7 @@ def test_ops_are_counted_on_the_eager_device_and_metadata_is_not(agent):
 
 
 def test_each_step_of_the_first_optimizer_is_a_step():
-    agent = RecordingAgent()
+    agent = RecordingUser()
     w1, w2 = torch.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
     opt1, opt2 = torch.optim.SGD([w1], lr=0.1), torch.optim.SGD([w2], lr=0.1)
     with Instrumentation(agent):
@@ -134,9 +131,9 @@ def test_each_step_of_the_first_optimizer_is_a_step():
             (w1.sum() + w2.sum()).backward()
             opt1.step()
             opt2.step()  # a second optimizer (a GAN's) does not double the step count
-    assert agent.items == 5
+    assert agent.agent.items == 5
     opt1.step()  # the hook is gone with the instrumentation
-    assert agent.items == 5
+    assert agent.agent.items == 5
 
 
 def test_samples_count_ops_until_the_first_step_then_steps(agent):
@@ -145,32 +142,32 @@ def test_samples_count_ops_until_the_first_step_then_steps(agent):
     with Instrumentation(agent):
         t0 = time.perf_counter()
         w.detach() * 2
-        first = agent.sample(t0, time.perf_counter(), 0)
+        first = agent.agent.sample(t0, time.perf_counter())
         for _ in range(3):
             w.sum().backward()
             opt.step()
-        second = agent.sample(t0, time.perf_counter(), 0)
-    assert first["unit"] == "ops/s" and first["throughput"] > 0 and first["steps"] == 0
-    assert second["unit"] == "steps/s" and second["steps"] == 3 and second["items"] == 3
-    assert second["throughput"] > 0 and second["data_wait"] == 0.0
-    msg = dict(second)
-    protocol.decode(protocol.encode(msg.pop("msg_type"), **msg))
+        t1 = time.perf_counter()
+        second = agent.agent.sample(t0, t1)
+    assert first.unit == "ops/s" and first.throughput > 0
+    assert second.unit == "steps/s" and second.throughput == pytest.approx(3 / (t1 - t0))
+    assert second.data_wait == 0.0
+    assert m.decode(second.to_json()) == second
 
 
 def test_sync_scope_op_syncs_after_every_op_and_the_cpu_note_is_logged_once(agent, monkeypatch):
     calls = []
-    monkeypatch.setattr(agent, "synchronize", lambda: calls.append(1))
+    monkeypatch.setattr(agent.agent, "synchronize", lambda: calls.append(1))
     with Instrumentation(agent) as inst:
-        agent._apply({"cmd": "set_sync", "value": True, "scope": "op"})
+        agent.agent.apply(m.SetSync(value=True, scope=SyncScope.OP))
         torch.ones(2) + 1
         assert inst.mode.after_op is not None and len(calls) >= 2
-        agent.sample(0.0, 1.0, 0)
-        agent.sample(1.0, 2.0, 0)
-        agent._apply({"cmd": "set_sync", "value": True, "scope": "step"})
+        agent.agent.sample(0.0, 1.0)
+        agent.agent.sample(1.0, 2.0)
+        agent.agent.apply(m.SetSync(value=True, scope=SyncScope.STEP))
         assert inst.mode.after_op is None
-        agent._apply({"cmd": "set_sync", "value": False})
-    assert [m["text"] for m in agent.of_type("log")] == [CPU_SYNC_NOTE]
-    assert [m["ok"] for m in agent.of_type("ack")] == [True, True, True]
+        agent.agent.apply(m.SetSync(value=False))
+    assert [msg.text for msg in agent.of_type(m.Log)] == [CPU_SYNC_NOTE]
+    assert [msg.ok for msg in agent.of_type(m.Ack)] == [True, True, True]
 
 
 def test_cuda_watching_is_started_on_the_frontend_thread_at_the_next_op(agent, monkeypatch):
@@ -179,7 +176,7 @@ def test_cuda_watching_is_started_on_the_frontend_thread_at_the_next_op(agent, m
     monkeypatch.setattr(agent, "watch_cuda_streams", lambda: seen.append(sys._getframe(1).f_code.co_name))
     monkeypatch.setattr(agent, "_sync_cuda", lambda: None)
     with Instrumentation(agent):
-        agent.sample(0.0, 1.0, 0)  # the sampler notices CUDA
+        agent.agent.sample(0.0, 1.0)  # the sampler notices CUDA
         assert seen == []
         torch.ones(2) + 1
     assert seen == ["__torch_function__"]
@@ -215,10 +212,10 @@ def test_a_dataloader_with_workers_is_an_executor_with_outstanding_tasks(agent):
         for _ in loader:
             ex = agent.data.executors[0]
             ex.refresh()
-            seen.append((ex.value(), ex.ready, ex.launched, ex.completed))
+            seen.append((ex.value(), ex.ready(), ex.launched, ex.completed))
         ex.refresh()
     assert (ex.name, ex.kind, ex.quantity, ex.capacity) == ("dataloader:0", "dataloader", "outstanding", 4)
-    assert ex in agent.executors
+    assert ex in agent.agent.executors
     assert any(o > 0 for o, *_ in seen)
     assert all(0 <= o <= 4 and ready >= 0 and o + ready <= 4 for o, ready, *_ in seen)
     assert all(c <= la for _, _, la, c in seen)
@@ -249,9 +246,9 @@ def test_time_in_a_single_process_loader_is_data_wait(agent):
         for _ in loader:
             pass
         t1 = time.perf_counter()
-        msg = agent.sample(t0, t1, 0)
+        msg = agent.agent.sample(t0, t1)
     assert agent.data.executors == []
-    assert msg["data_wait"] > 0.5 and msg["frontend"]["wait"] > 0.5
+    assert msg.data_wait > 0.5 and msg.frontend.wait > 0.5
 
 
 # -- targets and the command line -------------------------------------------------------------------
@@ -332,7 +329,7 @@ def test_without_the_private_attributes_the_executor_counts_batches():
     for _ in range(3):
         ex.consumed_one()
     ex.refresh()
-    assert (ex.launched, ex.completed, ex.value(), ex.ready, ex.degraded) == (3, 3, 0, None, True)
+    assert (ex.launched, ex.completed, ex.value(), ex.ready(), ex.degraded) == (3, 3, 0, None, True)
     ex.detach()
     assert (ex.launched, ex.completed) == (3, 3)
 
@@ -342,8 +339,8 @@ def test_a_thread_count_change_applies_at_the_next_op_without_an_optimizer(agent
     wanted = 1 if before != 1 else 2
     try:
         with Instrumentation(agent):
-            agent._apply({"cmd": "set_threads", "value": wanted})
-            agent.sample(0.0, 1.0, 0)
+            agent.agent.apply(m.SetThreads(value=wanted))
+            agent.agent.sample(0.0, 1.0)
             assert torch.get_num_threads() == before  # applied on the frontend thread, not the sampler's
             torch.ones(2) + 1
             assert torch.get_num_threads() == wanted
@@ -353,12 +350,12 @@ def test_a_thread_count_change_applies_at_the_next_op_without_an_optimizer(agent
 
 def test_a_stop_raises_at_the_next_op_outside_a_dataloader_fetch(agent, monkeypatch):
     monkeypatch.setattr(usercode, "STOP_SAFE_WAIT", 60.0)  # the fallback must not fire in this test
-    agent.hard_exit = lambda: None
+    agent.agent.hard_exit = lambda: None
     x = torch.ones(2)
     try:
         with Instrumentation(agent):
             agent.interruptible = True
-            agent._stop_process()
+            agent.agent.request_stop()
             agent.data.inside = 1  # as inside DataLoader.__next__: not a safe point
             x + 1
             agent.data.inside = 0
@@ -373,11 +370,11 @@ def test_a_stop_raises_at_the_next_op_outside_a_dataloader_fetch(agent, monkeypa
 def test_watching_cuda_adds_the_current_devices_stream_once(agent, monkeypatch):
     made = []
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(agent, "cuda_stream", lambda name, device: made.append((name, device)), raising=False)
+    monkeypatch.setattr(agent.agent, "cuda_stream", lambda name, device: made.append((name, device)))
     agent.watch_cuda_streams()
     agent.watch_cuda_streams()
     assert made == [("cuda:0", 0)]
-    assert agent.of_type("log")[-1]["text"] == "CUDA in use: watching the current stream of cuda:0"
+    assert agent.of_type(m.Log)[-1].text == "CUDA in use: watching the current stream of cuda:0"
 
 
 def test_a_failure_to_watch_cuda_is_a_log_line_not_an_error(agent, monkeypatch):
@@ -385,9 +382,9 @@ def test_a_failure_to_watch_cuda_is_a_log_line_not_an_error(agent, monkeypatch):
         raise RuntimeError("no driver")
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(agent, "cuda_stream", broken, raising=False)
+    monkeypatch.setattr(agent.agent, "cuda_stream", broken)
     agent.watch_cuda_streams()
-    assert "not watched: RuntimeError: no driver" in agent.of_type("log")[-1]["text"]
+    assert "not watched: RuntimeError: no driver" in agent.of_type(m.Log)[-1].text
 
 
 @pytest.mark.parametrize("code", ["None", "0", "3", "256", "-1", "True", "'bye'"])

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
-from torchpar_top.session.model import Experiment
+from torchpar_top.contract.snapshot import Experiment
 
 
 class PickerScreen(ModalScreen[str | None]):

@@ -13,7 +13,7 @@ from rich.color import Color as RichColor
 from rich.style import Style
 from textual.color import Color
 
-from torchpar_top.session.model import Snapshot
+from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 

@@ -6,7 +6,7 @@ NVML's ``utilization.gpu`` is the share of time a kernel ran, not SM occupancy: 
 
 from __future__ import annotations
 
-from torchpar_top.session.model import GpuView, Snapshot
+from torchpar_top.contract.snapshot import GpuView, Snapshot
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 

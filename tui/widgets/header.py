@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torchpar_top.session.model import Snapshot
+from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.vocab import ChildState, ExecutorKind, Mode
 from torchpar_top.tui import render
-from torchpar_top.tui.widgets.panel import Row, SnapshotPanel, is_attached
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
 
 def depth_text(snapshot: Snapshot) -> str:
@@ -14,7 +15,7 @@ def depth_text(snapshot: Snapshot) -> str:
     if not snapshot.executors:
         return "depth —"
     total = sum(e.value for e in snapshot.executors)
-    caps = [e.capacity for e in snapshot.executors if e.kind != "eager"]
+    caps = [e.capacity for e in snapshot.executors if e.kind != ExecutorKind.EAGER]
     cap = "∞" if any(c is None for c in caps) else str(sum(c for c in caps if c is not None))
     return f"depth {total}/{cap}"
 
@@ -24,32 +25,22 @@ def target_text(snapshot: Snapshot) -> str:
     return snapshot.target or snapshot.experiment
 
 
-def description_text(snapshot: Snapshot) -> str:
-    """The description, less what the target already says: ``train.py --epochs 3`` after ``run train.py``
-    becomes ``--epochs 3``."""
-    description, target = snapshot.description, target_text(snapshot)
-    first, _, rest = description.partition(" ")
-    if first and first in target.split():
-        return rest
-    return description
-
-
 def child_text(snapshot: Snapshot) -> str:
     """The child's state when it is not simply running: ``exited 1``, ``attached``, ``starting``..."""
     child = snapshot.child
-    if child.state == "running":
+    if child.state == ChildState.RUNNING:
         return ""
-    if child.state == "exited":
+    if child.state == ChildState.EXITED:
         return f"exited {child.exit_code}" if child.exit_code is not None else "exited"
-    if child.state == "failed":
+    if child.state == ChildState.FAILED:
         return "failed to start"
-    return child.state
+    return child.state.value
 
 
 def child_failed(snapshot: Snapshot) -> bool:
     """Whether the child's state is bad news: it could not start, or ended with a non-zero code."""
     child = snapshot.child
-    return child.state == "failed" or (child.state == "exited" and child.exit_code != 0)
+    return child.state == ChildState.FAILED or (child.state == ChildState.EXITED and child.exit_code != 0)
 
 
 class HeaderBar(SnapshotPanel):
@@ -84,8 +75,8 @@ class HeaderBar(SnapshotPanel):
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The one header row."""
-        watching = is_attached(snapshot)
-        mode = "SYNC" if snapshot.mode == "sync" else "ASYNC"
+        watching = snapshot.attached
+        mode = "SYNC" if snapshot.mode == Mode.SYNC else "ASYNC"
         right = Row()
         child = child_text(snapshot)
         if child:
@@ -107,7 +98,7 @@ class HeaderBar(SnapshotPanel):
         row.add(render.clip(target, max(8, width - right.width - 24)), self.style("value"))
         mode_badge = "" if watching else f" {mode} "
         room = width - row.width - right.width - len(mode_badge) - 3 - 3 - 2
-        description = description_text(snapshot)
+        description = snapshot.description
         if description and room > 3:
             row.add(" · ", self.style("dim")).add(render.clip(description, room), self.style("label"))
         if mode_badge:

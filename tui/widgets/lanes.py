@@ -5,10 +5,11 @@ from __future__ import annotations
 from itertools import groupby
 from typing import Sequence
 
-from torchpar_top.session.model import KIND_EAGER, Snapshot
+from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.vocab import ExecutorKind
 from torchpar_top.tui import render
-from torchpar_top.tui.widgets.panel import Row, SnapshotPanel, is_attached
-from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks, rank_of
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks
 
 WINDOW_SECONDS = 5.0
 """How far back the lanes reach."""
@@ -47,7 +48,7 @@ class LanesPanel(SnapshotPanel):
 
     def shown(self, snapshot: Snapshot) -> bool:
         """Not when attached to a process without the agent: nothing here can be measured then."""
-        return not is_attached(snapshot)
+        return not snapshot.attached
 
     def title(self, snapshot: Snapshot) -> str:
         """``lanes, last 5 s``."""
@@ -74,9 +75,9 @@ class LanesPanel(SnapshotPanel):
         out = [row]
         exited = exited_ranks(snapshot)
         for label, e in rows:
-            name_style = self.style("dim" if rank_of(label) in exited else "label")
+            name_style = self.style("dim" if e.rank in exited else "label")
             row = Row().add(render.clip(label, name_w).ljust(name_w) + " ", name_style)
-            if e.kind == KIND_EAGER:
+            if e.kind == ExecutorKind.EAGER:
                 text = "(synchronous: inside the frontend lane)" if lane_w >= 39 else "(synchronous)"
                 row.add(text.ljust(lane_w)[:lane_w], self.style("dim"))
                 row.add(" " * right_w)

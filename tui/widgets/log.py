@@ -15,11 +15,23 @@ from textual import events
 from textual.strip import Strip
 from textual.widget import Widget
 
-from torchpar_top.session.model import ChildStatus, LogLine, Snapshot
+from torchpar_top.contract.snapshot import ChildStatus, LogLine, Snapshot
+from torchpar_top.contract.vocab import ChildState, LogSource
 from torchpar_top.tui.widgets.panel import Row
 
-SOURCE_TAGS = {"stdout": "out", "stderr": "err", "child": "child", "app": "app"}
+SOURCE_TAGS = {LogSource.STDOUT: "out", LogSource.STDERR: "err", LogSource.CHILD: "child", LogSource.APP: "app",
+               LogSource.PROTOCOL: "proto"}
 """The tag shown before each line."""
+
+_INERT = {c: chr(0x2400 + c) for c in range(0x20)} | {0x7F: "\u2421", 0x09: " "}
+_INERT |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
+
+
+def inert(text: str) -> str:
+    """The workload's text made harmless for a terminal: control characters (ESC, BEL, CR, backspace...)
+    become visible symbols (``␛``), so a printed escape sequence cannot retitle the terminal, leave the
+    alternate screen or move the cursor over the panels; a tab becomes one space (one cell)."""
+    return text.translate(_INERT)
 
 MAX_LINES = 1000
 """Lines kept for scrolling back."""
@@ -30,9 +42,9 @@ Piece = tuple[str, str]
 
 def status_lines(child: ChildStatus) -> list[str]:
     """What to say when the child exited or could not start: the code, the message, its last stderr."""
-    if child.state not in ("exited", "failed"):
+    if child.state not in (ChildState.EXITED, ChildState.FAILED):
         return []
-    if child.state == "failed":
+    if child.state == ChildState.FAILED:
         head = "child failed to start"
     elif child.exit_code is None:
         head = "child exited"
@@ -40,14 +52,14 @@ def status_lines(child: ChildStatus) -> list[str]:
         head = f"child exited with code {child.exit_code}"
     if child.message:
         head += f": {child.message}"
-    return [head, *(f"  {line}" for line in child.last_stderr)]
+    return [inert(head), *(f"  {inert(line)}" for line in child.last_stderr)]
 
 
 def pieces_of(line: LogLine) -> tuple[Piece, ...]:
     """``[err] Traceback...``: the tag dim, the text coloured by its source."""
-    tag = SOURCE_TAGS.get(line.source, line.source)
-    body = {"stderr": "log--stderr", "stdout": "log--stdout"}.get(line.source, "log--dim")
-    return ((f"{tag:>5} ", "log--tag"), (line.text.rstrip("\n"), body))
+    tag = SOURCE_TAGS.get(line.source, str(line.source))
+    body = {LogSource.STDERR: "log--stderr", LogSource.STDOUT: "log--stdout"}.get(line.source, "log--dim")
+    return ((f"{tag:>5} ", "log--tag"), (inert(line.text.rstrip("\n")), body))
 
 
 class LogPanel(Widget):

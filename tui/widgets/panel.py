@@ -10,12 +10,7 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-from torchpar_top.session.model import Snapshot
-
-
-def is_attached(snapshot: Snapshot) -> bool:
-    """Watching a process torchpar-top did not start (``attach``): no agent, so no mode, queues or lanes."""
-    return snapshot.child.state == "attached" or (snapshot.target.startswith("attach ") and not snapshot.executors)
+from torchpar_top.contract.snapshot import Snapshot
 
 
 class Row:

@@ -8,26 +8,30 @@ from __future__ import annotations
 
 from rich.style import Style
 
-from torchpar_top.session.model import KIND_DATALOADER, KIND_EAGER, ExecutorView, Snapshot
+from torchpar_top.contract.snapshot import DataVerdict, ExecutorView, Snapshot
+from torchpar_top.contract.vocab import Counted, DataBound, ExecutorKind
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
-from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks, primary_rank, rank_of
+from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks, primary_rank
 
 KIND_TAGS = {
-    "cuda-stream": "cuda",
-    "emulated-stream": "emulated",
-    "interop-pool": "inter-op",
-    "eager": "eager",
-    "dataloader": "loader",
+    ExecutorKind.CUDA_STREAM: "cuda",
+    ExecutorKind.EMULATED_STREAM: "emulated",
+    ExecutorKind.INTEROP_POOL: "inter-op",
+    ExecutorKind.EAGER: "eager",
+    ExecutorKind.DATALOADER: "loader",
 }
 """Short tags for ``ExecutorView.kind``."""
 
 
 def kind_tag(executor: ExecutorView) -> str:
-    """``emulated``, ``cuda``, ``inter-op``...; an emulated executor always says so."""
-    tag = KIND_TAGS.get(executor.kind, executor.kind)
+    """``emulated``, ``cuda``, ``inter-op``...; an emulated executor always says so, and a row that counts
+    torch calls (a function mode) rather than kernels says ``calls``."""
+    tag = KIND_TAGS.get(executor.kind, executor.kind.value)
     if executor.emulated and "emulated" not in tag:
         tag += " (emulated)"
+    if executor.counts == Counted.TORCH_CALLS:
+        tag += " calls"
     return tag
 
 
@@ -42,26 +46,29 @@ def blocked_text(executor: ExecutorView, short: bool) -> str:
     """``full: launch blocks 61% of the time`` (or a short form), from ``ExecutorView.blocked``."""
     if executor.capacity is None:
         return "unbounded" if short else "unbounded: launch never blocks"
+    if executor.blocked is None:
+        return "" if short else "blocking not observable here"
     share = render.pct(executor.blocked, 0)
     if executor.blocked >= 0.005:
         return f"blocks {share}" if short else f"full: launch blocks {share} of the time"
     return "never full" if short else "launch never blocked"
 
 
-def verdict_text(snapshot: Snapshot, short: bool) -> str:
-    """``input-bound: waits for data 62% of the time`` (short: ``input-bound``), from ``data_verdict``."""
-    verdict = snapshot.data_verdict
-    return verdict.split(":", 1)[0] if short else verdict
+def verdict_text(verdict: DataVerdict | None, short: bool) -> str:
+    """``input-bound: waits for data 62% of the time`` (short: ``input-bound``)."""
+    if verdict is None:
+        return ""
+    return verdict.bound.value if short else f"{verdict.bound.value}: waits for data {verdict.wait:.0%} of the time"
 
 
 def data_text(snapshot: Snapshot, executor: ExecutorView, short: bool) -> str:
     """A DataLoader row's ending: the verdict on the primary rank's (or the only agent's) loader; on another
     rank's loader that rank's own data wait (``waits for data 10%``); '' when there is nothing to say."""
-    if executor.kind != KIND_DATALOADER:
+    if executor.kind != ExecutorKind.DATALOADER:
         return ""
-    rank = rank_of(executor.name)
+    rank = executor.rank
     if rank is None or rank == primary_rank(snapshot):
-        return verdict_text(snapshot, short)
+        return verdict_text(snapshot.data_verdict, short)
     view = next((r for r in snapshot.ranks if r.rank == rank), None)
     if view is None or view.data_wait is None:
         return ""
@@ -114,10 +121,10 @@ class QueuesPanel(SnapshotPanel):
         exited = exited_ranks(snapshot)
         out = []
         for label, e in rows:
-            name_style = self.style("dim" if rank_of(label) in exited else "value")
+            name_style = self.style("dim" if e.rank in exited else "value")
             row = Row().add(render.clip(label, name_w).ljust(name_w) + "  ", name_style)
             row.add(kind_tag(e).ljust(tag_w) + "  ", self.style("accent" if e.emulated else "dim"))
-            if e.kind == KIND_EAGER:
+            if e.kind == ExecutorKind.EAGER:
                 row.add("synchronous: depth 0", self.style("label"))
                 for note in ("  (L = S = C: every op finishes before the launch returns)", "  (L = S = C)"):
                     if row.width + len(note) <= width:
@@ -132,8 +139,7 @@ class QueuesPanel(SnapshotPanel):
             row.add(" " + self._value(e).rjust(value_w) + "  ", self.style("value"))
             data = data_text(snapshot, e, short)
             if data:
-                style = "note" if data.startswith("input") else "value" if data.startswith("compute") else "label"
-                row.add(data, self.style(style))
+                row.add(data, self.style(self._data_style(snapshot, e)))
             else:
                 row.add(blocked_text(e, short), self._blocked_style(e))
             out.append(row)
@@ -153,4 +159,14 @@ class QueuesPanel(SnapshotPanel):
 
     def _blocked_style(self, executor: ExecutorView) -> Style:
         """Warning colour when the frontend actually blocked on this executor."""
-        return self.style("note") if executor.blocked >= 0.005 else self.style("dim")
+        return self.style("note") if (executor.blocked or 0.0) >= 0.005 else self.style("dim")
+
+    @staticmethod
+    def _data_style(snapshot: Snapshot, executor: ExecutorView) -> str:
+        """Warning colour for an input-bound verdict, value colour for compute-bound, else a label."""
+        if executor.rank is not None and executor.rank != primary_rank(snapshot):
+            return "label"
+        verdict = snapshot.data_verdict
+        if verdict is None:
+            return "label"
+        return "note" if verdict.bound == DataBound.INPUT else "value"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torchpar_top.session.model import KIND_EAGER, ExecutorView, RankView, Snapshot
+from torchpar_top.contract.snapshot import ExecutorView, RankView, Snapshot
+from torchpar_top.contract.vocab import ChildState, ExecutorKind
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
@@ -14,31 +15,23 @@ def shows_ranks(snapshot: Snapshot) -> bool:
     return len(snapshot.ranks) > 1 or any(r.rank is not None for r in snapshot.ranks)
 
 
-def rank_of(executor_name: str) -> int | None:
-    """The rank an executor belongs to, from its ``rN:`` prefix; ``None`` without one."""
-    head, sep, _ = executor_name.partition(":")
-    if sep and head[:1] == "r" and head[1:].isdigit():
-        return int(head[1:])
-    return None
-
-
-def strip_rank(executor_name: str) -> str:
-    """``r1:dataloader:0`` -> ``dataloader:0``."""
-    return executor_name.partition(":")[2] if rank_of(executor_name) is not None else executor_name
+def with_rank(name: str, rank: int | None) -> str:
+    """``r1:dataloader:0`` for rank 1's ``dataloader:0``; the name alone without a rank."""
+    return name if rank is None else f"r{rank}:{name}"
 
 
 def executor_rows(executors: tuple[ExecutorView, ...]) -> list[tuple[str, ExecutorView]]:
     """``(label, executor)`` per row: the eager executors of several ranks share one row
     (``cpu (eager) ×4``): each is depth 0 by definition, and four such rows would crowd out the rest."""
-    eager = [e for e in executors if e.kind == KIND_EAGER]
+    eager = [e for e in executors if e.kind == ExecutorKind.EAGER]
     if len(eager) < 2:
-        return [(e.name, e) for e in executors]
-    names = {strip_rank(e.name) for e in eager}
+        return [(with_rank(e.name, e.rank), e) for e in executors]
+    names = {e.name for e in eager}
     label = f"{names.pop() if len(names) == 1 else 'eager'} ×{len(eager)}"
     out: list[tuple[str, ExecutorView]] = []
     for e in executors:
-        if e.kind != KIND_EAGER:
-            out.append((e.name, e))
+        if e.kind != ExecutorKind.EAGER:
+            out.append((with_rank(e.name, e.rank), e))
         elif e is eager[0]:
             out.append((label, e))
     return out
@@ -52,7 +45,7 @@ def primary_rank(snapshot: Snapshot) -> int | None:
 
 def exited_ranks(snapshot: Snapshot) -> frozenset[int]:
     """Rank numbers whose process has exited (their executors stay listed, dimmed)."""
-    return frozenset(r.rank for r in snapshot.ranks if r.rank is not None and r.state == "exited")
+    return frozenset(r.rank for r in snapshot.ranks if r.rank is not None and r.state == ChildState.EXITED)
 
 
 def rank_label(rank: RankView) -> str:
@@ -62,8 +55,8 @@ def rank_label(rank: RankView) -> str:
 
 def rank_state(rank: RankView) -> str:
     """``running``, ``exited 1`` (marked ``✗`` when the code is not 0), or another state as it is."""
-    if rank.state != "exited":
-        return rank.state
+    if rank.state != ChildState.EXITED:
+        return rank.state.value
     if rank.exit_code is None:
         return "exited"
     return f"exited {rank.exit_code}" if rank.exit_code == 0 else f"✗ exited {rank.exit_code}"
@@ -88,7 +81,7 @@ class RanksPanel(SnapshotPanel):
 
     def title(self, snapshot: Snapshot) -> str:
         """``ranks · 1 of 2 running``."""
-        running = sum(r.state == "running" for r in snapshot.ranks)
+        running = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
         return f"ranks · {running} of {len(snapshot.ranks)} running"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
@@ -114,7 +107,7 @@ class RanksPanel(SnapshotPanel):
             head.add("data".rjust(cols["data"]), self.style("dim"))
         out = [head]
         for r in ranks:
-            exited = r.state == "exited"
+            exited = r.state == ChildState.EXITED
             number = self.style("dim") if exited else self.style("value")
             row = Row().add(rank_label(r).ljust(cols["rank"]), self.style("label"))
             if "pid" in cols:

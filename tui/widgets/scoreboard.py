@@ -6,9 +6,9 @@ from typing import ClassVar
 
 from rich.style import Style
 
-from torchpar_top.session.model import ModeStats, Snapshot
+from torchpar_top.contract.snapshot import ModeStats, Snapshot
 from torchpar_top.tui import render
-from torchpar_top.tui.widgets.panel import Row, SnapshotPanel, is_attached
+from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
 
 def ratio_text(snapshot: Snapshot) -> str:
@@ -32,7 +32,7 @@ class ScoreboardPanel(SnapshotPanel):
 
     def shown(self, snapshot: Snapshot) -> bool:
         """Not when attached to a process without the agent: nothing here can be measured then."""
-        return not is_attached(snapshot)
+        return not snapshot.attached
 
     def title(self, snapshot: Snapshot) -> str:
         """The panel's title."""

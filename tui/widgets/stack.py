@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torchpar_top.session.model import Snapshot, StackFrame, StackView
+from torchpar_top.contract.snapshot import Snapshot, StackFrame, StackView
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 

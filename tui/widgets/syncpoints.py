@@ -6,7 +6,9 @@ before them. On the CPU nothing is queued, so these are counted as the syncs the
 
 from __future__ import annotations
 
-from torchpar_top.session.model import KIND_CUDA_STREAM, Snapshot, SyncSite
+from torchpar_top.contract.snapshot import Snapshot, SyncSite
+from torchpar_top.contract.vocab import ExecutorKind
+from torchpar_top.tui.widgets.ranks import with_rank
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
@@ -31,7 +33,7 @@ def rate_text(per_second: float) -> str:
 
 def on_device(snapshot: Snapshot) -> bool:
     """Whether the work runs on a real device (a CUDA stream), so the syncs really wait."""
-    return any(e.kind == KIND_CUDA_STREAM for e in snapshot.executors)
+    return any(e.kind == ExecutorKind.CUDA_STREAM for e in snapshot.executors)
 
 
 class SyncPointsPanel(SnapshotPanel):
@@ -54,7 +56,7 @@ class SyncPointsPanel(SnapshotPanel):
         sites = top_sites(snapshot)
         rate_w, total_w = 8, (7 if width >= 44 else 0)  # narrow: no total column
         room = max(10, width - rate_w - total_w - 1)  # for line, a space, and call
-        where_need = max([4, *(len(s.where) for s in sites)])
+        where_need = max([4, *(len(with_rank(s.where, s.rank)) for s in sites)])
         call_need = max([4, *(len(s.call) for s in sites)])
         where_w = min(where_need, max(room - 1 - call_need, room * 3 // 5))
         call_w = max(4, min(call_need, room - 1 - where_w))
@@ -65,7 +67,7 @@ class SyncPointsPanel(SnapshotPanel):
         for site in sites:
             hot = site.per_second >= 1.0
             out.append(
-                Row().add(render.clip(site.where, where_w).ljust(where_w + 1), self.style("label"))
+                Row().add(render.clip(with_rank(site.where, site.rank), where_w).ljust(where_w + 1), self.style("label"))
                 .add(render.clip(site.call, call_w).ljust(call_w), self.style("accent"))
                 .add(rate_text(site.per_second).rjust(rate_w), self.style("value" if hot else "dim"))
                 .add(count_text(site.count).rjust(total_w)[:total_w], self.style("dim"))

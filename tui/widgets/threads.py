@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from torchpar_top.session.model import Snapshot, ThreadGroup
+from torchpar_top.contract.snapshot import Snapshot, ThreadGroup
+from torchpar_top.contract.vocab import ChildState, Role
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
-
-STREAM_EXECUTOR = "stream executor "
-"""The agent's role for an emulated stream's executor thread is this plus the stream's name."""
-
-HOT_FRONTEND_PERCENT = 80.0
-"""A frontend above this share of a core (per thread of the group) while in SYNC gets the "waiting, not
-working" note."""
 
 SYNC_NOTE = "frontend hot in a synchronize = waiting, not working"
 
@@ -19,36 +13,11 @@ SHOWN_WAIT_PERCENT = 5.0
 """A group's run-queue wait is written next to it from this share of a core."""
 WAIT_COLUMN_MIN_WIDTH = 52
 """Narrower panels leave the per-group wait out (the names and bars need the room); the note stays."""
-STARVED_WAIT_PERCENT = 50.0
-"""Run-queue wait summed over every thread above this (half a core) gets the "starved" note..."""
-STARVED_SHARE = 0.2
-"""...if it is also above this share of the time the threads wanted a core (ran + waited)."""
 
 
 def starved_note(snapshot: Snapshot) -> str | None:
-    """The note for threads that were runnable but waited for a core, when that is above half a core in
-    all and above :data:`STARVED_SHARE` of the time the threads wanted a core (run + wait): on a large
-    machine a little wait spread over many busy threads is not starvation.
-
-    The wait is the kernel's run-queue delay (``schedstat``): the cores were all taken, by this
-    workload's own threads (oversubscription) or by other processes (the cores panel tells which)."""
-    wait = sum(g.wait_percent for g in snapshot.thread_groups)
-    ran = sum(g.cpu_percent for g in snapshot.thread_groups)
-    if wait <= STARVED_WAIT_PERCENT or wait <= STARVED_SHARE * (wait + ran):
-        return None
-    return f"starved: waited {wait / 100:.1f} cores for a CPU"
-
-
-def is_frontend(group: ThreadGroup) -> bool:
-    """Whether ``group`` is the Python frontend (the thread that launches the work)."""
-    return group.role.startswith(("frontend", "main"))
-
-
-def hot_frontend_in_sync(snapshot: Snapshot) -> bool:
-    """True when the mode is SYNC and the frontend group runs above 80% of a core per thread."""
-    return snapshot.mode == "sync" and any(
-        is_frontend(g) and g.cpu_percent > HOT_FRONTEND_PERCENT * max(1, g.count) for g in snapshot.thread_groups
-    )
+    """``starved: waited 1.2 cores for a CPU``, when the session found the threads starved."""
+    return None if snapshot.starved is None else f"starved: waited {snapshot.starved:.1f} cores for a CPU"
 
 
 class ThreadsPanel(SnapshotPanel):
@@ -61,7 +30,7 @@ class ThreadsPanel(SnapshotPanel):
     def title(self, snapshot: Snapshot) -> str:
         """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
         pid = snapshot.child.pid
-        ranks = sum(r.state == "running" for r in snapshot.ranks)
+        ranks = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
         if len(snapshot.ranks) > 1:
             text = f"threads ({ranks} rank{'s' if ranks != 1 else ''})"
         else:
@@ -93,7 +62,7 @@ class ThreadsPanel(SnapshotPanel):
             if wait_w and group.wait_percent >= SHOWN_WAIT_PERCENT:
                 row.add(f" waits{round(group.wait_percent):4d}%", self.style("warn"))
             out.append(row)
-        if hot_frontend_in_sync(snapshot):
+        if snapshot.frontend_hot_in_sync:
             out.append(Row().add("⚠ " + SYNC_NOTE, self.style("note")))
         note = starved_note(snapshot)
         if note:
@@ -103,8 +72,12 @@ class ThreadsPanel(SnapshotPanel):
     @staticmethod
     def label_of(group: ThreadGroup) -> str:
         """The role, with ``×N`` when the group has several threads; a stream executor is shown as
-        ``executor NAME`` (its executor's name says it is a stream, and the row keeps room for waits)."""
-        role = group.role
-        if role.startswith(STREAM_EXECUTOR):
-            role = "executor " + role[len(STREAM_EXECUTOR):]
+        ``executor NAME`` (its executor's name says it is a stream, and the row keeps room for waits), a
+        DataLoader's pin-memory thread as ``NAME pin-memory``."""
+        if group.role == Role.STREAM_EXECUTOR:
+            role = f"executor {group.executor}"
+        elif group.role == Role.PIN_MEMORY:
+            role = f"{group.executor} pin-memory"
+        else:
+            role = group.role.value
         return f"{role} ×{group.count}" if group.count > 1 else role

@@ -1,0 +1,272 @@
+"""The one wire protocol between the agent in the workload (child) and torchpar-top (parent).
+
+JSON lines over an inherited Unix socketpair, or a Unix socket in a private 0700 directory for torchrun
+ranks. Each line is one message: ``{"v": VERSION, "type": TYPE, ...fields}``, built with
+:meth:`Message.to_json` and read back with :func:`decode`, which validates every field (types and
+bounds, see :mod:`.codec`). No pickle anywhere: a socket that unpickles is remote code execution.
+
+Child → parent: :class:`Hello`, :class:`Sample`, :class:`Result`, :class:`Scaling`, :class:`Log`,
+:class:`Ack`, :class:`SyncPoints`, :class:`Exit`. Parent → child: :class:`SetSync`,
+:class:`SetThreads`, :class:`Profile`, :class:`Stop`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+from torchpar_top.contract.codec import MAX_LINE, ProtocolError, bounded, from_plain, to_plain
+from torchpar_top.contract.vocab import Counted, ExecutorKind, Mode, Quantity, Role, SyncScope
+
+#: Version of the wire format; a line of another version is refused.
+VERSION = 2
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every message: knows its ``type`` and how to become one JSON line."""
+
+    TYPE: ClassVar[str] = ""
+
+    def to_json(self) -> bytes:
+        """This message as one JSON line (NaN and infinity refused: they are not JSON)."""
+        obj = {"v": VERSION, "type": self.TYPE, **to_plain(self)}
+        return (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
+# -- pieces ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ThreadRole:
+    """A thread the agent knows: its native id, its role, and the executor it serves (if any)."""
+
+    tid: int = bounded(lo=1)
+    role: Role
+    executor: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutorRow:
+    """One executor in a sample: its counters and what its last window looked like."""
+
+    name: str
+    kind: ExecutorKind
+    quantity: Quantity
+    """Which of Q (depth) or O (outstanding) ``value`` is."""
+    value: int = bounded(lo=0)
+    capacity: int | None = bounded(lo=1)
+    """Launch blocks when ``value`` reaches it; null for unbounded executors."""
+    launched: int = bounded(lo=0)
+    completed: int = bounded(lo=0)
+    busy: float = bounded(lo=0.0, hi=1.0)
+    """Share of the window the executor was executing work."""
+    blocked: float | None = bounded(lo=0.0, hi=1.0)
+    """Share of the window the frontend was blocked launching into it (full); null where blocking
+    cannot be observed (CUDA completion markers)."""
+    emulated: bool = False
+    counts: Counted = Counted.ITEMS
+    """What one launch is (an item, a torch call, a kernel)."""
+    ready: int | None = bounded(None, lo=0)
+    """DataLoader: batches fetched and waiting for the frontend."""
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """The frontend thread over a window: running vs blocked (full queue or synchronize)."""
+
+    busy: float = bounded(lo=0.0, hi=1.0)
+    wait: float = bounded(lo=0.0, hi=1.0)
+
+
+@dataclass(frozen=True)
+class SyncCount:
+    """How often one source line called something that waits for the device (cumulative)."""
+
+    where: str
+    """``file.py:LINE``."""
+    call: str
+    count: int = bounded(lo=0)
+
+
+# -- child -> parent -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    """The agent's first message: who it is and how the workload starts out."""
+
+    TYPE: ClassVar[str] = "hello"
+    pid: int = bounded(lo=1)
+    experiment: str
+    device: str
+    torch: str
+    num_threads: int = bounded(lo=1)
+    interop_threads: int = bounded(lo=1)
+    roles: tuple[ThreadRole, ...] = ()
+    rank: int | None = bounded(None, lo=0)
+    """torchrun: this process's rank (``RANK``)."""
+    world_size: int | None = bounded(None, lo=1)
+
+
+@dataclass(frozen=True)
+class Sample(Message):
+    """What the agent measured over one window (every ``interval``)."""
+
+    TYPE: ClassVar[str] = "sample"
+    t: float
+    """The child's ``time.time()`` at the end of the window (latency measurements)."""
+    window: float = bounded(above=0.0)
+    """Seconds covered."""
+    mode: Mode
+    throughput: float = bounded(lo=0.0)
+    unit: str
+    num_threads: int = bounded(lo=1)
+    frontend: Frontend
+    overlap: float = bounded(lo=0.0, hi=1.0)
+    """Share of the window with two or more executors busy."""
+    executors: tuple[ExecutorRow, ...] = ()
+    roles: tuple[ThreadRole, ...] = ()
+    """Threads the agent knows (all of them: roles of threads born since hello included)."""
+    draining: bool = False
+    """True while the ASYNC backlog completes after a switch to SYNC (neither mode's steady state)."""
+    data_wait: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window the frontend waited for its next batch (a DataLoader is watched)."""
+    cuda_uuids: tuple[str, ...] = ()
+    """``GPU-...`` in the child's CUDA order, so NVML devices are labelled as the child sees them."""
+
+
+@dataclass(frozen=True)
+class Result(Message):
+    """A result the experiment measured (e.g. "device 0 alone", seconds)."""
+
+    TYPE: ClassVar[str] = "result"
+    label: str
+    value: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class Scaling(Message):
+    """One row of the intra-op scaling table."""
+
+    TYPE: ClassVar[str] = "scaling"
+    threads: int = bounded(lo=1)
+    gflops: float = bounded(lo=0.0)
+    samples: int = bounded(lo=1)
+
+
+@dataclass(frozen=True)
+class Log(Message):
+    """A line for the log pane from the agent or the experiment."""
+
+    TYPE: ClassVar[str] = "log"
+    text: str
+
+
+@dataclass(frozen=True)
+class Ack(Message):
+    """The reply to a command."""
+
+    TYPE: ClassVar[str] = "ack"
+    cmd: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class SyncPoints(Message):
+    """Calls that made the frontend wait for the device, by source line, cumulative since the start."""
+
+    TYPE: ClassVar[str] = "syncpoints"
+    sites: tuple[SyncCount, ...]
+
+
+@dataclass(frozen=True)
+class Exit(Message):
+    """How the user's code ended (``run``), sent just before the agent closes. A torchrun rank is not
+    our child: this is the only way its status is known (a rank killed by a signal cannot send it)."""
+
+    TYPE: ClassVar[str] = "exit"
+    status: int = bounded(lo=-128, hi=255)
+    reason: str = ""
+    """The exception's last line, e.g. ``ValueError: bad value 42``."""
+
+
+# -- parent -> child -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetSync(Message):
+    """Switch SYNC on or off; optionally change what is followed by a synchronize."""
+
+    TYPE: ClassVar[str] = "set_sync"
+    value: bool
+    scope: SyncScope | None = None
+
+
+@dataclass(frozen=True)
+class SetThreads(Message):
+    """``torch.set_num_threads(value)`` in the workload's threads, at their next item."""
+
+    TYPE: ClassVar[str] = "set_threads"
+    value: int = bounded(lo=1, hi=4096)
+
+
+@dataclass(frozen=True)
+class Profile(Message):
+    """A short ``torch.profiler`` window, analysed the way Holistic Trace Analysis computes queues."""
+
+    TYPE: ClassVar[str] = "profile"
+    seconds: float = bounded(above=0.0, hi=10.0)
+
+
+@dataclass(frozen=True)
+class Stop(Message):
+    """Ask the workload to return (the agent ends its process group if it does not in time)."""
+
+    TYPE: ClassVar[str] = "stop"
+
+
+ChildMessage = Union[Hello, Sample, Result, Scaling, Log, Ack, SyncPoints, Exit]
+Command = Union[SetSync, SetThreads, Profile, Stop]
+
+CHILD_MESSAGES: dict[str, type[Message]] = {c.TYPE: c for c in (Hello, Sample, Result, Scaling, Log, Ack,
+                                                                 SyncPoints, Exit)}
+COMMANDS: dict[str, type[Message]] = {c.TYPE: c for c in (SetSync, SetThreads, Profile, Stop)}
+
+
+def decode(line: bytes | str, types: dict[str, type[Message]] = CHILD_MESSAGES) -> Message:
+    """Parse and validate one line as one of ``types`` (the child's messages by default).
+
+    Raises:
+        ProtocolError: the line is too long, not JSON, of another version or type, or a field is
+            missing, mistyped or out of bounds.
+    """
+    if len(line) > MAX_LINE:
+        raise ProtocolError(f"line of {len(line)} bytes exceeds {MAX_LINE}")
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("message is not an object")
+    if obj.get("v") != VERSION:
+        raise ProtocolError(f"protocol version {obj.get('v')!r}, expected {VERSION}")
+    cls = types.get(obj.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        raise ProtocolError(f"unknown message type {obj.get('type')!r}")
+    return from_plain(cls, obj, cls.TYPE)
+
+
+def decode_command(line: bytes | str) -> Message:
+    """Parse and validate one command line (parent → child)."""
+    return decode(line, COMMANDS)
+
+
+__all__ = [
+    "VERSION", "ProtocolError", "Message", "ThreadRole", "ExecutorRow", "Frontend", "SyncCount", "Hello",
+    "Sample", "Result", "Scaling", "Log", "Ack", "SyncPoints", "Exit", "SetSync", "SetThreads", "Profile",
+    "Stop", "ChildMessage", "Command", "decode", "decode_command",
+]

@@ -1,0 +1,358 @@
+"""What the screen shows and headless mode prints: frozen views of one moment, meaning included.
+
+``session/`` computes every field here once (the store folds host readings and agent messages into a
+:class:`Snapshot`); the TUI only formats them and headless mode only serialises them
+(:func:`torchpar_top.contract.codec.to_plain`). A missing measurement is ``None``, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from torchpar_top.contract.vocab import (
+    ChildState,
+    Counted,
+    DataBound,
+    ExecutorKind,
+    LogSource,
+    Mode,
+    Quantity,
+    Role,
+)
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """One thread of the watched process, as read from /proc/<pid>/task/<tid>."""
+
+    tid: int
+    name: str
+    """The kernel's name for it (``comm``)."""
+    role: Role
+    """What it does for PyTorch (the agent says so for its threads, else guessed from the name)."""
+    cpu_percent: float
+    """Share of one core used since the previous sample, 0..100."""
+    wait_percent: float = 0.0
+    """Share of the time since the previous sample spent runnable but waiting for a core (the
+    run-queue delay in ``schedstat``): above 0 means the machine had more runnable threads than cores."""
+    pid: int | None = None
+    """The process it belongs to: the watched one, or one it started (DataLoader workers...)."""
+    executor: str = ""
+    """For an executor's own thread (an emulated stream's, a pin-memory thread): which executor."""
+
+
+@dataclass(frozen=True)
+class ThreadGroup:
+    """Threads of one role, summed."""
+
+    role: Role
+    count: int
+    busy: int
+    """How many of them used more than :data:`BUSY_THREAD_PERCENT` of a core."""
+    cpu_percent: float
+    """Sum over the group, in percent of one core (may exceed 100)."""
+    tids: tuple[int, ...] = ()
+    wait_percent: float = 0.0
+    """Run-queue wait summed over the group, in percent of one core."""
+    executor: str = ""
+    """The executor an executor-thread group serves (one group per executor)."""
+
+
+BUSY_THREAD_PERCENT = 10.0
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """One reading of the host probes."""
+
+    t: float
+    """``time.time()`` when the reading was taken."""
+    cores: tuple[float, ...]
+    """Per-core load, percent, in core order."""
+    threads: tuple[ThreadInfo, ...]
+    """The child's threads (empty when no child is running)."""
+
+
+@dataclass(frozen=True)
+class ExecutorView:
+    """One executor (stream, pool, emulated stream...) with its recent history."""
+
+    name: str
+    kind: ExecutorKind
+    quantity: Quantity
+    """Q = L - S (``depth``) or O = L - C (``outstanding``)."""
+    value: int
+    capacity: int | None
+    """Launch blocks when ``value`` reaches it; ``None`` for unbounded executors."""
+    launched: int
+    completed: int
+    emulated: bool
+    history: tuple[float, ...]
+    """``value`` per sample, oldest first."""
+    busy: tuple[float, ...]
+    """Fraction of each sample window this executor was executing work, 0..1, oldest first."""
+    blocked: float | None
+    """Fraction of the last window the frontend spent blocked launching into this executor (full);
+    ``None`` where blocking cannot be observed."""
+    rank: int | None = None
+    """The torchrun rank whose agent reported it; ``None`` for a single workload."""
+    counts: Counted = Counted.ITEMS
+    """What one launch is: an item, a torch call (function-mode counters), a kernel."""
+    ready: int | None = None
+    """DataLoader: batches fetched and waiting for the frontend."""
+
+
+@dataclass(frozen=True)
+class ModeStats:
+    """What was measured while the child ran in one mode (ASYNC or SYNC)."""
+
+    mode: Mode
+    seconds: float
+    """Time observed in this mode (after the first sample in it)."""
+    throughput: float | None
+    """Mean items (or steps) per second over that time; ``None`` before any sample."""
+    mean_depth: float | None
+    """Mean of the summed queue values over that time."""
+    frontend_wait: float | None
+    """Mean fraction of time the frontend was blocked (full queue or synchronize)."""
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """A result the experiment measured and reported (e.g. one timing of the auto-parallelism text)."""
+
+    label: str
+    value: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """Intra-op scaling: measured GFLOP/s at a thread count."""
+
+    threads: int
+    gflops: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU as NVML reports it; a missing metric is ``None``, never an exception."""
+
+    index: int
+    """NVML index."""
+    label: str
+    """As the child sees it (``cuda:N``) where known, else ``nvml:N``."""
+    name: str
+    util_percent: float | None
+    """Kernel-active share of time (NVML utilization.gpu), not SM occupancy."""
+    util_history: tuple[float, ...]
+    mem_used: int | None
+    mem_total: int | None
+    power_w: float | None
+    power_limit_w: float | None
+    temperature_c: float | None
+    process_util_percent: float | None = None
+    process_mem: int | None = None
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class ChildStatus:
+    """The workload process."""
+
+    pid: int | None
+    state: ChildState
+    exit_code: int | None = None
+    message: str = ""
+    last_stderr: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A line for the log pane."""
+
+    seq: int
+    source: LogSource
+    text: str
+
+
+@dataclass(frozen=True)
+class DataVerdict:
+    """Whether a DataLoader-fed frontend waits for its data (input-bound) or for its compute."""
+
+    bound: DataBound
+    wait: float
+    """Share of the last window the frontend waited for its next batch."""
+
+
+@dataclass(frozen=True)
+class RankView:
+    """One agent process: the workload, or one torchrun rank."""
+
+    rank: int | None
+    pid: int
+    state: ChildState
+    """``running`` or ``exited``."""
+    throughput: float | None
+    unit: str
+    depth: int
+    """Sum of the rank's executor values."""
+    data_wait: float | None = None
+    """Fraction of the last window the frontend waited for the next batch (DataLoader)."""
+    exit_code: int | None = None
+    data_verdict: DataVerdict | None = None
+    """This rank's DataLoader verdict, when it feeds from a watched DataLoader."""
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    """A source line where the frontend calls something that waits for the device (``.item()``...)."""
+
+    where: str
+    """``file.py:LINE``."""
+    call: str
+    count: int
+    per_second: float
+    """Rate over the last report window."""
+    rank: int | None = None
+    """The torchrun rank that made the call; ``None`` for a single workload."""
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    """One Python frame, innermost last in :attr:`StackView.frames`."""
+
+    function: str
+    filename: str
+    line: int
+
+
+@dataclass(frozen=True)
+class StackView:
+    """The frontend thread's Python stack, from ``py-spy dump --json --nonblocking``."""
+
+    pid: int
+    thread: str
+    frames: tuple[StackFrame, ...]
+    """Outermost first, innermost last."""
+    idle: bool
+    """py-spy's own verdict that the thread is idle (waiting)."""
+    t: float
+    """``time.time()`` of the dump."""
+    waiting_in: str = ""
+    """What the innermost frames say the frontend waits in (synchronize, item, DataLoader...), or ''."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the screen shows at one moment."""
+
+    t: float
+    experiment: str
+    description: str
+    """What the target does, less what :attr:`target` already says (``--epochs 3`` after ``run
+    train.py``)."""
+    mode: Mode
+    paused: bool
+    interval: float
+    child: ChildStatus
+    cores: tuple[float, ...] = ()
+    core_history: tuple[tuple[float, ...], ...] = ()
+    threads: tuple[ThreadInfo, ...] = ()
+    thread_groups: tuple[ThreadGroup, ...] = ()
+    executors: tuple[ExecutorView, ...] = ()
+    frontend_busy: tuple[float, ...] = ()
+    """Frontend lane: fraction of each window the frontend was not blocked (running Python/ops)."""
+    frontend_wait: tuple[float, ...] = ()
+    """Frontend lane: fraction of each window the frontend was blocked (full queue or synchronize)."""
+    overlap: tuple[float, ...] = ()
+    """Fraction of each window in which two or more executors were busy at once."""
+    throughput: float | None = None
+    throughput_unit: str = "it/s"
+    throughput_history: tuple[float, ...] = ()
+    num_threads: int | None = None
+    interop_threads: int | None = None
+    scoreboard: tuple[ModeStats, ...] = ()
+    results: tuple[ResultRow, ...] = ()
+    scaling: tuple[ScalingPoint, ...] = ()
+    gpus: tuple[GpuView, ...] = ()
+    gpu_status: str = ""
+    """Why the GPU panel is empty, when it is (no NVML, no driver...)."""
+    log: tuple[LogLine, ...] = ()
+    """The most recent log lines, oldest first (``seq`` increases)."""
+    sample_t: float | None = None
+    """``time.time()`` in the child when the newest child sample was made (latency measurements)."""
+    target: str = ""
+    """What runs: an experiment name, ``run train.py``, or ``attach PID``."""
+    notice: str = ""
+    """A standing message about what can be measured here (e.g. attach: no queue depth)."""
+    ranks: tuple[RankView, ...] = ()
+    """Agent processes (one for an experiment or a script; one per rank under torchrun)."""
+    syncpoints: tuple[SyncSite, ...] = ()
+    data_verdict: DataVerdict | None = None
+    """The primary rank's DataLoader verdict (input- or compute-bound), when a DataLoader is watched."""
+    attached: bool = False
+    """Watching a process torchpar-top did not start: no agent, so no mode, queues or lanes."""
+    starved: float | None = None
+    """Cores' worth of run-queue wait, when the threads waited for a CPU enough to call it starved."""
+    frontend_hot_in_sync: bool = False
+    """SYNC, and the frontend runs hot: a thread spinning in a synchronize is waiting, not working."""
+    stack: StackView | None = None
+    stack_status: str = ""
+    """Why there is no stack (py-spy missing, ptrace not permitted...), or ''."""
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured async throughput / sync throughput, when both were measured."""
+        by_mode = {m.mode: m for m in self.scoreboard}
+        a, s = by_mode.get(Mode.ASYNC), by_mode.get(Mode.SYNC)
+        if a and s and a.throughput and s.throughput:
+            return a.throughput / s.throughput
+        return None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A built-in experiment, as the picker lists it."""
+
+    name: str
+    title: str
+    description: str = field(default="")
+
+
+class SessionLike(Protocol):
+    """What the TUI needs from a session: snapshots to draw and commands to send.
+
+    :class:`torchpar_top.session.session.Session` is the real one; tests inject fakes.
+    """
+
+    def start(self) -> None:
+        """Start sampling and the child."""
+
+    def close(self) -> None:
+        """Stop everything; nothing may be left running."""
+
+    def snapshot(self) -> Snapshot:
+        """The current state."""
+
+    def experiments(self) -> Sequence[Experiment]:
+        """The built-in experiments."""
+
+    def toggle_sync(self) -> None:
+        """Switch the child between ASYNC and SYNC."""
+
+    def change_threads(self, delta: int) -> None:
+        """Change ``torch.set_num_threads`` in the child by ``delta``."""
+
+    def switch_experiment(self, name: str) -> None:
+        """Stop the running child and start experiment ``name``."""
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume sampling (the child keeps running)."""
+
+    def restart(self) -> None:
+        """Run the same target again (the user's script after it ended, or the experiment)."""
+
+    def profile(self, seconds: float = 1.0) -> None:
+        """Ask the child for a short torch.profiler window (exact per-stream queue length on CUDA)."""

@@ -1,0 +1,129 @@
+"""The vocabulary: each word defined once, as an enum member or a named constant.
+
+The enums derive from ``str``: a member compares equal to its value and serialises as it, so the wire
+and the headless JSON carry the plain words.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Word(str, Enum):
+    """A word of the vocabulary: compares equal to its string value and prints as it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExecutorKind(Word):
+    """What kind of in-order executor a queue row is (ARCHITECTURE.md, "One definition of queue depth")."""
+
+    CUDA_STREAM = "cuda-stream"
+    EMULATED_STREAM = "emulated-stream"
+    INTEROP_POOL = "interop-pool"
+    EAGER = "eager"
+    """Eager ops on the frontend thread: L = S = C, depth 0 by definition (a synchronous device)."""
+    DATALOADER = "dataloader"
+
+
+class Quantity(Word):
+    """Which of the two queue quantities an executor's ``value`` is."""
+
+    DEPTH = "depth"
+    """Q = launched - started (what Holistic Trace Analysis reports)."""
+    OUTSTANDING = "outstanding"
+    """O = launched - completed (what completion events can see)."""
+
+
+class Counted(Word):
+    """What one launch of an executor is."""
+
+    ITEMS = "items"
+    """One unit of work the executor runs (an emulated-stream item, a future, a batch, an eager op)."""
+    TORCH_CALLS = "torch calls"
+    """One torch function call seen by a function mode: one call may launch several kernels, or none."""
+    KERNELS = "kernels"
+    """One CUDA runtime launch (kernel, copy, memset), from CUDA's own records."""
+
+
+class Mode(Word):
+    """How the frontend runs: launches return at once, or every op (or step) is waited for."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+class SyncScope(Word):
+    """In SYNC mode, what is followed by a synchronize."""
+
+    OP = "op"
+    STEP = "step"
+
+
+class ChildState(Word):
+    """The state of the watched process (or of one torchrun rank)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"
+    FAILED = "failed"
+    """Could not be started."""
+    ATTACHED = "attached"
+    """A process torchpar-top did not start (``attach``): no agent inside."""
+
+
+class Role(Word):
+    """What a thread of the watched process does for PyTorch (the threads panel's groups)."""
+
+    FRONTEND = "frontend (main)"
+    STREAM_EXECUTOR = "executor"
+    """An emulated stream's executor thread (the thread's ``executor`` names which)."""
+    PIN_MEMORY = "pin-memory"
+    """A DataLoader's pin-memory thread (the thread's ``executor`` names which loader)."""
+    INTRAOP = "intra-op workers"
+    INTEROP = "inter-op pool"
+    AUTOGRAD = "autograd"
+    DATA = "data"
+    DATA_WORKERS = "DataLoader workers"
+    """Threads of DataLoader worker processes (children of the watched process)."""
+    SUBPROCESS = "child processes"
+    """Threads of any other process the watched one started."""
+    AGENT = "torchpar agent"
+    OTHER = "other"
+
+
+class LogSource(Word):
+    """Where a log line comes from."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    CHILD = "child"
+    """The agent or the experiment, through the protocol."""
+    APP = "app"
+    """torchpar-top itself."""
+    PROTOCOL = "protocol"
+    """A message that failed validation (dropped)."""
+
+
+class DataBound(Word):
+    """The DataLoader verdict."""
+
+    INPUT = "input-bound"
+    COMPUTE = "compute-bound"
+
+
+#: The environment variable naming the Unix socket a torchrun rank's agent connects to.
+ENV_SOCKET = "TORCHPAR_TOP_SOCKET"
+
+#: Seconds torchpar-top gives the user's code to unwind (KeyboardInterrupt at a safe point) after a stop
+#: before it sends SIGTERM, then as long again before SIGKILL.
+PARENT_STOP_GRACE = 1.5
+
+#: Seconds the agent in the workload waits, after a stop or after losing torchpar-top, before it ends
+#: its own process group (the parent's grace runs out first when the parent is alive).
+AGENT_STOP_GRACE = 3.0
+
+#: Per-stream launch-queue capacity of CUDA (an undocumented implementation detail: 1022-1024; HTA's
+#: ``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``) and of the emulated stream, which copies it.
+QUEUE_CAP = 1024
