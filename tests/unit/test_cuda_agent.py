@@ -283,3 +283,21 @@ def test_launch_counter_counts_per_device_with_first_launch_time() -> None:
         torch.add(A, B)
     assert counter.counts[3] == 2 and counter.take_first_launch(3) == 1.0
     assert counter.take_first_launch(3) is None
+
+
+def test_launch_counter_does_not_break_or_recompile_a_compiled_function() -> None:
+    """A real torch.compile (dynamo, eager backend, CPU) under the counter counting on cuda:0."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    counter = LaunchCounter(device_of=lambda out, args: 0)
+    compiled = torch.compile(lambda x: torch.relu(x @ x + 1).sum(), backend="eager")
+    x = torch.randn(8, 8)
+    with counter:
+        for _ in range(3):
+            compiled(x)
+        torch.add(A, B)  # eager: counted
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1
+    assert sum(counter.counts) >= 1
