@@ -50,7 +50,11 @@ class DeviceClock:
         self.host0, self.error = (t0 + t1) / 2, (t1 - t0) / 2
 
     def host_time(self, event: Any) -> float:
-        """When ``event`` (timing-enabled, completed, same device) completed, on the host clock."""
+        """When ``event`` (timing-enabled, completed, same device) completed, on the host clock.
+
+        Raises what ``torch.cuda.Event.elapsed_time`` raises: ValueError for an event without timing
+        or never recorded, RuntimeError for one not completed (c10/cuda/CUDAEvent.h).
+        """
         return self.host0 + self.ref.elapsed_time(event) / 1000.0
 
 
@@ -158,9 +162,11 @@ class CudaStream(Executor):
             self._pool[m.timed].append(m.event)
 
     def _exact(self, m: _Marker, bound: float) -> float:
+        """The marker's completion on the host clock, or ``bound`` where torch cannot time it
+        (ValueError: untimed or unrecorded event; RuntimeError: not complete, or a CUDA error)."""
         try:
             return min(bound, max(m.recorded, self._clock.host_time(m.event)))  # type: ignore[union-attr]
-        except RuntimeError:
+        except (RuntimeError, ValueError):
             return bound
 
     def _complete(self, m: _Marker, done: float, nxt: _Marker | None) -> None:

@@ -90,10 +90,14 @@ class FakeEvent:
             self.cuda.clock.advance_to(self.t)
 
     def elapsed_time(self, end: "FakeEvent") -> float:
+        """As ``c10::cuda::CUDAEvent::elapsed_time``: TORCH_CHECK_VALUE (ValueError) for an event made
+        without timing or never recorded, TORCH_CHECK (RuntimeError) for one not yet completed."""
         if not (self.enable_timing and end.enable_timing):
-            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
-        if self.t is None or end.t is None or not (self.query() and end.query()):
-            raise RuntimeError("CUDA error: device not ready")
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        if self.t is None or end.t is None:
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
+        if not (self.query() and end.query()):
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
         return (end.t - self.t) * 1000.0
 
 

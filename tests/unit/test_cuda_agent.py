@@ -301,3 +301,20 @@ def test_launch_counter_does_not_break_or_recompile_a_compiled_function() -> Non
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1
     assert sum(counter.counts) >= 1
+
+
+@pytest.mark.parametrize("broken", ["untimed", "unrecorded"])
+def test_a_marker_torch_cannot_time_completes_at_the_poll(rig, broken: str) -> None:
+    """torch raises ValueError (not RuntimeError) for elapsed_time on an untimed or unrecorded event."""
+    fake, agent, (monitor,) = rig
+    monitor()
+    s = agent.cuda_stream("cuda:0")
+    agent.launch(s, _op)  # caught up: a timed marker ends the item
+    marker = s._markers[0]
+    odd = fake.Event(enable_timing=broken == "unrecorded")
+    if broken == "untimed":
+        odd.record(s.stream)
+    marker.event = odd
+    fake.clock.advance(0.01)
+    agent.cuda.poll()
+    assert s.error is None and s.value() == 0
