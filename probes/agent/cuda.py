@@ -1,7 +1,9 @@
 """CUDA streams as executors in the child: outstanding work from completion markers, busy lanes, sync.
 
-- ``L``: the frontend's :class:`~torchpar_top.probes.agent.cuda_launch.LaunchCounter` counts ops per
-  device (ops, not kernels).
+- ``L``: the frontend's :class:`~torchpar_top.probes.agent.cuda_launch.LaunchCounter` counts torch
+  calls (not kernels) per stream: the frontend's current stream of the call's device. A stream the
+  frontend uses for the first time (``with torch.cuda.stream(s)``) is watched from then on as its own
+  executor (``cuda:D sN``; the default stream ``cuda:D``), up to ``MAX_STREAMS``.
 - ``C``: a marker thread records an event on each watched stream every ``period`` (2 ms) when ``L``
   moved, remembering ``L`` then, and pops markers while ``query()`` is true: ``C = L`` of the last
   completed marker, so ``O = L - C`` (queued + running). ``S`` is not observable: reported as ``C``.
@@ -35,11 +37,15 @@ from typing import Any, Callable
 
 from torchpar_top.probes.agent import hta
 from torchpar_top.probes.agent.activity import ActivityRecorder
-from torchpar_top.probes.agent.cuda_launch import DeviceOf, LaunchCounter, cuda_device_of
+from torchpar_top.probes.agent.cuda_launch import (
+    DeviceOf, LaunchCounter, StreamOf, cuda_device_of, cuda_stream_id,
+)
 from torchpar_top.probes.agent.cuda_stream import CAPACITY, CudaStream, DeviceClock
 
 #: Seconds between marker rounds.
 PERIOD = 0.002
+#: Streams watched at most (each costs a marker round trip per period); more are counted, not watched.
+MAX_STREAMS = 16
 
 
 class CudaMonitor:
@@ -47,14 +53,22 @@ class CudaMonitor:
 
     def __init__(self, cuda: Any = None, *, period: float = PERIOD, timed_edges: bool = True,
                  clock: Callable[[], float] = time.perf_counter, device_of: DeviceOf | None = None,
-                 thread: bool = True, on_thread: Callable[[int], None] | None = None) -> None:
-        if cuda is None:
-            import torch
+                 stream_of: StreamOf | None = None, thread: bool = True,
+                 on_thread: Callable[[int], None] | None = None,
+                 on_stream: Callable[[CudaStream], Any] | None = None) -> None:
+        """``on_stream`` receives each stream watched because the frontend started using it."""
+        import torch
 
-            cuda = torch.cuda
+        cuda = torch.cuda if cuda is None else cuda
+        if stream_of is None:
+            stream_of = cuda_stream_id if cuda is torch.cuda else lambda d: cuda.current_stream(d).stream_id
         self.cuda, self.clock, self.period, self.timed_edges = cuda, clock, period, timed_edges
-        self.counter = LaunchCounter(device_of or cuda_device_of, clock)
+        self.counter = LaunchCounter(device_of or cuda_device_of, clock, stream_of, self._new_stream)
         self.streams: tuple[CudaStream, ...] = ()
+        self.unwatched = 0
+        """Streams the frontend used beyond ``MAX_STREAMS`` or that could not be watched."""
+        self._on_stream = on_stream
+        self._wait: ActivityRecorder | None = None
         self.clocks: dict[int, DeviceClock | None] = {}
         self._thread_wanted, self._on_thread = thread, on_thread
         self._thread: threading.Thread | None = None
@@ -65,18 +79,39 @@ class CudaMonitor:
                wait: ActivityRecorder | None = None) -> CudaStream:
         """Watch ``stream`` (default: the device's current stream); call on the frontend thread."""
         stream = stream if stream is not None else self.cuda.current_stream(device)
+        self._wait = self._wait or wait
         if device not in self.clocks:
             try:
                 self.clocks[device] = DeviceClock(self.cuda, device, stream, self.clock)
             except RuntimeError:
                 self.clocks[device] = None  # lanes fall back to poll times
-        self.counter.start()
         ex = CudaStream(name, device, stream, self, wait)
+        self.counter.watch(ex.key)
+        self.counter.start()
         self.streams = self.streams + (ex,)
         if self._thread_wanted and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tpt-cuda-markers", daemon=True)
             self._thread.start()
         return ex
+
+    def _new_stream(self, device: int, stream_id: int) -> None:
+        """The frontend launched on a stream not watched yet (called inside its torch call)."""
+        if len(self.streams) >= MAX_STREAMS:
+            self.unwatched += 1
+            return
+        try:
+            stream = self.cuda.current_stream(device)
+            default = self.cuda.default_stream(device).stream_id == stream_id
+            ex = self.stream(self._name(device, stream_id, default), device, stream, self._wait)
+            if self._on_stream is not None:
+                self._on_stream(ex)
+        except Exception:  # noqa: BLE001 - never break the user's torch call
+            self.unwatched += 1
+
+    def _name(self, device: int, stream_id: int, default: bool) -> str:
+        """``cuda:D`` for a default stream, ``cuda:D sN`` for the device's N-th other one."""
+        name = f"cuda:{device}" + ("" if default else f" s{sum(s.device == device for s in self.streams)}")
+        return f"{name} #{stream_id}" if any(s.name == name for s in self.streams) else name
 
     def poll(self) -> None:
         """One round over the watched streams (the marker thread calls it every ``period``)."""

@@ -67,6 +67,8 @@ class CudaStream(Executor):
     def __init__(self, name: str, device: int, stream: Any, monitor: "CudaMonitor",
                  wait: ActivityRecorder | None = None) -> None:
         self.device, self.stream, self._m = device, stream, monitor
+        self.key = (device, stream.stream_id)
+        """The launch counter's key for this stream."""
         super().__init__(name, CAPACITY)
         self.completed = self._last_marked = self.launched  # ops before watching began count as done
         self._wait, self._lock = wait, threading.RLock()
@@ -82,8 +84,8 @@ class CudaStream(Executor):
 
     @property  # type: ignore[override]
     def launched(self) -> int:
-        """``L``: the launch counter's count for this stream's device (shared by its streams)."""
-        return self._m.counter.counts[self.device]
+        """``L``: the launch counter's count of torch calls made while this stream was current."""
+        return self._m.counter.counts.get(self.key, 0)
 
     @launched.setter
     def launched(self, value: int) -> None:
@@ -138,7 +140,7 @@ class CudaStream(Executor):
         return not self._markers or self._markers[-1].event.query()
 
     def _mark(self, launched: int, now: float, timed: bool, tail: bool = False) -> None:
-        first = None if tail else self._m.counter.take_first_launch(self.device)
+        first = None if tail else self._m.counter.take_first_launch(self.key)
         pool = self._pool[timed]
         event = pool.pop() if pool else self._m.cuda.Event(enable_timing=timed)
         event.record(self.stream)  # blocks while the stream's launch queue is full

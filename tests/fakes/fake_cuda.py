@@ -5,11 +5,15 @@ the previous item)``. Events complete when the stream reaches them; ``query()`` 
 clock; ``synchronize()`` moves the clock to the completion (the host waited). A stream holds at most
 ``capacity`` items not yet started: a launch into a full stream moves the clock until one starts (the
 host blocked), as CUDA's launch queue does. Host time passes only when a test (or the fake) says so.
+
+As in torch, the current stream is per thread and per device (``torch.cuda.stream(s)`` sets it for the
+calling thread only); every device's default stream has ``stream_id`` 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import deque
 from types import SimpleNamespace
 from typing import Any, Iterator
@@ -36,8 +40,8 @@ class SimClock:
 class FakeStream:
     """One in-order stream of a device."""
 
-    def __init__(self, cuda: "FakeCuda", device: int) -> None:
-        self.cuda, self.device_index = cuda, device
+    def __init__(self, cuda: "FakeCuda", device: int, stream_id: int = 0) -> None:
+        self.cuda, self.device_index, self.stream_id = cuda, device, stream_id
         self.device = SimpleNamespace(type="cuda", index=device)
         self.tail = 0.0
         self._starts: deque[float] = deque()
@@ -112,6 +116,7 @@ class FakeCuda:
         self._current = 0
         self._default = [FakeStream(self, d) for d in range(devices)]
         self._streams = list(self._default)
+        self._local = threading.local()  # this thread's current stream per device
         self.events_created = 0
         self.records = {False: 0, True: 0}
         self.syncs = 0
@@ -132,14 +137,35 @@ class FakeCuda:
         self._current = device
 
     def current_stream(self, device: int | None = None) -> FakeStream:
+        dev = self._current if device is None else device
+        return self._currents().get(dev, self._default[dev])
+
+    def default_stream(self, device: int | None = None) -> FakeStream:
         return self._default[self._current if device is None else device]
 
-    default_stream = current_stream
-
     def Stream(self, device: int | None = None, priority: int = 0) -> FakeStream:  # noqa: N802
-        stream = FakeStream(self, self._current if device is None else device)
+        stream = FakeStream(self, self._current if device is None else device, len(self._streams))
         self._streams.append(stream)
         return stream
+
+    def set_stream(self, stream: FakeStream) -> None:
+        """The calling thread's current stream on the stream's device."""
+        self._currents()[stream.device_index] = stream
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream) -> Iterator[None]:
+        """``with torch.cuda.stream(s)``: ``s`` is current on its device for this thread, then the previous."""
+        prev = self.current_stream(stream.device_index)
+        self.set_stream(stream)
+        try:
+            yield
+        finally:
+            self.set_stream(prev)
+
+    def _currents(self) -> dict[int, FakeStream]:
+        if not hasattr(self._local, "streams"):
+            self._local.streams = {}
+        return self._local.streams
 
     def Event(  # noqa: N802
         self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
