@@ -20,6 +20,11 @@
   caught up.
 - SYNC: :meth:`CudaStream.synchronize` is ``torch.cuda.synchronize(device)``, timed as a frontend wait
   (a thread spinning there is waiting, not working).
+- CUDA graph capture: while one is in progress (:mod:`~torchpar_top.probes.agent.cuda_capture`) the
+  marker thread skips its rounds and the frontend records no marker, queries no event and does not
+  synchronize: in the default "global" capture mode any thread's event query would fail and
+  invalidate the user's capture. Calls on the capturing stream are not counted (recorded, not
+  launched). No stream starts being watched during a capture (calibration synchronizes).
 - The launch-queue ``blocked`` share is not observable this way and reads 0; a profiler window
   (:func:`profile_queue`, HTA's method) gives the exact depth and time at the cap.
 
@@ -37,8 +42,13 @@ from typing import Any, Callable
 
 from torchpar_top.probes.agent import hta
 from torchpar_top.probes.agent.activity import ActivityRecorder
+from torchpar_top.probes.agent.cuda_capture import CaptureGuard, graph_classes
 from torchpar_top.probes.agent.cuda_launch import (
-    DeviceOf, LaunchCounter, StreamOf, cuda_device_of, cuda_stream_id,
+    DeviceOf,
+    LaunchCounter,
+    StreamOf,
+    cuda_device_of,
+    cuda_stream_id,
 )
 from torchpar_top.probes.agent.cuda_stream import CAPACITY, CudaStream, DeviceClock
 
@@ -63,7 +73,12 @@ class CudaMonitor:
         if stream_of is None:
             stream_of = cuda_stream_id if cuda is torch.cuda else lambda d: cuda.current_stream(d).stream_id
         self.cuda, self.clock, self.period, self.timed_edges = cuda, clock, period, timed_edges
-        self.counter = LaunchCounter(device_of or cuda_device_of, clock, stream_of, self._new_stream)
+        self.capture = CaptureGuard()
+        self.capture.install(graph_classes(cuda), cuda.current_stream)
+        self.paused_rounds = 0
+        """Marker rounds skipped because a CUDA graph was being captured."""
+        self.counter = LaunchCounter(device_of or cuda_device_of, clock, stream_of, self._new_stream,
+                                     capture=self.capture)
         self.streams: tuple[CudaStream, ...] = ()
         self.unwatched = 0
         """Streams the frontend used beyond ``MAX_STREAMS`` or that could not be watched."""
@@ -77,7 +92,13 @@ class CudaMonitor:
 
     def stream(self, name: str, device: int = 0, stream: Any = None,
                wait: ActivityRecorder | None = None) -> CudaStream:
-        """Watch ``stream`` (default: the device's current stream); call on the frontend thread."""
+        """Watch ``stream`` (default: the device's current stream); call on the frontend thread.
+
+        Raises:
+            RuntimeError: a CUDA graph is being captured (calibrating would invalidate it).
+        """
+        if self.capturing():
+            raise RuntimeError("a CUDA graph is being captured: the stream is not watched now")
         stream = stream if stream is not None else self.cuda.current_stream(device)
         self._wait = self._wait or wait
         if device not in self.clocks:
@@ -113,14 +134,28 @@ class CudaMonitor:
         name = f"cuda:{device}" + ("" if default else f" s{sum(s.device == device for s in self.streams)}")
         return f"{name} #{stream_id}" if any(s.name == name for s in self.streams) else name
 
+    def capturing(self) -> bool:
+        """A capture is in progress: one the guard saw begin, or one on the calling thread's stream."""
+        if self.capture.active:
+            return True
+        try:
+            return bool(self.cuda.is_current_stream_capturing())
+        except Exception:  # noqa: BLE001 - a CPU-only build's stub, or no such call
+            return False
+
     def poll(self) -> None:
-        """One round over the watched streams (the marker thread calls it every ``period``)."""
-        now = self.clock()
-        for s in self.streams:
-            try:
-                s.poll(now)
-            except Exception as exc:  # e.g. a device error: keep watching the others
-                s.error = f"{type(exc).__name__}: {exc}"
+        """One round over the watched streams (the marker thread calls it every ``period``); none while
+        a CUDA graph is being captured, and no capture begins during a round."""
+        with self.capture.lock:
+            if self.capture.active:
+                self.paused_rounds += 1
+                return
+            now = self.clock()
+            for s in self.streams:
+                try:
+                    s.poll(now)
+                except Exception as exc:  # e.g. a device error: keep watching the others
+                    s.error = f"{type(exc).__name__}: {exc}"
 
     def uuids(self) -> list[str]:
         """NVML-style UUIDs (``GPU-...``) of the child's CUDA devices, in CUDA order (read once)."""
@@ -130,11 +165,13 @@ class CudaMonitor:
         return self._uuids
 
     def close(self) -> None:
-        """Stop the marker thread and leave the launch-counting mode (on the frontend thread)."""
+        """Stop the marker thread, leave the launch-counting mode (on the frontend thread), unwrap the
+        graph classes."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
         self.counter.stop()
+        self.capture.uninstall()
 
     def _run(self) -> None:
         if self._on_thread:

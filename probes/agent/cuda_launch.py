@@ -13,8 +13,8 @@ time is reported once (``on_new_stream``) so that it can be watched.
 breaks its graph at the counter's clock nor recompiles (without the guard: a graph break at
 ``time.perf_counter`` and a recompile per call). At run time the mode counts the torch calls the
 compiled code still makes; a fused Inductor kernel is one call or none (measured on the CPU: 3 of a
-4-op function's calls with Inductor, all 4 with the eager backend). While a CUDA graph is being
-captured (``paused.active``) calls are not counted: they are recorded into the graph, not launched.
+4-op function's calls with Inductor, all 4 with the eager backend). Calls on a stream being captured
+into a CUDA graph (``capture.streams``) are not counted: they are recorded, not launched.
 
 Cost per op measured by ``benchmarks/bench_usercode.py`` (CPU ops on this machine); the current-stream
 lookup per CUDA call (``torch._C._cuda_getCurrentStream``) is not measurable here (untested on hardware).
@@ -61,8 +61,8 @@ def cuda_stream_id(device: int) -> int:
     return _get_current_stream(device)[0] if _get_current_stream is not None else 0
 
 
-class _NeverPaused:
-    active = 0
+class _NoCapture:
+    streams: frozenset[Key] = frozenset()
 
 
 class LaunchCounter(TorchFunctionMode):
@@ -74,14 +74,14 @@ class LaunchCounter(TorchFunctionMode):
 
     def __init__(self, device_of: DeviceOf = cuda_device_of, clock: Callable[[], float] = time.perf_counter,
                  stream_of: StreamOf = cuda_stream_id,
-                 on_new_stream: Callable[[int, int], None] | None = None, paused: Any = None) -> None:
+                 on_new_stream: Callable[[int, int], None] | None = None, capture: Any = None) -> None:
         super().__init__()
         self.counts: dict[Key, int] = {}
         self.first_launch: dict[Key, float | None] = {}
         self.other = 0
         """Calls not on a CUDA device (CPU ops)."""
-        self.paused = paused if paused is not None else _NeverPaused()
-        """Anything with an ``active`` count: nothing is counted while it is non-zero (graph capture)."""
+        self.capture = capture if capture is not None else _NoCapture()
+        """Anything with ``streams``, the keys of streams being captured into a CUDA graph."""
         self._device_of, self._stream_of, self._clock = device_of, stream_of, clock
         self._on_new = on_new_stream
         self._skip: dict[Any, bool] = {}
@@ -100,8 +100,10 @@ class LaunchCounter(TorchFunctionMode):
         dev = self._device_of(out, args)
         if not 0 <= dev < MAX_DEVICES:
             self.other += 1
-        elif not self.paused.active:
-            self._count((dev, self._stream_of(dev)))
+            return out
+        key = (dev, self._stream_of(dev))
+        if key not in self.capture.streams:
+            self._count(key)
         return out
 
     def _count(self, key: Key) -> None:

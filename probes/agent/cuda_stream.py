@@ -101,13 +101,15 @@ class CudaStream(Executor):
         """Ignored (see the getter)."""
 
     def launch(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the frontend (its CUDA ops are enqueued); mark its end if caught up."""
+        """Run ``fn(*args)`` on the frontend (its CUDA ops are enqueued); mark its end if caught up
+        (not while a CUDA graph is being captured: no event is queried or recorded then)."""
         fn(*args)
         launched = self.launched
         self._item_ends.append(launched)
         if self._edges and launched != self._last_marked:
-            with self._lock:
-                if self._caught_up() and len(self._markers) < MAX_PENDING:
+            capture = self._m.capture
+            with capture.lock, self._lock:
+                if not capture.active and self._caught_up() and len(self._markers) < MAX_PENDING:
                     self._mark(launched, self._m.clock(), timed=True)
 
     def items_completed(self) -> int:
@@ -118,7 +120,10 @@ class CudaStream(Executor):
         return self._items_done
 
     def synchronize(self) -> None:
-        """``torch.cuda.synchronize(device)``, recorded as a frontend wait."""
+        """``torch.cuda.synchronize(device)``, recorded as a frontend wait; skipped while a CUDA graph
+        is being captured (it would invalidate the capture)."""
+        if self._m.capturing():
+            return
         launched = self.launched
         with waiting(self._wait, clock=self._m.clock):
             self._m.cuda.synchronize(self.device)
