@@ -236,6 +236,8 @@ class Agent:
                     "completed": completed,
                     "busy": min(1.0, busy_time(busy) / window),
                     "blocked": min(1.0, busy_time(ex.blocked.intervals(t0, t1)) / window),
+                    "blocked_measured": ex.blocked_measured,
+                    "counts": ex.counts,
                 }
             )
         wait = min(1.0, busy_time(self.frontend_wait.intervals(t0, t1)) / window)

@@ -59,10 +59,13 @@ class DeviceClock:
 
 
 class CudaStream(Executor):
-    """One watched CUDA stream: ``outstanding`` ops, capacity 1024, never emulated."""
+    """One watched CUDA stream: ``outstanding`` torch calls, capacity 1024, never emulated; whether
+    launch blocked on a full queue is not observable (``blocked_measured`` False)."""
 
     kind = "cuda-stream"
     quantity = QUANTITY_OUTSTANDING
+    counts = "calls"
+    blocked_measured = False
 
     def __init__(self, name: str, device: int, stream: Any, monitor: "CudaMonitor",
                  wait: ActivityRecorder | None = None) -> None:

@@ -21,6 +21,12 @@ class Executor:
     kind = "executor"
     quantity = QUANTITY_DEPTH
     emulated = False
+    counts = "items"
+    """What ``launched``/``started``/``completed`` count: ``items`` (launch calls), or ``calls`` (torch
+    calls, not kernels: a CUDA stream fed by the launch counter)."""
+    blocked_measured = True
+    """False where blocking on a full queue cannot be observed (CUDA markers): ``blocked`` then reads 0
+    and means "not measured", not "never blocked"."""
 
     def __init__(self, name: str, capacity: int | None = None) -> None:
         self.name = name
@@ -60,6 +66,8 @@ class Executor:
             "quantity": self.quantity,
             "capacity": self.capacity,
             "emulated": self.emulated,
+            "counts": self.counts,
+            "blocked_measured": self.blocked_measured,
         }
 
 

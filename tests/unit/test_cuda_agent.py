@@ -64,6 +64,7 @@ def test_outstanding_follows_completed_markers(rig) -> None:
     row = _row(agent, t0, fake.clock.now, "cuda:0")
     assert (row["kind"], row["quantity"], row["capacity"]) == ("cuda-stream", "outstanding", 1024)
     assert row["emulated"] is False
+    assert (row["counts"], row["blocked_measured"]) == ("calls", False)  # torch calls; blocking unseen
     assert (row["value"], row["launched"], row["completed"], row["started"]) == (50, 100, 50, 50)
     fake.clock.advance(0.2)
     agent.cuda.poll()
@@ -220,6 +221,8 @@ def test_sample_message_carries_uuids_and_validates(rig) -> None:
     assert msg["cuda_uuids"] == [f"GPU-{u}" for u in fake.uuids]
     decoded = protocol.decode(protocol.encode(**msg))
     assert decoded["executors"][0]["kind"] == "cuda-stream"
+    row = decoded["executors"][0]
+    assert (row["counts"], row["blocked_measured"]) == ("calls", False)
 
 
 def test_a_failing_stream_does_not_stop_the_others(rig) -> None:
@@ -355,3 +358,16 @@ def test_work_under_a_side_stream_is_watched_on_that_stream(rig) -> None:
     for name, kernels in truth.items():
         assert busy[name] == pytest.approx(busy_time(kernels) / 20e-3, abs=0.005)
     assert all(r["value"] == 0 for r in msg["executors"])
+
+
+def test_rows_say_what_they_count_and_whether_blocking_was_measured(rig) -> None:
+    """A CUDA stream counts torch calls and cannot see blocking; an emulated stream counts items, sees it."""
+    fake, agent, (monitor,) = rig
+    monitor()
+    agent.cuda_stream("cuda:0")
+    agent.emulated_stream("cpu-stream:0", capacity=4)
+    declared = {e["name"]: e for e in (ex.declare() for ex in agent.executors)}
+    rows = {r["name"]: r for r in agent.sample(fake.clock.now - 0.1, fake.clock.now, 0)["executors"]}
+    for facts in (declared, rows):
+        assert (facts["cuda:0"]["counts"], facts["cuda:0"]["blocked_measured"]) == ("calls", False)
+        assert (facts["cpu-stream:0"]["counts"], facts["cpu-stream:0"]["blocked_measured"]) == ("items", True)
