@@ -102,19 +102,23 @@ class LaunchCounter(TorchFunctionMode):
             self.other += 1
             return out
         key = (dev, self._stream_of(dev))
-        if key not in self.capture.streams:
-            self._count(key)
-        return out
-
-    def _count(self, key: Key) -> None:
+        capturing = self.capture.streams
+        if capturing and key in capturing:  # recorded into a CUDA graph, not launched
+            return out
         n = self.counts.get(key)
         if n is None:
-            n = self.counts[key] = 0
-            if self._on_new is not None:
-                self._on_new(*key)
+            n = self._new_key(key)
         self.counts[key] = n + 1
         if self.first_launch.get(key) is None:
             self.first_launch[key] = self._clock()
+        return out
+
+    def _new_key(self, key: Key) -> int:
+        """Start counting a stream seen for the first time (and say so): its count, 0."""
+        self.counts[key] = 0
+        if self._on_new is not None:
+            self._on_new(*key)
+        return 0
 
     def watch(self, key: Key) -> None:
         """Known from now on (not reported as new); its count starts at 0 if none was kept."""
