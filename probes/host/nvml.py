@@ -94,9 +94,10 @@ class _Gpu:
     proc_mem: int | None = None
     proc_mem_t: float = float("-inf")
     proc_list: int = 0
-    mem_total: int | None = None
     """Index into :data:`PROCESS_LISTS` of the entry point in use."""
     misread: bool = False
+    """A process list held misread entries (and no other entry point was left)."""
+    mem_total: int | None = None
 
 
 class NvmlProbe:
