@@ -48,8 +48,10 @@ PANELS: tuple[Panel, ...] = (
           "start, torchpar-top cannot see queues: the panel says so (queue depth needs `torchpar-top run`).",
           "Depth for emulated streams; outstanding for CUDA streams (completion markers), inter-op futures "
           "and DataLoader tasks. A CUDA row fed by the launch counter is tagged **calls**: it counts torch "
-          "calls, not kernels, and cannot see a blocked launch (the row says *blocking not observable "
-          "here* rather than *never blocked*). Input-bound means the frontend waited for data more than "
+          "calls, not kernels (one call may launch none or several; a CUDA-graph replay is no call), and "
+          "cannot see a blocked launch (the row says *blocking not observable here* rather than *never "
+          "blocked*). There is one row per stream the frontend used: work under `with "
+          "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Input-bound means the frontend waited for data more than "
           "30 % of the time."),
     Panel("lanes",
           "the last 5 s. The frontend lane shows `▌` where it was launching and `·` where it waited; each "
@@ -69,8 +71,12 @@ PANELS: tuple[Panel, ...] = (
           "A rank's agent reports its exit status with the exception's last line; a rank killed by a signal "
           "shows just *exited*."),
     Panel("GPU", "*kernel-active* is NVML's share of time a kernel ran, not SM occupancy.",
-          "Also memory, power, temperature and the child's own share; or one line saying why there is no "
-          "GPU data."),
+          "Also memory as nvidia-smi shows it (reserved memory not counted, where the driver has "
+          "`nvmlMemory_v2`), power, temperature and the child's own share; or one line saying why there is "
+          "no GPU data. An idle GPU reads the driver's 0 %, not its last busy value. GPUs are labelled "
+          "`cuda:N` as the workload numbers them; when torchrun ranks number them differently (a "
+          "`CUDA_VISIBLE_DEVICES` per rank) they are labelled by NVML index, `nvml:N`, and the status line "
+          "says why. A GPU NVML may not open reads *no permission*, not *lost*."),
     Panel("frontend stack (py-spy)",
           "the main thread's Python stack, outermost first, innermost last, about twice a second, and what "
           "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...). When there is no stack the panel "

@@ -139,7 +139,7 @@ class Agent:
         if self.cuda is None:
             from torchpar_top.probes.agent.cuda import CudaMonitor
 
-            self.cuda = CudaMonitor(on_thread=self._agent_tids.append)
+            self.cuda = CudaMonitor(on_thread=self._agent_tids.append, on_stream=self.add)
         return self.add(self.cuda.stream(name, device, stream, wait=self.frontend_wait))
 
     def add(self, ex: Any) -> Any:

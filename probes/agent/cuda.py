@@ -1,7 +1,9 @@
 """CUDA streams as executors in the child: outstanding work from completion markers, busy lanes, sync.
 
-- ``L``: the frontend's :class:`~torchpar_top.probes.agent.cuda_launch.LaunchCounter` counts ops per
-  device (ops, not kernels).
+- ``L``: the frontend's :class:`~torchpar_top.probes.agent.cuda_launch.LaunchCounter` counts torch
+  calls (not kernels) per stream: the frontend's current stream of the call's device. A stream the
+  frontend uses for the first time (``with torch.cuda.stream(s)``) is watched from then on as its own
+  executor (``cuda:D sN``; the default stream ``cuda:D``), up to ``MAX_STREAMS``.
 - ``C``: a marker thread records an event on each watched stream every ``period`` (2 ms) when ``L``
   moved, remembering ``L`` then, and pops markers while ``query()`` is true: ``C = L`` of the last
   completed marker, so ``O = L - C`` (queued + running). ``S`` is not observable: reported as ``C``.
@@ -18,6 +20,11 @@
   caught up.
 - SYNC: :meth:`CudaStream.synchronize` is ``torch.cuda.synchronize(device)``, timed as a frontend wait
   (a thread spinning there is waiting, not working).
+- CUDA graph capture: while one is in progress (:mod:`~torchpar_top.probes.agent.cuda_capture`) the
+  marker thread skips its rounds and the frontend records no marker, queries no event and does not
+  synchronize: in the default "global" capture mode any thread's event query would fail and
+  invalidate the user's capture. Calls on the capturing stream are not counted (recorded, not
+  launched). No stream starts being watched during a capture (calibration synchronizes).
 - The launch-queue ``blocked`` share is not observable this way and reads 0; a profiler window
   (:func:`profile_queue`, HTA's method) gives the exact depth and time at the cap.
 
@@ -35,11 +42,20 @@ from typing import Any, Callable
 
 from torchpar_top.probes.agent import hta
 from torchpar_top.probes.agent.activity import ActivityRecorder
-from torchpar_top.probes.agent.cuda_launch import DeviceOf, LaunchCounter, cuda_device_of
+from torchpar_top.probes.agent.cuda_capture import CaptureGuard, graph_classes
+from torchpar_top.probes.agent.cuda_launch import (
+    DeviceOf,
+    LaunchCounter,
+    StreamOf,
+    cuda_device_of,
+    cuda_stream_id,
+)
 from torchpar_top.probes.agent.cuda_stream import CAPACITY, CudaStream, DeviceClock
 
 #: Seconds between marker rounds.
 PERIOD = 0.002
+#: Streams watched at most (each costs a marker round trip per period); more are counted, not watched.
+MAX_STREAMS = 16
 
 
 class CudaMonitor:
@@ -47,14 +63,27 @@ class CudaMonitor:
 
     def __init__(self, cuda: Any = None, *, period: float = PERIOD, timed_edges: bool = True,
                  clock: Callable[[], float] = time.perf_counter, device_of: DeviceOf | None = None,
-                 thread: bool = True, on_thread: Callable[[int], None] | None = None) -> None:
-        if cuda is None:
-            import torch
+                 stream_of: StreamOf | None = None, thread: bool = True,
+                 on_thread: Callable[[int], None] | None = None,
+                 on_stream: Callable[[CudaStream], Any] | None = None) -> None:
+        """``on_stream`` receives each stream watched because the frontend started using it."""
+        import torch
 
-            cuda = torch.cuda
+        cuda = torch.cuda if cuda is None else cuda
+        if stream_of is None:
+            stream_of = cuda_stream_id if cuda is torch.cuda else lambda d: cuda.current_stream(d).stream_id
         self.cuda, self.clock, self.period, self.timed_edges = cuda, clock, period, timed_edges
-        self.counter = LaunchCounter(device_of or cuda_device_of, clock)
+        self.capture = CaptureGuard()
+        self.capture.install(graph_classes(cuda), cuda.current_stream)
+        self.paused_rounds = 0
+        """Marker rounds skipped because a CUDA graph was being captured."""
+        self.counter = LaunchCounter(device_of or cuda_device_of, clock, stream_of, self._new_stream,
+                                     capture=self.capture)
         self.streams: tuple[CudaStream, ...] = ()
+        self.unwatched = 0
+        """Streams the frontend used beyond ``MAX_STREAMS`` or that could not be watched."""
+        self._on_stream = on_stream
+        self._wait: ActivityRecorder | None = None
         self.clocks: dict[int, DeviceClock | None] = {}
         self._thread_wanted, self._on_thread = thread, on_thread
         self._thread: threading.Thread | None = None
@@ -63,29 +92,70 @@ class CudaMonitor:
 
     def stream(self, name: str, device: int = 0, stream: Any = None,
                wait: ActivityRecorder | None = None) -> CudaStream:
-        """Watch ``stream`` (default: the device's current stream); call on the frontend thread."""
+        """Watch ``stream`` (default: the device's current stream); call on the frontend thread.
+
+        Raises:
+            RuntimeError: a CUDA graph is being captured (calibrating would invalidate it).
+        """
+        if self.capturing():
+            raise RuntimeError("a CUDA graph is being captured: the stream is not watched now")
         stream = stream if stream is not None else self.cuda.current_stream(device)
+        self._wait = self._wait or wait
         if device not in self.clocks:
             try:
                 self.clocks[device] = DeviceClock(self.cuda, device, stream, self.clock)
             except RuntimeError:
                 self.clocks[device] = None  # lanes fall back to poll times
-        self.counter.start()
         ex = CudaStream(name, device, stream, self, wait)
+        self.counter.watch(ex.key)
+        self.counter.start()
         self.streams = self.streams + (ex,)
         if self._thread_wanted and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tpt-cuda-markers", daemon=True)
             self._thread.start()
         return ex
 
+    def _new_stream(self, device: int, stream_id: int) -> None:
+        """The frontend launched on a stream not watched yet (called inside its torch call)."""
+        if len(self.streams) >= MAX_STREAMS:
+            self.unwatched += 1
+            return
+        try:
+            stream = self.cuda.current_stream(device)
+            default = self.cuda.default_stream(device).stream_id == stream_id
+            ex = self.stream(self._name(device, stream_id, default), device, stream, self._wait)
+            if self._on_stream is not None:
+                self._on_stream(ex)
+        except Exception:  # noqa: BLE001 - never break the user's torch call
+            self.unwatched += 1
+
+    def _name(self, device: int, stream_id: int, default: bool) -> str:
+        """``cuda:D`` for a default stream, ``cuda:D sN`` for the device's N-th other one."""
+        name = f"cuda:{device}" + ("" if default else f" s{sum(s.device == device for s in self.streams)}")
+        return f"{name} #{stream_id}" if any(s.name == name for s in self.streams) else name
+
+    def capturing(self) -> bool:
+        """A capture is in progress: one the guard saw begin, or one on the calling thread's stream."""
+        if self.capture.active:
+            return True
+        try:
+            return bool(self.cuda.is_current_stream_capturing())
+        except Exception:  # noqa: BLE001 - a CPU-only build's stub, or no such call
+            return False
+
     def poll(self) -> None:
-        """One round over the watched streams (the marker thread calls it every ``period``)."""
-        now = self.clock()
-        for s in self.streams:
-            try:
-                s.poll(now)
-            except Exception as exc:  # e.g. a device error: keep watching the others
-                s.error = f"{type(exc).__name__}: {exc}"
+        """One round over the watched streams (the marker thread calls it every ``period``); none while
+        a CUDA graph is being captured, and no capture begins during a round."""
+        with self.capture.lock:
+            if self.capture.active:
+                self.paused_rounds += 1
+                return
+            now = self.clock()
+            for s in self.streams:
+                try:
+                    s.poll(now)
+                except Exception as exc:  # e.g. a device error: keep watching the others
+                    s.error = f"{type(exc).__name__}: {exc}"
 
     def uuids(self) -> list[str]:
         """NVML-style UUIDs (``GPU-...``) of the child's CUDA devices, in CUDA order (read once)."""
@@ -95,11 +165,13 @@ class CudaMonitor:
         return self._uuids
 
     def close(self) -> None:
-        """Stop the marker thread and leave the launch-counting mode (on the frontend thread)."""
+        """Stop the marker thread, leave the launch-counting mode (on the frontend thread), unwrap the
+        graph classes."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
         self.counter.stop()
+        self.capture.uninstall()
 
     def _run(self) -> None:
         if self._on_thread:

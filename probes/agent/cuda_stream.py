@@ -51,12 +51,17 @@ class DeviceClock:
         self.host0, self.error = (t0 + t1) / 2, (t1 - t0) / 2
 
     def host_time(self, event: Any) -> float:
-        """When ``event`` (timing-enabled, completed, same device) completed, on the host clock."""
+        """When ``event`` (timing-enabled, completed, same device) completed, on the host clock.
+
+        Raises what ``torch.cuda.Event.elapsed_time`` raises: ValueError for an event without timing
+        or never recorded, RuntimeError for one not completed (c10/cuda/CUDAEvent.h).
+        """
         return self.host0 + self.ref.elapsed_time(event) / 1000.0
 
 
 class CudaStream(Executor):
-    """One watched CUDA stream: ``outstanding`` ops, capacity 1024, never emulated."""
+    """One watched CUDA stream: ``outstanding`` torch calls, capacity 1024, never emulated; whether
+    launch blocked on a full queue is not observable (``blocking_observed`` False: ``blocked`` is sent as null)."""
 
     kind = ExecutorKind.CUDA_STREAM
     quantity = Quantity.OUTSTANDING
@@ -66,6 +71,8 @@ class CudaStream(Executor):
     def __init__(self, name: str, device: int, stream: Any, monitor: "CudaMonitor",
                  wait: ActivityRecorder | None = None) -> None:
         self.device, self.stream, self._m = device, stream, monitor
+        self.key = (device, stream.stream_id)
+        """The launch counter's key for this stream."""
         super().__init__(name, CAPACITY)
         self.completed = self._last_marked = self.launched  # ops before watching began count as done
         self._wait, self._lock = wait, threading.RLock()
@@ -81,8 +88,8 @@ class CudaStream(Executor):
 
     @property  # type: ignore[override]
     def launched(self) -> int:
-        """``L``: the launch counter's count for this stream's device (shared by its streams)."""
-        return self._m.counter.counts[self.device]
+        """``L``: the launch counter's count of torch calls made while this stream was current."""
+        return self._m.counter.counts.get(self.key, 0)
 
     @launched.setter
     def launched(self, value: int) -> None:
@@ -98,13 +105,15 @@ class CudaStream(Executor):
         """Ignored (see the getter)."""
 
     def launch(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the frontend (its CUDA ops are enqueued); mark its end if caught up."""
+        """Run ``fn(*args)`` on the frontend (its CUDA ops are enqueued); mark its end if caught up
+        (not while a CUDA graph is being captured: no event is queried or recorded then)."""
         fn(*args)
         launched = self.launched
         self._item_ends.append(launched)
         if self._edges and launched != self._last_marked:
-            with self._lock:
-                if self._caught_up() and len(self._markers) < MAX_PENDING:
+            capture = self._m.capture
+            with capture.lock, self._lock:
+                if not capture.active and self._caught_up() and len(self._markers) < MAX_PENDING:
                     self._mark(launched, self._m.clock(), timed=True)
 
     def items_completed(self) -> int:
@@ -115,7 +124,10 @@ class CudaStream(Executor):
         return self._items_done
 
     def synchronize(self) -> None:
-        """``torch.cuda.synchronize(device)``, recorded as a frontend wait."""
+        """``torch.cuda.synchronize(device)``, recorded as a frontend wait; skipped while a CUDA graph
+        is being captured (it would invalidate the capture)."""
+        if self._m.capturing():
+            return
         launched = self.launched
         with waiting(self._wait, clock=self._m.clock):
             self._m.cuda.synchronize(self.device)
@@ -137,7 +149,7 @@ class CudaStream(Executor):
         return not self._markers or self._markers[-1].event.query()
 
     def _mark(self, launched: int, now: float, timed: bool, tail: bool = False) -> None:
-        first = None if tail else self._m.counter.take_first_launch(self.device)
+        first = None if tail else self._m.counter.take_first_launch(self.key)
         pool = self._pool[timed]
         event = pool.pop() if pool else self._m.cuda.Event(enable_timing=timed)
         event.record(self.stream)  # blocks while the stream's launch queue is full
@@ -161,9 +173,11 @@ class CudaStream(Executor):
             self._pool[m.timed].append(m.event)
 
     def _exact(self, m: _Marker, bound: float) -> float:
+        """The marker's completion on the host clock, or ``bound`` where torch cannot time it
+        (ValueError: untimed or unrecorded event; RuntimeError: not complete, or a CUDA error)."""
         try:
             return min(bound, max(m.recorded, self._clock.host_time(m.event)))  # type: ignore[union-attr]
-        except RuntimeError:
+        except (RuntimeError, ValueError):
             return bound
 
     def _complete(self, m: _Marker, done: float, nxt: _Marker | None) -> None:

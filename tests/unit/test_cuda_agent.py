@@ -37,7 +37,8 @@ def rig() -> Iterator[tuple[FakeCuda, Agent, list]]:
     agent = Agent(None, experiment="test", description="fake CUDA")
 
     def monitor(**kw: object) -> CudaMonitor:
-        agent.cuda = CudaMonitor(fake, clock=fake.clock, device_of=fake.device_of, thread=False, **kw)
+        agent.cuda = CudaMonitor(fake, clock=fake.clock, device_of=fake.device_of, thread=False,
+                                 on_stream=agent.add, **kw)
         return agent.cuda
 
     yield fake, agent, [monitor]
@@ -273,15 +274,98 @@ def test_launch_counter_on_real_cpu_ops() -> None:
     finally:
         counter.stop()
     torch.add(A, B)  # after stop: not counted
-    assert sum(counter.counts) == 0
+    assert counter.counts == {}
     assert counter.other == 5  # ones, add, ones, ones, mm
 
 
-def test_launch_counter_counts_per_device_with_first_launch_time() -> None:
+def test_launch_counter_counts_per_stream_with_first_launch_time() -> None:
     t = iter([1.0, 2.0, 3.0])
-    counter = LaunchCounter(device_of=lambda out, args: 3, clock=lambda: next(t))
+    stream = {3: 7}
+    new: list[tuple[int, int]] = []
+    counter = LaunchCounter(device_of=lambda out, args: 3, clock=lambda: next(t),
+                            stream_of=stream.__getitem__, on_new_stream=lambda *key: new.append(key))
     with counter:
         torch.add(A, B)
         torch.add(A, B)
-    assert counter.counts[3] == 2 and counter.take_first_launch(3) == 1.0
-    assert counter.take_first_launch(3) is None
+        stream[3] = 9
+        torch.add(A, B)
+    assert counter.counts == {(3, 7): 2, (3, 9): 1} and counter.count(3) == 3
+    assert new == [(3, 7), (3, 9)]
+    assert counter.take_first_launch((3, 7)) == 1.0 and counter.take_first_launch((3, 9)) == 2.0
+    assert counter.take_first_launch((3, 7)) is None
+
+
+def test_launch_counter_does_not_break_or_recompile_a_compiled_function() -> None:
+    """A real torch.compile (dynamo, eager backend, CPU) under the counter counting on cuda:0."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    counter = LaunchCounter(device_of=lambda out, args: 0)
+    compiled = torch.compile(lambda x: torch.relu(x @ x + 1).sum(), backend="eager")
+    x = torch.randn(8, 8)
+    with counter:
+        for _ in range(3):
+            compiled(x)
+        torch.add(A, B)  # eager: counted
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1
+    assert counter.count(0) >= 1
+
+
+@pytest.mark.parametrize("broken", ["untimed", "unrecorded"])
+def test_a_marker_torch_cannot_time_completes_at_the_poll(rig, broken: str) -> None:
+    """torch raises ValueError (not RuntimeError) for elapsed_time on an untimed or unrecorded event."""
+    fake, agent, (monitor,) = rig
+    monitor()
+    s = agent.cuda_stream("cuda:0")
+    agent.launch(s, _op)  # caught up: a timed marker ends the item
+    marker = s._markers[0]
+    odd = fake.Event(enable_timing=broken == "unrecorded")
+    if broken == "untimed":
+        odd.record(s.stream)
+    marker.event = odd
+    fake.clock.advance(0.01)
+    agent.cuda.poll()
+    assert s.error is None and s.value() == 0
+
+
+def test_work_under_a_side_stream_is_watched_on_that_stream(rig) -> None:
+    """``with torch.cuda.stream(side)``: its calls count on ``side``, which becomes its own executor."""
+    fake, agent, (monitor,) = rig
+    monitor()
+    agent.cuda_stream("cuda:0")
+    side = fake.Stream(0)
+    t0 = fake.clock.now
+    with fake.stream(side):
+        for _ in range(10):  # 10 ms of kernels on the side stream
+            _op()
+    _op()  # 1 ms on the default stream
+    agent.cuda.poll()
+    fake.clock.advance_to(t0 + 3.5e-3)
+    agent.cuda.poll()
+    rows = {r.name: r for r in agent.sample(t0, fake.clock.now).executors}
+    assert set(rows) == {"cuda:0", "cuda:0 s1"}
+    assert (rows["cuda:0"].launched, rows["cuda:0"].value) == (1, 0)
+    assert (rows["cuda:0 s1"].launched, rows["cuda:0 s1"].value) == (10, 10)
+    while fake.clock.now < t0 + 20e-3:
+        agent.cuda.poll()
+        fake.clock.advance(1e-3)
+    msg = agent.sample(t0, t0 + 20e-3)
+    busy = {r.name: r.busy for r in msg.executors}
+    truth = {"cuda:0": union(fake.default_stream(0).kernels), "cuda:0 s1": union(side.kernels)}
+    for name, kernels in truth.items():
+        assert busy[name] == pytest.approx(busy_time(kernels) / 20e-3, abs=0.005)
+    assert all(r.value == 0 for r in msg.executors)
+
+
+def test_rows_say_what_they_count_and_whether_blocking_was_measured(rig) -> None:
+    """A CUDA stream counts torch calls and cannot see blocking; an emulated stream counts items, sees it."""
+    fake, agent, (monitor,) = rig
+    monitor()
+    agent.cuda_stream("cuda:0")
+    agent.emulated_stream("cpu-stream:0", capacity=4)
+    rows = {r.name: m.decode(agent.sample(fake.clock.now - 0.1, fake.clock.now).to_json()).executors[i]
+            for i, r in enumerate(agent.executors)}
+    assert (rows["cuda:0"].counts, rows["cuda:0"].blocked) == (Counted.TORCH_CALLS, None)  # not "never"
+    assert (rows["cpu-stream:0"].counts, rows["cpu-stream:0"].blocked) == (Counted.ITEMS, 0.0)

@@ -61,8 +61,8 @@ def test_one_gpu_all_metrics_converted() -> None:
 
 
 def test_sample_timeline_uses_last_seen_timestamp() -> None:
-    """Each driver sample lands in the history once; NOT_FOUND (nothing new) keeps the value."""
-    util = lambda t: float(int(t * 6) % 100)  # a new value every driver sample  # noqa: E731
+    """Each driver sample lands in the history once; NOT_FOUND (nothing new) adds nothing to it."""
+    util = lambda t: float(1 + int(t * 6) % 99)  # a new value every driver sample, never idle  # noqa: E731
     fake = FakeNvml([FakeGpu(util=util)])
     probe = _probe(fake)
     (first,), _ = probe.sample()
@@ -74,8 +74,9 @@ def test_sample_timeline_uses_last_seen_timestamp() -> None:
     (second,), _ = probe.sample()
     assert second.util_history[-3:] == tuple(util(ts / 1e6) for ts in new)
     assert second.util_percent == pytest.approx(sum(util(ts / 1e6) for ts in new) / 3)
-    (third,), _ = probe.sample()  # no time passed: NOT_FOUND
-    assert third.util_history == second.util_history and third.util_percent == second.util_percent
+    (third,), _ = probe.sample()  # no time passed: NOT_FOUND, the driver's current average instead
+    assert third.util_history == second.util_history
+    assert third.util_percent == util(new[-1] / 1e6)
 
 
 def test_driver_without_sample_buffer_falls_back_to_utilization_rates() -> None:
@@ -212,7 +213,7 @@ def test_process_metrics_not_supported_or_memory_unknown() -> None:
         (view,), _ = probe.sample()
     assert (view.process_util_percent, view.process_mem) == (None, None)
     assert fake.calls[("nvmlDeviceGetProcessUtilization", 0)] == 1
-    assert fake.calls[("nvmlDeviceGetComputeRunningProcesses", 0)] == 1  # once per process_interval
+    assert fake.calls[("nvmlDeviceGetComputeRunningProcesses_v2", 0)] == 1  # once per process_interval
 
 
 def test_close_is_idempotent() -> None:
@@ -235,8 +236,113 @@ def test_a_broken_binding_never_raises() -> None:
     fake = FakeNvml(gpu_fleet(1))
     probe = _probe(fake)
 
-    def broken(handle):
+    def broken(handle, *args):
         raise ValueError("ctypes said no")
 
     fake.nvmlDeviceGetMemoryInfo = broken
     assert probe.sample() == ((), "GPU probe error: ValueError: ctypes said no")
+
+
+def test_idle_gpu_not_found_reads_utilization_rates_not_the_last_busy_value() -> None:
+    """An idle GPU's sample buffer runs dry (NOT_FOUND): the value falls to the driver's 0 %, not frozen."""
+    start = 100.0  # the fake's clock starts at 100 s
+    fake = FakeNvml([FakeGpu(util=lambda t: 80.0 if t < start + 1.0 else 0.0)])
+    probe = _probe(fake)
+    for _ in range(2):  # busy, then the samples of its last second
+        (busy,), _ = probe.sample()
+        assert busy.util_percent == 80.0
+        fake.advance(1.5)
+    (idle,), _ = probe.sample()  # idle for 2 s: no new sample
+    assert idle.util_percent == 0.0 and idle.util_history[-1] == 0.0
+    assert fake.calls[("nvmlDeviceGetUtilizationRates", 0)] == 1
+
+
+def test_out_of_range_samples_are_discarded_not_clamped() -> None:
+    fake = FakeNvml([FakeGpu(util=lambda t: 30.0)])
+    probe = _probe(fake)
+    (first,), _ = probe.sample()
+    newest = fake._sample_times()[-1]
+    fake.advance(0.5)
+    fake.gpus[0].odd_samples = [(fake._sample_times()[-1] + 1, 250), (0, 60), (newest, 70)]
+    (view,), _ = probe.sample()
+    assert view.util_percent == 30.0
+    assert set(view.util_history) == {30.0} and len(view.util_history) == len(first.util_history) + 3
+
+
+def test_no_permission_is_not_a_lost_gpu() -> None:
+    gpus = gpu_fleet(2)
+    gpus[1].denied = True
+    views, status = _probe(FakeNvml(gpus), cuda_uuids=[gpus[0].uuid]).sample()
+    assert [v.lost for v in views] == [False, False]
+    assert (views[1].util_percent, views[1].mem_used) == (None, None)
+    assert views[0].util_percent == 10.0
+    assert status == "no permission: nvml:1"
+
+
+def test_memory_used_as_nvidia_smi_reports_it_v1_on_older_drivers() -> None:
+    """``nvmlMemory_v2`` (reserved memory not counted as used) where the driver has it, else v1."""
+    gpu = FakeGpu(mem_used=5 << 30, mem_reserved=600 << 20)
+    (view,), _ = _probe(FakeNvml([gpu])).sample()
+    assert (view.mem_used, view.mem_total) == (5 << 30, 80 << 30)
+    (old,), _ = _probe(FakeNvml([gpu], driver="r470")).sample()
+    assert (old.mem_used, old.mem_total) == ((5 << 30) + (600 << 20), 80 << 30)
+
+
+def test_process_list_mismatch_error_falls_back_to_v2() -> None:
+    """R470: no ``_v3`` symbol; the binding's unversioned wrapper raises NVMLLibraryMismatchError."""
+    gpu = FakeGpu(processes={4242: (30, 2 << 30)})
+    fake = FakeNvml([gpu], driver="r470")
+    (view,), status = _probe(fake, pid=4242).sample()
+    assert view.process_mem == 2 << 30 and status == ""
+
+
+@pytest.mark.parametrize("child", [4242, 4243, 4244])
+def test_r535_process_list_is_read_with_its_own_layout(child: int) -> None:
+    """R525-R535's ``_v3`` writes 32-byte records that nvidia-ml-py reads as 24-byte ones."""
+    gpu = FakeGpu(processes={4242: (30, 2 << 30), 4243: (5, 1 << 30), 4244: (1, 3 << 30)})
+    fake = FakeNvml([gpu], driver="r535")
+    (view,), status = _probe(fake, pid=child).sample()
+    assert view.process_mem == gpu.processes[child][1] and status == ""
+
+
+def test_garbage_process_entries_are_dropped_and_said() -> None:
+    """A binding without ``_v2`` on an R535 driver: only the misread ``_v3`` list; garbage is dropped."""
+    gpu = FakeGpu(processes={4242: (30, 2 << 30), 4243: (5, 1 << 30), 4244: (1, 3 << 30)})
+    fake = FakeNvml([gpu], driver="r535")
+    fake.nvmlDeviceGetComputeRunningProcesses_v2 = None  # an nvidia-ml-py that lacks it
+    (view,), status = _probe(fake, pid=4242).sample()
+    assert view.process_mem == 2 << 30  # the first record is read right
+    assert status == "cuda:0: process list misread (nvidia-ml-py and driver disagree): entries dropped"
+
+
+def test_unmatched_uuid_keeps_the_other_devices_positions() -> None:
+    """A MIG instance (no NVML GPU UUID) as cuda:0 must not make the next device cuda:0."""
+    gpus = gpu_fleet(2)
+    mig = "MIG-5d2b5a1e-0000-4000-8000-000000000001"
+    views, _ = _probe(FakeNvml(gpus), cuda_uuids=[mig, gpus[1].uuid]).sample()
+    assert [(v.label, v.index) for v in views] == [("cuda:1", 1), ("nvml:0", 0)]
+
+
+def test_ranks_numbering_gpus_differently_get_physical_labels_that_do_not_flip() -> None:
+    """torchrun with a CUDA_VISIBLE_DEVICES per rank: each rank's cuda:0 is another GPU."""
+    gpus = gpu_fleet(2)
+    probe = _probe(FakeNvml(gpus))
+    seen = []
+    for uuids in ([gpus[0].uuid], [gpus[1].uuid], [gpus[0].uuid], [gpus[1].uuid]):
+        probe.cuda_uuids = uuids  # as the session does for every rank's sample
+        views, status = probe.sample()
+        seen.append([v.label for v in views])
+    assert seen[1:] == [["nvml:0", "nvml:1"]] * 3
+    assert status == "ranks number the GPUs differently: labelled by NVML index"
+    probe.cuda_uuids = None  # the run ended
+    probe.cuda_uuids = [gpus[1].uuid, gpus[0].uuid]  # the next run: one numbering again
+    assert [v.label for v in probe.sample()[0]] == ["cuda:0", "cuda:1"]
+
+
+def test_ranks_agreeing_on_the_numbering_keep_cuda_labels() -> None:
+    gpus = gpu_fleet(2)
+    probe = _probe(FakeNvml(gpus))
+    probe.cuda_uuids = [gpus[0].uuid, gpus[1].uuid]
+    probe.cuda_uuids = [g.uuid.removeprefix("GPU-") for g in gpus]  # torch's spelling, same numbering
+    views, status = probe.sample()
+    assert [v.label for v in views] == ["cuda:0", "cuda:1"] and status == ""
