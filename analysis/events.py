@@ -1,7 +1,8 @@
 """Events of a Chrome trace from ``torch.profiler`` (Kineto), and what each kind of event means here.
 
 Times are microseconds, as in the trace. Only complete events (``ph == "X"``) are kept: Kineto writes
-every CPU op, runtime call and GPU op as one.
+every CPU op, runtime call and GPU op as one. Its ``cat: "Trace"`` event, the profiler's own window
+(which may reach far past the recorded events), is not kept either; HTA drops it too.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def events_from_chrome(trace: dict[str, Any] | list[Any]) -> Iterator[Event]:
     """
     raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     for e in raw:
-        if not isinstance(e, dict) or e.get("ph") != "X":
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") == "Trace":
             continue
         ts = _number(e.get("ts"))
         if ts is None:
