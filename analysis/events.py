@@ -80,24 +80,40 @@ def events_from_chrome(trace: dict[str, Any] | list[Any]) -> Iterator[Event]:
     """
     raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     for e in raw:
-        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") == "Trace":
+        if type(e) is not dict or e.get("ph") != "X" or e.get("cat") == "Trace":
             continue
-        ts = _number(e.get("ts"))
-        if ts is None:
-            continue
+        ts = e.get("ts")
+        if type(ts) is int:  # the common cases first: this loop runs once per event
+            ts = float(ts)
+        elif type(ts) is not float:
+            ts = _number(ts)
+            if ts is None:
+                continue
+        dur = e.get("dur")
+        if type(dur) is int:
+            dur = float(dur)
+        elif type(dur) is not float:
+            dur = _number(dur) or 0.0
         args = e.get("args")
-        if not isinstance(args, dict):
+        if type(args) is not dict:
             args = {}
-        cat = str(e.get("cat") or "")
+        cat = e.get("cat") or ""
+        if type(cat) is not str:
+            cat = str(cat)
         stream = device = None
         if cat in GPU_CATS:
             stream = _whole(args.get("stream"))
             if stream is not None:
                 device = _whole(args.get("device", e.get("pid")))
                 device = -1 if device is None else device
-        correlation = _whole(args.get("correlation"))
-        yield Event(str(e.get("name", "")), cat, ts, _number(e.get("dur")) or 0.0, e.get("pid"), e.get("tid"),
-                    correlation if correlation is not None and correlation >= 0 else None, device, stream)
+        correlation = args.get("correlation")
+        if type(correlation) is not int:
+            correlation = _whole(correlation)
+        if correlation is not None and correlation < 0:
+            correlation = None
+        name = e.get("name", "")
+        yield Event(name if type(name) is str else str(name), cat, ts, dur, e.get("pid"), e.get("tid"),
+                    correlation, device, stream)
 
 
 def span(events: Iterable[Event]) -> tuple[float, float]:

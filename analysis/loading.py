@@ -5,13 +5,15 @@ Every way a trace can fail to load is one :class:`TraceError` with a one-line me
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
 import re
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from torchpar_top.analysis.events import Event, events_from_chrome
 
@@ -79,17 +81,32 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
 
 def load_rank(path: str) -> RankTrace:
     """Load one trace file (gzipped or not, whatever its name says)."""
-    document = _parse(path, _read(path))
-    if isinstance(document, list):
-        document = {"traceEvents": document}
-    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
-        raise TraceError(f"{path}: not a Chrome trace (no traceEvents list); expected a torch.profiler "
-                         "export (.json or .json.gz)")
-    events = tuple(events_from_chrome(document))
+    data = _read(path)
+    with _no_cyclic_gc():
+        document = _parse(path, data)
+        if isinstance(document, list):
+            document = {"traceEvents": document}
+        if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+            raise TraceError(f"{path}: not a Chrome trace (no traceEvents list); expected a torch.profiler "
+                             "export (.json or .json.gz)")
+        events = tuple(events_from_chrome(document))
     if not events:
         raise TraceError(f"{path}: the trace has no events")
     metadata = {k: v for k, v in document.items() if k != "traceEvents"}
     return RankTrace(_rank(path, metadata), path, events, metadata)
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building a trace's objects (none of them form cycles):
+    otherwise it rescans them all again and again, and loading takes twice as long."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _read(path: str) -> bytes:
