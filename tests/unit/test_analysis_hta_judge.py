@@ -58,7 +58,8 @@ def hta_judge():
         from hta.utils.utils import merge_kernel_intervals
     except ImportError as exc:
         message = (f"the HTA judge needs holistictraceanalysis==0.5.0 ({exc}); install it as .ci/run does: "
-                   "pip install --no-deps holistictraceanalysis==0.5.0 pandas plotly pyyaml networkx")
+                   "pip install pandas plotly pyyaml networkx psutil && "
+                   "pip install --no-deps holistictraceanalysis==0.5.0")
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(message)
         pytest.skip(message)
