@@ -62,7 +62,10 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     """
     path = os.fspath(path)
     if os.path.isdir(path):
-        names = sorted(n for n in os.listdir(path) if n.endswith(TRACE_SUFFIXES))
+        try:
+            names = sorted(n for n in os.listdir(path) if n.endswith(TRACE_SUFFIXES))
+        except OSError as exc:
+            raise TraceError(f"{path}: {exc.strerror or exc}") from None
         if not names:
             raise TraceError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
         ranks = [load_rank(os.path.join(path, n)) for n in names]

@@ -93,6 +93,20 @@ def test_a_truncated_real_trace(tmp_path):
         load_trace(path)
 
 
+def test_unlistable_folders_and_unreadable_files(tmp_path, monkeypatch):
+    def refuse(*_):
+        raise PermissionError(13, "Permission denied")
+
+    _write(tmp_path / "rank-0.json", {"traceEvents": _events()})
+    monkeypatch.setattr("os.listdir", refuse)
+    with pytest.raises(TraceError, match=r": Permission denied$"):
+        load_trace(tmp_path)
+    monkeypatch.undo()
+    monkeypatch.setattr("builtins.open", refuse)
+    with pytest.raises(TraceError, match=r"rank-0.json: Permission denied$"):
+        load_trace(tmp_path / "rank-0.json")
+
+
 def test_missing_paths_and_empty_folders(tmp_path):
     with pytest.raises(TraceError, match="no such file or folder"):
         load_trace(tmp_path / "nope.json.gz")
