@@ -7,6 +7,7 @@ every CPU op, runtime call and GPU op as one. Its ``cat: "Trace"`` event, the pr
 
 from __future__ import annotations
 
+from math import isfinite
 from typing import Any, Iterable, Iterator, NamedTuple
 
 #: Runtime/driver calls that enqueue work on a stream: HTA's runtime launch set
@@ -85,14 +86,14 @@ def events_from_chrome(trace: dict[str, Any] | list[Any]) -> Iterator[Event]:
         ts = e.get("ts")
         if type(ts) is int:  # the common cases first: this loop runs once per event
             ts = float(ts)
-        elif type(ts) is not float:
+        elif type(ts) is not float or not isfinite(ts):
             ts = _number(ts)
             if ts is None:
                 continue
         dur = e.get("dur")
         if type(dur) is int:
             dur = float(dur)
-        elif type(dur) is not float:
+        elif type(dur) is not float or not isfinite(dur):
             dur = _number(dur) or 0.0
         args = e.get("args")
         if type(args) is not dict:
@@ -129,15 +130,15 @@ def span(events: Iterable[Event]) -> tuple[float, float]:
 
 
 def _number(value: Any) -> float | None:
+    """A finite number from a JSON value (numbers, numeric strings), else None."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
+    if isinstance(value, (int, float, str)):
         try:
-            return float(value)
-        except ValueError:
+            number = float(value)
+        except (ValueError, OverflowError):
             return None
+        return number if isfinite(number) else None
     return None
 
 

@@ -75,6 +75,7 @@ def test_two_files_with_one_rank_is_an_error(tmp_path):
     ("t.json", b'{"traceEvents": []}', "the trace has no events"),
     ("t.json", b'{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "the trace has no events"),
     ("t.json", b'{"traceEvents": [1, "x", null]}', "the trace has no events"),
+    ("t.json", b'{"traceEvents": [{"ph": "X", "ts": NaN}, {"ph": "X", "ts": "x"}]}', "has no events"),
 ])
 def test_unreadable_traces_are_one_clear_line(tmp_path, name, content, message):
     path = tmp_path / name
