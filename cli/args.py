@@ -1,5 +1,6 @@
 """The command line: ``torchpar-top [OPTIONS]``, ``torchpar-top run ... SCRIPT|-m MODULE [ARGS]``,
-``torchpar-top attach PID``. Errors are one line and exit status 2."""
+``torchpar-top attach PID``, ``torchpar-top replay TRACE --summary``. Errors are one line and exit
+status 2."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def main_parser() -> Parser:
         description="top for PyTorch parallelism: runs an experiment in a child process and shows, live, "
         "per-core load, the child's threads by role, launch-queue depth per executor, busy lanes and "
         "overlap, and async vs sync throughput. Subcommands: `torchpar-top run SCRIPT.py [ARGS]` "
-        "(your code, see `torchpar-top run --help`) and `torchpar-top attach PID`.",
+        "(your code, see `torchpar-top run --help`), `torchpar-top attach PID` and "
+        "`torchpar-top replay TRACE --summary` (a recorded torch.profiler trace).",
         epilog=KEYS,
     )
     parser.add_argument(
@@ -98,6 +100,20 @@ def attach_parser() -> Parser:
     )
     parser.add_argument("pid", type=positive_int, help="the process id")
     _common(parser, sync=False)
+    return parser
+
+
+def replay_parser() -> Parser:
+    """``torchpar-top replay TRACE --summary``: a recorded profiler trace."""
+    parser = Parser(
+        prog="torchpar-top replay",
+        description="Analyse a recorded torch.profiler trace (Chrome trace JSON, .json or .json.gz, or a "
+        "folder of rank-N.json.gz): launch-queue depth per stream as Holistic Trace Analysis computes it, "
+        "busy time per stream, overlap, kernel-active share per device, the frontend's sync points.",
+    )
+    parser.add_argument("trace", metavar="TRACE", help="a trace file, or a folder of one trace per rank")
+    parser.add_argument("--summary", action="store_true",
+                        help="print one JSON object that summarises the trace, then exit")
     return parser
 
 

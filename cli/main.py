@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import signal
 import sys
 from typing import Any, NoReturn, Sequence
 
-from torchpar_top.args import attach_parser, main_parser, run_parser, split_run
+from torchpar_top.args import attach_parser, main_parser, replay_parser, run_parser, split_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["replay"]:
+        return _replay(argv[1:])
     if argv[:1] == ["run"]:
         target, args = _run_target(argv[1:])
     elif argv[:1] == ["attach"]:
@@ -90,6 +93,25 @@ def _attach_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
     if problem:
         parser.exit(2, f"torchpar-top: error: {problem}\n")
     return AttachTarget(args.pid), args
+
+
+def _replay(argv: list[str]) -> int:
+    """``torchpar-top replay TRACE --summary``: analyse a recorded trace (no child, no session)."""
+    from torchpar_top.analysis import TraceError, analyse_path, summary
+
+    parser = replay_parser()
+    args = parser.parse_args(argv)
+    if not args.summary:
+        parser.exit(2, "torchpar-top: error: the replay screen is not built yet; use --summary\n")
+    try:
+        result = summary(analyse_path(args.trace))
+    except TraceError as exc:
+        parser.exit(2, f"torchpar-top: error: {exc}\n")
+    if result["note"]:
+        print(f"torchpar-top: note: {result['note']}", file=sys.stderr)
+    json.dump(result, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
 
 
 def _on_signals(handler) -> None:

@@ -40,7 +40,8 @@ def test_version_and_help():
 
     assert run("--version").stdout.strip() == f"torchpar-top {__version__}"
     out = run("--help").stdout
-    for flag in ("--experiment", "--headless", "--duration", "--interval", "--sync", "multi-device"):
+    for flag in ("--experiment", "--headless", "--duration", "--interval", "--sync", "multi-device",
+                 "replay"):
         assert flag in out
 
 
@@ -133,3 +134,67 @@ def test_attach_headless_shows_threads_and_stack_then_the_exit(tmp_path):
     assert stacks and stacks[-1]["waiting_in"] == "sleep"
     assert records[-1]["child"]["state"] == "exited"
     assert any("has exited" in line["text"] for r in records for line in r["log"])
+
+
+TRACES = os.path.join(os.path.dirname(__file__), os.pardir, "data", "hta")
+
+
+def test_replay_summary_is_one_json_object():
+    proc = run("replay", os.path.join(TRACES, "a100_alexnet_2_streams.json.gz"), "--summary", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    summary = json.loads(proc.stdout)
+    assert summary["gpu_activity"] is True and summary["note"] is None
+    streams = [(s["stream"], s["launches"], s["max_depth"]) for s in summary["streams"]]
+    assert streams == [(7, 91, 18), (20, 7, 2)]
+    assert {"device", "mean_depth", "seconds_at_cap", "busy_seconds"} <= set(summary["streams"][0])
+    (rank,) = summary["ranks"]
+    assert {"overlap", "duration", "devices", "sync_points"} <= set(rank)
+    assert rank["sync_points"][0]["site"] in ("aten::copy_", "(no enclosing op)")
+
+
+def test_replay_summary_of_a_folder_of_ranks():
+    proc = run("replay", os.path.join(TRACES, "gpu_2_ranks"), "--summary", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    assert {s["rank"] for s in summary["streams"]} == {0, 1}
+
+
+def test_replay_of_a_cpu_only_trace_says_so_and_succeeds():
+    proc = run("replay", os.path.join(TRACES, "cpu_only.json.gz"), "--summary", timeout=60)
+    assert proc.returncode == 0
+    summary = json.loads(proc.stdout)
+    assert summary["gpu_activity"] is False and summary["streams"] == []
+    assert "no GPU activity in this trace" in summary["note"]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("torchpar-top: note: no GPU activity in this trace")
+
+
+def test_replay_errors_are_one_line_and_status_2(tmp_path):
+    cut = tmp_path / "cut.json.gz"
+    data = open(os.path.join(TRACES, "a100_alexnet_2_streams.json.gz"), "rb").read()
+    cut.write_bytes(data[:5000])
+    odd = tmp_path / "trace.bin"
+    odd.write_bytes(b"\x00\x01binary")
+    cases = [
+        ([str(cut), "--summary"], "truncated gzip file"),
+        ([str(odd), "--summary"], "unknown format"),
+        ([str(tmp_path / "missing.json"), "--summary"], "no such file or folder"),
+        ([os.path.join(TRACES, "cpu_only.json.gz")], "the replay screen is not built yet; use --summary"),
+        (["--summary"], "the following arguments are required: TRACE"),
+    ]
+    for args, needle in cases:
+        proc = run("replay", *args, timeout=60)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stdout == ""
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("torchpar-top: error:") and needle in lines[0], lines
+
+
+def test_replay_through_main_without_a_subprocess(capsys):
+    from torchpar_top.main import main
+
+    assert main(["replay", os.path.join(TRACES, "mi250_rocm.json.gz"), "--summary"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [(s["device"], s["stream"], s["launches"]) for s in summary["streams"]] == [(2, 0, 16)]

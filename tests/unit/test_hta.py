@@ -34,7 +34,7 @@ def test_depth_over_time_per_stream() -> None:
     assert key == (0, 7)
     assert s.points == ((0, 1), (1, 2), (2, 3), (10, 2), (20, 1), (30, 0))
     assert s.max_depth == 3
-    assert s.duration == 40  # first event at 0, last ends at 30 + 10
+    assert s.span == 40  # first event at 0, last ends at 30 + 10
     assert s.time_at_cap == 0
 
 
@@ -44,7 +44,7 @@ def test_time_at_cap_and_relative_share() -> None:
     s = hta.queue_depth(hta.from_chrome_trace(events), cap=3)[(0, 7)]
     # depth reaches 3 at t=2 and 4 at t=3, drops to 3 at 20 and to 2 at 25: at or above the cap 2..25
     assert s.time_at_cap == 23
-    assert s.relative_at_cap == pytest.approx(23 / 40)
+    assert s.share_at_cap == pytest.approx(23 / 40)
     assert hta.summary({(0, 7): s}, cap=3) == [
         "cuda:0 stream 7: max depth 4, at the 3 cap 0.0 ms (57% of 0 ms)"]
 

@@ -10,7 +10,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: top-level folder -> package name, as pyproject.toml's package-dir maps them
 MAPPING = {"cli": "torchpar_top", "tui": "torchpar_top.tui", "probes": "torchpar_top.probes",
-           "session": "torchpar_top.session", "workloads": "torchpar_top.workloads"}
+           "session": "torchpar_top.session", "workloads": "torchpar_top.workloads",
+           "analysis": "torchpar_top.analysis"}
 
 
 def source_modules():

@@ -1,0 +1,156 @@
+"""Reading profiler traces: one ``.json`` / ``.json.gz`` file, or a folder of per-rank files.
+
+Every way a trace can fail to load is one :class:`TraceError` with a one-line message for a person.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import os
+import re
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from torchpar_top.analysis.events import Event, events_from_chrome
+
+#: File names a folder of traces may hold (``rank-0.json.gz``, ``x.pt.trace.json.gz``, ``y.json``).
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class TraceError(Exception):
+    """A trace that cannot be read; ``str(error)`` is one line saying why."""
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """The events of one rank's trace file."""
+
+    rank: int
+    path: str
+    events: tuple[Event, ...]
+    metadata: dict[str, Any]
+    """The trace's top-level fields other than ``traceEvents`` (``deviceProperties``...)."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A loaded trace: one or more ranks, sorted by rank."""
+
+    path: str
+    ranks: tuple[RankTrace, ...]
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Load a trace file or a folder of rank traces.
+
+    Args:
+        path: a ``.json`` or ``.json.gz`` Chrome trace, or a folder of them (one per rank).
+
+    Returns:
+        The trace, ranks sorted. A rank comes from ``distributedInfo.rank``, else from the file name
+        (``rank-3``, ``rank_3``), else it is 0.
+
+    Raises:
+        TraceError: the path is missing, unreadable, not a Chrome trace, or has no events.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        try:
+            names = sorted(n for n in os.listdir(path) if n.endswith(TRACE_SUFFIXES))
+        except OSError as exc:
+            raise TraceError(f"{path}: {exc.strerror or exc}") from None
+        if not names:
+            raise TraceError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+        ranks = [load_rank(os.path.join(path, n)) for n in names]
+    elif os.path.exists(path):
+        ranks = [load_rank(path)]
+    else:
+        raise TraceError(f"{path}: no such file or folder")
+    by_rank: dict[int, RankTrace] = {}
+    for r in ranks:
+        if r.rank in by_rank:
+            raise TraceError(f"{path}: two traces claim rank {r.rank}: "
+                             f"{os.path.basename(by_rank[r.rank].path)} and {os.path.basename(r.path)}")
+        by_rank[r.rank] = r
+    return Trace(path, tuple(by_rank[k] for k in sorted(by_rank)))
+
+
+def load_rank(path: str) -> RankTrace:
+    """Load one trace file (gzipped or not, whatever its name says)."""
+    data = _read(path)
+    with _no_cyclic_gc():
+        document = _parse(path, data)
+        if isinstance(document, list):
+            document = {"traceEvents": document}
+        if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+            raise TraceError(f"{path}: not a Chrome trace (no traceEvents list); expected a torch.profiler "
+                             "export (.json or .json.gz)")
+        events = tuple(events_from_chrome(document))
+    if not events:
+        raise TraceError(f"{path}: the trace has no events")
+    metadata = {k: v for k, v in document.items() if k != "traceEvents"}
+    return RankTrace(_rank(path, metadata), path, events, metadata)
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building a trace's objects (none of them form cycles):
+    otherwise it rescans them all again and again, and loading takes twice as long."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror or exc}") from None
+    if not data.startswith(_GZIP_MAGIC):
+        if path.endswith(".gz"):
+            raise TraceError(f"{path}: not a gzip file, though its name ends in .gz")
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise TraceError(f"{path}: truncated gzip file (it ends before the compressed data does)") from None
+    except (OSError, zlib.error) as exc:
+        raise TraceError(f"{path}: corrupt gzip file ({exc})") from None
+
+
+def _parse(path: str, data: bytes) -> Any:
+    head = data[:64].lstrip()
+    if not head:
+        raise TraceError(f"{path}: the file is empty")
+    if head[:1] not in (b"{", b"["):
+        raise TraceError(f"{path}: unknown format, not JSON; expected a torch.profiler Chrome trace "
+                         "(.json or .json.gz)")
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: unknown format, not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        where = "truncated JSON" if exc.pos >= len(data.rstrip()) else "invalid JSON"
+        raise TraceError(f"{path}: {where} (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: invalid JSON (nested too deeply)") from None
+
+
+def _rank(path: str, metadata: dict[str, Any]) -> int:
+    info = metadata.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int) and not isinstance(info["rank"], bool):
+        return info["rank"]
+    match = _RANK_IN_NAME.search(os.path.basename(path))
+    return int(match.group(1)) if match else 0
