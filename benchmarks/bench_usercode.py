@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchpar_top.probes.agent.cuda_launch import LaunchCounter
 
-from torchpar_top.probes.agent.usercode import UserAgent
+from torchpar_top.probes.agent.usercode import UserCode
 from torchpar_top.probes.agent.usercode_install import Instrumentation
 
 
@@ -106,10 +106,10 @@ def _under(setup: str, fn: Callable[..., float], *args: Any) -> float:
     if setup in MODES:
         with MODES[setup]():
             return fn(*args)
-    agent = UserAgent(None, target="bench")
+    user = UserCode(None, target="bench")
     if setup == "sync-op":
-        agent.sync = True
-    with Instrumentation(agent):
+        user.agent.sync.set(True)
+    with Instrumentation(user):
         return fn(*args)
 
 
