@@ -19,9 +19,7 @@ from functools import cached_property
 from typing import Iterable
 
 from torchpar_top.analysis.events import Event, span
-
-#: HTA's per-stream launch queue limit (an undocumented CUDA implementation detail: 1022-1024).
-QUEUE_CAP = 1024
+from torchpar_top.contract.vocab import QUEUE_CAP  # HTA's per-stream limit: 1022-1024, undocumented
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,8 @@ class ChildState(Word):
 
 
 class Role(Word):
-    """What a thread of the watched process does for PyTorch (the threads panel's groups)."""
+    """What a thread of the watched process does for PyTorch (the threads panel's groups, shown in the
+    order defined here)."""
 
     FRONTEND = "frontend (main)"
     STREAM_EXECUTOR = "executor"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from torchpar_top.contract.codec import LineReader, ProtocolError
+from torchpar_top.contract.codec import MAX_LINE, LineReader, ProtocolError
 from torchpar_top.contract.messages import Message, decode
 
 
@@ -45,7 +45,7 @@ class TextStream:
         try:
             lines = self._reader.feed(data)
         except ProtocolError:
-            self._on_line("[a line longer than 1 MiB was left out]")
+            self._on_line(f"[a line longer than {MAX_LINE // 2**20} MiB was left out]")
             return
         for line in lines:
             self._on_line(line.decode("utf-8", "replace"))

@@ -15,11 +15,11 @@ from typing import Any, Callable
 import torch
 
 from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
-from torchpar_top.contract.vocab import ExecutorKind
+from torchpar_top.contract.vocab import QUEUE_CAP, ExecutorKind
 from torchpar_top.probes.agent.executor import Executor
 
-#: HTA's per-stream launch queue constant for CUDA, used for the emulation too.
-DEFAULT_CAPACITY = 1024
+#: CUDA's per-stream launch queue capacity, copied by the emulation.
+DEFAULT_CAPACITY = QUEUE_CAP
 
 _STOP = object()
 

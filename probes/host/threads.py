@@ -72,9 +72,8 @@ def classify_own(tid: int, comm: str, pid: int) -> Role:
     return Role.INTRAOP
 
 
-#: Display order of the groups.
-_ORDER = (Role.FRONTEND, Role.STREAM_EXECUTOR, Role.PIN_MEMORY, Role.INTRAOP, Role.INTEROP, Role.AUTOGRAD,
-          Role.DATA, Role.DATA_WORKERS, Role.SUBPROCESS, Role.AGENT, Role.OTHER)
+#: Display order of the groups: the order in which :class:`Role` defines its members.
+_ORDER = tuple(Role)
 
 
 def group(threads: Iterable[ThreadInfo]) -> tuple[ThreadGroup, ...]:

@@ -69,12 +69,3 @@ def test_the_tui_does_not_measure_or_spawn():
         prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
         assert not prefixes & forbidden, f"{path} imports {name}"
 
-
-def test_the_analysis_layer_uses_the_standard_library_and_itself_only():
-    """analysis/ is the ground floor: session, probes and the TUI import it, never the other way."""
-    for path, name in imports("analysis"):
-        top = name.split(".")[0]
-        if top == "torchpar_top":
-            assert name.startswith("torchpar_top.analysis"), f"{path} imports {name}"
-        else:
-            assert top in sys.stdlib_module_names or top == "__future__", f"{path} imports {name}"
