@@ -9,10 +9,13 @@
    tensors, and forced to count every op as ``cuda:0``: its CUDA path), under a minimal counting
    ``TorchDispatchMode`` for comparison, and for a sync-point call (``.item()``: attribution walks the
    stack).
-2. Per step: a user-style training loop (MLP, SGD) plain, under the bare mode, and under the full
-   ``Instrumentation`` (mode, optimizer step hook, DataLoader wrappers), as steps/s and the ratio to plain.
-   A step of this tiny model makes about 40 torch calls in 0.2-0.3 ms, so the mode's fixed cost per call
-   shows at its worst; a step of a few milliseconds or more hides it.
+2. Per step: user-style loops plain, under the bare mode, under ``torchpar-top run`` as it runs by
+   default (the op counter on for 5 % slices: :mod:`torchpar_top.probes.agent.usercode_sampling`, with a
+   sampler thread at 10 Hz as in the child) and under ``run --every-op`` (the counter always on): a tiny
+   MLP training step (about 40 torch calls in 0.2-0.4 ms: a function mode's fixed cost per call at its
+   worst), a larger one (~5 ms), a loop of tiny ops with no optimizer and no DataLoader (its slices are
+   switched by the fallback signal), and the tiny MLP under ``torch.compile``. Steps/s and the ratio to
+   plain.
 
 Repeats are interleaved; medians are printed.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 from typing import Any, Callable
 
@@ -60,22 +64,48 @@ def _items(n: int, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-#: (features, hidden, batch) of the two training loops: a tiny step (~0.3 ms) and a larger one (~5 ms)
-LOOPS = {"MLP 64-128-10, batch 32": (64, 128, 32), "MLP 512-1024-10, batch 256": (512, 1024, 256)}
 
 
-def _train(steps: int, features: int = 64, hidden: int = 128, batch: int = 32) -> float:
-    """Steps/s of an MLP training loop."""
+def _train(steps: int, features: int = 64, hidden: int = 128, batch: int = 32, compiled: bool = False) -> float:
+    """Steps/s of an MLP training loop (its forward compiled with ``torch.compile`` when asked)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    model: Any = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if compiled:
+        model = _COMPILED.setdefault((features, hidden), torch.compile(model))
     x, y = torch.randn(batch, features), torch.randint(0, 10, (batch,))
+    for _ in range(3 if compiled else 0):  # compiled once, outside the timing
+        nn.functional.cross_entropy(model(x), y).backward()
     t0 = time.perf_counter()
     for _ in range(steps):
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
     return steps / (time.perf_counter() - t0)
+
+
+_COMPILED: dict[tuple[int, int], Any] = {}
+
+
+def _tiny_ops(rounds: int, *_: Any) -> float:
+    """Rounds/s of a loop with no optimizer and no DataLoader: 8 small ops and an ``.item()`` a round."""
+    x = torch.ones(8)
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        for _ in range(8):
+            x = x * 1.0001
+        x.sum().item()
+    return rounds / (time.perf_counter() - t0)
+
+
+#: The loops: a function and its arguments (after the number of steps), and how many steps per repeat
+#: relative to ``--steps``.
+LOOPS: dict[str, tuple[Callable[..., float], tuple, float]] = {
+    "MLP 64-128-10, batch 32 (~0.3 ms steps)": (_train, (64, 128, 32), 3.0),
+    "MLP 512-1024-10, batch 256 (~5 ms steps)": (_train, (512, 1024, 256), 0.1),
+    "tiny ops, no optimizer, no DataLoader": (_tiny_ops, (), 100.0),
+    "MLP 64-128-10 under torch.compile": (_train, (64, 128, 32, True), 3.0),
+}
 
 
 class _DispatchCounter(TorchDispatchMode):
@@ -106,11 +136,23 @@ def _under(setup: str, fn: Callable[..., float], *args: Any) -> float:
     if setup in MODES:
         with MODES[setup]():
             return fn(*args)
-    user = UserCode(None, target="bench")
+    user = UserCode(None, target="bench", every_op=setup == "every")
     if setup == "sync-op":
         user.agent.sync.set(True)
+    stop = threading.Event()
+
+    def sampler() -> None:  # the child's sampler thread: 10 Hz, sends sync points, pokes the switch
+        while not stop.wait(0.1):
+            user._after_sample()
+
+    thread = threading.Thread(target=sampler, daemon=True)
     with Instrumentation(user):
-        return fn(*args)
+        thread.start()
+        try:
+            return fn(*args)
+        finally:
+            stop.set()
+            thread.join()
 
 
 def main() -> None:
@@ -133,27 +175,29 @@ def main() -> None:
     for setup, fn in per_op.values():
         _under(setup, fn, 2000, *tensors)
     runs: dict[str, list[float]] = {k: [] for k in per_op}
-    loop = {size: {"plain": [], "bare": [], "agent": []} for size in LOOPS}
+    loop = {name: {"plain": [], "bare": [], "agent": [], "every": []} for name in LOOPS}
     for _ in range(args.repeats):
         for name, (setup, fn) in per_op.items():
             runs[name].append(_under(setup, fn, args.ops // (10 if fn is _items else 1), *tensors))
-        for size, shape in LOOPS.items():
-            steps = args.steps if shape[2] == 32 else max(20, args.steps // 10)
-            for setup in loop[size]:
-                loop[size][setup].append(_under(setup, _train, steps, *shape))
+        for name, (fn, extra, share) in LOOPS.items():
+            steps = max(20, int(args.steps * share))
+            for setup in loop[name]:
+                loop[name][setup].append(_under(setup, fn, steps, *extra))
     print(f"torch {torch.__version__}, {args.ops} ops x {args.repeats} repeats, 1 intra-op thread")
     print(f"{'per op':34s} {'median µs/op':>12s} {'min µs/op':>10s} {'overhead µs/op':>15s}")
     for name, values in runs.items():
         base = statistics.median(runs["item() plain" if "item()" in name else "plain"])
         med = statistics.median(values)
         print(f"{name:34s} {med:12.3f} {min(values):10.3f} {med - base:15.3f}")
-    labels = {"plain": "plain", "bare": "bare TorchFunctionMode (floor)", "agent": "under torchpar-top run"}
-    for size, rates in loop.items():
+    labels = {"plain": "plain", "bare": "bare TorchFunctionMode (floor)", "agent": "torchpar-top run (sampled)",
+              "every": "torchpar-top run --every-op"}
+    for name, rates in loop.items():
         plain = statistics.median(rates["plain"])
-        print(f"\ntraining loop ({size}, SGD), {args.repeats} repeats")
+        print(f"\n{name}, {args.repeats} repeats (ratio: median of the per-repeat ratios to plain)")
         for setup, label in labels.items():
-            rate = statistics.median(rates[setup])
-            print(f"{label:34s} {rate:12.1f} steps/s   ratio {rate / plain:.3f}")
+            ratios = [r / p for r, p in zip(rates[setup], rates["plain"])]
+            print(f"{label:34s} {statistics.median(rates[setup]):12.1f} steps/s   ratio "
+                  f"{statistics.median(ratios):.3f}  ({min(ratios):.2f}-{max(ratios):.2f})")
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
     if args.sync_scope != "op" and not args.sync:
         parser.error("--sync-scope only applies with --sync")
     target = ScriptTarget(what, tuple(user_args), module=is_module, nproc=args.nproc_per_node,
-                          sync_scope=args.sync_scope)
+                          sync_scope=args.sync_scope, every_op=args.every_op)
     return target, args
 
 

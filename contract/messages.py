@@ -135,6 +135,9 @@ class Sample(Message):
     """Share of the window the frontend waited for its next batch (a DataLoader is watched)."""
     cuda_uuids: tuple[str, ...] = ()
     """``GPU-...`` in the child's CUDA order, so NVML devices are labelled as the child sees them."""
+    op_coverage: float | None = bounded(None, lo=0.0, hi=1.0)
+    """User code: the share of the window the op counter was on (ops/s and sync points are measured in
+    those slices and scaled); None where ops are not counted by slices."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,9 @@ class SyncPoints(Message):
 
     TYPE: ClassVar[str] = "syncpoints"
     sites: tuple[SyncCount, ...]
+    covered: float | None = bounded(None, lo=0.0)
+    """Seconds the op counter was on since the start (counts were seen only then): rates are counts over
+    this time. None: every op was seen."""
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,8 @@ class SyncSite:
     """Rate over the last report window."""
     rank: int | None = None
     """The torchrun rank that made the call; ``None`` for a single workload."""
+    sampled: bool = False
+    """Counted only while the op counter was on (slices of the time); the rate is scaled to all of it."""
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,9 @@ class Snapshot:
     """Why the GPU panel is empty, when it is (no NVML, no driver...)."""
     log: tuple[LogLine, ...] = ()
     """The most recent log lines, oldest first (``seq`` increases)."""
+    op_coverage: float | None = None
+    """Share of the last window the op counter was on, when ops are counted in slices (ops/s and sync
+    points are then sampled); ``None`` when not counted that way."""
     sample_t: float | None = None
     """``time.time()`` in the child when the newest child sample was made (latency measurements)."""
     target: str = ""

@@ -95,6 +95,10 @@ class _Source:
     has_dataloader: bool = False
     sites: dict = field(default_factory=dict)  # (where, call) -> (count, per_second)
     sites_t: float | None = None
+    """When the last sync-point counts arrived (monotonic), or the seconds the op counter had covered
+    then, when counts are seen only in slices (:attr:`sites_sampled`)."""
+    sites_sampled: bool = False
+    op_coverage: float | None = None
 
     def view(self) -> RankView:
         """This agent as the rank table shows it, with its DataLoader verdict."""
@@ -312,9 +316,13 @@ class SessionStore:
         return ranked[0].number if ranked else 0
 
     def _on_syncpoints(self, msg: SyncPoints, source: int) -> None:
-        now = time.monotonic()
+        # Rates are counts over the time they could be seen: all of it, or the op counter's slices.
+        now = time.monotonic() if msg.covered is None else msg.covered
         with self._lock:
             src = self._source(source)
+            if src.sites_sampled != (msg.covered is not None):
+                src.sites_t = None  # the clock changed: no rate from this pair of reports
+            src.sites_sampled = msg.covered is not None
             dt = now - src.sites_t if src.sites_t is not None else None
             sites = {}
             for site in msg.sites:
@@ -332,6 +340,7 @@ class SessionStore:
             src.data_wait = msg.data_wait
             src.depth = sum(row.value for row in msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
+            src.op_coverage = msg.op_coverage
             primary = source == self._primary()
             if primary:
                 self._mode = msg.mode
@@ -413,11 +422,12 @@ class SessionStore:
                 attached=self._child.state == ChildState.ATTACHED,
                 starved=derive.starved(groups),
                 frontend_hot_in_sync=derive.frontend_hot_in_sync(self._mode, groups),
+                op_coverage=None if primary is None else primary.op_coverage,
             )
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:
         sites = [
-            SyncSite(where, call, count, rate, src.rank)
+            SyncSite(where, call, count, rate, src.rank, src.sites_sampled)
             for src in self._sources.values()
             for (where, call), (count, rate) in src.sites.items()
         ]

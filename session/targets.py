@@ -51,6 +51,8 @@ class ScriptTarget:
     """With a number, launch through torchrun with that many ranks on this node."""
     sync_scope: str = "op"
     """In SYNC mode, synchronize after every ``op`` or every optimizer ``step``."""
+    every_op: bool = False
+    """Count every torch call (exact, about a microsecond per call) instead of slices of the time."""
 
     @property
     def label(self) -> str:
@@ -66,6 +68,7 @@ class ScriptTarget:
     def command(self, fd: int | None, interval: float, sync: bool) -> list[str]:
         """The child's argv (torchrun's when ``nproc`` is set; then ``fd`` is None)."""
         agent = ["--interval", str(interval), "--sync-scope", self.sync_scope] + (["--sync"] if sync else [])
+        agent += ["--every-op"] if self.every_op else []
         user = (["-m", self.path] if self.module else [self.path]) + list(self.args)
         if self.nproc:
             return [sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -30,7 +30,7 @@ __all__ = ["check_target", "main"]
 #: Exit status for a target that cannot run or a bad command line (the user's code never ran).
 EXIT_CANNOT_RUN = 2
 USAGE = "usage: python -m torchpar_top.probes.agent.run [--fd N] [--interval S] [--sync] " \
-        "[--sync-scope op|step] (-m MODULE | SCRIPT) [ARGS...]"
+        "[--sync-scope op|step] [--every-op] (-m MODULE | SCRIPT) [ARGS...]"
 
 
 class UsageError(Exception):
@@ -48,6 +48,7 @@ class Options:
     interval: float = 0.1
     sync: bool = False
     sync_scope: str = "op"
+    every_op: bool = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -76,6 +77,8 @@ def parse_args(argv: list[str]) -> Options:
                 raise UsageError(f"bad value for {name}: {inline!r}") from None
         elif arg == "--sync":
             opts.sync = True
+        elif arg == "--every-op":
+            opts.every_op = True
         elif arg.startswith("-m"):
             module = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
             if not module:
@@ -148,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     label = f"-m {opts.target}" if opts.is_module else opts.target
     agent = UserCode(sock, target=label, interval=opts.interval, sync=opts.sync,
                      sync_scope=SyncScope(opts.sync_scope), rank=_env_int("RANK"),
-                     world_size=_env_int("WORLD_SIZE"))
+                     world_size=_env_int("WORLD_SIZE"), every_op=opts.every_op)
     agent.start()
     status: int | None = 0  # None: die of SIGINT, as python does after an uncaught KeyboardInterrupt
     reported: tuple[int, str] = (0, "")  # the status and why, for torchpar-top (ranks are not its children)

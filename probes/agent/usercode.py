@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -30,6 +30,7 @@ from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
+from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
 
 CPU_SYNC_NOTE = ("SYNC on the CPU: eager CPU ops are already synchronous, there is no queue to drain; "
                  "sync points are counted where they would synchronize on CUDA")
@@ -43,18 +44,27 @@ def cuda_in_use() -> bool:
 
 
 class StepsOrOps:
-    """Throughput of user code: optimizer steps per second once a step was seen, else ops per second."""
+    """Throughput of user code: optimizer steps per second once a step was seen (every step is seen),
+    else ops per second, measured while the op counter was on and scaled to the whole window."""
 
-    def __init__(self, agent: Agent, eager: EagerOps) -> None:
-        self._agent, self._eager = agent, eager
+    def __init__(self, agent: Agent, eager: EagerOps, covered: Callable[[], float],
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._agent, self._eager, self._covered, self._clock = agent, eager, covered, clock
         self._last_ops = self._last_steps = 0
+        self._last_cov, self._last_t = covered(), clock()
+        self._rate = 0.0
 
-    def take(self) -> tuple[int, str]:
-        """Steps (or ops) done since the previous call, and the unit."""
-        ops, steps = self._eager.completed, self._agent.items
-        done, unit = (steps - self._last_steps, "steps/s") if steps else (ops - self._last_ops, "ops/s")
-        self._last_ops, self._last_steps = ops, steps
-        return max(0, done), unit
+    def take(self) -> tuple[float, str]:
+        """Steps (or estimated ops) done since the previous call, and the unit."""
+        ops, steps, cov, now = self._eager.completed, self._agent.items, self._covered(), self._clock()
+        if steps:
+            done, unit = float(steps - self._last_steps), "steps/s"
+        else:
+            if cov > self._last_cov:
+                self._rate = (ops - self._last_ops) / (cov - self._last_cov)
+            done, unit = self._rate * (now - self._last_t), "ops/s"
+        self._last_ops, self._last_steps, self._last_cov, self._last_t = ops, steps, cov, now
+        return max(0.0, done), unit
 
 
 class UserCode:
@@ -62,13 +72,17 @@ class UserCode:
 
     def __init__(self, sock: socket.socket | None, *, target: str, interval: float = 0.1, sync: bool = False,
                  sync_scope: SyncScope = SyncScope.OP, rank: int | None = None,
-                 world_size: int | None = None) -> None:
+                 world_size: int | None = None, every_op: bool = False) -> None:
         agent = self.agent = Agent(sock, experiment="run", description=f"your code: {target}",
                                    device="cuda" if torch.cuda.is_available() else "cpu",
                                    interval=interval, sync=sync, sync_scope=sync_scope)
         if rank is not None:
             agent.rank, agent.world_size = rank, world_size if world_size is not None else 1
         self.mode: OpCounter | None = None
+        self.counting: SampledCounting | None = None
+        """Switches the op counter on for slices of the frontend's time (always on with ``every_op``)."""
+        self.switch_signal: SwitchSignal | None = None
+        self.every_op = every_op
         self.syncpoints = SyncPoints(cuda_in_use)
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
@@ -79,9 +93,12 @@ class UserCode:
         self._primary: weakref.ref | None = None
         self._cpu_sync_noted = False
         self._cuda_watched = False
+        self._cuda_asked = False
+        self._last_covered = 0.0
         self._flush_lock = threading.Lock()
-        agent.throughput = StepsOrOps(agent, self.eager)
+        agent.throughput = StepsOrOps(agent, self.eager, self._covered)
         agent.sample_parts.append(self._data_wait)
+        agent.sample_parts.append(self._op_coverage)
         agent.on_sample.append(self._after_sample)
         agent.on_stop.append(self._on_stop)
         agent.device_syncs.append(self._sync_cuda)
@@ -97,10 +114,26 @@ class UserCode:
         """Tell torchpar-top how the user's code ended."""
         self.agent.report_exit(status, reason)
 
-    def use_mode(self, mode: OpCounter) -> None:
-        """The function mode counting the frontend's ops is in place: give it the current after-op."""
-        self.mode = mode
+    def use_counting(self, counting: SampledCounting, switch_signal: SwitchSignal | None = None) -> None:
+        """The op counter and what switches it are in place: give it the current after-op."""
+        self.counting, self.mode, self.switch_signal = counting, counting.mode, switch_signal
+        counting.on_freeze = self._frozen
         self._update_mode(self.agent.sync)
+
+    def _frozen(self, on: bool) -> None:
+        """Compiled code was seen: the op counter keeps its state so compiled code is not compiled again."""
+        state = "on (every op is counted)" if on else "off (ops and sync points are no longer sampled)"
+        self.agent.log(f"torch.compile in use: the op counter stays {state}, so that compiled code is not "
+                       "compiled again for a second state of the function-mode stack")
+
+    def _covered(self) -> float:
+        """Seconds the op counter was on so far."""
+        return self.counting.covered_until() if self.counting is not None else 0.0
+
+    def run_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the frontend thread soon: at its next step, batch or counted op."""
+        if self.counting is not None:
+            self.counting.run_soon(fn)
 
     # -- sync control ---------------------------------------------------------------------------------
 
@@ -108,6 +141,8 @@ class UserCode:
         """Give the mode its after-op call for the current sync setting."""
         if self.mode is not None:
             self.mode.after_op = self.agent.synchronize if policy.per_op else None
+        if self.counting is not None:  # the after-op needs the mode on for every op
+            self.counting.pin(self.every_op or policy.per_op)
 
     def _sync_cuda(self) -> None:
         """Wait for the GPU (if this process uses one); the wait is frontend wait."""
@@ -125,6 +160,8 @@ class UserCode:
         """Optimizer step post hook: one step per step of the first optimizer seen (GANs step two)."""
         if self.stop_requested:
             self._safe_stop()
+        if self.counting is not None:
+            self.counting.tick()
         primary = self._primary() if self._primary is not None else None
         if primary is None:
             self._primary, primary = weakref.ref(optimizer), optimizer
@@ -134,7 +171,7 @@ class UserCode:
     def watch_cuda_streams(self) -> None:
         """HOOK: CUDA became initialised in the user's code; watch the current device's stream.
 
-        Runs on the frontend thread (from :attr:`OpCounter.call_soon`): ``Agent.cuda_stream`` enters
+        Runs on the frontend thread (from :meth:`run_soon`): ``Agent.cuda_stream`` enters
         the CUDA launch counter there. Only the current device is watched (asking another device for
         its stream would create a context on it).
         """
@@ -157,24 +194,37 @@ class UserCode:
         window = max(t1 - t0, 1e-9)
         return {"data_wait": min(1.0, busy_time(self.data.wait.intervals(t0, t1)) / window)}
 
+    def _op_coverage(self, t0: float, t1: float) -> dict[str, Any]:
+        """Sample part: the share of the window the op counter was on (ops are counted in slices)."""
+        if self.counting is None or self.every_op:
+            return {}
+        covered = self.counting.covered_until(t1)
+        share = (covered - self._last_covered) / max(t1 - t0, 1e-9)
+        self._last_covered = covered
+        return {"op_coverage": min(1.0, max(0.0, share))}
+
     def _after_sample(self) -> None:
         """After each sample: sync points out, the CPU SYNC note once, frontend work queued for later."""
         self.flush_syncpoints()
         if self.agent.sync.enabled and not self._cpu_sync_noted and not cuda_in_use():
             self._cpu_sync_noted = True
             self.agent.log(CPU_SYNC_NOTE)
-        if self.mode is not None:  # things that must happen on the frontend thread, at its next op
-            if not self._cuda_watched and cuda_in_use():
-                self.mode.run_soon(self.watch_cuda_streams)
+        if self.counting is not None:  # things that must happen on the frontend thread, soon
+            if not self._cuda_watched and not self._cuda_asked and cuda_in_use():
+                self._cuda_asked = True  # once: watch_cuda_streams runs at the frontend's next switch point
+                self.counting.run_soon(self.watch_cuda_streams)
             if self.agent.threads_pending:  # no optimizer step applies it
-                self.mode.run_soon(self.agent.apply_threads)
+                self.counting.run_soon(self.agent.apply_threads)
+        if self.switch_signal is not None:
+            self.switch_signal.poke()
 
     def flush_syncpoints(self) -> None:
         """Send the ``syncpoints`` message if a count changed since the last one."""
         with self._flush_lock:
             sites = self.syncpoints.take_changed()
             if sites is not None:
-                self.agent.send(SyncPointsMessage(sites=sites))
+                covered = None if self.every_op or self.counting is None else self.counting.covered_until()
+                self.agent.send(SyncPointsMessage(sites=sites, covered=covered))
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -196,8 +246,8 @@ class UserCode:
         """
         first, self.stop_requested = not self.stop_requested, True
         if first and self.interruptible:
-            if self.mode is not None:
-                self.mode.run_soon(self._safe_stop)
+            if self.counting is not None:
+                self.counting.run_soon(self._safe_stop)
             timer = threading.Timer(STOP_SAFE_WAIT, self._interrupt_anyway)
             timer.daemon = True
             timer.start()
@@ -206,8 +256,8 @@ class UserCode:
         """At a safe point on the frontend thread: raise the stop into the user's code (once)."""
         if not (self.interruptible and self.stop_requested):
             return
-        if self.data.inside and self.mode is not None:
-            self.mode.run_soon(self._safe_stop)  # at the next op after the fetch
+        if self.data.inside and self.counting is not None:
+            self.counting.run_soon(self._safe_stop)  # at the next switch point after the fetch
             return
         self.interruptible = False
         raise KeyboardInterrupt("stopped by torchpar-top")

@@ -140,6 +140,8 @@ class DataLoaderWatch:
         """How deep the frontend is in a loader's ``__iter__``/``__next__`` (not a place to interrupt)."""
         self.also_wait: ActivityRecorder | None = None
         """Also records each wait (the agent's frontend-wait recorder; the frontend thread writes it)."""
+        self.on_frontend: Callable[[], None] | None = None
+        """Called on the frontend thread at each batch it asks for (a switch point for the op counter)."""
 
     def install(self) -> None:
         """Wrap the two methods (once)."""
@@ -170,6 +172,8 @@ class DataLoaderWatch:
             """``__next__`` of every loader iterator: the frontend's time in it is data wait."""
             frontend = threading.get_ident() == watch.frontend_ident
             if frontend:
+                if watch.on_frontend is not None:
+                    watch.on_frontend()  # a switch point on the frontend (the op counter's slices)
                 watch._wait_begin(time.perf_counter())
             try:
                 data = orig_next(it)

@@ -1,8 +1,10 @@
 """Put the user-code instrumentation in place around the user's code, and take it away after.
 
-:class:`Instrumentation` enters the :class:`OpCounter` function mode on the frontend (main) thread,
-registers the global optimizer step post hook and wraps the DataLoader; DataLoader workers forked
-while it is in place inherit the mode, which then passes every call through.
+:class:`Instrumentation` puts the :class:`OpCounter` function mode under a :class:`SampledCounting`
+switch on the frontend (main) thread (on for slices of the time; always with ``every_op``), registers
+the global optimizer step post hook, wraps the DataLoader (both are switch points), and installs the
+fallback switch signal; DataLoader workers forked while the mode is on inherit it, and it then passes
+every call through.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from torchpar_top.probes.agent.usercode_ops import OpCounter
+from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
 
 if TYPE_CHECKING:
     from torchpar_top.probes.agent.usercode import UserCode
@@ -36,19 +39,25 @@ class Instrumentation:
     def __init__(self, user: "UserCode") -> None:
         self.user = user
         self.mode = OpCounter(user.eager, user.syncpoints)
+        self.counting = SampledCounting(self.mode)
+        self.switch = SwitchSignal(self.counting)
         self._hook: Any = None
 
     def __enter__(self) -> "Instrumentation":
         user = self.user
-        user.use_mode(self.mode)
         _MODES.add(self.mode)
+        self.switch.install()
+        user.use_counting(self.counting, self.switch if self.switch.installed else None)
         self._hook = register_optimizer_step_post_hook(user.on_optimizer_step)
+        user.data.on_frontend = self.counting.tick
         user.data.install()
-        self.mode.__enter__()
+        self.counting.tick()  # on at once: the first slice (or for good, with every_op)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.mode.__exit__(None, None, None)
+        self.counting.stop()
+        self.switch.uninstall()
+        self.user.data.on_frontend = None
         self.user.data.uninstall()
         if self._hook is not None:
             self._hook.remove()

@@ -129,10 +129,31 @@ def test_item_every_step_is_a_sync_point_on_its_line(monkeypatch):
     monkeypatch.chdir(ROOT)
     line = next(i for i, text in enumerate((SCRIPTS / "item_every_step.py").read_text().splitlines(), 1)
                 if "ITEM_LINE" in text)
-    child = Child("tests/scripts/item_every_step.py", "300")
+    child = Child("--every-op", "tests/scripts/item_every_step.py", "300")  # exact: every op is seen
     assert child.wait() == 0
-    last = child.of_type(msgs.SyncPoints)[-1].sites
-    assert last[0] == msgs.SyncCount(f"tests/scripts/item_every_step.py:{line}", "item()", 300)
+    last = child.of_type(msgs.SyncPoints)[-1]
+    assert last.sites[0] == msgs.SyncCount(f"tests/scripts/item_every_step.py:{line}", "item()", 300)
+    assert last.covered is None  # not sampled
+    assert all(m.op_coverage is None for m in child.of_type(msgs.Sample))
+
+
+def test_by_default_ops_and_sync_points_are_sampled_in_slices(monkeypatch):
+    """A loop with no step and no batch: the op counter is on for slices (switched by the fallback signal);
+    ops/s and the sync-point rate are scaled from what the slices saw."""
+    monkeypatch.chdir(ROOT)
+    line = next(i for i, text in enumerate((SCRIPTS / "tiny_ops_loop.py").read_text().splitlines(), 1)
+                if "LOOP_ITEM" in text)
+    child = Child("tests/scripts/tiny_ops_loop.py", "4")
+    assert child.wait() == 0
+    rounds = int(child.stdout[-1].split()[1])
+    samples = [m for m in child.of_type(msgs.Sample) if m.op_coverage is not None]
+    assert samples and all(m.unit == "ops/s" for m in samples)
+    covered = sum(m.op_coverage * m.window for m in samples) / sum(m.window for m in samples)
+    assert 0.005 < covered < 0.3, covered  # a small share of the time, never all of it
+    last = child.of_type(msgs.SyncPoints)[-1]
+    (site,) = [s for s in last.sites if s.call == "item()"]
+    assert site.where == f"tests/scripts/tiny_ops_loop.py:{line}"
+    assert last.covered is not None and 0 < site.count < rounds  # only the slices' calls were seen
     samples = child.of_type(msgs.Sample)
     assert all(m.unit in ("ops/s", "steps/s") for m in samples)
 

@@ -25,6 +25,12 @@ def target_text(snapshot: Snapshot) -> str:
     return snapshot.target or snapshot.experiment
 
 
+def unit_text(snapshot: Snapshot) -> str:
+    """The throughput's unit; ``ops/s (sampled)`` when ops are counted in slices of the time."""
+    sampled = snapshot.op_coverage is not None and snapshot.throughput_unit == "ops/s"
+    return f"{snapshot.throughput_unit} (sampled)" if sampled else snapshot.throughput_unit
+
+
 def child_text(snapshot: Snapshot) -> str:
     """The child's state when it is not simply running: ``exited 1``, ``attached``, ``starting``..."""
     child = snapshot.child
@@ -86,7 +92,7 @@ class HeaderBar(SnapshotPanel):
             right.add(" PAUSED ", self.style("header--paused")).add("  ")
         if not watching:
             right.add(render.num(snapshot.throughput), self.style("value"))
-            right.add(f" {snapshot.throughput_unit}   ", self.style("dim"))
+            right.add(f" {unit_text(snapshot)}   ", self.style("dim"))
             right.add(depth_text(snapshot), self.style("label"))
         right.add(" ")
 

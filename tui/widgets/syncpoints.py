@@ -48,8 +48,13 @@ class SyncPointsPanel(SnapshotPanel):
         return bool(snapshot.syncpoints)
 
     def title(self, snapshot: Snapshot) -> str:
-        """``sync points`` (``would-be, CPU`` when nothing runs on a device)."""
-        return "sync points" if on_device(snapshot) else "sync points (would-be, on CPU)"
+        """``sync points`` (``would-be, CPU`` when nothing runs on a device; ``sampled`` when counted in
+        the op counter's slices: the rate is scaled, the total is what the slices saw)."""
+        text = "sync points" if on_device(snapshot) else "sync points (would-be, on CPU)"
+        if any(s.sampled for s in snapshot.syncpoints):
+            coverage = snapshot.op_coverage
+            text += " · sampled" + (f" {render.pct(coverage, 0)} of the time" if coverage else "")
+        return text
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """A header and the top sites; ``+N more`` when there are more."""

@@ -1,0 +1,214 @@
+"""Op counting in slices: the op counter is on the frontend for a small share of the time, not always.
+
+A ``TorchFunctionMode`` costs every torch call about a microsecond even when it does nothing (the floor
+``benchmarks/bench_usercode.py`` measures), which slows exactly the launch-bound loops whose queue this
+tool shows. So :class:`SampledCounting` pushes the :class:`~.usercode_ops.OpCounter` on the frontend's
+torch-function-mode stack for :data:`SLICE` seconds at a time, and keeps it off long enough that it is
+on :data:`DUTY` of the time. Ops per second and sync points per second are measured in the slices and
+scaled by the time they covered; they are labelled *sampled*. ``--every-op`` keeps the counter on.
+
+The mode stack is per thread, so pushing and popping happens on the frontend thread, at moments that
+already run our code there: an optimizer step (the step hook) and a DataLoader batch (its ``__next__``
+wrapper). A loop with neither gets a real-time signal from the sampler thread when a switch is overdue;
+its Python handler runs on the main thread between bytecodes (installed with ``SA_RESTART``, so
+interrupted system calls resume). In a loop of torch calls the handler mostly lands inside the counter's
+own dispatch, where torch has taken the mode off the stack for the call; the switch off then finishes at
+the next Python event outside it, through a one-shot ``sys.setprofile`` hook on the main thread (not
+when the user has a profiler of their own). The counter stands aside while another function mode is on
+the stack (the user's own): pushing under or over it would change what it sees.
+
+``torch.compile`` guards compiled code on the function-mode stack: code compiled with the counter on
+would be compiled again the first time it runs with it off, and the other way round. So once compiled
+code has been seen the counter stays as it is (:attr:`SampledCounting.frozen`), and compiled functions
+never see a second state; SYNC after every op may still switch it on (one recompilation, on request).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+#: Seconds the counter stays on once switched on (longer when no switch point comes sooner).
+SLICE = 0.05
+#: Long-run share of the time the counter is on.
+DUTY = 0.05
+#: A switch this late (seconds) without a step or batch to do it asks the sampler for a signal.
+LATE = 0.1
+#: The signal used where a loop has no step or batch boundary (real-time, unused by torch and Python).
+SIGNAL = getattr(signal, "SIGRTMIN", 34) + 5
+
+
+def _stack_len() -> int:
+    return torch._C._len_torch_function_stack()
+
+
+def compiled_code_seen() -> bool:
+    """Whether ``torch.compile`` compiled any frame in this process (Dynamo's own counter)."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    return dynamo is not None and dynamo.counters["frames"]["total"] > 0
+
+
+class SampledCounting:
+    """Switches a function mode on for slices of the frontend's time; accounts for the time covered."""
+
+    def __init__(self, mode: Any, *, slice_s: float = SLICE, duty: float = DUTY,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.mode = mode
+        self.slice, self.duty, self._clock = slice_s, duty, clock
+        self.on = False
+        """Whether the mode is on the frontend's stack now."""
+        self.pinned = False
+        """Keep the mode on (``--every-op``, or SYNC after every op, which needs the mode's after-op)."""
+        self.covered = 0.0
+        """Seconds the mode was on, finished slices only (see :meth:`covered_until`)."""
+        self.stood_aside = 0
+        """Slices not started because another function mode was on the stack."""
+        self.frozen = False
+        """Compiled code was seen: the counter keeps its state (on or off) from then on."""
+        self.on_freeze: Callable[[bool], None] | None = None
+        """Told once, with the state kept, when the counter freezes."""
+        self._on_since = 0.0
+        self._next_on = clock()
+        self._pending: list[Callable[[], None]] = []
+        self._pending_since = 0.0
+        self._lock = threading.Lock()
+        self.frontend_ident = threading.get_ident()
+
+    # -- on the frontend thread --------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """At a switch point on the frontend: run what waits for it, switch the mode on or off if due."""
+        if threading.get_ident() != self.frontend_ident:
+            return
+        if self._pending:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            for fn in pending:
+                fn()
+        now = self._clock()
+        if not self.frozen and compiled_code_seen():
+            self.frozen = True
+            if self.on_freeze is not None:
+                self.on_freeze(self.on)
+        if self.on:
+            if not self.pinned and not self.frozen and now - self._on_since >= self.slice:
+                self._switch_off(now)
+        elif self.pinned or (not self.frozen and now >= self._next_on):
+            self._switch_on(now)
+
+    def _switch_on(self, now: float) -> None:
+        if _stack_len() != 0:  # another mode is on (or we are inside a dispatch): not now
+            self.stood_aside += 1
+            self._next_on = now + self.slice / self.duty
+            return
+        self.mode.__enter__()
+        self.on, self._on_since = True, now
+
+    def off_due(self) -> bool:
+        """Whether the running slice should end now."""
+        return self.on and not (self.pinned or self.frozen) and self._clock() - self._on_since >= self.slice
+
+    def _switch_off(self, now: float) -> bool:
+        n = _stack_len()
+        if not n or torch._C._get_function_stack_at(n - 1) is not self.mode:
+            return False  # something was pushed above ours (or we are inside our own dispatch): later
+        self.mode.__exit__(None, None, None)
+        length = now - self._on_since
+        self.covered += length
+        self.on = False
+        self._next_on = now + length * (1.0 - self.duty) / self.duty  # keeps the long-run duty
+        return True
+
+    def pin(self, pinned: bool) -> None:
+        """Keep the mode on from the next switch point (or let it go back to slices)."""
+        self.pinned = pinned
+        if pinned and not self.on:
+            self._next_on = self._clock()
+
+    def tick_off(self) -> bool:
+        """Switch off now if the mode can be taken off the stack here; True when it is off."""
+        return self._switch_off(self._clock()) if self.on else True
+
+    def stop(self) -> None:
+        """Take the mode off for good (the user's code ended); on the frontend thread."""
+        self.pinned = False
+        if self.on:
+            self._switch_off(self._clock())
+
+    # -- on any thread --------------------------------------------------------------------------------
+
+    def run_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the frontend thread at its next switch point (or next counted op, when on)."""
+        with self._lock:
+            if not self._pending:
+                self._pending_since = self._clock()
+            self._pending.append(fn)
+        if self.on:
+            self.mode.run_soon(self.tick)
+
+    def covered_until(self, now: float | None = None) -> float:
+        """Seconds the mode was on up to ``now``, the running slice included."""
+        now = self._clock() if now is None else now
+        return self.covered + (now - self._on_since if self.on else 0.0)
+
+    def overdue(self, now: float | None = None) -> bool:
+        """Whether a switch (or a pending call) has waited for a step or batch longer than :data:`LATE`."""
+        now = self._clock() if now is None else now
+        if self.on:
+            due = float("inf") if self.pinned or self.frozen else self._on_since + self.slice
+        else:
+            due = float("inf") if self.frozen and not self.pinned else self._next_on
+        if self._pending:
+            due = min(due, self._pending_since)
+        return now - due > LATE
+
+
+class SwitchSignal:
+    """The fallback switch point: a real-time signal to the main thread, whose handler calls ``tick``."""
+
+    def __init__(self, counting: SampledCounting) -> None:
+        self.counting = counting
+        self.installed = False
+        self._main = threading.main_thread().ident
+
+    def install(self) -> bool:
+        """Install the handler (on the main thread), unless the signal is taken; True when installed."""
+        if threading.get_ident() != self._main or signal.getsignal(SIGNAL) not in (signal.SIG_DFL, None):
+            return False
+        signal.signal(SIGNAL, self._handle)
+        signal.siginterrupt(SIGNAL, False)  # SA_RESTART: a system call it interrupts resumes
+        self.installed = True
+        return True
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        counting = self.counting
+        counting.tick()
+        if counting.off_due() and sys.getprofile() is None:  # landed inside a dispatch: finish outside
+            sys.setprofile(self._finish_off)
+
+    def _finish_off(self, frame: Any, event: str, arg: Any) -> None:
+        """One-shot profile hook on the main thread: switch off at the first event outside a dispatch."""
+        counting = self.counting
+        if not counting.off_due() or counting.tick_off():
+            sys.setprofile(None)
+
+    def poke(self) -> None:
+        """From the sampler thread: signal the main thread when a switch is overdue."""
+        if self.installed and self._main is not None and self.counting.overdue():
+            try:
+                signal.pthread_kill(self._main, SIGNAL)
+            except (OSError, ValueError):
+                self.installed = False
+
+    def uninstall(self) -> None:
+        """Ignore the signal from now on (one already sent must not kill the process: its default does)."""
+        if self.installed and threading.get_ident() == self._main:
+            signal.signal(SIGNAL, signal.SIG_IGN)
+            self.installed = False
+            if sys.getprofile() == self._finish_off:
+                sys.setprofile(None)

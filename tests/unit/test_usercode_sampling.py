@@ -1,0 +1,186 @@
+"""The op counter in slices: on for a share of the time, switched only on the frontend, standing aside
+for other function modes, and what it covered accounted exactly."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from torchpar_top.probes.agent.usercode_sampling import LATE, SampledCounting, SwitchSignal
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Counter(TorchFunctionMode):
+    """Counts torch calls made while it is on the stack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+        self.soon = []
+
+    def run_soon(self, fn) -> None:
+        self.soon.append(fn)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _stack() -> int:
+    return torch._C._len_torch_function_stack()
+
+
+@pytest.fixture
+def rig():
+    clock, mode = Clock(), Counter()
+    counting = SampledCounting(mode, slice_s=0.05, duty=0.05, clock=clock)
+    yield clock, mode, counting
+    counting.stop()
+    assert _stack() == 0
+
+
+def test_slices_keep_the_long_run_duty(rig):
+    clock, mode, counting = rig
+    counting.tick()
+    assert counting.on and _stack() == 1
+    torch.ones(2) + 1
+    clock.now += 0.03
+    counting.tick()  # before the slice's end: stays on
+    assert counting.on
+    clock.now += 0.03
+    counting.tick()  # 60 ms on: off, and off for 60 ms x 19 so that the duty stays 5 %
+    assert not counting.on and _stack() == 0 and counting.covered == pytest.approx(0.06)
+    n = mode.n
+    torch.ones(2) + 1
+    assert mode.n == n  # off: not counted, and no mode on the stack at all
+    clock.now += 0.06 * 19 - 0.01
+    counting.tick()
+    assert not counting.on
+    clock.now += 0.02
+    counting.tick()
+    assert counting.on
+    assert counting.covered_until(clock.now + 0.01) == pytest.approx(0.07)  # the running slice counts
+
+
+def test_it_stands_aside_for_another_mode_and_never_pops_one_that_is_not_its_own(rig):
+    clock, mode, counting = rig
+    with Counter():  # the user's own function mode
+        counting.tick()
+        assert not counting.on and counting.stood_aside == 1 and _stack() == 1
+    clock.now += 10
+    counting.tick()
+    assert counting.on
+    other = Counter()
+    other.__enter__()  # pushed above ours (e.g. the user entered a mode inside a slice)
+    clock.now += 1
+    counting.tick()
+    assert counting.on and _stack() == 2  # ours is not on top: left alone until it is
+    other.__exit__(None, None, None)
+    counting.tick()
+    assert not counting.on and _stack() == 0
+
+
+def test_pinned_stays_on_and_unpinned_goes_back_to_slices(rig):
+    clock, mode, counting = rig
+    counting.pin(True)
+    counting.tick()
+    clock.now += 5
+    counting.tick()
+    assert counting.on and counting.covered_until() == pytest.approx(5.0)
+    counting.pin(False)
+    counting.tick()
+    assert not counting.on and counting.covered == pytest.approx(5.0)
+
+
+def test_calls_wait_for_the_frontend_thread(rig):
+    clock, mode, counting = rig
+    counting.tick()  # on
+    ran = []
+    other = threading.Thread(target=lambda: (counting.run_soon(lambda: ran.append(threading.get_ident())),
+                                             counting.tick()))
+    other.start()
+    other.join()
+    assert ran == []  # a tick from another thread does nothing
+    assert mode.soon == [counting.tick]  # on: the mode's next op will tick
+    counting.tick()
+    assert ran == [threading.get_ident()]
+
+
+def test_a_switch_is_overdue_only_past_its_time(rig):
+    clock, mode, counting = rig
+    counting.tick()
+    clock.now += 0.05 + LATE / 2
+    assert not counting.overdue()
+    clock.now += LATE
+    assert counting.overdue()
+    counting.tick()
+    assert not counting.on and not counting.overdue()
+
+
+def test_the_fallback_signal_switches_a_loop_without_steps():
+    """No step, no batch: the sampler's signal runs the switch on the main thread, between bytecodes."""
+    mode = Counter()
+    counting = SampledCounting(mode, slice_s=0.02, duty=0.5)
+    switch = SwitchSignal(counting)
+    assert switch.install()
+    try:
+        stop = threading.Event()
+
+        def sampler() -> None:
+            while not stop.is_set():
+                switch.poke()
+                time.sleep(0.01)
+
+        th = threading.Thread(target=sampler)
+        th.start()
+        x = torch.ones(4)
+        deadline = time.monotonic() + 20
+        while counting.covered == 0 and time.monotonic() < deadline:
+            x = x * 1.0  # a loop of small ops with nothing else in it
+        stop.set()
+        th.join()
+        assert counting.covered > 0 and mode.n > 0  # switched on, counted, switched off: all by signal
+    finally:
+        counting.stop()
+        switch.uninstall()
+    assert _stack() == 0
+
+
+def test_once_compiled_code_is_seen_the_counter_keeps_its_state_and_nothing_recompiles():
+    """torch.compile guards on the function-mode stack: a second state would compile everything again."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
+
+    clock, mode = Clock(), OpCounter(EagerOps(), SyncPoints())
+    counting = SampledCounting(mode, slice_s=0.05, duty=0.05, clock=clock)
+    told = []
+    counting.on_freeze = told.append
+    fn = torch.compile(lambda x: x * 2 + 1, backend="eager")
+    try:
+        counting.tick()  # a slice starts
+        fn(torch.ones(3))  # compiled while the counter is on
+        for _ in range(5):
+            clock.now += 10
+            counting.tick()
+            fn(torch.ones(3))
+        assert counters["frames"]["total"] == 1  # compiled once, never again
+        assert counting.frozen and counting.on and told == [True]
+    finally:
+        counting.stop()
+        torch._dynamo.reset()
