@@ -92,7 +92,9 @@ PANELS: tuple[Panel, ...] = (
           "tensor, `bool(tensor)`... Each blocks the frontend until the device has finished everything "
           "queued before it, so the queue drains. Listed busiest first (per second, and the total count). "
           "On the CPU nothing is queued: they are counted as the syncs they *would* be on a GPU.",
-          "Indexing with a boolean mask (`x[mask]`, `x[mask] = v`) counts too."),
+          "Indexing with a boolean mask (`x[mask]`, `x[mask] = v`) counts too. Under `run` they are "
+          "counted in slices of the time (the title says *sampled* and how much of the time was seen; the "
+          "rate is scaled, the count is what the slices saw); `--every-op` counts every call."),
 )
 
 HOT_CORE_NOTE = ("**A hot core next to a synchronize is waiting, not working**: a thread waiting in a "
