@@ -49,8 +49,11 @@ def _stack_len() -> int:
 
 def compiled_code_seen() -> bool:
     """Whether ``torch.compile`` compiled any frame in this process (Dynamo's own counter)."""
-    dynamo = sys.modules.get("torch._dynamo.utils")
-    return dynamo is not None and dynamo.counters["frames"]["total"] > 0
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)  # None while importing
+    try:
+        return counters is not None and counters["frames"]["total"] > 0
+    except (KeyError, TypeError):
+        return False
 
 
 class SampledCounting:
@@ -70,6 +73,8 @@ class SampledCounting:
         """Slices not started because another function mode was on the stack."""
         self.frozen = False
         """Compiled code was seen: the counter keeps its state (on or off) from then on."""
+        self.failed = ""
+        """Why slicing stopped after an error of ours (the counter is then off), or ''."""
         self.on_freeze: Callable[[bool], None] | None = None
         """Told once, with the state kept, when the counter freezes."""
         self._on_since = 0.0
@@ -82,9 +87,25 @@ class SampledCounting:
     # -- on the frontend thread --------------------------------------------------------------------
 
     def tick(self) -> None:
-        """At a switch point on the frontend: run what waits for it, switch the mode on or off if due."""
-        if threading.get_ident() != self.frontend_ident:
+        """At a switch point on the frontend: run what waits for it, switch the mode on or off if due.
+
+        It runs inside the user's code (a hook, a signal handler): an error of ours is kept here and
+        ends the slicing (the counter goes off), it never reaches the user's code. A stop's
+        ``KeyboardInterrupt`` (a pending call) does, as intended.
+        """
+        if threading.get_ident() != self.frontend_ident or self.failed:
             return
+        try:
+            self._tick()
+        except Exception as exc:  # noqa: BLE001 - never into the user's code
+            self.failed = f"{type(exc).__name__}: {exc}"
+            self.pinned = self.frozen = False
+            try:
+                self._switch_off(self._clock())
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _tick(self) -> None:
         if self._pending:
             with self._lock:
                 pending, self._pending = self._pending, []
@@ -187,14 +208,21 @@ class SwitchSignal:
 
     def _handle(self, signum: int, frame: Any) -> None:
         counting = self.counting
-        counting.tick()
-        if counting.off_due() and sys.getprofile() is None:  # landed inside a dispatch: finish outside
-            sys.setprofile(self._finish_off)
+        counting.tick()  # contains its own errors
+        try:
+            if counting.off_due() and sys.getprofile() is None:  # landed inside a dispatch: finish outside
+                sys.setprofile(self._finish_off)
+        except Exception:  # noqa: BLE001 - a signal handler's error would surface anywhere in the user's code
+            pass
 
     def _finish_off(self, frame: Any, event: str, arg: Any) -> None:
         """One-shot profile hook on the main thread: switch off at the first event outside a dispatch."""
         counting = self.counting
-        if not counting.off_due() or counting.tick_off():
+        try:
+            done = not counting.off_due() or counting.tick_off()
+        except Exception:  # noqa: BLE001 - never into the user's code
+            done = True
+        if done:
             sys.setprofile(None)
 
     def poke(self) -> None:

@@ -184,3 +184,23 @@ def test_once_compiled_code_is_seen_the_counter_keeps_its_state_and_nothing_reco
     finally:
         counting.stop()
         torch._dynamo.reset()
+        counters.clear()  # "compiled code seen" is process-wide: later tests start without it
+
+
+def test_an_error_of_ours_never_reaches_the_users_code(rig, monkeypatch):
+    """The switch runs inside the user's code (hooks, a signal handler): it keeps its errors."""
+    clock, mode, counting = rig
+    counting.tick()
+    assert counting.on and not counting.frozen
+    import torchpar_top.probes.agent.usercode_sampling as sampling
+
+    def broken() -> bool:
+        raise AttributeError("partially initialized module")  # as during an import of torch._dynamo
+
+    monkeypatch.setattr(sampling, "compiled_code_seen", broken)
+    clock.now += 1
+    counting.tick()  # no exception here
+    assert "partially initialized" in counting.failed and not counting.on and _stack() == 0
+    clock.now += 100
+    counting.tick()
+    assert not counting.on  # slicing has stopped
