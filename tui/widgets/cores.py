@@ -20,6 +20,8 @@ from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 GAP = 2
 """Cells between columns of cores."""
 
+NO_HOST_IN_REPLAY = "none in a replay: a trace has no per-core load"
+
 
 class CoresPanel(SnapshotPanel):
     """Per-core load, 0..100% on a fixed scale."""
@@ -42,7 +44,8 @@ class CoresPanel(SnapshotPanel):
         cores = snapshot.cores
         n = len(cores)
         if n == 0:
-            return [Row().add("no per-core readings yet", self.style("dim"))]
+            text = NO_HOST_IN_REPLAY if snapshot.replay is not None else "no per-core readings yet"
+            return [Row().add(render.clip(text, width), self.style("dim"))]
         label_w = len(f"cpu{n - 1}")
         rows = min(n, self.max_rows)
         cols = math.ceil(n / rows)

@@ -11,6 +11,7 @@ SYNC_NOTE = "frontend hot in a synchronize = waiting, not working"
 
 SHOWN_WAIT_PERCENT = 5.0
 """A group's run-queue wait is written next to it from this share of a core."""
+NO_THREADS_IN_REPLAY = "none in a replay: a trace has no thread samples"
 WAIT_COLUMN_MIN_WIDTH = 52
 """Narrower panels leave the per-group wait out (the names and bars need the room); the note stays."""
 
@@ -29,6 +30,8 @@ class ThreadsPanel(SnapshotPanel):
 
     def title(self, snapshot: Snapshot) -> str:
         """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
+        if snapshot.replay is not None:
+            return "threads"
         pid = snapshot.child.pid
         ranks = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
         if len(snapshot.ranks) > 1:
@@ -45,7 +48,8 @@ class ThreadsPanel(SnapshotPanel):
         """A row per thread group, then the SYNC note when it applies."""
         groups = snapshot.thread_groups
         if not groups:
-            return [Row().add("no threads sampled yet", self.style("dim"))]
+            text = NO_THREADS_IN_REPLAY if snapshot.replay is not None else "no threads sampled yet"
+            return [Row().add(render.clip(text, width), self.style("dim"))]
         names = [self.label_of(g) for g in groups]
         busy_w = 7  # "12 busy"
         wait_w = 11 if width >= WAIT_COLUMN_MIN_WIDTH else 0  # " waits 156%" (run-queue wait; blank when small)
