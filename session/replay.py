@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import math
 import os
+from bisect import bisect_left
 import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from torchpar_top.analysis import (NO_GPU_NOTE, Analysis, FrontendLane, Intervals, Window, analyse, at_least,
-                                   load_trace, summary)
+from torchpar_top.analysis import (NO_GPU_NOTE, QUEUE_CAP, Analysis, FrontendLane, Intervals, Window, analyse,
+                                   at_least, load_trace, summary)
 from torchpar_top.contract.snapshot import (
     ChildStatus,
     ExecutorView,
@@ -71,16 +72,15 @@ class Frame:
     blocked: tuple[float, ...]
     """Per stream (in :meth:`Analysis.streams` order): share of the frame at or above the cap."""
     launches: tuple[int, ...]
-    """Per rank: launches made within the frame."""
+    """Per rank: launches made within ``[t0, t1)`` (as sync points: consecutive frames count each once)."""
     frontend_busy: float
     """The primary rank's launching thread: share of the frame in CPU ops and not in a sync call."""
     frontend_wait: float
     """The same thread: share of the frame blocked in sync calls."""
 
-    @property
-    def seconds(self) -> float:
-        """The frame's length in seconds of trace time."""
-        return (self.window.t1 - self.window.t0) / 1e6
+    def rate(self, count: float) -> float:
+        """``count`` per second of trace time over the frame."""
+        return count * 1e6 / (self.window.t1 - self.window.t0)
 
 
 def trace_time(us: float, decimals: int | None = None) -> str:
@@ -113,7 +113,7 @@ class ReplaySession:
     """A :class:`~torchpar_top.contract.snapshot.SessionLike` that plays a recorded trace back."""
 
     def __init__(self, path: str | os.PathLike[str], *, interval: float = 0.1, speed: float = DEFAULT_SPEED,
-                 clock: bool = True) -> None:
+                 clock: bool = True, cap: int = QUEUE_CAP) -> None:
         """Load and analyse the trace (nothing plays until :meth:`start`).
 
         Args:
@@ -121,12 +121,13 @@ class ReplaySession:
             interval: seconds on screen between frames.
             speed: seconds of trace time per second on screen.
             clock: tick on a thread after :meth:`start`; ``False`` leaves :meth:`tick` to the caller.
+            cap: the launch queue's capacity (CUDA's 1024; tests use small ones).
 
         Raises:
             TraceError: the trace cannot be read (one line saying why).
         """
         trace = load_trace(path)
-        self.analysis: Analysis = analyse(trace)
+        self.analysis: Analysis = analyse(trace, cap)
         self.names = {(r.rank, d): n for r in trace.ranks for d, n in _device_names(r.metadata).items()}
         """``{(rank, device): name}`` from the trace's ``deviceProperties``."""
         del trace  # the events: the analysis keeps what it needs
@@ -229,8 +230,8 @@ class ReplaySession:
         """The frame ``[t0, t1]``: the analysis' window, time at the cap, launches, the launching thread."""
         length = t1 - t0
         blocked = tuple(s.queue.time_at_cap_between(t0, t1) / length if s.queue else 0.0 for s in self._streams)
-        launches = tuple(sum(s.queue.launched_by(t1) - s.queue.launched_by(t0) for s in r.streams if s.queue)
-                         for r in self._ranks)
+        launches = tuple(sum(bisect_left(s.queue.launch_times, t1) - bisect_left(s.queue.launch_times, t0)
+                             for s in r.streams if s.queue) for r in self._ranks)
         busy = wait = 0.0
         f = self._launcher
         if f is not None:
@@ -366,7 +367,7 @@ class ReplaySession:
                 rank=s.rank if self._multi else None, counts=Counted.KERNELS,
             ))
         state = ChildState.FINISHED if finished else ChildState.RUNNING
-        throughput = [f.launches[0] / f.seconds for f in frames]
+        throughput = [f.rate(f.launches[0]) for f in frames]
         return Snapshot(
             t=time.time(),
             experiment="replay",
@@ -414,7 +415,7 @@ class ReplaySession:
             views.append(RankView(
                 rank=r.rank if self._multi else None,
                 pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
-                state=state, throughput=last.launches[k] / last.seconds if last else None, unit=UNIT,
+                state=state, throughput=last.rate(last.launches[k]) if last else None, unit=UNIT,
                 depth=sum(s.queue.depth_at(self._pos) for s in r.streams if s.queue),
             ))
         return tuple(views)
