@@ -34,6 +34,11 @@ class CoresPanel(SnapshotPanel):
     """Rows before the panel switches to more columns or a more compact cell (the app lowers it on
     short terminals)."""
 
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        """Draw ``snapshot``; in a replay (no host readings) the panel shrinks to one borderless line."""
+        self.set_class(snapshot.replay is not None and not snapshot.cores, "-empty")
+        super().update_snapshot(snapshot)
+
     def title(self, snapshot: Snapshot) -> str:
         """``CPU  N cores``; just ``CPU`` until the first reading."""
         n = len(snapshot.cores)
@@ -43,9 +48,11 @@ class CoresPanel(SnapshotPanel):
         """Rows of cores, in the widest cell that fits."""
         cores = snapshot.cores
         n = len(cores)
+        if n == 0 and snapshot.replay is not None:
+            return [Row().add("CPU  ", self.style("accent")).add(render.clip(NO_HOST_IN_REPLAY, width - 5),
+                                                               self.style("dim"))]
         if n == 0:
-            text = NO_HOST_IN_REPLAY if snapshot.replay is not None else "no per-core readings yet"
-            return [Row().add(render.clip(text, width), self.style("dim"))]
+            return [Row().add("no per-core readings yet", self.style("dim"))]
         label_w = len(f"cpu{n - 1}")
         rows = min(n, self.max_rows)
         cols = math.ceil(n / rows)

@@ -28,6 +28,11 @@ class ThreadsPanel(SnapshotPanel):
     ThreadsPanel { height: auto; }
     """
 
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        """Draw ``snapshot``; in a replay (no host readings) the panel shrinks to one borderless line."""
+        self.set_class(snapshot.replay is not None and not snapshot.thread_groups, "-empty")
+        super().update_snapshot(snapshot)
+
     def title(self, snapshot: Snapshot) -> str:
         """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
         if snapshot.replay is not None:
@@ -47,9 +52,11 @@ class ThreadsPanel(SnapshotPanel):
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """A row per thread group, then the SYNC note when it applies."""
         groups = snapshot.thread_groups
+        if not groups and snapshot.replay is not None:
+            return [Row().add("threads  ", self.style("accent"))
+                    .add(render.clip(NO_THREADS_IN_REPLAY, width - 9), self.style("dim"))]
         if not groups:
-            text = NO_THREADS_IN_REPLAY if snapshot.replay is not None else "no threads sampled yet"
-            return [Row().add(render.clip(text, width), self.style("dim"))]
+            return [Row().add("no threads sampled yet", self.style("dim"))]
         names = [self.label_of(g) for g in groups]
         busy_w = 7  # "12 busy"
         wait_w = 11 if width >= WAIT_COLUMN_MIN_WIDTH else 0  # " waits 156%" (run-queue wait; blank when small)
