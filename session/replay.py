@@ -229,7 +229,8 @@ class ReplaySession:
     def _frame(self, t0: float, t1: float) -> Frame:
         """The frame ``[t0, t1]``: the analysis' window, time at the cap, launches, the launching thread."""
         length = t1 - t0
-        blocked = tuple(s.queue.time_at_cap_between(t0, t1) / length if s.queue else 0.0 for s in self._streams)
+        blocked = tuple(s.queue.time_at_cap_between(t0, t1) / length if s.queue else 0.0
+                        for s in self._streams)
         launches = tuple(sum(bisect_left(s.queue.launch_times, t1) - bisect_left(s.queue.launch_times, t0)
                              for s in r.streams if s.queue) for r in self._ranks)
         busy = wait = 0.0
@@ -329,7 +330,8 @@ class ReplaySession:
 
     def profile(self, seconds: float = 1.0) -> None:
         """The replay is a profiler trace already: says so."""
-        self._say("this is a profiler trace already, analysed HTA's way: its summary is at the top of the log")
+        self._say("this is a profiler trace already, analysed HTA's way: its summary is at the top of the "
+                  "log")
 
     def experiments(self) -> Sequence[Experiment]:
         """None: a replay runs no experiment."""

@@ -373,3 +373,20 @@ def test_the_a100_five_stream_trace_reaches_its_deepest_queue():
     assert [max(e.history) for e in snap.executors] == [946, 4, 17, 3, 4, 4]
     assert max(snap.overlap) > 0 and snap.gpus[0].name == "NVIDIA A100-SXM4-80GB"
     assert snap.replay.duration == pytest.approx(1.232469)
+
+
+def test_a_live_session_answers_the_replay_keys_in_the_log():
+    from torchpar_top.session.session import Session
+
+    session = Session("async")  # not started: nothing runs
+    try:
+        session.step(1)
+        session.seek(0.05)
+        session.seek_start()
+        session.change_speed(2.0)
+        texts = log_texts(session.snapshot())[-4:]
+    finally:
+        session.close()
+    assert [t.split(":")[0] for t in texts] == ["stepping frame by frame", "seeking", "going back to the start",
+                                                "changing the speed"]
+    assert all(t.endswith("only in a replay of a recorded trace (torchpar-top replay TRACE)") for t in texts)
