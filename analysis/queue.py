@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import Iterable
 
 from torchpar_top.analysis.events import Event, span
+from torchpar_top.analysis.intervals import Intervals
 from torchpar_top.contract.vocab import QUEUE_CAP  # HTA's per-stream limit: 1022-1024, undocumented
 
 
@@ -44,6 +45,10 @@ class QueueSeries:
     """µs with depth >= ``cap``."""
     span: float
     """µs covered by the trace the series comes from (for shares)."""
+    launch_times: tuple[float, ...] = ()
+    """When each counted launch was made (µs), increasing: the +1 steps."""
+    start_times: tuple[float, ...] = ()
+    """When each launched GPU op started (µs), increasing: the -1 steps."""
 
     @property
     def points(self) -> tuple[tuple[float, int], ...]:
@@ -73,6 +78,23 @@ class QueueSeries:
         """µs the depth stays at or above ``level``."""
         t, d = self.times, self.depths
         return sum(t[i + 1] - t[i] for i in range(len(t) - 1) if d[i] >= level)
+
+    def launched_by(self, t: float) -> int:
+        """Launches made at or before ``t`` (the L of ``Q = L - S``)."""
+        return bisect_right(self.launch_times, t)
+
+    def started_by(self, t: float) -> int:
+        """Launched GPU ops started at or before ``t`` (the S of ``Q = L - S``)."""
+        return bisect_right(self.start_times, t)
+
+    def time_at_cap_between(self, t0: float, t1: float) -> float:
+        """µs within ``[t0, t1]`` with the depth at or above the cap (a launch would block)."""
+        return self._at_cap.covered(t0, t1)
+
+    @cached_property
+    def _at_cap(self) -> Intervals:
+        t, d = self.times, self.depths
+        return Intervals.union((t[i], t[i + 1]) for i in range(len(t) - 1) if d[i] >= self.cap)
 
     @cached_property
     def _table(self) -> list[list[int]]:
@@ -122,8 +144,10 @@ def _series(rank: int, key: tuple[int, int], rows: list[tuple[float, int]], cap:
             times.append(ts)
             depths.append(depth)
     at_cap = sum(times[i + 1] - times[i] for i in range(len(times) - 1) if depths[i] >= cap)
+    launch_times = tuple(ts for ts, minus_delta in rows if minus_delta < 0)
+    start_times = tuple(ts for ts, minus_delta in rows if minus_delta > 0)
     return QueueSeries(rank, key[0], key[1], len(rows) // 2, tuple(times), tuple(depths), top,
-                       total / len(rows), cap, at_cap, trace_span)
+                       total / len(rows), cap, at_cap, trace_span, launch_times, start_times)
 
 
 def _sparse_table(values: tuple[int, ...]) -> list[list[int]]:

@@ -1,5 +1,5 @@
 """The command line: ``torchpar-top [OPTIONS]``, ``torchpar-top run ... SCRIPT|-m MODULE [ARGS]``,
-``torchpar-top attach PID``, ``torchpar-top replay TRACE --summary``. Errors are one line and exit
+``torchpar-top attach PID``, ``torchpar-top replay TRACE [--summary]``. Errors are one line and exit
 status 2."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main_parser() -> Parser:
         "per-core load, the child's threads by role, launch-queue depth per executor, busy lanes and "
         "overlap, and async vs sync throughput. Subcommands: `torchpar-top run SCRIPT.py [ARGS]` "
         "(your code, see `torchpar-top run --help`), `torchpar-top attach PID` and "
-        "`torchpar-top replay TRACE --summary` (a recorded torch.profiler trace).",
+        "`torchpar-top replay TRACE` (a recorded torch.profiler trace, played back).",
         epilog=KEYS,
     )
     parser.add_argument(
@@ -107,16 +107,28 @@ def attach_parser() -> Parser:
 
 
 def replay_parser() -> Parser:
-    """``torchpar-top replay TRACE --summary``: a recorded profiler trace."""
+    """``torchpar-top replay TRACE [--speed X] [--summary]``: a recorded profiler trace."""
     parser = Parser(
         prog="torchpar-top replay",
-        description="Analyse a recorded torch.profiler trace (Chrome trace JSON, .json or .json.gz, or a "
-        "folder of rank-N.json.gz): launch-queue depth per stream as Holistic Trace Analysis computes it, "
-        "busy time per stream, overlap, kernel-active share per device, the frontend's sync points.",
+        description="Play a recorded torch.profiler trace (Chrome trace JSON, .json or .json.gz, or a folder "
+        "of rank-N.json.gz) through the same screen: launch-queue depth per stream as Holistic Trace "
+        "Analysis computes it, busy lanes and overlap, kernel-active share per device, the frontend's sync "
+        "points. --summary prints the whole trace's analysis as one JSON object instead.",
+        epilog="Keys in a replay: p pause/play, . and , one frame on/back, left/right seek 5%, home the "
+        "trace's start, [ and ] half/double speed, r again, ? help, q quit.",
     )
     parser.add_argument("trace", metavar="TRACE", help="a trace file, or a folder of one trace per rank")
     parser.add_argument("--summary", action="store_true",
                         help="print one JSON object that summarises the trace, then exit")
+    parser.add_argument("--speed", type=positive, default=0.01, metavar="X",
+                        help="seconds of trace time per second on screen (default: 0.01, 100 times slower "
+                        "than the trace ran)")
+    parser.add_argument("--interval", type=positive, default=0.1, metavar="SECONDS",
+                        help="seconds on screen between frames (default: 0.1)")
+    parser.add_argument("--headless", action="store_true",
+                        help="no screen: write one JSON object per frame to stdout until the end of the trace")
+    parser.add_argument("--duration", type=positive, metavar="SECONDS",
+                        help="with --headless: stop after this many seconds, before the end of the trace")
     return parser
 
 

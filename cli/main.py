@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
+import math
 import signal
 import sys
 from typing import Any, NoReturn, Sequence
@@ -96,21 +97,56 @@ def _attach_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
 
 
 def _replay(argv: list[str]) -> int:
-    """``torchpar-top replay TRACE --summary``: analyse a recorded trace (no child, no session)."""
+    """``torchpar-top replay TRACE``: play a recorded trace on the screen (or headless), or ``--summary``."""
     from torchpar_top.analysis import TraceError, analyse_path, summary
 
     parser = replay_parser()
     args = parser.parse_args(argv)
-    if not args.summary:
-        parser.exit(2, "torchpar-top: error: the replay screen is not built yet; use --summary\n")
+    if args.summary:
+        if args.headless or args.duration is not None:
+            parser.error("--summary prints one object: --headless and --duration do not apply")
+        try:
+            result = summary(analyse_path(args.trace))
+        except TraceError as exc:
+            parser.exit(2, f"torchpar-top: error: {exc}\n")
+        if result["note"]:
+            print(f"torchpar-top: note: {result['note']}", file=sys.stderr)
+        json.dump(result, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    if args.duration is not None and not args.headless:
+        parser.error("--duration only applies with --headless")
+
+    from torchpar_top.session.replay import ReplaySession
+
     try:
-        result = summary(analyse_path(args.trace))
+        session = ReplaySession(args.trace, interval=args.interval, speed=args.speed)
     except TraceError as exc:
         parser.exit(2, f"torchpar-top: error: {exc}\n")
-    if result["note"]:
-        print(f"torchpar-top: note: {result['note']}", file=sys.stderr)
-    json.dump(result, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    atexit.register(session.close)  # the clock's thread stops however we leave
+    if args.headless:
+        from torchpar_top.analysis import NO_GPU_NOTE
+        from torchpar_top.session import headless
+
+        if not session.analysis.has_gpu:
+            print(f"torchpar-top: note: {NO_GPU_NOTE}", file=sys.stderr)
+        _on_signals(_exit_on_signal)
+        try:
+            return headless.run(session, args.duration or math.inf, sys.stdout)
+        except KeyboardInterrupt:
+            return 130
+
+    from torchpar_top.tui.app import TorchparTopApp
+
+    app = TorchparTopApp(session)
+
+    def _quit() -> None:
+        session.close()
+        app.exit()
+
+    _on_signals(_quit)
+    app.run()
+    session.close()
     return 0
 
 

@@ -247,6 +247,24 @@ class StackView:
 
 
 @dataclass(frozen=True)
+class ReplayView:
+    """Where the replay of a recorded profiler trace stands (``torchpar-top replay``)."""
+
+    path: str
+    """The trace file or folder."""
+    position: float
+    """Seconds of trace time from the trace's start to the end of the newest frame."""
+    duration: float
+    """Seconds the trace covers (first event's start to last event's end)."""
+    speed: float
+    """Seconds of trace time played per second on screen."""
+    frame: float
+    """Seconds of trace time per frame (the interval times the speed)."""
+    finished: bool = False
+    """The position reached the trace's end."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything the screen shows at one moment."""
 
@@ -306,6 +324,8 @@ class Snapshot:
     stack: StackView | None = None
     stack_status: str = ""
     """Why there is no stack (py-spy missing, ptrace not permitted...), or ''."""
+    replay: ReplayView | None = None
+    """A recorded trace played back: no host readings, every figure from the trace's analysis."""
 
     @property
     def ratio(self) -> float | None:
@@ -361,3 +381,15 @@ class SessionLike(Protocol):
 
     def profile(self, seconds: float = 1.0) -> None:
         """Ask the child for a short torch.profiler window (exact per-stream queue length on CUDA)."""
+
+    def step(self, frames: int) -> None:
+        """Replay: pause, then move ``frames`` frames forward (negative: back)."""
+
+    def seek(self, share: float) -> None:
+        """Replay: move the position by ``share`` of the trace (negative: back), within the trace."""
+
+    def seek_start(self) -> None:
+        """Replay: go to the trace's start."""
+
+    def change_speed(self, factor: float) -> None:
+        """Replay: multiply the speed (trace seconds per second on screen) by ``factor``."""

@@ -71,6 +71,8 @@ class ChildState(Word):
     """Could not be started."""
     ATTACHED = "attached"
     """A process torchpar-top did not start (``attach``): no agent inside."""
+    FINISHED = "finished"
+    """A replayed trace reached its end (``replay``): no process ran, none exited."""
 
 
 class Role(Word):

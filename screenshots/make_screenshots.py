@@ -1,5 +1,8 @@
 """Screenshots from real runs: the app with a real session and real children, keys pressed as a person would.
 
+The ``replay-*`` shots play real profiler traces recorded on A100 GPUs (``tests/data/hta/``) through the same
+screen: every number in them comes from the trace's analysis.
+
     python screenshots/make_screenshots.py [--only NAME] [--no-png]
 
 Writes ``screenshots/NAME.svg`` (Textual's own SVG export) and, when Chromium is installed,
@@ -20,6 +23,7 @@ import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 SCRIPTS = HERE.parent / "tests" / "scripts"
+TRACES = HERE.parent / "tests" / "data" / "hta"
 
 # name -> (target, [(keys to press, seconds to wait after)], size)
 SHOTS = {
@@ -30,14 +34,24 @@ SHOTS = {
     "inter-op": ("inter-op", [((), 8.0)], (120, 36)),
     "run-train": ("run", [((), 10.0)], (120, 36)),
     "async-80x24": ("async", [((), 8.0)], (80, 24)),
+    # replays, at a moment chosen in the analysis whatever the load time: pause at once, go to the trace's
+    # start, seek with the right arrow (5 % of the trace each), then step back frame by frame (1 ms each).
+    # 240.5 ms into the 5-stream trace: six streams busy in the last 50 ms, s7 767 deep; 789.2 ms into the
+    # 2-rank trace: both ranks' s7 queues at their deepest (76 and 85).
+    "replay-a100-5-streams": ("replay:a100_sxm4_5_streams.json.gz",
+                              [(("p", "home") + ("right",) * 4 + ("comma",) * 6, 1.0)], (120, 36)),
+    "replay-2-ranks": ("replay:gpu_2_ranks", [(("p", "home") + ("right",) * 13 + ("comma",) * 16, 1.0)], (120, 48)),
 }
 
 
 def _session(target: str):
     from torchpar_top.main import _gpu_probe, _stack_source
+    from torchpar_top.session.replay import ReplaySession
     from torchpar_top.session.session import Session
     from torchpar_top.session.targets import ScriptTarget
 
+    if target.startswith("replay:"):
+        return ReplaySession(os.path.relpath(TRACES / target.split(":", 1)[1]))  # as a user would type it
     if target == "run":
         script = os.path.relpath(SCRIPTS / "train_dataloader.py")  # as a user would type it
         target = ScriptTarget(script, ("400",))

@@ -10,9 +10,10 @@ completed, ready, busy, blocked, emulated}], ``throughput`` {value, unit}, ``num
 frontend_wait}}, ``ratio``, ``results`` [{label, value, unit}], ``scaling`` [{threads, gflops}],
 ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
-or null, ``stack`` {thread, idle, waiting_in, frames} or null, ``stack_status``, ``log`` [new log lines
-since the previous object]. Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field
-(the last value of a history); nothing is derived here.
+or null, ``stack`` {thread, idle, waiting_in, frames} or null, ``stack_status``, ``replay`` {path,
+position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous object].
+Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history);
+nothing is derived here.
 """
 
 from __future__ import annotations
@@ -79,12 +80,14 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
             "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
         },
         "stack_status": snap.stack_status,
+        "replay": to_plain(snap.replay),
         "log": [{"source": line.source.value, "text": line.text} for line in snap.log if line.seq > log_after],
     }
 
 
 def run(session: Any, duration: float, out: TextIO) -> int:
-    """Start ``session``, print one line per host sample for ``duration`` seconds, close it.
+    """Start ``session``, print one line per host sample for ``duration`` seconds (or until a replay
+    reaches its end), close it.
 
     Returns:
         0, or 1 when the workload exited with a failure before the end.
@@ -103,6 +106,8 @@ def run(session: Any, duration: float, out: TextIO) -> int:
             out.flush()
             if snap.log:
                 log_after = snap.log[-1].seq
+            if snap.replay is not None and snap.replay.finished:
+                break
     finally:
         session.close()
     child = session.snapshot().child

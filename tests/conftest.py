@@ -12,3 +12,16 @@ os.environ.pop("TEXTUAL_THEME", None)
 
 # tests/fakes/ (FakeSession) imports as ``fakes`` (pytest runs with --import-mode=importlib).
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_compiled_code_carried_over():
+    """torch.compile's "frames compiled" counter is process-wide, and the op counter freezes once it
+    sees compiled code: a test that compiles must not change what the next test's counter does."""
+    yield
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is not None and hasattr(utils, "counters"):
+        utils.counters.clear()

@@ -42,6 +42,9 @@ NARROW_SCREEN_COLUMNS = 100
 NO_STACK_HINT = "no Python stack here: stacks are sampled for `torchpar-top run` and `attach`"
 """Said when ``k`` is pressed where there is no stack to show."""
 
+SEEK_SHARE = 0.05
+"""How far ``left`` and ``right`` move a replay, as a share of the trace."""
+
 FrameHook = Callable[[Snapshot], None]
 """Called with each snapshot once it is on screen (see ``on_frame``)."""
 
@@ -168,6 +171,7 @@ class TorchparTopApp(App[None]):
                 row.fit()
             if self._main_screen is not None and self._detail is not None:
                 self._main_screen.set_class(self._detail.display, "-detail")
+                self._main_screen.set_class(snapshot.replay is not None, "-replay")
         if self.on_frame is not None:
             self.call_after_refresh(self.on_frame, snapshot)
 
@@ -217,12 +221,54 @@ class TorchparTopApp(App[None]):
     def action_pick_experiment(self) -> None:
         """``w``: the experiment picker; Enter runs the chosen one."""
         current = self.last_snapshot.experiment if self.last_snapshot else ""
+        experiments = self.session.experiments()
+        if not experiments:  # a replay runs none: the session says why
+            self.run_experiment("")
+            return
 
         def chosen(name: str | None) -> None:
             if name:
                 self.run_experiment(name)
 
-        self.push_screen(PickerScreen(self.session.experiments(), current), chosen)
+        self.push_screen(PickerScreen(experiments, current), chosen)
+
+    # replay: each a session call; a live session answers "only in a replay" in the log
+
+    def action_step_forward(self) -> None:
+        """``.``: pause the replay and show the next frame."""
+        self._replay_call(self.session.step, 1)
+
+    def action_step_back(self) -> None:
+        """``,``: pause the replay and show the previous frame."""
+        self._replay_call(self.session.step, -1)
+
+    def action_seek_back(self) -> None:
+        """``left``: 5 % of the trace back."""
+        self._replay_call(self.session.seek, -SEEK_SHARE)
+
+    def action_seek_forward(self) -> None:
+        """``right``: 5 % of the trace on."""
+        self._replay_call(self.session.seek, SEEK_SHARE)
+
+    def action_seek_start(self) -> None:
+        """``home``: the trace's start."""
+        self._replay_call(self.session.seek_start)
+
+    def action_slower(self) -> None:
+        """``[``: half the replay's speed."""
+        self._replay_call(self.session.change_speed, 0.5)
+
+    def action_faster(self) -> None:
+        """``]``: double the replay's speed."""
+        self._replay_call(self.session.change_speed, 2.0)
+
+    def _replay_call(self, method: Callable[..., None], *args: float) -> None:
+        """Call the session, redraw, and take ``paused`` from a replay (stepping pauses it)."""
+        method(*args)
+        self.refresh_from_session()
+        snapshot = self.last_snapshot
+        if snapshot is not None and snapshot.replay is not None:
+            self.paused = snapshot.paused
 
     def action_help(self) -> None:
         """``?``: what the panels mean."""

@@ -19,10 +19,10 @@ class Panel:
 
 PANELS: tuple[Panel, ...] = (
     Panel("header",
-          "what runs (an experiment, `run train.py`, `run train.py ×2 ranks`, `attach PID`), and the mode: "
-          "**ASYNC** (the frontend enqueues work and returns at once) or **SYNC** (a `synchronize()` after "
-          "every op). Then the child's state when it is not running (*exited 1*, *attached*), throughput "
-          "and the summed queue depth.",
+          "what runs (an experiment, `run train.py`, `run train.py ×2 ranks`, `attach PID`, `replay "
+          "trace.json.gz`), and the mode: **ASYNC** (the frontend enqueues work and returns at once) or "
+          "**SYNC** (a `synchronize()` after every op). Then the child's state when it is not running "
+          "(*exited 1*, *attached*, a replay *finished*), throughput and the summed queue depth.",
           "Throughput is the workload's own count per second: items, mm, chains or optimizer steps."),
     Panel("CPU", "load per core, 0-100% on a fixed scale, with a short history.",
           "From psutil in the monitor; rows up to 8 cores, compact cells up to 64, one glyph per core up "
@@ -76,7 +76,9 @@ PANELS: tuple[Panel, ...] = (
           "no GPU data. An idle GPU reads the driver's 0 %, not its last busy value. GPUs are labelled "
           "`cuda:N` as the workload numbers them; when torchrun ranks number them differently (a "
           "`CUDA_VISIBLE_DEVICES` per rank) they are labelled by NVML index, `nvml:N`, and the status line "
-          "says why. A GPU NVML may not open reads *no permission*, not *lost*."),
+          "says why. A GPU NVML may not open reads *no permission*, not *lost*. In a replay kernel-active "
+          "comes from the trace (the share of each frame with a kernel, copy or memset running) and the "
+          "title says so."),
     Panel("frontend stack (py-spy)",
           "the main thread's Python stack, outermost first, innermost last, about twice a second, and what "
           "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...). When there is no stack the panel "

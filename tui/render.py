@@ -139,6 +139,15 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
+def seconds(x: float) -> str:
+    """A span of time with three digits and its unit: ``50.0 ms``, ``950 µs``, ``1.23 s``."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(x) >= scale or unit == "µs":
+            value = x / scale
+            return f"{value:.{max(0, 2 - math.floor(math.log10(abs(value)))) if value else 0}f} {unit}"
+    return "—"  # pragma: no cover
+
+
 def clip(text: str, width: int) -> str:
     """``text`` cut to ``width`` cells, with ``…`` when something was cut."""
     if width <= 0:

@@ -199,8 +199,10 @@ class SwitchSignal:
 
     def install(self) -> bool:
         """Install the handler (on the main thread), unless the signal is taken; True when installed."""
-        if threading.get_ident() != self._main or signal.getsignal(SIGNAL) not in (signal.SIG_DFL, None):
+        if threading.get_ident() != self._main:
             return False
+        if signal.getsignal(SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN, None):
+            return False  # someone's own handler: leave it alone
         signal.signal(SIGNAL, self._handle)
         signal.siginterrupt(SIGNAL, False)  # SA_RESTART: a system call it interrupts resumes
         self.installed = True

@@ -569,3 +569,21 @@ class FakeSession:
         self.calls.append(("restart",))
         child = dataclasses.replace(self.snapshot_value.child, state=ChildState.RUNNING, exit_code=None)
         self.snapshot_value = dataclasses.replace(self.snapshot_value, child=child)
+
+    def step(self, frames: int) -> None:
+        """Record; a replay pauses to step (as :class:`~torchpar_top.session.replay.ReplaySession` does)."""
+        self.calls.append(("step", frames))
+        if self.snapshot_value.replay is not None:
+            self.snapshot_value = dataclasses.replace(self.snapshot_value, paused=True)
+
+    def seek(self, share: float) -> None:
+        """Record."""
+        self.calls.append(("seek", share))
+
+    def seek_start(self) -> None:
+        """Record."""
+        self.calls.append(("seek_start",))
+
+    def change_speed(self, factor: float) -> None:
+        """Record."""
+        self.calls.append(("change_speed", factor))

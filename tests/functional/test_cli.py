@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from waiting import wait_for
+
 CMD = [sys.executable, "-m", "torchpar_top"]
 
 
@@ -181,7 +183,11 @@ def test_replay_errors_are_one_line_and_status_2(tmp_path):
         ([str(cut), "--summary"], "truncated gzip file"),
         ([str(odd), "--summary"], "unknown format"),
         ([str(tmp_path / "missing.json"), "--summary"], "no such file or folder"),
-        ([os.path.join(TRACES, "cpu_only.json.gz")], "the replay screen is not built yet; use --summary"),
+        ([str(cut)], "truncated gzip file"),
+        ([str(cut), "--headless"], "truncated gzip file"),
+        ([os.path.join(TRACES, "cpu_only.json.gz"), "--duration", "3"], "--duration only applies with --headless"),
+        ([os.path.join(TRACES, "cpu_only.json.gz"), "--summary", "--headless"], "--headless and --duration do not"),
+        ([os.path.join(TRACES, "cpu_only.json.gz"), "--speed", "0"], "must be greater than 0"),
         (["--summary"], "the following arguments are required: TRACE"),
     ]
     for args, needle in cases:
@@ -198,3 +204,87 @@ def test_replay_through_main_without_a_subprocess(capsys):
     assert main(["replay", os.path.join(TRACES, "mi250_rocm.json.gz"), "--summary"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert [(s["device"], s["stream"], s["launches"]) for s in summary["streams"]] == [(2, 0, 16)]
+
+
+def test_replay_headless_plays_to_the_end_and_stops():
+    # 5 ms of trace per frame: the 19.9 ms trace, from its first launch at 0.4 ms, in 4 frames
+    proc = run("replay", os.path.join(TRACES, "a100_event_sync_3_streams.json.gz"), "--headless",
+               "--speed", "0.1", "--interval", "0.05", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(records) == 4
+    first, last = records[0], records[-1]
+    assert first["target"] == "replay a100_event_sync_3_streams.json.gz" and first["mode"] == "async"
+    assert first["child"]["state"] == "running" and last["child"]["state"] == "finished"
+    assert [r["replay"]["finished"] for r in records] == [False, False, False, True]
+    assert last["replay"]["position"] == pytest.approx(last["replay"]["duration"])
+    assert [e["name"] for e in last["executors"]] == ["cuda:0 s20", "cuda:0 s24", "cuda:0 s28"]
+    assert {(e["kind"], e["quantity"], e["counts"], e["capacity"]) for e in last["executors"]} == {
+        ("cuda-stream", "depth", "kernels", 1024)}
+    assert [(e["launched"], e["completed"], e["value"]) for e in last["executors"]] == [(2, 2, 0)] * 3
+    assert last["gpus"][0]["name"] == "NVIDIA A100-PG509-200" and last["throughput"]["unit"] == "launches/s"
+    texts = [line["text"] for r in records for line in r["log"]]
+    assert "rank 0 cuda:0 s28: 2 launches, depth max 2 mean 1.0 (HTA's), never at the cap, busy 124 µs" in texts
+    assert texts[-1].startswith("replay finished at t = 19.9 ms")
+
+
+def test_replay_headless_duration_stops_before_the_end():
+    proc = run("replay", os.path.join(TRACES, "a100_alexnet_2_streams.json.gz"), "--headless", "--duration", "0.5",
+               timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records and not records[-1]["replay"]["finished"]
+    assert records[-1]["child"]["state"] == "running"
+
+
+def test_replay_headless_of_a_cpu_only_trace_is_a_note_and_one_line():
+    proc = run("replay", os.path.join(TRACES, "cpu_only.json.gz"), "--headless", timeout=60)
+    assert proc.returncode == 0
+    assert proc.stderr.strip().splitlines() == [
+        "torchpar-top: note: no GPU activity in this trace (no kernel, memcpy or memset events): no queues or lanes "
+        "to show"]
+    (record,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert record["executors"] == [] and record["child"]["state"] == "finished"
+    assert record["notice"].startswith("no GPU activity in this trace")
+
+
+@pytest.mark.slow
+def test_replay_screen_in_a_terminal_quits_on_q():
+    import pty
+
+    pid, master = pty.fork()
+    if pid == 0:  # the child: becomes torchpar-top replay
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
+        os.execve(sys.executable, [sys.executable, "-m", "torchpar_top", "replay",
+                                   os.path.join(TRACES, "a100_event_sync_3_streams.json.gz")], env)
+    os.set_blocking(master, False)
+    seen = bytearray()
+
+    def read():
+        try:
+            while chunk := os.read(master, 65536):
+                seen.extend(chunk)
+        except OSError:
+            pass
+        return seen
+
+    exited = {}
+
+    def ended():
+        read()
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got:
+            exited["status"] = status
+        return got
+
+    try:
+        wait_for(lambda: b"launch queue" in read() and b"cuda:0 s28" in seen, timeout=60)
+        os.write(master, b"q")
+        wait_for(ended, timeout=30)
+    finally:
+        if not exited:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(master)
+    assert os.waitstatus_to_exitcode(exited["status"]) == 0

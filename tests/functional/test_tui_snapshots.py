@@ -7,8 +7,10 @@ rendering changes across minor versions.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 from fakes.fake_session import (
     FakeSession,
     make_attach_snapshot,
@@ -19,7 +21,10 @@ from fakes.fake_session import (
 from textual.pilot import Pilot
 
 from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.session.replay import ReplaySession
 from torchpar_top.tui.app import TorchparTopApp
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SnapCompare = Callable[..., bool]
 
@@ -91,3 +96,14 @@ def test_torchrun_rank_exited_120x36(snap_compare: SnapCompare) -> None:
 def test_attach_no_ptrace_120x36(snap_compare: SnapCompare) -> None:
     """``attach PID``: the notice instead of queues, and why there is no stack."""
     assert snap_compare(app_serving(make_attach_snapshot()), terminal_size=(120, 36), run_before=redraw)
+
+
+def test_replay_a100_5_streams_120x36(snap_compare: SnapCompare, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torchpar-top replay a100_sxm4_5_streams.json.gz``, 240 ms in (six streams busy in the lanes' last
+    50 ms of trace), driven by hand: the clock is off, each frame a ``tick()``."""
+    monkeypatch.chdir(ROOT)  # the log names the trace as given: a path relative to the checkout
+    session = ReplaySession("tests/data/hta/a100_sxm4_5_streams.json.gz", clock=False)
+    for _ in range(239):
+        session.tick()
+    app = TorchparTopApp(session, render_interval=None)
+    assert snap_compare(app, terminal_size=(120, 36), run_before=redraw)

@@ -159,3 +159,29 @@ def test_the_depth_of_a_real_stream_in_a_window_is_the_step_function_there():
 def test_load_trace_then_analyse_equals_analyse_path():
     assert analyse(load_trace(DATA / "a100_alexnet_2_streams.json.gz")) == \
         analyse_path(DATA / "a100_alexnet_2_streams.json.gz")
+
+
+def test_launches_starts_and_time_at_the_cap_within_a_window():
+    """The counters behind a replay frame: L and S up to a time, and the time at the cap in a window."""
+    a = analyse(Trace("tiny", (RankTrace(0, "tiny", tuple(events_from_chrome(TINY)), {}),)), cap=2)
+    s7, s13 = a.streams()
+    q = s7.queue
+    assert (q.launch_times, q.start_times) == ((2, 12), (20, 50))
+    assert [(q.launched_by(t), q.started_by(t)) for t in (1, 2, 12, 19, 20, 50, 99)] == [
+        (0, 0), (1, 0), (2, 0), (2, 0), (2, 1), (2, 2), (2, 2)]
+    for t in (1, 2, 12, 19, 20, 50, 99):
+        assert q.launched_by(t) - q.started_by(t) == q.depth_at(t)
+    # at depth 2 (the cap here) from 12 to 20
+    assert q.time_at_cap_between(0, 100) == 8 == q.time_at_cap
+    assert q.time_at_cap_between(15, 30) == 5 and q.time_at_cap_between(20, 30) == 0
+    assert s13.queue.time_at_cap_between(0, 100) == 0
+
+
+def test_launch_and_start_counts_of_a_real_stream_match_its_depth():
+    (lane, *_) = analyse_path(DATA / "a100_sxm4_5_streams.json.gz").streams()
+    q = lane.queue
+    assert len(q.launch_times) == len(q.start_times) == q.launches == 6050
+    for i in range(0, len(q.times), 811):
+        t = q.times[i]
+        assert q.launched_by(t) - q.started_by(t) == q.depths[i]
+    assert q.time_at_cap_between(q.times[0], q.times[-1]) == 0  # never at 1024 (max 946)

@@ -47,7 +47,7 @@ class RecordingUser(UserCode):
 
 @pytest.fixture
 def agent():
-    a = RecordingUser()
+    a = RecordingUser(every_op=True)  # the counting itself; slices: tests/unit/test_usercode_sampling.py
     yield a
     a.agent.close()
 

@@ -20,6 +20,8 @@ from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 GAP = 2
 """Cells between columns of cores."""
 
+NO_HOST_IN_REPLAY = "none in a replay: a trace has no per-core load"
+
 
 class CoresPanel(SnapshotPanel):
     """Per-core load, 0..100% on a fixed scale."""
@@ -32,6 +34,11 @@ class CoresPanel(SnapshotPanel):
     """Rows before the panel switches to more columns or a more compact cell (the app lowers it on
     short terminals)."""
 
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        """Draw ``snapshot``; in a replay (no host readings) the panel shrinks to one borderless line."""
+        self.set_class(snapshot.replay is not None and not snapshot.cores, "-empty")
+        super().update_snapshot(snapshot)
+
     def title(self, snapshot: Snapshot) -> str:
         """``CPU  N cores``; just ``CPU`` until the first reading."""
         n = len(snapshot.cores)
@@ -41,6 +48,9 @@ class CoresPanel(SnapshotPanel):
         """Rows of cores, in the widest cell that fits."""
         cores = snapshot.cores
         n = len(cores)
+        if n == 0 and snapshot.replay is not None:
+            return [Row().add("CPU  ", self.style("accent")).add(render.clip(NO_HOST_IN_REPLAY, width - 5),
+                                                               self.style("dim"))]
         if n == 0:
             return [Row().add("no per-core readings yet", self.style("dim"))]
         label_w = len(f"cpu{n - 1}")

@@ -51,7 +51,11 @@ class LanesPanel(SnapshotPanel):
         return not snapshot.attached
 
     def title(self, snapshot: Snapshot) -> str:
-        """``lanes, last 5 s``."""
+        """``lanes, last 5 s``; in a replay, that much trace time (``lanes, last 50.0 ms of trace``)."""
+        replay = snapshot.replay
+        if replay is not None and snapshot.interval > 0:
+            span = render.seconds(WINDOW_SECONDS / snapshot.interval * replay.frame)
+            return f"lanes, last {span} of trace  ({LAUNCH} launching  {WAIT} in a sync)"
         return f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} waiting)"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:

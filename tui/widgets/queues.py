@@ -93,10 +93,12 @@ class QueuesPanel(SnapshotPanel):
         return "launch queue (frontend → backend)"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
-        """A row per executor, then the session's notice (wrapped)."""
-        out = self._executors(snapshot, width)
-        for i, line in enumerate(render.wrap(snapshot.notice, width - 2)):
-            out.append(Row().add("  " if i else "» ", self.style("note")).add(line, self.style("note")))
+        """A row per executor, then the session's notice (wrapped); in a replay the notice, where it
+        stands, comes first (a short panel cuts its last rows)."""
+        notice = [Row().add("  " if i else "» ", self.style("note")).add(line, self.style("note"))
+                  for i, line in enumerate(render.wrap(snapshot.notice, width - 2))]
+        executors = self._executors(snapshot, width)
+        out = notice + executors if snapshot.replay is not None else executors + notice
         if not out:
             out.append(Row().add("no executors reported yet", self.style("dim")))
         return out

@@ -31,8 +31,9 @@ class ScoreboardPanel(SnapshotPanel):
     """
 
     def shown(self, snapshot: Snapshot) -> bool:
-        """Not when attached to a process without the agent: nothing here can be measured then."""
-        return not snapshot.attached
+        """Not when attached to a process without the agent, nor in a replay (one recorded run, one
+        mode): nothing here can be measured then."""
+        return not snapshot.attached and snapshot.replay is None
 
     def title(self, snapshot: Snapshot) -> str:
         """The panel's title."""

@@ -11,6 +11,7 @@ SYNC_NOTE = "frontend hot in a synchronize = waiting, not working"
 
 SHOWN_WAIT_PERCENT = 5.0
 """A group's run-queue wait is written next to it from this share of a core."""
+NO_THREADS_IN_REPLAY = "none in a replay: a trace has no thread samples"
 WAIT_COLUMN_MIN_WIDTH = 52
 """Narrower panels leave the per-group wait out (the names and bars need the room); the note stays."""
 
@@ -27,8 +28,15 @@ class ThreadsPanel(SnapshotPanel):
     ThreadsPanel { height: auto; }
     """
 
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        """Draw ``snapshot``; in a replay (no host readings) the panel shrinks to one borderless line."""
+        self.set_class(snapshot.replay is not None and not snapshot.thread_groups, "-empty")
+        super().update_snapshot(snapshot)
+
     def title(self, snapshot: Snapshot) -> str:
         """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
+        if snapshot.replay is not None:
+            return "threads"
         pid = snapshot.child.pid
         ranks = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
         if len(snapshot.ranks) > 1:
@@ -44,6 +52,9 @@ class ThreadsPanel(SnapshotPanel):
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """A row per thread group, then the SYNC note when it applies."""
         groups = snapshot.thread_groups
+        if not groups and snapshot.replay is not None:
+            return [Row().add("threads  ", self.style("accent"))
+                    .add(render.clip(NO_THREADS_IN_REPLAY, width - 9), self.style("dim"))]
         if not groups:
             return [Row().add("no threads sampled yet", self.style("dim"))]
         names = [self.label_of(g) for g in groups]
