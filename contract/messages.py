@@ -226,6 +226,9 @@ class Profile(Message):
 
     TYPE: ClassVar[str] = "profile"
     seconds: float = bounded(above=0.0, hi=10.0)
+    export_path: str | None = None
+    """An absolute path where the agent also writes the window's Chrome trace (``.gz``: gzipped), for
+    offline analysis (``benchmarks/gpu_check.py``); None: analysed, then discarded."""
 
 
 @dataclass(frozen=True)

@@ -331,18 +331,23 @@ class Agent:
                            f" with: r restarts with {cmd.value}")
             self._ack(cmd.TYPE, True, detail)
         elif isinstance(cmd, Profile):
+            if cmd.export_path is not None and not os.path.isabs(cmd.export_path):
+                self._ack(cmd.TYPE, False, f"profiler window refused: path not absolute: {cmd.export_path}")
+                return
             self._ack(cmd.TYPE, True, f"profiler window of {cmd.seconds:g} s started")
-            th = threading.Thread(target=self._profile, args=(cmd.seconds,), name="tpt-profile", daemon=True)
+            th = threading.Thread(target=self._profile, args=(cmd.seconds, cmd.export_path),
+                                  name="tpt-profile", daemon=True)
             th.start()
         elif isinstance(cmd, Stop):
             self._ack(cmd.TYPE, True, "stopping")
             self.request_stop()
 
-    def _profile(self, seconds: float) -> None:
+    def _profile(self, seconds: float, export_path: str | None = None) -> None:
         """A short torch.profiler window, analysed HTA's way; the per-stream result goes to the log.
 
         CUPTI records launches and kernels process-wide, so this thread may run it while the frontend
-        works. Without CUDA there are no launches to analyse, and the log says so. (CUDA: untested on
+        works. Without CUDA there are no launches to analyse, and the log says so. With ``export_path``
+        the window's Chrome trace is also written there (and the log says where). (CUDA: untested on
         hardware.)
         """
         from torchpar_top.probes.agent import hta
@@ -350,10 +355,12 @@ class Agent:
 
         cuda = self.cuda is not None
         try:
-            series = profile_queue(seconds, cuda=cuda)
+            series = profile_queue(seconds, cuda=cuda, export_path=export_path)
         except Exception as exc:  # the profiler is optional: report, never crash the workload
             self._log_quietly(f"profiler window failed: {type(exc).__name__}: {exc}")
             return
+        if export_path is not None:
+            self._log_quietly(f"profiler window ({seconds:g} s): trace written to {export_path}")
         if not series:
             where = "no CUDA stream is watched" if not cuda else "the window saw no kernel launches"
             self._log_quietly(f"profiler window ({seconds:g} s): no launch queue to analyse ({where})")

@@ -33,6 +33,7 @@ Untested on hardware: verified against ``tests/fakes/fake_cuda.py`` only.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -181,12 +182,14 @@ class CudaMonitor:
 
 
 def profile_queue(seconds: float = 0.5, *, cuda: bool = True, sleep: Callable[[float], None] = time.sleep,
-                  cap: int = CAPACITY) -> dict[tuple[int, int], hta.QueueSeries]:
+                  cap: int = CAPACITY, export_path: str | None = None,
+                  ) -> dict[tuple[int, int], hta.QueueSeries]:
     """Run ``torch.profiler`` for ``seconds`` and return HTA's queue depth per ``(device, stream)``.
 
     CUPTI records runtime launches and kernels process-wide, so this may run on an agent thread while
     the frontend works. The CUDA part is untested on hardware; with ``cuda=False`` it profiles the CPU
-    only (an empty result) and is what the tests run.
+    only (an empty result) and is what the tests run. ``export_path``: keep the Chrome trace there
+    (gzipped when the name ends in ``.gz``, as torch writes it) instead of in a temporary file.
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -198,8 +201,8 @@ def profile_queue(seconds: float = 0.5, *, cuda: bool = True, sleep: Callable[[f
     finally:
         prof.stop()
     with tempfile.TemporaryDirectory(prefix="tpt-prof-") as tmp:
-        path = os.path.join(tmp, "trace.json")
+        path = export_path or os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
-        with open(path) as f:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             trace = json.load(f)
     return hta.queue_depth(hta.from_chrome_trace(trace), cap)

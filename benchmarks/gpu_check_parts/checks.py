@@ -1,0 +1,948 @@
+"""The checks of ``benchmarks/gpu_check.py``: each measures on the real GPU what no fake can settle.
+
+Each check is a function ``check(ctx) -> (status, reason, details)``; raising :class:`Skip` skips it
+with a reason, and anything else it raises is recorded as a failure by :func:`run_plan`, which also
+gives each check its time limit and cleans up what it started (sessions, processes). All torch and CUDA
+work happens in child processes: this process never imports torch, so it never creates a CUDA context.
+The comparisons themselves are the pure functions of :mod:`.compare`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import compare as cmp
+from .report import check_entry
+
+CHILDREN = Path(__file__).resolve().parent / "children"
+#: Seconds of each profiler window the agent records (``Profile.seconds``).
+WINDOW = 0.5
+Result = tuple[str, str, dict[str, Any]]
+
+
+class Skip(Exception):
+    """This check cannot run here; the message says why."""
+
+
+@dataclass
+class Context:
+    """What every check gets: the environment, where to write, and its own deadline."""
+
+    info: dict[str, Any]
+    """``children/device_info.py``'s output: torch, CUDA build, devices, the agent's UUIDs."""
+    smi: str | None
+    """nvidia-smi's path, or None."""
+    tmp: Path
+    python: str = sys.executable
+    deadline: float = float("inf")
+    """``time.monotonic()`` by which the current check must be done."""
+    traces: dict[str, str] = field(default_factory=dict)
+    """Profiler traces written by the checks (name -> path), judged by HTA afterwards."""
+    _cleanups: list[Callable[[], Any]] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return int(self.info.get("device_count") or 0)
+
+    def remaining(self, reserve: float = 0.0) -> float:
+        """Seconds left to the current check, less ``reserve`` (never below 1)."""
+        return max(1.0, self.deadline - time.monotonic() - reserve)
+
+    def on_cleanup(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` when the current check ends, whether it finished, failed or timed out."""
+        self._cleanups.append(fn)
+
+    def cleanup(self) -> None:
+        fns, self._cleanups = self._cleanups[::-1], []
+        for fn in fns:
+            try:
+                fn()
+            except Exception:  # cleaning up must not stop the next check
+                pass
+
+    def run(self, cmd: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+        """Run a command to its end (at most ``timeout`` s, and not past the check's deadline)."""
+        return subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=min(timeout, self.remaining()), check=False
+        )
+
+    def popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+        """Start a process in a session of its own, killed (its whole group) when the check ends."""
+        proc = subprocess.Popen(list(cmd), start_new_session=True, text=True, **kwargs)
+        self.on_cleanup(lambda: _kill_group(proc))
+        return proc
+
+
+def _kill_group(proc: subprocess.Popen, grace: float = 3.0) -> None:
+    """SIGTERM the process's group, SIGKILL it after ``grace`` s if the process is still there."""
+    if proc.poll() is not None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _wait_for(predicate: Callable[[], Any], timeout: float, period: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something true (returned) or ``timeout`` s pass (None)."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= end:
+            return None
+        time.sleep(period)
+
+
+# -- the runner ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    name: str
+    title: str
+    fn: Callable[[Context], Result]
+    budget: float
+    """Seconds it may take at most."""
+    least: float
+    """Seconds it needs at least: with less left of the total budget it is skipped."""
+
+
+def run_plan(
+    ctx: Context,
+    plan: Sequence[Planned],
+    total_deadline: float,
+    progress: Callable[[dict[str, Any]], None] = lambda entry: None,
+) -> list[dict[str, Any]]:
+    """Run the checks in order, each within its budget and the total; one failing never stops the rest."""
+    entries = []
+    for item in plan:
+        left = total_deadline - time.monotonic()
+        if left < item.least:
+            entry = check_entry(
+                item.name,
+                item.title,
+                "skipped",
+                f"not run: {max(left, 0):.0f} s left of the time budget, it needs {item.least:.0f} s",
+            )
+        else:
+            entry = run_one(ctx, item, min(item.budget, left))
+        entries.append(entry)
+        progress(entry)
+    return entries
+
+
+def run_one(ctx: Context, item: Planned, limit: float, grace: float = 10.0) -> dict[str, Any]:
+    """One check in a thread of its own, so that a hang is a timeout and not the end of the run (each
+    check watches its own deadline; ``grace`` s past it the runner stops waiting)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = item.fn(ctx)
+        except Skip as skip:
+            box["result"] = ("skipped", str(skip), {})
+        except BaseException as exc:  # a check that throws is a failed check
+            box["result"] = ("failed", f"{type(exc).__name__}: {exc}", {"traceback": traceback.format_exc()})
+
+    t0 = time.monotonic()
+    ctx.deadline = t0 + limit
+    thread = threading.Thread(target=target, name=f"gpu-check-{item.name}", daemon=True)
+    thread.start()
+    thread.join(limit + grace)
+    if thread.is_alive():
+        box["result"] = ("failed", f"timed out after {limit:.0f} s (its budget)", {})
+    cleaner = threading.Thread(target=ctx.cleanup, daemon=True)
+    cleaner.start()
+    cleaner.join(20)
+    status, reason, details = box["result"]
+    return check_entry(item.name, item.title, status, reason, time.monotonic() - t0, details)
+
+
+# -- 1: cuda:N <-> NVML labels -------------------------------------------------------------------------------
+
+
+def smi_gpus(ctx: Context) -> list[dict[str, Any]]:
+    if ctx.smi is None:
+        raise Skip("nvidia-smi not found on PATH")
+    done = ctx.run(cmp.SMI_QUERY, 20)
+    if done.returncode != 0:
+        raise RuntimeError(f"nvidia-smi exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    return cmp.parse_smi_gpus(done.stdout)
+
+
+def check_labels(ctx: Context) -> Result:
+    """``cuda:N`` as torch numbers GPUs against the labels our NVML probe gives them, by UUID."""
+    from torchpar_top.probes.host.nvml import NvmlProbe
+
+    smi = smi_gpus(ctx)
+    torch_uuids = [d["uuid"] for d in ctx.info.get("devices", ())]
+    agent = ctx.info.get("agent_uuids")
+    labellings = {}
+    for name, uuids in (("probe given the agent's UUIDs", agent), ("probe from the environment", None)):
+        if name.startswith("probe given") and agent is None:
+            continue
+        probe = NvmlProbe(cuda_uuids=list(uuids) if uuids else None)
+        try:
+            views, status = probe.sample()
+        finally:
+            probe.close()
+        if not views:
+            return "failed", f"our NVML probe sees no GPU: {status}", {"smi": smi}
+        labellings[name] = {v.index: v.label for v in views}
+    result = cmp.compare_labels(torch_uuids, agent, smi, labellings)
+    rows = [
+        [label, torch_uuids[i], index, next((r["uuid"] for r in smi if r["index"] == index), None)]
+        + [labellings[n].get(index) for n in labellings]
+        for i, (label, index) in enumerate(result["expected"].items())
+    ]
+    details = {
+        **result,
+        "torch_uuids": torch_uuids,
+        "agent_uuids": agent,
+        "smi": smi,
+        "agent_uuids_error": ctx.info.get("agent_uuids_error"),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "tables": [
+            {
+                "title": "cuda:N by torch, the GPU nvidia-smi has with that UUID, our labels",
+                "columns": ["torch", "torch UUID", "NVML index", "nvidia-smi UUID", *labellings],
+                "rows": rows,
+            }
+        ],
+    }
+    if not result["ok"]:
+        return "failed", "; ".join(result["problems"][:3]), details
+    return "passed", f"{len(torch_uuids)} GPU(s): every labelling puts cuda:N on torch's cuda:N", details
+
+
+# -- 2: NVML against nvidia-smi, idle / loaded / idle --------------------------------------------------------
+
+
+def _measure(ctx: Context, probe: Any, readings: int = 5, gap: float = 0.4) -> list[tuple[list, list]]:
+    """``readings`` back-to-back (probe, nvidia-smi) pairs ``gap`` s apart (after one probe poll to drop
+    the driver samples older than the phase)."""
+    probe.sample()
+    pairs = []
+    for _ in range(readings):
+        time.sleep(gap)
+        views, _status = probe.sample()
+        pairs.append(([cmp.probe_row(v) for v in views], smi_gpus(ctx)))
+    return pairs
+
+
+def _smi_apps(ctx: Context) -> list[dict[str, Any]]:
+    done = ctx.run(cmp.SMI_APPS_QUERY, 20)
+    return cmp.parse_smi_apps(done.stdout) if done.returncode == 0 else []
+
+
+def check_nvml(ctx: Context) -> Result:
+    """Our NVML probe's utilisation, memory and power next to nvidia-smi's: idle, under a matmul loop on
+    every GPU (one child each), idle again; and the monitor (this process) holds no CUDA context."""
+    from torchpar_top.probes.host.nvml import NvmlProbe
+
+    smi_gpus(ctx)  # skips without nvidia-smi
+    probe = NvmlProbe()
+    ctx.on_cleanup(probe.close)
+    views, status = probe.sample()
+    if not views:
+        return "failed", f"our NVML probe sees no GPU, nvidia-smi does: {status}", {}
+    raw: dict[str, Any] = {"idle": _measure(ctx, probe)}
+    loads = [
+        ctx.popen(
+            [ctx.python, str(CHILDREN / "load.py"), str(i), "90"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(ctx.gpus)
+    ]
+    ready = [_readline(p, ctx.remaining(reserve=20)) for p in loads]
+    if not all(line.strip() == "ready" for line in ready):
+        errors = [p.stderr.read()[-500:] if p.poll() is not None else "no ready line in time" for p in loads]
+        return "failed", f"the matmul load did not start: {errors}", {}
+    time.sleep(0.5)
+    apps = _smi_apps(ctx)
+    raw["loaded"] = _measure(ctx, probe)
+    for p in loads:
+        _kill_group(p)
+    time.sleep(2.5)  # the driver's utilisation is an average over its last sample period
+    raw["idle again"] = _measure(ctx, probe)
+    phases = {phase: cmp.compare_nvml(pairs) for phase, pairs in raw.items()}
+    problems = cmp.nvml_problems(phases)
+    monitor = os.getpid()
+    app_pids = [a["pid"] for a in apps]
+    if monitor in app_pids:
+        problems.append(f"the monitor (pid {monitor}) holds a CUDA context: nvidia-smi lists it")
+    loaded = [  # the GPUs the load ran on (torch's, labelled cuda:N); others stay idle
+        row["util"]["smi"]
+        for row in phases["loaded"]
+        if row["util"]["smi"] is not None and str(row.get("label")).startswith("cuda:")
+    ]
+    notes = []
+    if loaded and min(loaded) < 50:
+        notes.append(f"the load reached only {min(loaded):.0f} % utilisation on some GPU (nvidia-smi)")
+    details = {
+        "phases": phases,
+        "raw": raw,
+        "tolerances": cmp.TOLERANCES,
+        "status": status,
+        "compute_apps_while_loaded": apps,
+        "load_pids": [p.pid for p in loads],
+        "monitor_pid": monitor,
+        "monitor_imported_torch": "torch" in sys.modules,
+        "load_pids_seen_by_nvidia_smi": [p.pid for p in loads if p.pid in app_pids],
+        "notes": notes,
+        "problems": problems,
+        "tables": [cmp.table_of_nvml(phases)],
+    }
+    if problems:
+        return "failed", f"{len(problems)} difference(s) beyond tolerance; first: {problems[0]}", details
+    return (
+        "passed",
+        (
+            "util, memory and power within tolerance in all three phases; the monitor holds no "
+            "CUDA context" + ("; " + "; ".join(notes) if notes else "")
+        ),
+        details,
+    )
+
+
+def _readline(proc: subprocess.Popen, timeout: float) -> str:
+    """The next stdout line of ``proc`` within ``timeout`` s, or ''."""
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return box[0] if box else ""
+
+
+# -- 3 and 4: a live Session with profiler windows -----------------------------------------------------------
+
+
+class Recorder:
+    """Polls a session's snapshot and keeps one record per agent sample (keyed by the child's clock)."""
+
+    def __init__(self, session: Any, period: float = 0.02) -> None:
+        self.session, self.period = session, period
+        self.records: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpu-check-recorder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        last = None
+        while not self._stop.wait(self.period):
+            try:
+                snap = self.session.snapshot()
+            except Exception:  # a snapshot that fails once must not end the recording
+                continue
+            if snap.sample_t is None or snap.sample_t == last:
+                continue
+            last = snap.sample_t
+            self.records.append(
+                {
+                    "t": snap.sample_t,
+                    "mode": snap.mode.value,
+                    "overlap": snap.overlap[-1] if snap.overlap else None,
+                    "executors": {
+                        e.name: {
+                            "launched": e.launched,
+                            "completed": e.completed,
+                            "value": e.value,
+                            "busy": e.busy[-1] if e.busy else None,
+                            "counts": e.counts.value,
+                            "quantity": e.quantity.value,
+                            "capacity": e.capacity,
+                            "kind": e.kind.value,
+                        }
+                        for e in snap.executors
+                    },
+                }
+            )
+
+
+def _profile_window(ctx: Context, session: Any, name: str) -> tuple[str | None, list[str]]:
+    """Ask the agent for a profiler window exported to a file and wait for its result in the log.
+
+    Returns the trace's path (None when the agent wrote none) and the agent's log lines about this
+    window (those newer than the request)."""
+    from torchpar_top.contract.messages import Profile
+
+    path = str(ctx.tmp / f"{name}.json")
+    log = session.snapshot().log
+    after = log[-1].seq if log else -1
+    # Session.profile() takes no export path; this is the Profile command the `h` key sends, plus one.
+    if not session._send(Profile(seconds=WINDOW, export_path=path)):
+        raise RuntimeError("could not send the profiler command to the child")
+
+    def lines() -> list[str]:
+        return [x.text for x in session.snapshot().log if x.seq > after and "profiler window" in x.text]
+
+    def done() -> bool:
+        got = lines()
+        written = any("trace written to" in t for t in got)
+        analysed = any(": cuda:" in t or "no launch queue" in t for t in got)
+        return (written and analysed) or any("profiler window failed" in t or "refused" in t for t in got)
+
+    _wait_for(done, ctx.remaining(reserve=10))
+    got = lines()
+    if os.path.exists(path) and any(path in t for t in got):
+        ctx.traces[name] = path
+        return path, got
+    return None, got
+
+
+def _start_session(ctx: Context, experiment: str) -> tuple[Any, Recorder]:
+    from torchpar_top.probes.host.nvml import NvmlProbe
+    from torchpar_top.session.session import Session
+    from torchpar_top.session.targets import ExperimentTarget
+
+    session = Session(ExperimentTarget(experiment), interval=0.1, gpu_probe=NvmlProbe())
+    recorder = Recorder(session)
+    ctx.on_cleanup(session.close)
+    ctx.on_cleanup(recorder.stop)
+    session.start()
+    recorder.start()
+    return session, recorder
+
+
+def _rows_running(session: Any, names: Sequence[str]) -> bool:
+    rows = {e.name: e for e in session.snapshot().executors}
+    return all(n in rows and rows[n].launched > 0 for n in names)
+
+
+def _why_not_running(session: Any) -> str:
+    snap = session.snapshot()
+    tail = " | ".join(line.text for line in snap.log[-6:])
+    return (
+        f"child {snap.child.state.value} (exit code {snap.child.exit_code}); executors "
+        f"{[e.name for e in snap.executors]}; log: {tail}"
+    )
+
+
+def trace_side(path: str) -> dict[str, Any]:
+    """A profiler trace analysed by ``torchpar_top.analysis``: its window on the Unix clock, and per
+    stream the queue (HTA's statistics and the time-weighted mean depth), busy and outstanding shares."""
+    from torchpar_top.analysis import analyse, load_trace, summary
+
+    trace = load_trace(path)
+    analysis = analyse(trace)
+    rank, events = analysis.ranks[0], trace.ranks[0].events
+    base = trace.ranks[0].metadata.get("baseTimeNanoseconds")
+    t0, t1 = rank.start, rank.end
+    duration = (t1 - t0) / 1e6
+    outstanding = cmp.outstanding_lanes(events)
+    streams = []
+    for lane in rank.streams:
+        q = lane.queue
+        streams.append(
+            {
+                "device": lane.device,
+                "stream": lane.stream,
+                "launches": q.launches if q else 0,
+                "duration": duration,
+                "max_depth": q.max_depth if q else 0,
+                "mean_depth": q.mean_depth if q else 0.0,
+                "time_mean_depth": cmp.time_weighted_depth(q.times, q.depths, t0, t1) if q else 0.0,
+                "seconds_at_cap": q.time_at_cap / 1e6 if q else 0.0,
+                "kernel_active": lane.busy.covered(t0, t1) / (t1 - t0) if t1 > t0 else 0.0,
+            }
+        )
+    devices = {d: {"outstanding": cmp.share_covered(pairs, t0, t1)} for d, pairs in outstanding.items()}
+    for d in rank.devices:
+        devices.setdefault(d.device, {})["kernel_active"] = (
+            d.active.covered(t0, t1) / (t1 - t0) if t1 > t0 else 0.0
+        )
+    summarised = summary(analysis)
+    return {
+        "path": path,
+        "start_unix": cmp.trace_to_unix(t0, base) if base else None,
+        "end_unix": cmp.trace_to_unix(t1, base) if base else None,
+        "duration": duration,
+        "streams": streams,
+        "devices": devices,
+        "outstanding_overlap": cmp.share_overlapping(list(outstanding.values()), t0, t1),
+        "kernel_overlap": summarised["ranks"][0]["overlap"]["devices"],
+        "summary": summarised,
+    }
+
+
+def _busiest(streams: Sequence[dict[str, Any]], device: int) -> dict[str, Any] | None:
+    mine = [s for s in streams if s["device"] == device and s["launches"]]
+    return max(mine, key=lambda s: s["launches"]) if mine else None
+
+
+def check_async(ctx: Context) -> Result:
+    """The async experiment on cuda:0 under a real Session: a profiler window in ASYNC, then in SYNC,
+    each exported and analysed; the live row against the trace over the same window."""
+    session, recorder = _start_session(ctx, "async")
+    if not _wait_for(lambda: _rows_running(session, ["cuda:0"]), ctx.remaining(reserve=40)):
+        return "failed", f"the cuda:0 row never appeared: {_why_not_running(session)}", {}
+    time.sleep(1.5)
+    windows: dict[str, Any] = {}
+    agent_lines: dict[str, list[str]] = {}
+    for mode in ("async", "sync"):
+        if mode == "sync":
+            session.toggle_sync()
+            _wait_for(lambda: session.snapshot().mode.value == "sync", 10)
+            time.sleep(1.5)  # the ASYNC backlog drains, then SYNC's steady state
+        windows[mode], agent_lines[mode] = _profile_window(ctx, session, f"async-{mode}")
+    snap = session.snapshot()
+    session.close()
+    recorder.stop()
+    details: dict[str, Any] = {
+        "agent_log": agent_lines,
+        "scoreboard": [
+            {
+                "mode": m.mode.value,
+                "seconds": m.seconds,
+                "throughput": m.throughput,
+                "mean_depth": m.mean_depth,
+                "frontend_wait": m.frontend_wait,
+            }
+            for m in snap.scoreboard
+        ],
+        "ratio": snap.ratio,
+        "gpu_labels": {g.index: g.label for g in snap.gpus},
+        "gpu_status": snap.gpu_status,
+        "records": len(recorder.records),
+    }
+    problems, rows, lane_rows = [], [], []
+    cap = next((e.capacity for e in snap.executors if e.name == "cuda:0"), None) or 1024
+    for mode, path in windows.items():
+        if path is None:
+            problems.append(f"{mode}: no trace ({' | '.join(agent_lines[mode][-3:]) or 'no answer'})")
+            continue
+        side = trace_side(path)
+        t0, t1 = side["start_unix"], side["end_unix"]
+        if t0 is None:
+            problems.append(
+                f"{mode}: the trace has no baseTimeNanoseconds: cannot align it with the live rows"
+            )
+            continue
+        stream = _busiest(side["streams"], 0)
+        live = cmp.live_window(recorder.records, "cuda:0", t0, t1)
+        comparison = cmp.compare_queue(live, stream, cap)
+        lanes = [
+            cmp.compare_share(
+                "cuda:0 busy (live) / outstanding (trace)",
+                live and live.get("mean_busy"),
+                side["devices"].get(0, {}).get("outstanding"),
+            )
+        ]
+        details[mode] = {
+            "trace": {k: v for k, v in side.items() if k != "summary"},
+            "summary": side["summary"],
+            "queue": comparison,
+            "lanes": lanes,
+        }
+        rows.append((mode.upper(), comparison))
+        lane_rows.append(
+            [
+                mode.upper(),
+                lanes[0]["live"],
+                lanes[0]["trace"],
+                side["devices"].get(0, {}).get("kernel_active"),
+            ]
+        )
+        if comparison.get("agree") is not True:
+            problems.append(f"{mode}: queue: {comparison.get('note')}")
+        if live and live.get("counts") != "torch calls":
+            problems.append(f"{mode}: the cuda:0 row counts {live.get('counts')!r}, expected 'torch calls'")
+        problems += [
+            f"{mode}: {c['what']}: live {c['live']}, trace {c['trace']}" for c in lanes if c["ok"] is False
+        ]
+    labels = cmp.compare_labels(
+        [d["uuid"] for d in ctx.info.get("devices", ())],
+        None,
+        _smi_or_empty(ctx),
+        {"live session": details["gpu_labels"]},
+    )
+    details["labels"] = labels
+    problems += [f"live GPU panel: {w}" for w in labels["labellings"]["live session"]["wrong"]]
+    details["tables"] = [
+        cmp.table_of_queues(rows),
+        {
+            "title": "cuda:0 lane: live busy share / trace share with work outstanding (launch to "
+            "end) / trace kernel-active share",
+            "columns": ["window", "live busy", "trace outstanding", "trace kernel-active"],
+            "rows": [[r[0], *(cmp._fmt(x) for x in r[1:])] for r in lane_rows],
+        },
+        {
+            "title": "scoreboard (live)",
+            "columns": ["mode", "seconds", "throughput", "mean depth", "frontend wait"],
+            "rows": [
+                [
+                    m["mode"],
+                    *(cmp._fmt(m[k]) for k in ("seconds", "throughput", "mean_depth", "frontend_wait")),
+                ]
+                for m in details["scoreboard"]
+            ],
+        },
+    ]
+    details["problems"] = problems
+    if problems:
+        return "failed", "; ".join(problems[:3]), details
+    return (
+        "passed",
+        (
+            "live row and trace agree in ASYNC and SYNC (same queue regime, lanes within "
+            f"{cmp.LANE_TOLERANCE:g})"
+        ),
+        details,
+    )
+
+
+def _smi_or_empty(ctx: Context) -> list[dict[str, Any]]:
+    try:
+        return smi_gpus(ctx)
+    except (Skip, RuntimeError, subprocess.SubprocessError):
+        return []
+
+
+def check_multi_device(ctx: Context) -> Result:
+    """The multi-device experiment on cuda:0 and cuda:1: live lanes and overlap against a profiler trace."""
+    if ctx.gpus < 2:
+        raise Skip(f"needs 2 GPUs, this machine has {ctx.gpus}")
+    session, recorder = _start_session(ctx, "multi-device")
+    if not _wait_for(lambda: _rows_running(session, ["cuda:0", "cuda:1"]), ctx.remaining(reserve=30)):
+        return "failed", f"the cuda:0 and cuda:1 rows never both ran: {_why_not_running(session)}", {}
+    time.sleep(1.0)
+    path, lines = _profile_window(ctx, session, "multi-device")
+    snap = session.snapshot()
+    session.close()
+    recorder.stop()
+    details: dict[str, Any] = {
+        "agent_log": lines,
+        "results": [{"label": r.label, "value": r.value, "unit": r.unit} for r in snap.results],
+    }
+    if path is None:
+        return "failed", f"no trace: {' | '.join(lines[-3:]) or 'no answer'}", details
+    side = trace_side(path)
+    if side["start_unix"] is None:
+        return "failed", "the trace has no baseTimeNanoseconds: cannot align it with the live rows", details
+    live = {
+        name: cmp.live_window(recorder.records, name, side["start_unix"], side["end_unix"])
+        for name in ("cuda:0", "cuda:1")
+    }
+    shares = [
+        cmp.compare_share(
+            f"{name} busy / outstanding",
+            (live[name] or {}).get("mean_busy"),
+            side["devices"].get(i, {}).get("outstanding"),
+        )
+        for i, name in enumerate(live)
+    ]
+    shares.append(
+        cmp.compare_share(
+            "overlap of the two devices",
+            (live["cuda:0"] or {}).get("mean_overlap"),
+            side["outstanding_overlap"],
+        )
+    )
+    details.update(
+        trace={k: v for k, v in side.items() if k != "summary"},
+        summary=side["summary"],
+        live=live,
+        shares=shares,
+    )
+    details["tables"] = [
+        {
+            "title": "live lanes / trace (work outstanding: launch to end); kernel-active for reference",
+            "columns": ["what", "live", "trace", "difference", "trace kernel-active"],
+            "rows": [
+                [
+                    s["what"],
+                    s["live"],
+                    s["trace"],
+                    s["diff"],
+                    cmp._fmt(
+                        side["devices"].get(i, {}).get("kernel_active") if i < 2 else side["kernel_overlap"]
+                    ),
+                ]
+                for i, s in enumerate(shares)
+            ],
+        }
+    ]
+    bad = [f"{s['what']}: live {s['live']}, trace {s['trace']}" for s in shares if s["ok"] is not True]
+    if bad:
+        return "failed", "; ".join(bad), details
+    return "passed", f"lanes and overlap within {cmp.LANE_TOLERANCE:g} of the trace's", details
+
+
+# -- 5: our analysis against HTA on the traces the checks wrote ----------------------------------------------
+
+
+def hta_queue_summary(path: str) -> dict[tuple[int, int], dict[str, Any]]:
+    """HTA 0.5.0's ``get_queue_length_summary`` of one trace file, per ``(rank, stream)``, run the way
+    ``tests/unit/test_analysis_hta_judge.py`` runs it (whole trace, no nanosecond rounding)."""
+    import logging
+
+    import hta.configs.config as hta_config
+    from hta.trace_analysis import TraceAnalysis
+
+    hta_config.logger.setLevel(logging.ERROR)
+    old = os.environ.get("HTA_DISABLE_NS_ROUNDING")
+    os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+    try:
+        with warnings.catch_warnings():  # HTA 0.5.0's own pandas deprecation warnings
+            warnings.simplefilter("ignore")
+            a = TraceAnalysis(trace_files={0: path}, trace_dir=path, include_last_profiler_step=True)
+            table = a.get_queue_length_summary(ranks=[0])
+    finally:
+        if old is None:
+            os.environ.pop("HTA_DISABLE_NS_ROUNDING", None)
+        else:
+            os.environ["HTA_DISABLE_NS_ROUNDING"] = old
+    out = {}
+    if table is None:
+        return out
+    for (rank, stream), row in table.iterrows():
+        out[(int(rank), int(stream))] = {
+            "launches": int(row[("queue_length", "count")]) // 2,
+            "max": int(row[("queue_length", "max")]),
+            "mean": float(row[("queue_length", "mean")]),
+        }
+    return out
+
+
+def check_hta(ctx: Context) -> Result:
+    """Our analysis against HTA on the traces written above (skipped where HTA is not installed)."""
+    try:
+        import hta.trace_analysis  # noqa: F401 - only whether it imports
+    except ImportError:
+        raise Skip("HTA not installed") from None
+    if not ctx.traces:
+        raise Skip("no trace to judge: the checks before wrote none")
+    from torchpar_top.analysis import analyse_path, summary
+
+    details, problems, rows = {}, [], []
+    for name, path in ctx.traces.items():
+        result = cmp.compare_hta(summary(analyse_path(path))["streams"], hta_queue_summary(path))
+        details[name] = result
+        problems += [f"{name}: {p}" for p in result["problems"]]
+        rows += [[name, r["stream"], *r["launches"], *r["max"], *r["mean"]] for r in result["streams"]]
+    details["tables"] = [
+        {
+            "title": "ours / HTA per stream",
+            "columns": ["trace", "stream", "launches", "HTA", "max", "HTA", "mean", "HTA"],
+            "rows": rows,
+        }
+    ]
+    if problems:
+        return "failed", "; ".join(problems[:3]), details
+    return "passed", f"{len(rows)} stream(s) in {len(ctx.traces)} trace(s) agree", details
+
+
+# -- 6 and 7: scripts under `torchpar-top run --headless` ----------------------------------------------------
+
+
+def headless_run(ctx: Context, script: Path, args: Sequence[str], limit: float) -> dict[str, Any]:
+    """``torchpar-top run --headless`` on a script: its JSON lines, its stderr, how it ended.
+
+    The headless run lasts ``--duration`` s whatever the script does; once the records say the script
+    exited, the run is ended with SIGTERM (which headless mode turns into a clean exit) 2 s later.
+    """
+    duration = max(5, int(limit))
+    cmd = [
+        ctx.python,
+        "-m",
+        "torchpar_top",
+        "run",
+        "--headless",
+        "--duration",
+        str(duration),
+        "--interval",
+        "0.1",
+        str(script),
+        *args,
+    ]
+    proc = ctx.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    records: list[dict[str, Any]] = []
+    other: list[str] = []
+    err: list[str] = []
+    readers = [
+        threading.Thread(target=_collect, args=(proc.stdout, records, other), daemon=True),
+        threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True),
+    ]
+    for r in readers:
+        r.start()
+    t0 = time.monotonic()
+    ended_by, exited_at = "its --duration", None
+    while proc.poll() is None and time.monotonic() - t0 < duration + 15:
+        if exited_at is None and records and records[-1]["child"]["state"] in ("exited", "failed"):
+            exited_at = time.monotonic()
+        if exited_at is not None and time.monotonic() - exited_at > 2.0:
+            ended_by = "SIGTERM 2 s after the script exited"
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                pass
+            break
+        time.sleep(0.05)
+    if proc.poll() is None:
+        ended_by = "killed: still running past its duration"
+        _kill_group(proc)
+    for r in readers:
+        r.join(5)
+    return {
+        "command": cmd,
+        "returncode": proc.returncode,
+        "ended_by": ended_by,
+        "seconds": round(time.monotonic() - t0, 2),
+        "records": records,
+        "extra_lines": [f"[cli stdout] {x.rstrip()}" for x in other]
+        + [f"[cli stderr] {x.rstrip()}" for x in err],
+    }
+
+
+def _collect(stream: Any, records: list, other: list) -> None:
+    for line in stream:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and "child" in value:
+            records.append(value)
+        elif line.strip():
+            other.append(line)
+
+
+def plain_run(ctx: Context, script: Path, args: Sequence[str], timeout: float) -> dict[str, Any]:
+    """The same script with plain python: its own ``GPU-CHECK`` result and exit status."""
+    t0 = time.monotonic()
+    try:
+        done = ctx.run([ctx.python, str(script), *args], timeout)
+    except subprocess.TimeoutExpired:
+        return {
+            "returncode": None,
+            "result": None,
+            "seconds": round(time.monotonic() - t0, 2),
+            "stderr_tail": f"timed out after {timeout:.0f} s",
+        }
+    return {
+        "returncode": done.returncode,
+        "result": cmp.marker_result(done.stdout.splitlines()),
+        "seconds": round(time.monotonic() - t0, 2),
+        "stderr_tail": done.stderr[-2000:],
+    }
+
+
+def script_check(ctx: Context, script: Path, args: Sequence[str], what: str) -> Result:
+    """A script plain, then under ``torchpar-top run --headless``: both must be correct, the second
+    without errors in its log and with torch.compile's counters unchanged; the queue rows are recorded."""
+    plain = plain_run(ctx, script, args, ctx.remaining() * 0.6)
+    details: dict[str, Any] = {"plain": plain}
+    if plain["returncode"] != 0 or not (plain["result"] or {}).get("ok"):
+        last = (plain["stderr_tail"].strip().splitlines() or [""])[-1]
+        return (
+            "failed",
+            (
+                f"{what} fails without torchpar-top too (exit {plain['returncode']}): "
+                f"{last or plain['result']}"
+            ),
+            details,
+        )
+    run = headless_run(ctx, script, args, ctx.remaining(reserve=25))
+    summary = cmp.summarise_headless(run["records"])
+    verdict = cmp.judge_script_run(summary, plain["result"], run["extra_lines"])
+    details.update(
+        headless={k: v for k, v in run.items() if k != "records"}, summary=summary, verdict=verdict
+    )
+    details["tables"] = [
+        {
+            "title": f"{what}: queue rows under torchpar-top run --headless",
+            "columns": ["row", "counts", "max value", "samples not 0", "samples", "launched", "completed"],
+            "rows": [
+                [
+                    e["name"],
+                    e["counts"],
+                    e["max_value"],
+                    e["nonzero_samples"],
+                    e["samples"],
+                    e.get("launched"),
+                    e.get("completed"),
+                ]
+                for e in summary["executors"]
+            ],
+        },
+        {
+            "title": f"{what}: its own result, plain / under torchpar-top",
+            "columns": ["key", "plain", "under torchpar-top"],
+            "rows": [
+                [k, (plain["result"] or {}).get(k), (verdict["result"] or {}).get(k)]
+                for k in sorted(set(plain["result"] or {}) | set(verdict["result"] or {}))
+            ],
+        },
+    ]
+    if not verdict["ok"]:
+        return "failed", "; ".join(verdict["problems"][:3]), details
+    rows = (
+        ", ".join(f"{e['name']} ({e['counts']}, max {e['max_value']})" for e in summary["executors"])
+        or "none"
+    )
+    return (
+        "passed",
+        (
+            f"ran to completion, output correct, no error in the log; queue rows: {rows}"
+            + (f"; {len(verdict['warnings'])} warning line(s)" if verdict["warnings"] else "")
+        ),
+        details,
+    )
+
+
+def check_cuda_graph(ctx: Context) -> Result:
+    return script_check(ctx, CHILDREN / "cuda_graph_loop.py", ["3000"], "CUDA-graph loop")
+
+
+def check_compile(ctx: Context) -> Result:
+    return script_check(ctx, CHILDREN / "compile_loop.py", ["400"], 'torch.compile(mode="reduce-overhead")')
+
+
+PLAN = (
+    Planned("cuda_labels", "cuda:N ↔ NVML labels (UUIDs)", check_labels, 30, 5),
+    Planned("nvml_vs_nvidia_smi", "NVML probe vs nvidia-smi (idle, loaded, idle)", check_nvml, 70, 25),
+    Planned(
+        "async_session", "async experiment: live rows vs profiler trace (ASYNC, SYNC)", check_async, 100, 40
+    ),
+    Planned("analysis_vs_hta", "our trace analysis vs HTA", check_hta, 40, 5),
+    Planned("multi_device", "multi-device: live lanes and overlap vs trace", check_multi_device, 80, 30),
+    Planned("cuda_graph_run", "CUDA-graph loop under torchpar-top run --headless", check_cuda_graph, 60, 20),
+    Planned(
+        "compile_run",
+        'torch.compile(mode="reduce-overhead") under torchpar-top run --headless',
+        check_compile,
+        150,
+        40,
+    ),
+)
+
+
+def which_smi() -> str | None:
+    return shutil.which("nvidia-smi")
