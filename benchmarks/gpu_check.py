@@ -67,7 +67,7 @@ def use_checkout() -> str:
     folders (the mapping ``pyproject.toml`` installs), and goes first on ``sys.path`` and ``PYTHONPATH``.
     """
     spec = importlib.util.find_spec("torchpar_top")
-    if spec is not None and spec.origin and Path(spec.origin).resolve().is_relative_to(REPO):
+    if spec is not None and spec.origin and Path(spec.origin).resolve() == REPO / "cli" / "__init__.py":
         return f"this checkout, installed ({Path(spec.origin).parent})"
     shim = Path(tempfile.mkdtemp(prefix="tpt-gpu-check-"))
     package = shim / "torchpar_top"

@@ -133,8 +133,11 @@ def test_without_an_install_the_checkout_is_linked_in(tmp_path):
     # install's finder) not run
     Path(site_dir, "parent.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     code = textwrap.dedent(f"""
-        import importlib.util, os, subprocess, sys
-        assert importlib.util.find_spec("torchpar_top") is None, "torchpar_top importable before the shim"
+        import importlib.util, os, pathlib, subprocess, sys
+        spec = importlib.util.find_spec("torchpar_top")  # none, or an install elsewhere (CI's wheel)
+        checkout = pathlib.Path({str(ROOT / "cli" / "__init__.py")!r})  # the package's origin in this checkout
+        assert spec is None or pathlib.Path(spec.origin).resolve() != checkout, (
+            "this checkout importable before the shim")
         sys.path.insert(0, {str(ROOT / "benchmarks")!r})
         import gpu_check
         print(gpu_check.use_checkout())
