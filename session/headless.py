@@ -18,6 +18,7 @@ since the previous object]. Every field is a :class:`~torchpar_top.contract.snap
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any, TextIO
 
@@ -83,18 +84,20 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
     }
 
 
-def run(session: Any, duration: float, out: TextIO) -> int:
-    """Start ``session``, print one line per host sample for ``duration`` seconds, close it.
+def run(session: Any, duration: float, out: TextIO, stop: threading.Event | None = None) -> int:
+    """Start ``session``, print one line per host sample for ``duration`` seconds (or until ``stop`` is
+    set, e.g. by a signal handler), close it.
 
     Returns:
         0, or 1 when the workload exited with a failure before the end.
     """
+    stop = stop or threading.Event()
     session.start()
     log_after, seen = 0, 0
     try:
         end = time.monotonic() + duration
-        while time.monotonic() < end:
-            time.sleep(min(session.interval / 4, max(0.0, end - time.monotonic())))
+        while time.monotonic() < end and not stop.is_set():
+            stop.wait(min(session.interval / 4, max(0.0, end - time.monotonic())))
             if session.host_samples == seen:
                 continue
             seen = session.host_samples

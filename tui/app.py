@@ -6,6 +6,7 @@ It never measures, spawns or parses: everything on screen comes from ``session.s
 from __future__ import annotations
 
 import asyncio
+import signal
 from typing import Callable, ClassVar
 
 from textual import events
@@ -95,6 +96,8 @@ class TorchparTopApp(App[None]):
         self._main_screen: Screen[object] | None = None
         self._session_closed = False
         self._quitting = False
+        self._signal_loop: asyncio.AbstractEventLoop | None = None
+        self._quit_when_mounted = False
 
     def compose(self) -> ComposeResult:
         """Header; cores | threads (| ranks); queues; lanes | scoreboard; GPUs; stack | sync points; log."""
@@ -128,6 +131,11 @@ class TorchparTopApp(App[None]):
         self._detail = self.query_one("#detail", PanelRow)
         self._footer = self.query_one(Footer)
         self._main_screen = self.screen
+        self._signal_loop = asyncio.get_running_loop()
+        if self._quit_when_mounted:  # a signal came before the app ran: start nothing
+            self._session_closed = True
+            self.exit()
+            return
         self._set_short(self.size.height)
         self._set_narrow(self.size.width)
         self.session.start()
@@ -234,9 +242,30 @@ class TorchparTopApp(App[None]):
         self.session.switch_experiment(name)
         self.refresh_from_session()
 
+    def quit_from_signal(self) -> None:
+        """Quit as ``q`` does, from a signal handler: it only schedules the quit on the app's event loop
+        (never blocks, never closes the session itself); before the app runs, it quits once mounted.
+
+        A terminal that hangs up sends SIGCONT with SIGHUP, and Textual's SIGCONT handler would start the
+        screen again on the dead terminal (its writer thread dies, the next write blocks forever): from
+        here on SIGCONT does nothing."""
+        signal.signal(signal.SIGCONT, _ignore_signal)
+        loop = self._signal_loop
+        if loop is None:
+            self._quit_when_mounted = True
+            return
+        try:
+            loop.call_soon_threadsafe(self._begin_quit)
+        except RuntimeError:  # the loop has closed: whoever ran the app closes the session
+            pass
+
     async def action_quit(self) -> None:
-        """``q``: close the session and exit. Closing may take seconds (the user's code gets up to
-        1.5 s to unwind, then SIGTERM, then SIGKILL), so it runs off the event loop and the screen says so."""
+        """``q``: close the session and exit (see :meth:`_begin_quit`)."""
+        self._begin_quit()
+
+    def _begin_quit(self) -> None:
+        """Close the session and exit. Closing may take seconds (the user's code gets up to 1.5 s to
+        unwind, then SIGTERM, then SIGKILL), so it runs off the event loop and the screen says so."""
         if self._quitting:
             return
         self._quitting = True
@@ -269,3 +298,7 @@ class TorchparTopApp(App[None]):
         if self._cores is not None and self._cores.max_rows != max_rows:
             self._cores.max_rows = max_rows
             self._cores.invalidate()
+
+
+def _ignore_signal(signum: int, frame: object) -> None:
+    """A signal handler that does nothing."""

@@ -133,3 +133,50 @@ def test_attach_headless_shows_threads_and_stack_then_the_exit(tmp_path):
     assert stacks and stacks[-1]["waiting_in"] == "sleep"
     assert records[-1]["child"]["state"] == "exited"
     assert any("has exited" in line["text"] for r in records for line in r["log"])
+
+
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping it takes the whole grace, then SIGKILL
+print("stubborn script ready", flush=True)
+while True:
+    try:
+        time.sleep(0.05)
+    except KeyboardInterrupt:
+        pass
+"""
+
+
+def _first_record(proc, predicate, timeout=60):
+    """Read headless records until one satisfies ``predicate``; returns it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, "headless output ended early"
+        record = json.loads(line)
+        if predicate(record):
+            return record
+    pytest.fail("no such record in time")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first, second", [("SIGINT", "SIGINT"), ("SIGTERM", "SIGHUP")])
+def test_headless_second_signal_while_stopping_is_quiet(tmp_path, first, second):
+    """Two signals 20 ms apart while a stubborn script is stopped: status 128 + the first, no traceback,
+    the script gone."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    proc = subprocess.Popen([*CMD, "run", "--headless", "--duration", "60", str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        record = _first_record(proc, lambda r: any(l["text"] == "stubborn script ready" for l in r["log"]))
+        pid = record["child"]["pid"]
+        proc.send_signal(getattr(signal, first))
+        time.sleep(0.02)
+        proc.send_signal(getattr(signal, second))
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + getattr(signal, first)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert not _alive(pid)
