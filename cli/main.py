@@ -89,7 +89,7 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
     args = parser.parse_args(ours)
     _check_headless(parser, args)
     if what is None:
-        parser.error("run needs a script (SCRIPT.py) or -m MODULE")
+        parser.error("-m needs a MODULE name" if is_module else "run needs a script (SCRIPT.py) or -m MODULE")
     problem = check_target(what, is_module)
     if problem:
         parser.exit(2, f"torchpar-top: error: {problem}\n")

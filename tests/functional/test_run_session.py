@@ -113,6 +113,8 @@ def test_a_rank_that_raises_shows_its_status_and_why(run_session):
         ([str(SCRIPTS / "syntax_error.py")], "syntax_error.py:4"),
         (["-m", "no_such_module_xyz"], "no_such_module_xyz"),
         ([], "needs a script"),
+        (["--"], "needs a script"),
+        (["--", "no_such_script.py"], "no_such_script.py"),
     ],
 )
 def test_run_errors_are_one_line(args, needle):
