@@ -18,6 +18,8 @@ since the previous object]. Every field is a :class:`~torchpar_top.contract.snap
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from typing import Any, TextIO
@@ -84,12 +86,30 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
     }
 
 
+#: The exit status after the reader of stdout went away: what a shell reports for a process killed by SIGPIPE.
+BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE
+
+
+def _discard_output(out: TextIO) -> None:
+    """Point ``out``'s descriptor at /dev/null, so that flushing it at exit raises nothing more."""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 def run(session: Any, duration: float, out: TextIO, stop: threading.Event | None = None) -> int:
     """Start ``session``, print one line per host sample for ``duration`` seconds (or until ``stop`` is
     set, e.g. by a signal handler), close it.
 
     Returns:
-        0, or 1 when the workload exited with a failure before the end.
+        0, 1 when the workload exited with a failure before the end, or :data:`BROKEN_PIPE_STATUS`
+        when nobody reads ``out`` any more.
     """
     stop = stop or threading.Event()
     session.start()
@@ -102,8 +122,12 @@ def run(session: Any, duration: float, out: TextIO, stop: threading.Event | None
                 continue
             seen = session.host_samples
             snap = session.snapshot()
-            out.write(json.dumps(to_record(snap, log_after)) + "\n")
-            out.flush()
+            try:
+                out.write(json.dumps(to_record(snap, log_after)) + "\n")
+                out.flush()
+            except BrokenPipeError:  # the reader went away (| head -3): end as SIGPIPE would, quietly
+                _discard_output(out)
+                return BROKEN_PIPE_STATUS
             if snap.log:
                 log_after = snap.log[-1].seq
     finally:

@@ -186,3 +186,21 @@ def test_headless_second_signal_while_stopping_is_quiet(tmp_path, first, second)
     assert proc.returncode == 128 + getattr(signal, first)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert not _alive(pid)
+
+
+@pytest.mark.slow
+def test_headless_into_a_closed_pipe_exits_quietly_with_nothing_left():
+    """``torchpar-top --headless ... | head -3``: the reader goes away; the app ends as a killed-by-SIGPIPE
+    upstream would (128 + 13), without a traceback, and stops its child."""
+    proc = subprocess.Popen([*CMD, "--headless", "--duration", "60"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        record = _first_record(proc, lambda r: r["child"]["pid"] and r["executors"])
+        proc.stdout.close()  # as head does after its lines
+        err = proc.stderr.read()
+        proc.wait(30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+    assert not _alive(record["child"]["pid"])
