@@ -25,7 +25,7 @@ import time
 from typing import Any, TextIO
 
 from torchpar_top.contract.codec import to_plain
-from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.snapshot import ChildStatus, Snapshot
 from torchpar_top.contract.vocab import ChildState
 
 
@@ -104,33 +104,49 @@ def _discard_output(out: TextIO) -> None:
 
 
 def run(session: Any, duration: float, out: TextIO, stop: threading.Event | None = None) -> int:
-    """Start ``session``, print one line per host sample for ``duration`` seconds (or until ``stop`` is
-    set, e.g. by a signal handler), close it.
+    """Start ``session`` and print one line per host sample until the workload ends (after a last line
+    that says so), ``duration`` seconds pass or ``stop`` is set (a signal handler); then close it.
 
     Returns:
-        0, 1 when the workload exited with a failure before the end, or :data:`BROKEN_PIPE_STATUS`
-        when nobody reads ``out`` any more.
+        The workload's exit status when it ended first (see :func:`exit_status`), 0 when the time ran
+        out or ``stop`` was set, or :data:`BROKEN_PIPE_STATUS` when nobody reads ``out`` any more.
     """
-    stop = stop or threading.Event()
     session.start()
-    log_after, seen = 0, 0
     try:
-        end = time.monotonic() + duration
-        while time.monotonic() < end and not stop.is_set():
-            stop.wait(min(session.interval / 4, max(0.0, end - time.monotonic())))
-            if session.host_samples == seen:
-                continue
-            seen = session.host_samples
-            snap = session.snapshot()
-            try:
-                out.write(json.dumps(to_record(snap, log_after)) + "\n")
-                out.flush()
-            except BrokenPipeError:  # the reader went away (| head -3): end as SIGPIPE would, quietly
-                _discard_output(out)
-                return BROKEN_PIPE_STATUS
-            if snap.log:
-                log_after = snap.log[-1].seq
+        ended = _write_records(session, duration, out, stop or threading.Event())
+    except BrokenPipeError:  # the reader went away (| head -3): end as SIGPIPE would, quietly
+        _discard_output(out)
+        return BROKEN_PIPE_STATUS
     finally:
         session.close()
-    child = session.snapshot().child
-    return 1 if child.state == ChildState.FAILED or (child.state == ChildState.EXITED and child.exit_code) else 0
+    return 0 if ended is None else exit_status(ended)
+
+
+def _write_records(session: Any, duration: float, out: TextIO, stop: threading.Event) -> ChildStatus | None:
+    """Write a record per host sample; returns the workload's status if it ended before the time ran out."""
+    log_after, seen = 0, 0
+    end = time.monotonic() + duration
+    while time.monotonic() < end and not stop.is_set():
+        stop.wait(min(session.interval / 4, max(0.0, end - time.monotonic())))
+        if session.host_samples == seen:
+            continue
+        seen = session.host_samples
+        snap = session.snapshot()
+        out.write(json.dumps(to_record(snap, log_after)) + "\n")
+        out.flush()
+        if snap.log:
+            log_after = snap.log[-1].seq
+        if snap.child.state in (ChildState.EXITED, ChildState.FAILED):
+            return snap.child
+    return None
+
+
+def exit_status(child: ChildStatus) -> int:
+    """The status a batch job expects from the monitor of a workload that ended: the workload's own, as
+    ``python SCRIPT`` would give it (128 + N when a signal N killed it, as shells report it), 1 when it
+    could not start, 0 for a process it did not start (``attach``: its status is not ours to know)."""
+    if child.state == ChildState.FAILED:
+        return 1
+    if child.exit_code is None:
+        return 0
+    return 128 - child.exit_code if child.exit_code < 0 else child.exit_code

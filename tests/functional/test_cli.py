@@ -204,3 +204,22 @@ def test_headless_into_a_closed_pipe_exits_quietly_with_nothing_left():
     assert proc.returncode == 128 + signal.SIGPIPE
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
     assert not _alive(record["child"]["pid"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code, status", [
+    ("print('bye', flush=True)\nraise SystemExit(3)\n", 3),
+    ("print('bye', flush=True)\n", 0),
+    ("import os, signal\nprint('bye', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\n", 128 + signal.SIGTERM),
+])
+def test_headless_run_ends_with_the_script_and_its_status(tmp_path, code, status):
+    """A batch job: the monitor ends when the script ends (after a last record that says so) and exits
+    as the script did; --duration is only the upper bound (600 s here: the test would time out)."""
+    script = tmp_path / "short.py"
+    script.write_text(code)
+    proc = run("run", "--headless", "--duration", "600", str(script), timeout=120)
+    assert proc.returncode == status, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records[-1]["child"]["state"] == "exited"
+    assert any(line["text"] == "bye" for r in records for line in r["log"])
+    assert all(r["child"]["state"] != "exited" for r in records[:-1])
