@@ -11,7 +11,8 @@ frontend_wait}}, ``ratio``, ``results`` [{label, value, unit}], ``scaling`` [{th
 ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
 or null, ``stack`` {thread, idle, waiting_in, frames} or null, ``stack_status``, ``log`` [new log lines
-since the previous object]. Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field
+since the previous object, after a ``dropped`` marker when some came and went between two objects].
+Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field
 (the last value of a history); nothing is derived here.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, TextIO
 
 from torchpar_top.contract.codec import to_plain
 from torchpar_top.contract.snapshot import ChildStatus, Snapshot
-from torchpar_top.contract.vocab import ChildState
+from torchpar_top.contract.vocab import ChildState, LogSource
 
 
 def _last(series: tuple[float, ...]) -> float | None:
@@ -82,8 +83,23 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
             "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
         },
         "stack_status": snap.stack_status,
-        "log": [{"source": line.source.value, "text": line.text} for line in snap.log if line.seq > log_after],
+        "log": log_lines(snap, log_after),
     }
+
+
+def log_lines(snap: Snapshot, log_after: int) -> list[dict[str, Any]]:
+    """The log lines with ``seq > log_after``, after a marker ``{"source": "app", "text": "[N log lines
+    left out...]", "dropped": N}`` when lines came and went between two records (the snapshot carries
+    the newest lines only): nothing is dropped silently."""
+    new = [line for line in snap.log if line.seq > log_after]
+    out: list[dict[str, Any]] = []
+    dropped = new[0].seq - log_after - 1 if new else 0
+    if dropped > 0:
+        out.append({"source": LogSource.APP.value,
+                    "text": f"[{dropped} log lines left out: more came between two records than the log keeps]",
+                    "dropped": dropped})
+    out += [{"source": line.source.value, "text": line.text} for line in new]
+    return out
 
 
 #: The exit status after the reader of stdout went away: what a shell reports for a process killed by SIGPIPE.
