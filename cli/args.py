@@ -60,7 +60,7 @@ def positive_int(text: str) -> int:
 
 def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
     parser.add_argument("--interval", type=interval, default=0.1, metavar="SECONDS",
-                        help=f"seconds between samples, {INTERVAL_RANGE[0]:g} to {INTERVAL_RANGE[1]:g} (default: 0.1)")
+                        help="seconds between samples, %g to %g (default: 0.1)" % INTERVAL_RANGE)
     if sync:
         parser.add_argument("--sync", action="store_true",
                             help="start in SYNC mode (synchronize after every op)")

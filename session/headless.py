@@ -96,7 +96,8 @@ def log_lines(snap: Snapshot, log_after: int) -> list[dict[str, Any]]:
     dropped = new[0].seq - log_after - 1 if new else 0
     if dropped > 0:
         out.append({"source": LogSource.APP.value,
-                    "text": f"[{dropped} log lines left out: more came between two records than the log keeps]",
+                    "text": f"[{dropped} log lines left out: more came between two records than the log "
+                            "keeps]",
                     "dropped": dropped})
     out += [{"source": line.source.value, "text": line.text} for line in new]
     return out
