@@ -127,3 +127,10 @@ AGENT_STOP_GRACE = 3.0
 #: Per-stream launch-queue capacity of CUDA (an undocumented implementation detail: 1022-1024; HTA's
 #: ``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``) and of the emulated stream, which copies it.
 QUEUE_CAP = 1024
+
+#: The longest log line kept whole, in characters (bytes, on a workload's stdout and stderr). A longer one
+#: is cut to its first :data:`LOG_LINE_KEEP` and a marker that says how much was left out (the marker fits
+#: in the difference). Bounds the log by bytes, not only by lines: a script printing lines of megabytes
+#: costs the monitor a few kilobytes each.
+LOG_LINE_MAX = 4096
+LOG_LINE_KEEP = 4000

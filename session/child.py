@@ -161,12 +161,15 @@ class ChildProcess:
                 if not data:
                     sel.unregister(fd)
                     open_fds.discard(fd)
+                    readers[fd].finish()
                     continue
                 readers[fd].feed(data)
             if proc.poll() is not None:
                 # the child is dead: drain what is left, without waiting on pipes a grandchild holds
                 self._drain(sel, readers, open_fds)
                 break
+        for fd in open_fds:  # a last line without a newline still counts
+            readers[fd].finish()
         sel.close()
         proc.stdout.close()
         proc.stderr.close()
@@ -186,6 +189,7 @@ class ChildProcess:
                 if not data:
                     sel.unregister(key.fd)
                     open_fds.discard(key.fd)
+                    readers[key.fd].finish()
                 else:
                     readers[key.fd].feed(data)
 

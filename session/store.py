@@ -38,7 +38,16 @@ from torchpar_top.contract.snapshot import (
     Snapshot,
     SyncSite,
 )
-from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, LogSource, Mode, Quantity
+from torchpar_top.contract.vocab import (
+    LOG_LINE_KEEP,
+    LOG_LINE_MAX,
+    ChildState,
+    Counted,
+    ExecutorKind,
+    LogSource,
+    Mode,
+    Quantity,
+)
 from torchpar_top.probes.host.threads import group
 from torchpar_top.session import derive
 
@@ -166,7 +175,11 @@ class SessionStore:
     # -- writers ---------------------------------------------------------------------------------
 
     def add_log(self, source: LogSource, text: str) -> None:
-        """Append a line to the log pane (kept while paused: nothing is lost)."""
+        """Append a line to the log pane (kept while paused: nothing is lost). One longer than
+        :data:`LOG_LINE_MAX` characters is cut to its first :data:`LOG_LINE_KEEP` and a marker that says how
+        many were left out."""
+        if len(text) > LOG_LINE_MAX:
+            text = f"{text[:LOG_LINE_KEEP]} … [{len(text) - LOG_LINE_KEEP} more characters left out]"
         with self._lock:
             self._seq += 1
             self._log.append(LogLine(self._seq, LogSource(source), text))

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from torchpar_top.contract.vocab import LOG_LINE_MAX
 from torchpar_top.session.child import ChildProcess
 from torchpar_top.session.session import Session
 from torchpar_top.session.store import SessionStore
@@ -197,3 +198,20 @@ time.sleep(600)
     wait_for(lambda: any(l.text == "ready" for l in store.snapshot().log), timeout=30)
     assert child.stop() == -signal.SIGKILL
     wait_for(lambda: not group_alive(child.pid), timeout=10)
+
+
+def test_megabyte_lines_are_kept_cut_and_a_last_line_without_newline_is_kept():
+    code = r"""
+import sys
+for i in range(20):
+    print(f"{i} " + "x" * 1_000_000)
+print("done")
+sys.stdout.write("tail without newline")
+"""
+    store, status = _run_child(code)
+    assert status == 0
+    out = [line.text for line in store.snapshot().log if line.source == "stdout"]
+    assert len(out) == 22
+    assert all(t.startswith(f"{i} xxx") and t.endswith("more bytes left out]") for i, t in enumerate(out[:20]))
+    assert max(len(t) for t in out) <= LOG_LINE_MAX
+    assert out[20:] == ["done", "tail without newline"]

@@ -16,7 +16,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, Snapshot
-from torchpar_top.contract.vocab import ChildState, LogSource
+from torchpar_top.contract.vocab import LOG_LINE_MAX, ChildState, LogSource
+from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row
 
 SOURCE_TAGS = {LogSource.STDOUT: "out", LogSource.STDERR: "err", LogSource.CHILD: "child", LogSource.APP: "app",
@@ -34,7 +35,7 @@ def inert(text: str) -> str:
     return text.translate(_INERT)
 
 MAX_LINES = 1000
-"""Lines kept for scrolling back."""
+"""Lines kept for scrolling back (each at most :data:`LOG_LINE_MAX` characters: bounded in bytes too)."""
 
 Piece = tuple[str, str]
 """Some text and the component class that colours it."""
@@ -59,7 +60,7 @@ def pieces_of(line: LogLine) -> tuple[Piece, ...]:
     """``[err] Traceback...``: the tag dim, the text coloured by its source."""
     tag = SOURCE_TAGS.get(line.source, str(line.source))
     body = {LogSource.STDERR: "log--stderr", LogSource.STDOUT: "log--stdout"}.get(line.source, "log--dim")
-    return ((f"{tag:>5} ", "log--tag"), (inert(line.text.rstrip("\n")), body))
+    return ((f"{tag:>5} ", "log--tag"), (inert(render.clip(line.text.rstrip("\n"), LOG_LINE_MAX)), body))
 
 
 class LogPanel(Widget):
