@@ -24,15 +24,8 @@ SOURCE_TAGS = {LogSource.STDOUT: "out", LogSource.STDERR: "err", LogSource.CHILD
                LogSource.PROTOCOL: "proto"}
 """The tag shown before each line."""
 
-_INERT = {c: chr(0x2400 + c) for c in range(0x20)} | {0x7F: "\u2421", 0x09: " "}
-_INERT |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
-
-
-def inert(text: str) -> str:
-    """The workload's text made harmless for a terminal: control characters (ESC, BEL, CR, backspace...)
-    become visible symbols (``␛``), so a printed escape sequence cannot retitle the terminal, leave the
-    alternate screen or move the cursor over the panels; a tab becomes one space (one cell)."""
-    return text.translate(_INERT)
+inert = render.inert
+"""The log's name for :func:`render.inert` (every panel's rows go through it, see ``Row.add``)."""
 
 MAX_LINES = 1000
 """Lines kept for scrolling back (each at most :data:`LOG_LINE_MAX` characters: bounded in bytes too)."""
