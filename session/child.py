@@ -41,6 +41,7 @@ class ChildProcess:
         on_exit: OnExit,
         env: dict[str, str] | None = None,
         socketpair: bool = True,
+        on_channel_closed: Callable[[], None] | None = None,
     ) -> None:
         """Prepare (not start) a child.
 
@@ -52,9 +53,12 @@ class ChildProcess:
             on_exit: called once with the exit status (negative: killed by that signal).
             env: extra environment variables.
             socketpair: give the child one end of a socketpair for the protocol.
+            on_channel_closed: called (from the reader thread) when the protocol socket closes while the
+                child still runs: it is ending, or it closed the descriptor and runs on unmonitored.
         """
         self._make_command = make_command
         self._on_message, self._on_output, self._on_exit = on_message, on_output, on_exit
+        self._on_channel_closed = on_channel_closed
         self._env = env or {}
         self._socketpair = socketpair
         self.proc: subprocess.Popen[bytes] | None = None
@@ -95,6 +99,11 @@ class ChildProcess:
         self._sock = parent
         self._reader = threading.Thread(target=self._read_loop, name="tpt-child-reader", daemon=True)
         self._reader.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether the child has started and not ended."""
+        return self.proc is not None and self.proc.poll() is None
 
     def send(self, cmd: Message) -> bool:
         """Send a command; False when the child is gone."""
@@ -162,6 +171,8 @@ class ChildProcess:
                     sel.unregister(fd)
                     open_fds.discard(fd)
                     readers[fd].finish()
+                    if fd == sock.fileno() and self._socketpair and proc.poll() is None:
+                        self._channel_closed()
                     continue
                 readers[fd].feed(data)
             if proc.poll() is not None:
@@ -174,6 +185,11 @@ class ChildProcess:
         proc.stdout.close()
         proc.stderr.close()
         self._on_exit(proc.wait())
+
+    def _channel_closed(self) -> None:
+        """The protocol socket closed while the child runs: tell whoever asked."""
+        if self._on_channel_closed is not None:
+            self._on_channel_closed()
 
     def _drain(self, sel: selectors.BaseSelector, readers: dict, open_fds: set[int]) -> None:
         deadline = time.monotonic() + 0.5

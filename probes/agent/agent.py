@@ -12,7 +12,11 @@ fields to each sample, :attr:`Agent.on_sample` and :attr:`Agent.on_stop` run cod
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import resource
+import select
 import signal
 import socket
 import threading
@@ -75,7 +79,11 @@ class Agent:
         sync: bool = False,
         sync_scope: SyncScope = SyncScope.OP,
     ) -> None:
-        self._sock = sock
+        self._sock = _out_of_reach(sock) if sock is not None else None
+        self._sock_id = _identity(self._sock.fileno()) if self._sock is not None else None
+        """The socket's (device, inode): a descriptor with this number is ours only while they match."""
+        self.channel_lost = False
+        """True once the workload closed or replaced the protocol's descriptor: it runs on, unmonitored."""
         self._send_lock = threading.Lock()
         self.experiment = experiment
         self.description = description
@@ -297,11 +305,30 @@ class Agent:
     def _command_loop(self) -> None:
         self._agent_tids.append(threading.get_native_id())
         reader = LineReader()
+        if self._sock is None:
+            self.request_stop()
+            return
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
         while True:
+            # Wait in poll, not in recv: a recv blocked on a descriptor the workload closes keeps the socket
+            # open (torchpar-top would never see it close), and a recv on a number the workload reused would
+            # read the workload's own file.
+            if not self._channel_ok():
+                return
             try:
-                data = self._sock.recv(65536) if self._sock else b""
-            except OSError:
-                data = b""
+                events = poller.poll(COMMAND_POLL_MS)
+                if not events:
+                    continue
+                if events[0][1] & select.POLLNVAL or not self._channel_ok():
+                    self._lose_channel()
+                    return
+                data = self._sock.recv(65536)
+            except OSError as exc:
+                if exc.errno in _DESCRIPTOR_GONE:  # closed or replaced by the workload: it runs on
+                    self._lose_channel()
+                    return
+                data = b""  # reset by the peer: torchpar-top went away
             if not data:  # torchpar-top went away: do not outlive it
                 self.request_stop()
                 return
@@ -394,14 +421,74 @@ class Agent:
         """Send one message to torchpar-top (nothing without a connection).
 
         Raises:
-            OSError: the connection is gone.
+            OSError: the connection is gone, or the workload closed or replaced our descriptor (then
+                nothing is written: the number may now be one of the workload's own files).
         """
         if self._sock is None:
             return
         data = msg.to_json()
         with self._send_lock:
-            self._sock.sendall(data)
+            if not self._channel_ok():
+                raise OSError(errno.EBADF, "the protocol's descriptor was closed by the workload")
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                if exc.errno in _DESCRIPTOR_GONE:
+                    self._lose_channel()
+                raise
 
+    def _channel_ok(self) -> bool:
+        """Whether our descriptor still holds the protocol's socket (not closed, not reused)."""
+        if self.channel_lost or self._sock is None:
+            return False
+        fd = self._sock.fileno()
+        if fd < 0 or _identity(fd) != self._sock_id:
+            self._lose_channel()
+            return False
+        return True
+
+    def _lose_channel(self) -> None:
+        """The workload closed or replaced our descriptor: stop talking, and never close that number
+        (it may be the workload's own file by now). The workload runs on; torchpar-top sees the socket
+        close and says monitoring is lost."""
+        if not self.channel_lost and self._sock is not None:
+            self.channel_lost = True
+            self._sock.detach()
+
+
+
+#: How long the command loop waits in poll before it checks its descriptor again (ms).
+COMMAND_POLL_MS = 250
+
+#: Errors that mean our descriptor no longer holds the socket (the workload closed or reused it), as
+#: opposed to torchpar-top having gone away (end of file, a reset connection).
+_DESCRIPTOR_GONE = (errno.EBADF, errno.ENOTSOCK)
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of what descriptor ``fd`` refers to, None when it is closed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _out_of_reach(sock: socket.socket) -> socket.socket:
+    """The protocol socket moved to a high descriptor number (close-on-exec), its old number freed: a
+    script that closes descriptors (``os.closerange(3, 1024)``) or counts on the low numbers being free
+    finds what it would under plain python. Left where it is if no higher number is allowed."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    floor = (1 << 20 if soft == resource.RLIM_INFINITY else min(soft, 1 << 20)) - 16
+    if floor <= sock.fileno():
+        return sock
+    try:
+        fd = fcntl.fcntl(sock.fileno(), fcntl.F_DUPFD_CLOEXEC, floor)
+    except OSError:
+        return sock
+    moved = socket.socket(fileno=fd)
+    sock.close()
+    return moved
 
 
 def _kill_own_group() -> None:

@@ -44,14 +44,18 @@ def main(argv: list[str] | None = None) -> int:
         sync=args.sync,
     )
     agent.start()
+    status = 0
     try:
         experiment.run(agent)
-    except Exception:
+    except Exception as exc:
         traceback.print_exc()
-        return 1
+        status = 1
+        agent.report_exit(1, traceback.format_exception_only(type(exc), exc)[-1].strip())
+    else:
+        agent.report_exit(0)  # the socket closes as the process ends: torchpar-top knows it is not lost
     finally:
         agent.close()
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -123,3 +123,46 @@ def test_run_errors_are_one_line(args, needle):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("torchpar-top: error:")
+
+
+CLOSERANGE = """
+import os, sys, time
+print("closing", flush=True)
+os.closerange(3, 1024 if sys.argv[2] == "1024" else os.sysconf("SC_OPEN_MAX"))
+with open(sys.argv[1], "w") as f:  # takes the lowest free number: fd 3, as under plain python
+    f.write(str(f.fileno()))
+for i in range(400):
+    time.sleep(0.05)
+    if os.path.exists(sys.argv[1] + ".stop"):
+        break
+print("done", flush=True)
+sys.exit(7)
+"""
+
+
+@pytest.mark.parametrize("upto", ["1024", "all"])
+def test_a_script_that_closes_every_descriptor_runs_on_and_its_status_is_its_own(tmp_path, upto):
+    """``os.closerange(3, 1024)`` in the script: the agent's channel is out of its reach (commands still
+    work); closing every descriptor loses it (the app says monitoring is lost). Either way it is never
+    taken for torchpar-top going away: the script runs to its end and its own status is reported."""
+    script = tmp_path / "closerange.py"
+    script.write_text(CLOSERANGE)
+    marker = tmp_path / "fd.txt"
+    s = Session(ScriptTarget(str(script), (str(marker), upto)))
+    try:
+        s.start()
+        wait_for(lambda: any(line.text == "closing" for line in s.snapshot().log), timeout=90)
+        wait_for(lambda: marker.exists() and marker.read_text(), timeout=30)
+        assert marker.read_text() == "3"
+        s.toggle_sync()  # a command after the descriptors were closed (this used to stop the script)
+        if upto == "1024":
+            wait_for(lambda: s.snapshot().mode == "sync", timeout=30)
+        else:
+            wait_for(lambda: s.snapshot().notice.startswith("monitoring lost"), timeout=30)
+        assert s.snapshot().child.state == "running"
+        (tmp_path / "fd.txt.stop").write_text("")
+        child = wait_for(lambda: (c := s.snapshot().child).state == "exited" and c, timeout=60)
+        assert child.exit_code == 7
+        assert any(line.text == "done" for line in s.snapshot().log)
+    finally:
+        s.close()
