@@ -134,3 +134,8 @@ QUEUE_CAP = 1024
 #: costs the monitor a few kilobytes each.
 LOG_LINE_MAX = 4096
 LOG_LINE_KEEP = 4000
+
+#: An environment variable set, to a value unique to each run, in the workload's environment: every process
+#: of its tree inherits it, so torchpar-top finds (and ends) those that left the tree or its process group
+#: (a double-forked ``setsid`` daemon) even after the workload itself has ended.
+ENV_RUN = "TORCHPAR_TOP_RUN"

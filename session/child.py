@@ -9,6 +9,7 @@ never keeps the app from exiting.
 from __future__ import annotations
 
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -18,7 +19,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from torchpar_top.contract.messages import Message, Stop
-from torchpar_top.contract.vocab import PARENT_STOP_GRACE, LogSource
+from torchpar_top.contract.vocab import ENV_RUN, PARENT_STOP_GRACE, LogSource
+from torchpar_top.session.tree import ProcessTree
 from torchpar_top.session.wire import MessageStream, TextStream
 
 OnMessage = Callable[[Message], None]
@@ -64,6 +66,8 @@ class ChildProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
+        self.tree: ProcessTree | None = None
+        """What the child started, followed so that it ends with the child (see :mod:`.tree`)."""
         self._stopping = threading.Event()
         self._send_lock = threading.Lock()
 
@@ -79,7 +83,8 @@ class ChildProcess:
             OSError: the interpreter could not be started.
         """
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env}
+        mark = secrets.token_hex(8)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, ENV_RUN: mark}
         fd = child.fileno() if self._socketpair else None
         try:
             self.proc = subprocess.Popen(
@@ -97,6 +102,7 @@ class ChildProcess:
         finally:
             child.close()  # the parent's copy of the child's end: without this, EOF never comes
         self._sock = parent
+        self.tree = ProcessTree(self.proc.pid, mark)
         self._reader = threading.Thread(target=self._read_loop, name="tpt-child-reader", daemon=True)
         self._reader.start()
 
@@ -117,7 +123,8 @@ class ChildProcess:
             return False
 
     def stop(self, grace: float = PARENT_STOP_GRACE) -> int | None:
-        """Stop the child and everything in its process group; wait for the reader. Idempotent.
+        """Stop the child, everything in its process group and every process it started (even those that
+        left the group, or outlived the child); wait for the reader. Idempotent.
 
         Args:
             grace: seconds the workload gets to return after the ``stop`` command before SIGTERM;
@@ -130,14 +137,24 @@ class ChildProcess:
         if proc is None:
             return None
         self._stopping.set()
+        tree = self.tree
+        if tree is not None:
+            tree.walk()  # the latest picture while the child lives: what it started since the last walk
         if grace > 0 and proc.poll() is None:
             self.send(Stop())
             _wait(proc, grace)
+            if tree is not None:
+                tree.walk()
+        term_deadline = time.monotonic() + TERM_GRACE
         _kill_group(proc.pid, signal.SIGTERM)
+        if tree is not None:
+            tree.terminate()
         if proc.poll() is None:
             _wait(proc, TERM_GRACE)
         _kill_group(proc.pid, signal.SIGKILL)
         proc.wait()
+        if tree is not None:
+            tree.end(term_deadline)
         if self._reader is not None:
             self._reader.join(timeout=5)
         if self._sock is not None:
@@ -159,6 +176,8 @@ class ChildProcess:
             sel.register(fd, selectors.EVENT_READ)
         open_fds = set(readers)
         while open_fds:
+            if self.tree is not None:
+                self.tree.walk_if_due()
             for key, _ in sel.select(timeout=0.2):
                 fd = key.fd
                 try:

@@ -12,6 +12,7 @@ fields to each sample, :attr:`Agent.on_sample` and :attr:`Agent.on_stop` run cod
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
@@ -491,8 +492,41 @@ def _out_of_reach(sock: socket.socket) -> socket.socket:
     return moved
 
 
+#: ``prctl`` option: orphans below this process are reparented to it, not to init (Linux 3.4).
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> bool:
+    """Make this process a child subreaper: what its code starts stays in its process tree even when the
+    parent in between exits (a double-forked daemon), so torchpar-top can find it and end it with the
+    workload. Returns whether it worked (Linux only; elsewhere the run's mark in the environment is
+    what finds such processes)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every process below this one (what left the process group included)."""
+    try:
+        import psutil
+
+        procs = psutil.Process().children(recursive=True)
+    except Exception:  # noqa: BLE001 - best effort on the way out
+        return
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
 def _kill_own_group() -> None:
-    """End the child: its whole process group when it leads one (started with a new session)."""
+    """End the child: every process below it, and its whole process group when it leads one (started
+    with a new session)."""
+    _kill_descendants()
     try:
         if os.getpgid(0) == os.getpid():
             os.killpg(os.getpid(), signal.SIGKILL)

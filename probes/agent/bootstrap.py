@@ -11,7 +11,7 @@ import socket
 import sys
 import traceback
 
-from torchpar_top.probes.agent.agent import Agent
+from torchpar_top.probes.agent.agent import Agent, adopt_orphans
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         # this when they start, and keep it; a later set_num_threads reaches only the calling thread.
         torch.set_num_threads(max(1, args.threads))
 
+    adopt_orphans()
     sock = socket.socket(fileno=args.fd)
     experiment = workloads.get(args.experiment)
     agent = Agent(

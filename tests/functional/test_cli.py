@@ -223,3 +223,26 @@ def test_headless_run_ends_with_the_script_and_its_status(tmp_path, code, status
     assert records[-1]["child"]["state"] == "exited"
     assert any(line["text"] == "bye" for r in records for line in r["log"])
     assert all(r["child"]["state"] != "exited" for r in records[:-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["the script ends", "the duration ends"])
+def test_processes_that_left_the_group_end_with_a_headless_run(how):
+    """A setsid daemon and a grandchild in a group of its own: gone when the headless run ends."""
+    from waiting import processes_running, unique_tag, wait_for
+
+    tag = unique_tag()
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "leaves_processes.py")
+    stay = "exit" if how == "the script ends" else "stay"
+    proc = subprocess.Popen([*CMD, "run", "--headless", "--duration", "600" if stay == "exit" else "8", script,
+                             tag, stay], stdout=subprocess.PIPE, text=True)
+    try:
+        _first_record(proc, lambda r: any(l["text"] == "started" for l in r["log"]))
+        wait_for(lambda: len(processes_running(tag + "1", tag + "2")) == 2, timeout=30)
+        proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        wait_for(lambda: not processes_running(tag + "1", tag + "2"), timeout=15)
+    finally:
+        proc.kill()
+        for leftover in processes_running(tag + "1", tag + "2"):
+            leftover.kill()

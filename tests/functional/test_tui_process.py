@@ -153,3 +153,33 @@ def test_a_second_signal_while_stopping_neither_hangs_nor_prints_a_traceback(tmp
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         os.close(master)
+
+
+@pytest.mark.parametrize("how", ["key q", "SIGKILL"])
+def test_processes_that_left_the_workloads_group_end_with_the_app(how):
+    """A setsid daemon and a grandchild in a group of its own, started by the user's script: gone after q,
+    and even after SIGKILL of the app (the agent ends its tree when its socket closes)."""
+    from waiting import processes_running, unique_tag
+
+    tag = unique_tag()
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "leaves_processes.py")
+    proc, master = _start_app("run", script, tag, "stay")
+    os.set_blocking(master, False)
+    try:
+        wait_for(lambda: (_drain(master), len(processes_running(tag + "1", tag + "2")) == 2)[1], timeout=90)
+        if how == "key q":
+            os.write(master, b"q")
+        else:
+            proc.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            _drain(master)
+            time.sleep(0.05)
+        assert proc.poll() is not None, f"the app did not exit after {how}"
+        wait_for(lambda: not processes_running(tag + "1", tag + "2"), timeout=15)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for leftover in processes_running(tag + "1", tag + "2"):
+            leftover.kill()
+        os.close(master)
