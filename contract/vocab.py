@@ -89,6 +89,9 @@ class Role(Word):
     """Threads of DataLoader worker processes (children of the watched process)."""
     SUBPROCESS = "child processes"
     """Threads of any other process the watched one started."""
+    PYTHON = "Python threads"
+    """The workload's own ``threading`` threads (the agent lists them: unnamed, they would look like
+    OpenMP workers, which inherit their creator's name too)."""
     AGENT = "torchpar agent"
     OTHER = "other"
 

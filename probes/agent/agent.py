@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchpar_top.contract.codec import LineReader, ProtocolError
+from torchpar_top.contract.codec import MAX_ITEMS, LineReader, ProtocolError
 from torchpar_top.contract.messages import (
     Ack,
     Exit,
@@ -243,11 +243,19 @@ class Agent:
             self.cuda.close()
 
     def roles(self) -> tuple[ThreadRole, ...]:
-        """Threads the agent knows, for the thread panel: the frontend, its own, the executors'."""
+        """Threads the agent knows, for the thread panel: the frontend, its own, the executors', then every
+        other Python thread (the workload's own: not OpenMP workers, which look the same by name); at
+        most what one message may carry."""
         roles = [ThreadRole(self.frontend_tid, Role.FRONTEND)]
         roles += [ThreadRole(tid, Role.AGENT) for tid in self._agent_tids]
         roles += [ThreadRole(tid, ex.thread_role, ex.name) for ex in self.executors for tid in ex.tids]
-        return tuple(roles)
+        known = {r.tid for r in roles}
+        for thread in threading.enumerate():
+            tid = thread.native_id
+            if tid is not None and tid not in known:
+                known.add(tid)
+                roles.append(ThreadRole(tid, Role.AGENT if thread.name.startswith("tpt-") else Role.PYTHON))
+        return tuple(roles[:MAX_ITEMS])
 
     # -- threads ----------------------------------------------------------------------------------
 

@@ -166,3 +166,36 @@ def test_a_script_that_closes_every_descriptor_runs_on_and_its_status_is_its_own
         assert any(line.text == "done" for line in s.snapshot().log)
     finally:
         s.close()
+
+
+PYTHON_THREADS = """
+import threading, torch
+x = torch.randn(256, 256)
+(x @ x).sum()  # starts the intra-op (OpenMP) team
+stop = threading.Event()
+threads = [threading.Thread(target=stop.wait, daemon=True) for _ in range(200)]
+for t in threads:
+    t.start()
+print("threads started", flush=True)
+stop.wait(600)
+"""
+
+
+def test_a_scripts_own_python_threads_are_not_intra_op_workers(tmp_path):
+    """200 plain Python threads: a group of their own; the intra-op workers are only OpenMP's."""
+    script = tmp_path / "threads.py"
+    script.write_text(PYTHON_THREADS)
+    s = Session(ScriptTarget(str(script)))
+    try:
+        s.start()
+
+        def groups():
+            snap = s.snapshot()
+            return {g.role: g.count for g in snap.thread_groups}, snap.num_threads
+
+        (by_role, num_threads) = wait_for(lambda: (g := groups())[0].get("Python threads") == 200 and g,
+                                          timeout=90)
+        # what plain python has after one matmul on this machine: a few native threads, not the 200
+        assert by_role.get("intra-op workers", 0) <= num_threads
+    finally:
+        s.close()
