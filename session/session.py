@@ -70,6 +70,8 @@ class Session:
         self._host_thread: threading.Thread | None = None
         self._closed = False
         self._close_lock = threading.Lock()
+        self._target_lock = threading.Lock()
+        """Held while the target changes (restart, switch) and while closing: one at a time, in order."""
         self._closing: dict[int, _Closing] = {}
         """Agent connections that closed, by number, until their process is seen to end (or runs on)."""
         self._threads_chosen: int | None = None
@@ -91,7 +93,8 @@ class Session:
             if self._closed:
                 return
             self._closed = True
-            self._close()
+            with self._target_lock:  # a restart in progress ends first (it starts nothing once closed)
+                self._close()
 
     def _close(self) -> None:
         self._stop.set()
@@ -110,10 +113,12 @@ class Session:
         return [workloads.info(n) for n in workloads.names()]
 
     def toggle_sync(self) -> None:
-        """Switch between ASYNC and SYNC in the running child."""
-        self._sync_wanted = not self._sync_wanted
-        if self._send(SetSync(value=self._sync_wanted)):
-            self.store.add_log(LogSource.APP, f"asked for {'SYNC' if self._sync_wanted else 'ASYNC'}")
+        """Switch between ASYNC and SYNC in the running child: the opposite of what was asked for last (a
+        sample may not have caught up yet); a press that reaches no child asks for nothing."""
+        wanted = not self._sync_wanted
+        if self._send(SetSync(value=wanted)):
+            self._sync_wanted = wanted
+            self.store.add_log(LogSource.APP, f"asked for {'SYNC' if wanted else 'ASYNC'}")
 
     def change_threads(self, delta: int) -> None:
         """``torch.set_num_threads(current + delta)`` in the child, kept within 1..cpu_count."""
@@ -167,7 +172,17 @@ class Session:
         return "attach" if isinstance(self.target, AttachTarget) else "run"
 
     def _switch(self, target: Target) -> None:
-        self._stop_target()
+        """Stop what runs and start ``target`` (nothing once the session is closed: quitting wins)."""
+        with self._target_lock:
+            if self._closed:
+                return
+            self._stop_target()
+            if self._closed:  # q came while the old target stopped
+                return
+            self._start_new(target)
+
+    def _start_new(self, target: Target) -> None:
+        """Make ``target`` the session's, with a fresh store, and start it."""
         self.target = target
         self.store.reset(self._experiment_name(), target.description)
         self.store.set_target(target.label)

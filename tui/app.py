@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from functools import partial
 from typing import Callable, ClassVar
 
 from textual import events
@@ -14,6 +15,7 @@ from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
+from textual.worker import Worker
 
 from torchpar_top.contract.snapshot import SessionLike, Snapshot
 from torchpar_top.tui import keys
@@ -98,6 +100,7 @@ class TorchparTopApp(App[None]):
         self._quitting = False
         self._signal_loop: asyncio.AbstractEventLoop | None = None
         self._quit_when_mounted = False
+        self._switching: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
         """Header; cores | threads (| ranks); queues; lanes | scoreboard; GPUs; stack | sync points; log."""
@@ -198,8 +201,7 @@ class TorchparTopApp(App[None]):
 
     def action_restart(self) -> None:
         """``r``: run the same target again (the user's script after it ended, or the experiment)."""
-        self.session.restart()
-        self.refresh_from_session()
+        self._switch_off_loop(self.session.restart, "restarting…")
 
     def action_profile(self) -> None:
         """``h``: a 1 s torch.profiler window in the child, analysed the way HTA computes queue length."""
@@ -239,7 +241,19 @@ class TorchparTopApp(App[None]):
 
     def run_experiment(self, name: str) -> None:
         """Stop the running child and start experiment ``name``."""
-        self.session.switch_experiment(name)
+        self._switch_off_loop(partial(self.session.switch_experiment, name), f"starting {name}…")
+
+    def _switch_off_loop(self, call: Callable[[], None], message: str) -> None:
+        """Stop what runs and start something, in a worker thread: stopping a script that ignores signals
+        takes seconds, and the screen must keep answering meanwhile. Presses while one runs are ignored;
+        ``q`` closes the session at once (which waits for it, see ``SessionLike.close``)."""
+        if self._quitting or (self._switching is not None and self._switching.is_running):
+            return
+        self.notify(message, timeout=3)
+        self._switching = self.run_worker(self._switch_then_draw(call), name="switch", group="switch")
+
+    async def _switch_then_draw(self, call: Callable[[], None]) -> None:
+        await asyncio.to_thread(call)
         self.refresh_from_session()
 
     def quit_from_signal(self) -> None:
@@ -275,6 +289,7 @@ class TorchparTopApp(App[None]):
         self.run_worker(self._close_then_exit(), name="quit", exclusive=True)
 
     async def _close_then_exit(self) -> None:
+        # Not after a restart in progress: close() waits for it, and it then starts nothing (SessionLike).
         await asyncio.to_thread(self._close_session)
         self.exit()
 

@@ -215,3 +215,36 @@ sys.stdout.write("tail without newline")
     assert all(t.startswith(f"{i} xxx") and t.endswith("more bytes left out]") for i, t in enumerate(out[:20]))
     assert max(len(t) for t in out) <= LOG_LINE_MAX
     assert out[20:] == ["done", "tail without newline"]
+
+
+def test_four_quick_presses_of_s_end_in_async(session_factory):
+    """``s s s s`` faster than samples arrive: each press toggles what was asked for last, not the mode of
+    a sample that has not caught up yet, so the child ends in ASYNC."""
+    s = session_factory("async")
+    wait_for(lambda: s.snapshot().executors)
+    for _ in range(4):
+        s.toggle_sync()
+    asked = [line.text for line in s.snapshot().log if line.text.startswith("asked for")]
+    assert asked == ["asked for SYNC", "asked for ASYNC", "asked for SYNC", "asked for ASYNC"]
+    acks = wait_for(lambda: len(a := [line.text for line in s.snapshot().log
+                                      if line.text.startswith(("ok: SYNC", "ok: ASYNC"))]) >= 4 and a)
+    assert acks[-1].startswith("ok: ASYNC")
+    n = len(s.snapshot().executors[0].history)
+    wait_for(lambda: len(s.snapshot().executors[0].history) >= n + 5)
+    assert s.snapshot().mode == "async"
+
+
+def test_s_without_a_workload_changes_nothing(session_factory):
+    """A press that reached no child is not a request: the next start keeps the mode asked for before."""
+    s = session_factory("async")
+    pid = wait_for(lambda: s.snapshot().child.pid)
+    wait_for(lambda: s.snapshot().executors)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: s.snapshot().child.state == "exited")
+    s.toggle_sync()
+    assert "no workload is running" in s.snapshot().log[-1].text
+    s.restart()
+    wait_for(lambda: s.snapshot().child.state == "running" and s.snapshot().executors)
+    n = len(s.snapshot().executors[0].history)
+    wait_for(lambda: len(s.snapshot().executors[0].history) >= n + 5)
+    assert s.snapshot().mode == "async"

@@ -199,3 +199,40 @@ def test_a_scripts_own_python_threads_are_not_intra_op_workers(tmp_path):
         assert by_role.get("intra-op workers", 0) <= num_threads
     finally:
         s.close()
+
+
+STUBBORN = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("stubborn", sys.argv[1], flush=True)
+while True:
+    try:
+        time.sleep(0.05)
+    except KeyboardInterrupt:
+        pass
+"""
+
+
+def test_closing_during_a_restart_leaves_nothing_running(tmp_path):
+    """``r`` then ``q`` at once: the restart (seconds, to stop a script that ignores signals) runs in a
+    worker thread while the app closes the session; the restart starts nothing once closing began."""
+    import threading
+
+    from waiting import processes_running, unique_tag
+
+    tag = unique_tag()
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    s = Session(ScriptTarget(str(script), (tag,)))
+    s.start()
+    try:
+        wait_for(lambda: any(line.text == f"stubborn {tag}" for line in s.snapshot().log), timeout=90)
+        restart = threading.Thread(target=s.restart)
+        restart.start()
+        wait_for(lambda: not s._child, timeout=10)  # the restart is stopping the old script
+        s.close()
+        restart.join(30)
+        assert not restart.is_alive()
+        assert not processes_running(tag)
+    finally:
+        s.close()

@@ -158,6 +158,7 @@ async def test_w_then_enter_switches_experiment() -> None:
         await pilot.press("down", "enter")
         await pilot.pause()
         assert not isinstance(app.screen, PickerScreen)
+        await app.workers.wait_for_complete()  # r and w stop and start off the event loop
         assert ("switch_experiment", "multi-device") in session.calls
         assert "multi-device" in header(app)
 
@@ -297,6 +298,7 @@ async def test_command_palette_runs_an_experiment() -> None:
         assert hits[0].splitlines()[0] == "Run experiment: inter-op"
         await pilot.press("enter")
         await pilot.pause()
+        await app.workers.wait_for_complete()  # r and w stop and start off the event loop
         assert ("switch_experiment", "inter-op") in session.calls
 
 
@@ -400,6 +402,7 @@ async def test_r_restarts_the_target() -> None:
         assert "exited 1" in header(app)
         await pilot.press("r")
         await pilot.pause()
+        await app.workers.wait_for_complete()  # r and w stop and start off the event loop
         assert ("restart",) in session.calls
         assert "exited" not in header(app)
 
@@ -557,6 +560,7 @@ async def test_command_palette_restart_and_stack() -> None:
         assert hits[0].splitlines()[0] == "Restart"
         await pilot.press("enter")
         await pilot.pause()
+        await app.workers.wait_for_complete()  # r and w stop and start off the event loop
         assert ("restart",) in session.calls
         hits = await _palette_hits(pilot, "Toggle stack panel")
         assert hits[0].splitlines()[0] == "Toggle stack panel"
@@ -689,3 +693,43 @@ def test_workload_text_reaches_no_panel_as_control_characters(make) -> None:
 
 
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+@run_async
+async def test_a_slow_restart_keeps_the_screen_alive_and_q_still_quits() -> None:
+    """A script that ignores signals takes seconds to stop: ``r`` runs off the event loop (the app keeps
+    handling keys), more ``r`` while it restarts are not queued up, and ``q`` quits once it is done (a
+    session's close waits for a restart in progress, as the real one does)."""
+    app, session = app_on(make_run_snapshot(child_state="exited", exit_code=1))
+    release, restarting, restarted = threading.Event(), threading.Event(), threading.Event()
+    real_restart, real_close = session.restart, session.close
+
+    def slow_restart() -> None:
+        restarting.set()
+        release.wait(10)
+        real_restart()
+        restarted.set()
+
+    def close_after_restart() -> None:
+        restarted.wait(10)
+        real_close()
+
+    session.restart, session.close = slow_restart, close_after_restart
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("r")
+        await asyncio.to_thread(restarting.wait, 10)
+        await pilot.press("p", "r", "r")  # handled while the restart runs
+        await pilot.pause()
+        assert ("set_paused", True) in session.calls
+        assert "restarting" in [n.message for n in app._notifications][0]
+        await pilot.press("q")
+        await pilot.pause()
+        assert app.is_running and "close" not in session.names()  # q waits for the restart
+        release.set()
+        for _ in range(200):
+            if not app.is_running:
+                break
+            await asyncio.sleep(0.05)
+    assert session.names().count("restart") == 1
+    assert session.names().count("close") == 1
+    assert session.names().index("restart") < session.names().index("close")
