@@ -5,6 +5,7 @@ status 2."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn, Sequence
 
 from torchpar_top import __version__, workloads
@@ -20,14 +21,30 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"torchpar-top: error: {message} (see {self.prog} --help)\n")
 
 
+#: Seconds between samples accepted by ``--interval``: below 20 ms the monitor would cost more than what it
+#: watches (1e-9 took 98 % of a core); above a minute it shows nothing live (and infinity overflows timers).
+INTERVAL_RANGE = (0.02, 60.0)
+
+
 def positive(text: str) -> float:
-    """A number greater than zero."""
+    """A finite number greater than zero."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
+    if math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds: {text!r}")
+    return value
+
+
+def interval(text: str) -> float:
+    """Seconds between samples, within :data:`INTERVAL_RANGE`."""
+    value = positive(text)
+    lo, hi = INTERVAL_RANGE
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} seconds: {text!r}")
     return value
 
 
@@ -43,8 +60,8 @@ def positive_int(text: str) -> int:
 
 
 def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
-    parser.add_argument("--interval", type=positive, default=0.1, metavar="SECONDS",
-                        help="seconds between samples (default: 0.1)")
+    parser.add_argument("--interval", type=interval, default=0.1, metavar="SECONDS",
+                        help="seconds between samples, %g to %g (default: 0.1)" % INTERVAL_RANGE)
     if sync:
         parser.add_argument("--sync", action="store_true",
                             help="start in SYNC mode (synchronize after every op)")
@@ -136,16 +153,21 @@ def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[st
     """Split ``run``'s argv into (our options, script or module, is_module, the user's args).
 
     Our options come first; the first token that is not one of them (or ``-m MODULE``) starts the
-    user's command, and everything after it belongs to the user's code.
+    user's command, and everything after it belongs to the user's code. ``--`` ends our options: the
+    token after it is the script, whatever it looks like. ``-m`` without a module gives (ours, None,
+    True, []).
     """
     takes_value = {"--interval", "--duration", "--nproc-per-node", "--sync-scope"}
     ours: list[str] = []
     i = 0
     while i < len(argv):
         token = argv[i]
+        if token == "--":
+            rest = list(argv[i + 1:])
+            return (ours, rest[0], False, rest[1:]) if rest else (ours, None, False, [])
         if token == "-m":
             if i + 1 >= len(argv):
-                return ours + ["-m"], None, True, []
+                return ours, None, True, []
             return ours, argv[i + 1], True, list(argv[i + 2:])
         if token.startswith("-"):
             ours.append(token)

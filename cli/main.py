@@ -8,7 +8,8 @@ import json
 import math
 import signal
 import sys
-from typing import Any, NoReturn, Sequence
+import threading
+from typing import Any, Callable, Sequence
 
 from torchpar_top.args import attach_parser, main_parser, replay_parser, run_parser, split_run
 
@@ -36,24 +37,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.headless:
         from torchpar_top.session import headless
 
-        _on_signals(_exit_on_signal)
-        try:
-            return headless.run(session, args.duration, sys.stdout)
-        except KeyboardInterrupt:
-            return 130
+        stop = threading.Event()
+        signals = QuitSignals(lambda: stop.set())
+        status = headless.run(session, args.duration, sys.stdout, stop=stop)
+        return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp
 
     app = TorchparTopApp(session)
-
-    def _quit() -> None:
-        session.close()
-        app.exit()
-
-    _on_signals(_quit)
+    signals = QuitSignals(app.quit_from_signal)
     app.run()
     session.close()
-    return 0
+    return signals.status(0)
+
+
+class QuitSignals:
+    """SIGINT, SIGTERM and SIGHUP (terminal closed) as a request to quit: the first one calls ``on_first``,
+    which must only schedule the quit (it runs inside a signal handler); the ones after it are ignored,
+    so a stop in progress is never re-entered (a deadlock) nor interrupted (a traceback, a child left)."""
+
+    HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, on_first: Callable[[], None]) -> None:
+        """Install the handler for :attr:`HANDLED`."""
+        self.received: int | None = None
+        """The first signal received, or None."""
+        self._on_first = on_first
+        for sig in self.HANDLED:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        """The handler: remember the first signal and ask once."""
+        if self.received is None:
+            self.received = signum
+            self._on_first()
+
+    def status(self, otherwise: int) -> int:
+        """128 + the signal that ended the run (as shells report it), else ``otherwise``."""
+        return 128 + self.received if self.received is not None else otherwise
 
 
 def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -72,7 +93,7 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
     args = parser.parse_args(ours)
     _check_headless(parser, args)
     if what is None:
-        parser.error("run needs a script (SCRIPT.py) or -m MODULE")
+        parser.error("-m needs a MODULE name" if is_module else "run needs a script (SCRIPT.py) or -m MODULE")
     problem = check_target(what, is_module)
     if problem:
         parser.exit(2, f"torchpar-top: error: {problem}\n")
@@ -130,35 +151,17 @@ def _replay(argv: list[str]) -> int:
 
         if not session.analysis.has_gpu:
             print(f"torchpar-top: note: {NO_GPU_NOTE}", file=sys.stderr)
-        _on_signals(_exit_on_signal)
-        try:
-            return headless.run(session, args.duration or math.inf, sys.stdout)
-        except KeyboardInterrupt:
-            return 130
+        stop = threading.Event()
+        signals = QuitSignals(stop.set)
+        return signals.status(headless.run(session, args.duration or math.inf, sys.stdout, stop=stop))
 
     from torchpar_top.tui.app import TorchparTopApp
 
     app = TorchparTopApp(session)
-
-    def _quit() -> None:
-        session.close()
-        app.exit()
-
-    _on_signals(_quit)
+    signals = QuitSignals(app.quit_from_signal)
     app.run()
     session.close()
-    return 0
-
-
-def _on_signals(handler) -> None:
-    """SIGTERM and SIGHUP (terminal closed) end the run cleanly."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: handler())
-
-
-def _exit_on_signal() -> NoReturn:
-    """Headless: leave through the ``finally`` that closes the session."""
-    raise SystemExit(128 + signal.SIGTERM)
+    return signals.status(0)
 
 
 def _gpu_probe():

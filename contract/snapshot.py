@@ -356,7 +356,8 @@ class SessionLike(Protocol):
         """Start sampling and the child."""
 
     def close(self) -> None:
-        """Stop everything; nothing may be left running."""
+        """Stop everything; nothing may be left running. It may be called (from another thread) while a
+        ``restart`` or ``switch_experiment`` runs: it then waits for it, and that starts nothing more."""
 
     def snapshot(self) -> Snapshot:
         """The current state."""

@@ -88,6 +88,9 @@ class Role(Word):
     INTEROP = "inter-op pool"
     AUTOGRAD = "autograd"
     DATA = "data"
+    PYTHON = "Python threads"
+    """The workload's own ``threading`` threads (the agent lists them: unnamed, they would look like
+    OpenMP workers, which inherit their creator's name too)."""
     DATA_WORKERS = "DataLoader workers"
     """Threads of DataLoader worker processes (children of the watched process)."""
     SUBPROCESS = "child processes"
@@ -130,3 +133,15 @@ AGENT_STOP_GRACE = 3.0
 #: Per-stream launch-queue capacity of CUDA (an undocumented implementation detail: 1022-1024; HTA's
 #: ``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``) and of the emulated stream, which copies it.
 QUEUE_CAP = 1024
+
+#: The longest log line kept whole, in characters (bytes, on a workload's stdout and stderr). A longer one
+#: is cut to its first :data:`LOG_LINE_KEEP` and a marker that says how much was left out (the marker fits
+#: in the difference). Bounds the log by bytes, not only by lines: a script printing lines of megabytes
+#: costs the monitor a few kilobytes each.
+LOG_LINE_MAX = 4096
+LOG_LINE_KEEP = 4000
+
+#: An environment variable set, to a value unique to each run, in the workload's environment: every process
+#: of its tree inherits it, so torchpar-top finds (and ends) those that left the tree or its process group
+#: (a double-forked ``setsid`` daemon) even after the workload itself has ended.
+ENV_RUN = "TORCHPAR_TOP_RUN"

@@ -9,6 +9,7 @@ never keeps the app from exiting.
 from __future__ import annotations
 
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -18,7 +19,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from torchpar_top.contract.messages import Message, Stop
-from torchpar_top.contract.vocab import PARENT_STOP_GRACE, LogSource
+from torchpar_top.contract.vocab import ENV_RUN, PARENT_STOP_GRACE, LogSource
+from torchpar_top.session.tree import ProcessTree
 from torchpar_top.session.wire import MessageStream, TextStream
 
 OnMessage = Callable[[Message], None]
@@ -41,6 +43,7 @@ class ChildProcess:
         on_exit: OnExit,
         env: dict[str, str] | None = None,
         socketpair: bool = True,
+        on_channel_closed: Callable[[], None] | None = None,
     ) -> None:
         """Prepare (not start) a child.
 
@@ -52,14 +55,19 @@ class ChildProcess:
             on_exit: called once with the exit status (negative: killed by that signal).
             env: extra environment variables.
             socketpair: give the child one end of a socketpair for the protocol.
+            on_channel_closed: called (from the reader thread) when the protocol socket closes while the
+                child still runs: it is ending, or it closed the descriptor and runs on unmonitored.
         """
         self._make_command = make_command
         self._on_message, self._on_output, self._on_exit = on_message, on_output, on_exit
+        self._on_channel_closed = on_channel_closed
         self._env = env or {}
         self._socketpair = socketpair
         self.proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
+        self.tree: ProcessTree | None = None
+        """What the child started, followed so that it ends with the child (see :mod:`.tree`)."""
         self._stopping = threading.Event()
         self._send_lock = threading.Lock()
 
@@ -75,7 +83,8 @@ class ChildProcess:
             OSError: the interpreter could not be started.
         """
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env}
+        mark = secrets.token_hex(8)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, ENV_RUN: mark}
         fd = child.fileno() if self._socketpair else None
         try:
             self.proc = subprocess.Popen(
@@ -93,8 +102,14 @@ class ChildProcess:
         finally:
             child.close()  # the parent's copy of the child's end: without this, EOF never comes
         self._sock = parent
+        self.tree = ProcessTree(self.proc.pid, mark)
         self._reader = threading.Thread(target=self._read_loop, name="tpt-child-reader", daemon=True)
         self._reader.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether the child has started and not ended."""
+        return self.proc is not None and self.proc.poll() is None
 
     def send(self, cmd: Message) -> bool:
         """Send a command; False when the child is gone."""
@@ -108,7 +123,8 @@ class ChildProcess:
             return False
 
     def stop(self, grace: float = PARENT_STOP_GRACE) -> int | None:
-        """Stop the child and everything in its process group; wait for the reader. Idempotent.
+        """Stop the child, everything in its process group and every process it started (even those that
+        left the group, or outlived the child); wait for the reader. Idempotent.
 
         Args:
             grace: seconds the workload gets to return after the ``stop`` command before SIGTERM;
@@ -121,14 +137,24 @@ class ChildProcess:
         if proc is None:
             return None
         self._stopping.set()
+        tree = self.tree
+        if tree is not None:
+            tree.walk()  # the latest picture while the child lives: what it started since the last walk
         if grace > 0 and proc.poll() is None:
             self.send(Stop())
             _wait(proc, grace)
+            if tree is not None:
+                tree.walk()
+        term_deadline = time.monotonic() + TERM_GRACE
         _kill_group(proc.pid, signal.SIGTERM)
+        if tree is not None:
+            tree.terminate()
         if proc.poll() is None:
             _wait(proc, TERM_GRACE)
         _kill_group(proc.pid, signal.SIGKILL)
         proc.wait()
+        if tree is not None:
+            tree.end(term_deadline)
         if self._reader is not None:
             self._reader.join(timeout=5)
         if self._sock is not None:
@@ -150,6 +176,8 @@ class ChildProcess:
             sel.register(fd, selectors.EVENT_READ)
         open_fds = set(readers)
         while open_fds:
+            if self.tree is not None:
+                self.tree.walk_if_due()
             for key, _ in sel.select(timeout=0.2):
                 fd = key.fd
                 try:
@@ -161,16 +189,26 @@ class ChildProcess:
                 if not data:
                     sel.unregister(fd)
                     open_fds.discard(fd)
+                    readers[fd].finish()
+                    if fd == sock.fileno() and self._socketpair and proc.poll() is None:
+                        self._channel_closed()
                     continue
                 readers[fd].feed(data)
             if proc.poll() is not None:
                 # the child is dead: drain what is left, without waiting on pipes a grandchild holds
                 self._drain(sel, readers, open_fds)
                 break
+        for fd in open_fds:  # a last line without a newline still counts
+            readers[fd].finish()
         sel.close()
         proc.stdout.close()
         proc.stderr.close()
         self._on_exit(proc.wait())
+
+    def _channel_closed(self) -> None:
+        """The protocol socket closed while the child runs: tell whoever asked."""
+        if self._on_channel_closed is not None:
+            self._on_channel_closed()
 
     def _drain(self, sel: selectors.BaseSelector, readers: dict, open_fds: set[int]) -> None:
         deadline = time.monotonic() + 0.5
@@ -186,6 +224,7 @@ class ChildProcess:
                 if not data:
                     sel.unregister(key.fd)
                     open_fds.discard(key.fd)
+                    readers[key.fd].finish()
                 else:
                     readers[key.fd].feed(data)
 

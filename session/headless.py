@@ -11,20 +11,24 @@ frontend_wait}}, ``ratio``, ``results`` [{label, value, unit}], ``scaling`` [{th
 ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
 or null, ``stack`` {thread, idle, waiting_in, frames} or null, ``stack_status``, ``replay`` {path,
-position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous object].
-Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history);
-nothing is derived here.
+position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous object,
+after a ``dropped`` marker when some came and went between two objects]. Every field is a
+:class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
+derived here.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 import time
 from typing import Any, TextIO
 
 from torchpar_top.contract.codec import to_plain
-from torchpar_top.contract.snapshot import Snapshot
-from torchpar_top.contract.vocab import ChildState
+from torchpar_top.contract.snapshot import ChildStatus, Snapshot
+from torchpar_top.contract.vocab import ChildState, LogSource
 
 
 def _last(series: tuple[float, ...]) -> float | None:
@@ -81,34 +85,87 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         },
         "stack_status": snap.stack_status,
         "replay": to_plain(snap.replay),
-        "log": [{"source": line.source.value, "text": line.text} for line in snap.log if line.seq > log_after],
+        "log": log_lines(snap, log_after),
     }
 
 
-def run(session: Any, duration: float, out: TextIO) -> int:
-    """Start ``session``, print one line per host sample for ``duration`` seconds (or until a replay
-    reaches its end), close it.
+def log_lines(snap: Snapshot, log_after: int) -> list[dict[str, Any]]:
+    """The log lines with ``seq > log_after``, after a marker ``{"source": "app", "text": "[N log lines
+    left out...]", "dropped": N}`` when lines came and went between two records (the snapshot carries
+    the newest lines only): nothing is dropped silently."""
+    new = [line for line in snap.log if line.seq > log_after]
+    out: list[dict[str, Any]] = []
+    dropped = new[0].seq - log_after - 1 if new else 0
+    if dropped > 0:
+        out.append({"source": LogSource.APP.value,
+                    "text": f"[{dropped} log lines left out: more came between two records than the log "
+                            "keeps]",
+                    "dropped": dropped})
+    out += [{"source": line.source.value, "text": line.text} for line in new]
+    return out
+
+
+#: The exit status after the reader of stdout went away: what a shell reports for a process killed by SIGPIPE.
+BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE
+
+
+def _discard_output(out: TextIO) -> None:
+    """Point ``out``'s descriptor at /dev/null, so that flushing it at exit raises nothing more."""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def run(session: Any, duration: float, out: TextIO, stop: threading.Event | None = None) -> int:
+    """Start ``session`` and print one line per host sample until the workload ends (after a last line
+    that says so), ``duration`` seconds pass or ``stop`` is set (a signal handler); then close it.
 
     Returns:
-        0, or 1 when the workload exited with a failure before the end.
+        The workload's exit status when it ended first (see :func:`exit_status`), 0 when the time ran
+        out or ``stop`` was set, or :data:`BROKEN_PIPE_STATUS` when nobody reads ``out`` any more.
     """
     session.start()
-    log_after, seen = 0, 0
     try:
-        end = time.monotonic() + duration
-        while time.monotonic() < end:
-            time.sleep(min(session.interval / 4, max(0.0, end - time.monotonic())))
-            if session.host_samples == seen:
-                continue
-            seen = session.host_samples
-            snap = session.snapshot()
-            out.write(json.dumps(to_record(snap, log_after)) + "\n")
-            out.flush()
-            if snap.log:
-                log_after = snap.log[-1].seq
-            if snap.replay is not None and snap.replay.finished:
-                break
+        ended = _write_records(session, duration, out, stop or threading.Event())
+    except BrokenPipeError:  # the reader went away (| head -3): end as SIGPIPE would, quietly
+        _discard_output(out)
+        return BROKEN_PIPE_STATUS
     finally:
         session.close()
-    child = session.snapshot().child
-    return 1 if child.state == ChildState.FAILED or (child.state == ChildState.EXITED and child.exit_code) else 0
+    return 0 if ended is None else exit_status(ended)
+
+
+def _write_records(session: Any, duration: float, out: TextIO, stop: threading.Event) -> ChildStatus | None:
+    """Write a record per host sample; returns the workload's status if it ended before the time ran out."""
+    log_after, seen = 0, 0
+    end = time.monotonic() + duration
+    while time.monotonic() < end and not stop.is_set():
+        stop.wait(min(session.interval / 4, max(0.0, end - time.monotonic())))
+        if session.host_samples == seen:
+            continue
+        seen = session.host_samples
+        snap = session.snapshot()
+        out.write(json.dumps(to_record(snap, log_after)) + "\n")
+        out.flush()
+        if snap.log:
+            log_after = snap.log[-1].seq
+        if snap.child.state in (ChildState.EXITED, ChildState.FAILED, ChildState.FINISHED):
+            return snap.child  # the workload ended (or the replay reached the end of its trace)
+    return None
+
+
+def exit_status(child: ChildStatus) -> int:
+    """The status a batch job expects from the monitor of a workload that ended: the workload's own, as
+    ``python SCRIPT`` would give it (128 + N when a signal N killed it, as shells report it), 1 when it
+    could not start, 0 for a process it did not start (``attach``: its status is not ours to know)."""
+    if child.state == ChildState.FAILED:
+        return 1
+    if child.exit_code is None:
+        return 0
+    return 128 - child.exit_code if child.exit_code < 0 else child.exit_code

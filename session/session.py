@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
+
+import psutil
 
 from torchpar_top import workloads
 from torchpar_top.contract.messages import Hello, Message, Profile, Sample, SetSync, SetThreads
@@ -68,6 +70,10 @@ class Session:
         self._host_thread: threading.Thread | None = None
         self._closed = False
         self._close_lock = threading.Lock()
+        self._target_lock = threading.Lock()
+        """Held while the target changes (restart, switch) and while closing: one at a time, in order."""
+        self._closing: dict[int, _Closing] = {}
+        """Agent connections that closed, by number, until their process is seen to end (or runs on)."""
         self._threads_chosen: int | None = None
         """The intra-op thread count last asked for with ``+``/``-`` (kept by a restart)."""
         self.host_samples = 0
@@ -87,7 +93,8 @@ class Session:
             if self._closed:
                 return
             self._closed = True
-            self._close()
+            with self._target_lock:  # a restart in progress ends first (it starts nothing once closed)
+                self._close()
 
     def _close(self) -> None:
         self._stop.set()
@@ -106,10 +113,12 @@ class Session:
         return [workloads.info(n) for n in workloads.names()]
 
     def toggle_sync(self) -> None:
-        """Switch between ASYNC and SYNC in the running child."""
-        self._sync_wanted = not self._sync_wanted
-        if self._send(SetSync(value=self._sync_wanted)):
-            self.store.add_log(LogSource.APP, f"asked for {'SYNC' if self._sync_wanted else 'ASYNC'}")
+        """Switch between ASYNC and SYNC in the running child: the opposite of what was asked for last (a
+        sample may not have caught up yet); a press that reaches no child asks for nothing."""
+        wanted = not self._sync_wanted
+        if self._send(SetSync(value=wanted)):
+            self._sync_wanted = wanted
+            self.store.add_log(LogSource.APP, f"asked for {'SYNC' if wanted else 'ASYNC'}")
 
     def change_threads(self, delta: int) -> None:
         """``torch.set_num_threads(current + delta)`` in the child, kept within 1..cpu_count."""
@@ -182,7 +191,17 @@ class Session:
         return "attach" if isinstance(self.target, AttachTarget) else "run"
 
     def _switch(self, target: Target) -> None:
-        self._stop_target()
+        """Stop what runs and start ``target`` (nothing once the session is closed: quitting wins)."""
+        with self._target_lock:
+            if self._closed:
+                return
+            self._stop_target()
+            if self._closed:  # q came while the old target stopped
+                return
+            self._start_new(target)
+
+    def _start_new(self, target: Target) -> None:
+        """Make ``target`` the session's, with a fresh store, and start it."""
         self.target = target
         self.store.reset(self._experiment_name(), target.description)
         self.store.set_target(target.label)
@@ -210,6 +229,7 @@ class Session:
                 on_exit=lambda code: self._on_exit(child, code),
                 env=env,
                 socketpair=not torchrun,
+                on_channel_closed=lambda: self._on_channel_closed(child),
             )
             try:
                 child.start()
@@ -239,6 +259,7 @@ class Session:
             listener, self._listener = self._listener, None
             stacks, self._stacks = self._stacks, None
             self._samplers = {}
+            self._closing = {}
             if self._gpu_probe is not None:
                 self._gpu_probe.cuda_uuids = None
         if child is not None:
@@ -270,9 +291,38 @@ class Session:
             self._watch_pid(msg.pid)
         self._on_child_message(msg, number)
 
+    def _on_channel_closed(self, child: ChildProcess) -> None:
+        """Our child's protocol socket closed while it runs: watched until it ends (see _resolve_closing)."""
+        with self._child_lock:
+            if child is self._child and child.pid is not None:
+                self._closing[0] = _Closing(child.pid, time.monotonic())
+
     def _on_rank_closed(self, number: int) -> None:
-        self.store.on_source_closed(number)
-        self.store.add_log(LogSource.APP, f"agent connection {number} closed (a rank ended)")
+        """A rank's connection closed: it is ending, or runs on unmonitored (see _resolve_closing)."""
+        pid = self.store.source_pid(number)
+        with self._child_lock:
+            self._closing[number] = _Closing(pid, time.monotonic())
+        self._resolve_closing()
+
+    def _resolve_closing(self) -> None:
+        """For each closed connection: once its process has ended, it is marked so (a rank, with the status
+        its agent reported; our own child is marked by its exit status instead); a process still running
+        :data:`LOST_GRACE` seconds after its connection closed is reported as monitoring lost."""
+        with self._child_lock:
+            closing = list(self._closing.items())
+        now = time.monotonic()
+        for number, entry in closing:
+            if entry.pid is None or not _running(entry.pid):
+                with self._child_lock:
+                    if self._closing.get(number) is not entry:
+                        continue  # resolved by another thread, or a new run began
+                    del self._closing[number]
+                if number != 0:
+                    self.store.on_source_closed(number)
+                    self.store.add_log(LogSource.APP, f"agent connection {number} closed (a rank ended)")
+            elif not entry.lost and now - entry.t > LOST_GRACE:
+                entry.lost = True
+                self.store.on_source_lost(number)
 
     def _send(self, cmd: Message) -> bool:
         with self._child_lock:
@@ -284,6 +334,9 @@ class Session:
             return True
         if isinstance(self.target, AttachTarget):
             self.store.add_log(LogSource.APP, "attached to a process we did not start: it takes no commands")
+        elif child is not None and child.running:
+            self.store.add_log(LogSource.APP, "the workload runs on, but its agent's connection is closed: "
+                                              "it takes no commands")
         else:
             self.store.add_log(LogSource.APP, "no workload is running: press w to start one")
         return False
@@ -303,6 +356,7 @@ class Session:
                 threads += sampler.sample(roles)
             self.store.on_host(HostSample(time.time(), cores.sample(), threads))
             self._report_attach_errors(samplers)
+            self._resolve_closing()
             if self._gpu_probe is not None:
                 self.store.on_gpus(*self._gpu_probe.sample())
             self.host_samples += 1
@@ -315,6 +369,28 @@ class Session:
         if self.store.child_state() == ChildState.ATTACHED:
             self.store.on_child(ChildStatus(self.target.pid, ChildState.EXITED, None, samplers[0].error))
             self.store.add_log(LogSource.APP, samplers[0].error)
+
+
+#: Seconds an agent's process may run on after its connection closed before monitoring is said to be lost
+#: (a process ending after its code returned closes the socket a moment before it exits).
+LOST_GRACE = 2.0
+
+
+@dataclass
+class _Closing:
+    """An agent connection that closed: its process, when, and whether it was said to be lost."""
+
+    pid: int | None
+    t: float
+    lost: bool = False
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie has ended)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _with_stack(snap: Snapshot, stack: StackView | None, status: str) -> Snapshot:

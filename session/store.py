@@ -38,7 +38,16 @@ from torchpar_top.contract.snapshot import (
     Snapshot,
     SyncSite,
 )
-from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, LogSource, Mode, Quantity
+from torchpar_top.contract.vocab import (
+    LOG_LINE_KEEP,
+    LOG_LINE_MAX,
+    ChildState,
+    Counted,
+    ExecutorKind,
+    LogSource,
+    Mode,
+    Quantity,
+)
 from torchpar_top.probes.host.threads import group
 from torchpar_top.session import derive
 
@@ -99,6 +108,15 @@ class _Source:
     then, when counts are seen only in slices (:attr:`sites_sampled`)."""
     sites_sampled: bool = False
     op_coverage: float | None = None
+    reported: tuple[int, str] | None = None
+    """The status and reason its agent reported in an ``exit`` message: taken only once the process ended."""
+    lost: bool = False
+    """Its connection closed while its process ran on: nothing more comes from it."""
+
+    @property
+    def who(self) -> str:
+        """``the workload`` or ``rank N``, for log lines."""
+        return "the workload" if self.rank is None else f"rank {self.rank}"
 
     def view(self) -> RankView:
         """This agent as the rank table shows it, with its DataLoader verdict."""
@@ -170,7 +188,11 @@ class SessionStore:
     # -- writers ---------------------------------------------------------------------------------
 
     def add_log(self, source: LogSource, text: str) -> None:
-        """Append a line to the log pane (kept while paused: nothing is lost)."""
+        """Append a line to the log pane (kept while paused: nothing is lost). One longer than
+        :data:`LOG_LINE_MAX` characters is cut to its first :data:`LOG_LINE_KEEP` and a marker that says how
+        many were left out."""
+        if len(text) > LOG_LINE_MAX:
+            text = f"{text[:LOG_LINE_KEEP]} … [{len(text) - LOG_LINE_KEEP} more characters left out]"
         with self._lock:
             self._seq += 1
             self._log.append(LogLine(self._seq, LogSource(source), text))
@@ -264,12 +286,8 @@ class SessionStore:
         elif isinstance(msg, Ack):
             self.add_log(LogSource.CHILD, f"{'ok' if msg.ok else 'refused'}: {msg.detail}")
         elif isinstance(msg, Exit):
-            with self._lock:
-                src = self._source(source)
-                src.exit_code = msg.status
-                who = "the workload" if src.rank is None else f"rank {src.rank}"
-            reason = f": {msg.reason}" if msg.reason else ""
-            self.add_log(LogSource.CHILD, f"{who}'s code ended with status {msg.status}{reason}")
+            with self._lock:  # a report, not a fact: shown once the process has ended (on_source_closed)
+                self._source(source).reported = (msg.status, msg.reason)
 
     def _on_hello(self, msg: Hello, source: int) -> None:
         """An agent introduced itself; a second hello on the same connection is ignored."""
@@ -292,17 +310,47 @@ class SessionStore:
                                       f"{msg.interop_threads} inter-op threads")
 
     def on_source_closed(self, source: int, exit_code: int | None = None) -> None:
-        """Agent connection ``source`` ended (a rank died or finished).
+        """The process of agent connection ``source`` has ended (the workload, or a rank).
 
-        ``exit_code`` is the process's status where we know it (our own child, from ``wait``); a
-        torchrun rank is not our child, so its status is the one its agent sent in an ``exit`` message,
-        if it got to send one (a rank killed by a signal cannot)."""
+        ``exit_code`` is the process's status where we know it (our own child, from ``wait``): it wins
+        over any report. A torchrun rank is not our child, so its status is the one its agent reported
+        in an ``exit`` message, if it got to send one (a rank killed by a signal cannot) and did not run
+        on after its connection closed. The log says how the code ended when the report agrees."""
         with self._lock:
             src = self._sources.get(source)
-            if src is not None:
-                src.state = ChildState.EXITED
-                if exit_code is not None:
-                    src.exit_code = exit_code
+            if src is None or src.state == ChildState.EXITED:
+                return
+            src.state = ChildState.EXITED
+            reported = None if src.lost else src.reported
+            src.exit_code = exit_code if exit_code is not None else reported[0] if reported else None
+            if src.lost and source == 0:
+                self._notice = ""  # it no longer runs on
+            who = src.who
+        if reported is not None and reported[0] == src.exit_code:
+            reason = f": {reported[1]}" if reported[1] else ""
+            self.add_log(LogSource.CHILD, f"{who}'s code ended with status {reported[0]}{reason}")
+
+    def on_source_lost(self, source: int) -> bool:
+        """Agent connection ``source`` closed while its process runs on (the workload closed the
+        descriptor): say that monitoring is lost. Not after the agent reported its exit (the process is
+        then only ending). Returns whether it was lost."""
+        with self._lock:
+            src = self._sources.get(source)
+            if src is None or src.state != ChildState.RUNNING or src.reported is not None or src.lost:
+                return False
+            src.lost = True
+            text = (f"monitoring lost: {src.who} (pid {src.pid}) closed its connection to torchpar-top and "
+                    "runs on; queues, lanes and throughput stop here (cores, threads and stacks go on)")
+            if source == 0:
+                self._notice = text
+        self.add_log(LogSource.APP, text)
+        return True
+
+    def source_pid(self, source: int) -> int | None:
+        """The pid agent connection ``source`` said hello with, if it did."""
+        with self._lock:
+            src = self._sources.get(source)
+            return None if src is None else src.pid
 
     def _source(self, number: int) -> _Source:
         src = self._sources.get(number)

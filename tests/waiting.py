@@ -34,3 +34,20 @@ def running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def processes_running(*argv_tails: str) -> list[psutil.Process]:
+    """The living processes whose command line ends with one of ``argv_tails`` (e.g. ``"300.42"``)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if cmdline and cmdline[-1] in argv_tails and running(proc.pid):
+            found.append(proc)
+    return found
+
+
+def unique_tag() -> str:
+    """A number no other process has on its command line: ``300.<pid><random>``."""
+    import random
+
+    return f"300.{os.getpid()}{random.randrange(10**6):06d}"

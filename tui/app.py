@@ -6,6 +6,8 @@ It never measures, spawns or parses: everything on screen comes from ``session.s
 from __future__ import annotations
 
 import asyncio
+import signal
+from functools import partial
 from typing import Callable, ClassVar
 
 from textual import events
@@ -13,6 +15,7 @@ from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
+from textual.worker import Worker
 
 from torchpar_top.contract.snapshot import SessionLike, Snapshot
 from torchpar_top.tui import keys
@@ -98,6 +101,9 @@ class TorchparTopApp(App[None]):
         self._main_screen: Screen[object] | None = None
         self._session_closed = False
         self._quitting = False
+        self._signal_loop: asyncio.AbstractEventLoop | None = None
+        self._quit_when_mounted = False
+        self._switching: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
         """Header; cores | threads (| ranks); queues; lanes | scoreboard; GPUs; stack | sync points; log."""
@@ -131,6 +137,11 @@ class TorchparTopApp(App[None]):
         self._detail = self.query_one("#detail", PanelRow)
         self._footer = self.query_one(Footer)
         self._main_screen = self.screen
+        self._signal_loop = asyncio.get_running_loop()
+        if self._quit_when_mounted:  # a signal came before the app ran: start nothing
+            self._session_closed = True
+            self.exit()
+            return
         self._set_short(self.size.height)
         self._set_narrow(self.size.width)
         self.session.start()
@@ -194,8 +205,7 @@ class TorchparTopApp(App[None]):
 
     def action_restart(self) -> None:
         """``r``: run the same target again (the user's script after it ended, or the experiment)."""
-        self.session.restart()
-        self.refresh_from_session()
+        self._switch_off_loop(self.session.restart, "restarting…")
 
     def action_profile(self) -> None:
         """``h``: a 1 s torch.profiler window in the child, analysed the way HTA computes queue length."""
@@ -277,12 +287,45 @@ class TorchparTopApp(App[None]):
 
     def run_experiment(self, name: str) -> None:
         """Stop the running child and start experiment ``name``."""
-        self.session.switch_experiment(name)
+        self._switch_off_loop(partial(self.session.switch_experiment, name), f"starting {name}…")
+
+    def _switch_off_loop(self, call: Callable[[], None], message: str) -> None:
+        """Stop what runs and start something, in a worker thread: stopping a script that ignores signals
+        takes seconds, and the screen must keep answering meanwhile. Presses while one runs are ignored;
+        ``q`` closes the session at once (which waits for it, see ``SessionLike.close``)."""
+        if self._quitting or (self._switching is not None and self._switching.is_running):
+            return
+        self.notify(message, timeout=3)
+        self._switching = self.run_worker(self._switch_then_draw(call), name="switch", group="switch")
+
+    async def _switch_then_draw(self, call: Callable[[], None]) -> None:
+        await asyncio.to_thread(call)
         self.refresh_from_session()
 
+    def quit_from_signal(self) -> None:
+        """Quit as ``q`` does, from a signal handler: it only schedules the quit on the app's event loop
+        (never blocks, never closes the session itself); before the app runs, it quits once mounted.
+
+        A terminal that hangs up sends SIGCONT with SIGHUP, and Textual's SIGCONT handler would start the
+        screen again on the dead terminal (its writer thread dies, the next write blocks forever): from
+        here on SIGCONT does nothing."""
+        signal.signal(signal.SIGCONT, _ignore_signal)
+        loop = self._signal_loop
+        if loop is None:
+            self._quit_when_mounted = True
+            return
+        try:
+            loop.call_soon_threadsafe(self._begin_quit)
+        except RuntimeError:  # the loop has closed: whoever ran the app closes the session
+            pass
+
     async def action_quit(self) -> None:
-        """``q``: close the session and exit. Closing may take seconds (the user's code gets up to
-        1.5 s to unwind, then SIGTERM, then SIGKILL), so it runs off the event loop and the screen says so."""
+        """``q``: close the session and exit (see :meth:`_begin_quit`)."""
+        self._begin_quit()
+
+    def _begin_quit(self) -> None:
+        """Close the session and exit. Closing may take seconds (the user's code gets up to 1.5 s to
+        unwind, then SIGTERM, then SIGKILL), so it runs off the event loop and the screen says so."""
         if self._quitting:
             return
         self._quitting = True
@@ -292,6 +335,7 @@ class TorchparTopApp(App[None]):
         self.run_worker(self._close_then_exit(), name="quit", exclusive=True)
 
     async def _close_then_exit(self) -> None:
+        # Not after a restart in progress: close() waits for it, and it then starts nothing (SessionLike).
         await asyncio.to_thread(self._close_session)
         self.exit()
 
@@ -315,3 +359,7 @@ class TorchparTopApp(App[None]):
         if self._cores is not None and self._cores.max_rows != max_rows:
             self._cores.max_rows = max_rows
             self._cores.invalidate()
+
+
+def _ignore_signal(signum: int, frame: object) -> None:
+    """A signal handler that does nothing."""

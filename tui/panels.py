@@ -29,13 +29,15 @@ PANELS: tuple[Panel, ...] = (
           "to 256."),
     Panel("threads",
           "the child's threads grouped by role (frontend, stream executors, intra-op workers, inter-op pool, "
-          "autograd, DataLoader worker processes, other child processes); the bar is 100% per thread of the "
+          "autograd, the script's own Python threads, DataLoader worker processes, other child processes); "
+          "the bar is 100% per thread of the "
           "group. **waits N%**: time runnable but with every core taken (the kernel's run-queue delay); "
           "above half a core in all (and a fifth of the threads' runnable time), the panel says "
           "**starved** — more runnable threads than cores.",
           "From `/proc/<pid>/task/*/{stat,schedstat}` (nanosecond CPU time). The agent names its own "
-          "threads (frontend, stream executors, pin-memory threads, agent); `PTThreadPool` is the inter-op "
-          "pool, `pt_autograd_*` autograd, `pt_data*` data; OpenMP workers inherit their creator's name and "
+          "threads (frontend, stream executors, pin-memory threads, agent) and lists the other Python "
+          "threads (`threading.enumerate()`); `PTThreadPool` is the inter-op pool, `pt_autograd_*` autograd, "
+          "`pt_data*` data; OpenMP workers inherit their creator's name and the other unnamed native threads "
           "are shown as intra-op workers. Processes the child started are included (the tree is walked "
           "again once a second). The session decides *starved* and the SYNC note (`session/derive.py`); "
           "headless output carries both."),

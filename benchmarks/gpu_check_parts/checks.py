@@ -809,6 +809,8 @@ def headless_run(ctx: Context, script: Path, args: Sequence[str], limit: float) 
     if proc.poll() is None:
         ended_by = "killed: still running past its duration"
         _kill_group(proc)
+    elif ended_by == "its --duration" and records and records[-1]["child"]["state"] in ("exited", "failed"):
+        ended_by = "the workload's end"  # headless ends with the workload, with its exit status
     for r in readers:
         r.join(5)
     return {

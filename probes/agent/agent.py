@@ -12,7 +12,12 @@ fields to each sample, :attr:`Agent.on_sample` and :attr:`Agent.on_stop` run cod
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
 import os
+import resource
+import select
 import signal
 import socket
 import threading
@@ -21,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchpar_top.contract.codec import LineReader, ProtocolError
+from torchpar_top.contract.codec import MAX_ITEMS, LineReader, ProtocolError
 from torchpar_top.contract.messages import (
     Ack,
     Exit,
@@ -75,7 +80,11 @@ class Agent:
         sync: bool = False,
         sync_scope: SyncScope = SyncScope.OP,
     ) -> None:
-        self._sock = sock
+        self._sock = _out_of_reach(sock) if sock is not None else None
+        self._sock_id = _identity(self._sock.fileno()) if self._sock is not None else None
+        """The socket's (device, inode): a descriptor with this number is ours only while they match."""
+        self.channel_lost = False
+        """True once the workload closed or replaced the protocol's descriptor: it runs on, unmonitored."""
         self._send_lock = threading.Lock()
         self.experiment = experiment
         self.description = description
@@ -234,11 +243,19 @@ class Agent:
             self.cuda.close()
 
     def roles(self) -> tuple[ThreadRole, ...]:
-        """Threads the agent knows, for the thread panel: the frontend, its own, the executors'."""
+        """Threads the agent knows, for the thread panel: the frontend, its own, the executors', then every
+        other Python thread (the workload's own: not OpenMP workers, which look the same by name); at
+        most what one message may carry."""
         roles = [ThreadRole(self.frontend_tid, Role.FRONTEND)]
         roles += [ThreadRole(tid, Role.AGENT) for tid in self._agent_tids]
         roles += [ThreadRole(tid, ex.thread_role, ex.name) for ex in self.executors for tid in ex.tids]
-        return tuple(roles)
+        known = {r.tid for r in roles}
+        for thread in threading.enumerate():
+            tid = thread.native_id
+            if tid is not None and tid not in known:
+                known.add(tid)
+                roles.append(ThreadRole(tid, Role.AGENT if thread.name.startswith("tpt-") else Role.PYTHON))
+        return tuple(roles[:MAX_ITEMS])
 
     # -- threads ----------------------------------------------------------------------------------
 
@@ -297,11 +314,30 @@ class Agent:
     def _command_loop(self) -> None:
         self._agent_tids.append(threading.get_native_id())
         reader = LineReader()
+        if self._sock is None:
+            self.request_stop()
+            return
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
         while True:
+            # Wait in poll, not in recv: a recv blocked on a descriptor the workload closes keeps the socket
+            # open (torchpar-top would never see it close), and a recv on a number the workload reused would
+            # read the workload's own file.
+            if not self._channel_ok():
+                return
             try:
-                data = self._sock.recv(65536) if self._sock else b""
-            except OSError:
-                data = b""
+                events = poller.poll(COMMAND_POLL_MS)
+                if not events:
+                    continue
+                if events[0][1] & select.POLLNVAL or not self._channel_ok():
+                    self._lose_channel()
+                    return
+                data = self._sock.recv(65536)
+            except OSError as exc:
+                if exc.errno in _DESCRIPTOR_GONE:  # closed or replaced by the workload: it runs on
+                    self._lose_channel()
+                    return
+                data = b""  # reset by the peer: torchpar-top went away
             if not data:  # torchpar-top went away: do not outlive it
                 self.request_stop()
                 return
@@ -401,18 +437,111 @@ class Agent:
         """Send one message to torchpar-top (nothing without a connection).
 
         Raises:
-            OSError: the connection is gone.
+            OSError: the connection is gone, or the workload closed or replaced our descriptor (then
+                nothing is written: the number may now be one of the workload's own files).
         """
         if self._sock is None:
             return
         data = msg.to_json()
         with self._send_lock:
-            self._sock.sendall(data)
+            if not self._channel_ok():
+                raise OSError(errno.EBADF, "the protocol's descriptor was closed by the workload")
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                if exc.errno in _DESCRIPTOR_GONE:
+                    self._lose_channel()
+                raise
 
+    def _channel_ok(self) -> bool:
+        """Whether our descriptor still holds the protocol's socket (not closed, not reused)."""
+        if self.channel_lost or self._sock is None:
+            return False
+        fd = self._sock.fileno()
+        if fd < 0 or _identity(fd) != self._sock_id:
+            self._lose_channel()
+            return False
+        return True
+
+    def _lose_channel(self) -> None:
+        """The workload closed or replaced our descriptor: stop talking, and never close that number
+        (it may be the workload's own file by now). The workload runs on; torchpar-top sees the socket
+        close and says monitoring is lost."""
+        if not self.channel_lost and self._sock is not None:
+            self.channel_lost = True
+            self._sock.detach()
+
+
+
+#: How long the command loop waits in poll before it checks its descriptor again (ms).
+COMMAND_POLL_MS = 250
+
+#: Errors that mean our descriptor no longer holds the socket (the workload closed or reused it), as
+#: opposed to torchpar-top having gone away (end of file, a reset connection).
+_DESCRIPTOR_GONE = (errno.EBADF, errno.ENOTSOCK)
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of what descriptor ``fd`` refers to, None when it is closed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _out_of_reach(sock: socket.socket) -> socket.socket:
+    """The protocol socket moved to a high descriptor number (close-on-exec), its old number freed: a
+    script that closes descriptors (``os.closerange(3, 1024)``) or counts on the low numbers being free
+    finds what it would under plain python. Left where it is if no higher number is allowed."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    floor = (1 << 20 if soft == resource.RLIM_INFINITY else min(soft, 1 << 20)) - 16
+    if floor <= sock.fileno():
+        return sock
+    try:
+        fd = fcntl.fcntl(sock.fileno(), fcntl.F_DUPFD_CLOEXEC, floor)
+    except OSError:
+        return sock
+    moved = socket.socket(fileno=fd)
+    sock.close()
+    return moved
+
+
+#: ``prctl`` option: orphans below this process are reparented to it, not to init (Linux 3.4).
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> bool:
+    """Make this process a child subreaper: what its code starts stays in its process tree even when the
+    parent in between exits (a double-forked daemon), so torchpar-top can find it and end it with the
+    workload. Returns whether it worked (Linux only; elsewhere the run's mark in the environment is
+    what finds such processes)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every process below this one (what left the process group included)."""
+    try:
+        import psutil
+
+        procs = psutil.Process().children(recursive=True)
+    except Exception:  # noqa: BLE001 - best effort on the way out
+        return
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 def _kill_own_group() -> None:
-    """End the child: its whole process group when it leads one (started with a new session)."""
+    """End the child: every process below it, and its whole process group when it leads one (started
+    with a new session)."""
+    _kill_descendants()
     try:
         if os.getpgid(0) == os.getpid():
             os.killpg(os.getpid(), signal.SIGKILL)

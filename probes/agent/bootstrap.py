@@ -11,7 +11,7 @@ import socket
 import sys
 import traceback
 
-from torchpar_top.probes.agent.agent import Agent
+from torchpar_top.probes.agent.agent import Agent, adopt_orphans
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         # this when they start, and keep it; a later set_num_threads reaches only the calling thread.
         torch.set_num_threads(max(1, args.threads))
 
+    adopt_orphans()
     sock = socket.socket(fileno=args.fd)
     experiment = workloads.get(args.experiment)
     agent = Agent(
@@ -44,14 +45,18 @@ def main(argv: list[str] | None = None) -> int:
         sync=args.sync,
     )
     agent.start()
+    status = 0
     try:
         experiment.run(agent)
-    except Exception:
+    except Exception as exc:
         traceback.print_exc()
-        return 1
+        status = 1
+        agent.report_exit(1, traceback.format_exception_only(type(exc), exc)[-1].strip())
+    else:
+        agent.report_exit(0)  # the socket closes as the process ends: torchpar-top knows it is not lost
     finally:
         agent.close()
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -144,10 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torchpar-top: error: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
 
+    from torchpar_top.probes.agent.agent import adopt_orphans
     from torchpar_top.probes.agent.usercode import UserCode
     from torchpar_top.probes.agent.usercode_exec import run_user_code
     from torchpar_top.probes.agent.usercode_install import Instrumentation
 
+    adopt_orphans()
     label = f"-m {opts.target}" if opts.is_module else opts.target
     agent = UserCode(sock, target=label, interval=opts.interval, sync=opts.sync,
                      sync_scope=SyncScope(opts.sync_scope), rank=_env_int("RANK"),

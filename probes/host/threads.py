@@ -68,7 +68,7 @@ def classify_own(tid: int, comm: str, pid: int) -> Role:
         return Role.OTHER
     # OpenMP / MKL workers are never renamed: they inherit the name of the thread that created them
     # ("python", "pt_main_thread"...), so an unrecognised name is most likely an intra-op worker.
-    # Plain Python threads look the same; the agent's ``roles`` mapping is what tells them apart.
+    # Plain Python threads look the same: the agent lists them (Role.PYTHON) in its ``roles``, which win.
     return Role.INTRAOP
 
 

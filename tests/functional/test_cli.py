@@ -24,6 +24,12 @@ def run(*args, timeout=120):
         (["--experiment", "nope"], "invalid choice: 'nope'"),
         (["--interval", "-1"], "must be greater than 0"),
         (["--interval", "fast"], "not a number"),
+        (["--interval", "inf"], "must be a finite number"),
+        (["--interval", "1e-9"], "must be between 0.02 and 60 seconds"),
+        (["--headless", "--duration", "inf"], "must be a finite number"),
+        (["run", "--interval", "1e-9", "x.py"], "must be between 0.02 and 60 seconds"),
+        (["attach", "1", "--interval", "inf"], "must be a finite number"),
+        (["run", "-m"], "-m needs a MODULE name"),
         (["--headless"], "--headless needs --duration"),
         (["--duration", "3"], "--duration only applies with --headless"),
         (["--bogus"], "unrecognized arguments: --bogus"),
@@ -288,3 +294,110 @@ def test_replay_screen_in_a_terminal_quits_on_q():
             os.waitpid(pid, 0)
         os.close(master)
     assert os.waitstatus_to_exitcode(exited["status"]) == 0
+
+
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping it takes the whole grace, then SIGKILL
+print("stubborn script ready", flush=True)
+while True:
+    try:
+        time.sleep(0.05)
+    except KeyboardInterrupt:
+        pass
+"""
+
+
+def _first_record(proc, predicate, timeout=60):
+    """Read headless records until one satisfies ``predicate``; returns it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, "headless output ended early"
+        record = json.loads(line)
+        if predicate(record):
+            return record
+    pytest.fail("no such record in time")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first, second", [("SIGINT", "SIGINT"), ("SIGTERM", "SIGHUP")])
+def test_headless_second_signal_while_stopping_is_quiet(tmp_path, first, second):
+    """Two signals 20 ms apart while a stubborn script is stopped: status 128 + the first, no traceback,
+    the script gone."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    proc = subprocess.Popen([*CMD, "run", "--headless", "--duration", "60", str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        record = _first_record(proc, lambda r: any(l["text"] == "stubborn script ready" for l in r["log"]))
+        pid = record["child"]["pid"]
+        proc.send_signal(getattr(signal, first))
+        time.sleep(0.02)
+        proc.send_signal(getattr(signal, second))
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + getattr(signal, first)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert not _alive(pid)
+
+
+@pytest.mark.slow
+def test_headless_into_a_closed_pipe_exits_quietly_with_nothing_left():
+    """``torchpar-top --headless ... | head -3``: the reader goes away; the app ends as a killed-by-SIGPIPE
+    upstream would (128 + 13), without a traceback, and stops its child."""
+    proc = subprocess.Popen([*CMD, "--headless", "--duration", "60"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        record = _first_record(proc, lambda r: r["child"]["pid"] and r["executors"])
+        proc.stdout.close()  # as head does after its lines
+        err = proc.stderr.read()
+        proc.wait(30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+    assert not _alive(record["child"]["pid"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code, status", [
+    ("print('bye', flush=True)\nraise SystemExit(3)\n", 3),
+    ("print('bye', flush=True)\n", 0),
+    ("import os, signal\nprint('bye', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\n", 128 + signal.SIGTERM),
+])
+def test_headless_run_ends_with_the_script_and_its_status(tmp_path, code, status):
+    """A batch job: the monitor ends when the script ends (after a last record that says so) and exits
+    as the script did; --duration is only the upper bound (600 s here: the test would time out)."""
+    script = tmp_path / "short.py"
+    script.write_text(code)
+    proc = run("run", "--headless", "--duration", "600", str(script), timeout=120)
+    assert proc.returncode == status, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records[-1]["child"]["state"] == "exited"
+    assert any(line["text"] == "bye" for r in records for line in r["log"])
+    assert all(r["child"]["state"] != "exited" for r in records[:-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["the script ends", "the duration ends"])
+def test_processes_that_left_the_group_end_with_a_headless_run(how):
+    """A setsid daemon and a grandchild in a group of its own: gone when the headless run ends."""
+    from waiting import processes_running, unique_tag, wait_for
+
+    tag = unique_tag()
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "leaves_processes.py")
+    stay = "exit" if how == "the script ends" else "stay"
+    proc = subprocess.Popen([*CMD, "run", "--headless", "--duration", "600" if stay == "exit" else "8", script,
+                             tag, stay], stdout=subprocess.PIPE, text=True)
+    try:
+        _first_record(proc, lambda r: any(l["text"] == "started" for l in r["log"]))
+        wait_for(lambda: len(processes_running(tag + "1", tag + "2")) == 2, timeout=30)
+        proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        wait_for(lambda: not processes_running(tag + "1", tag + "2"), timeout=15)
+    finally:
+        proc.kill()
+        for leftover in processes_running(tag + "1", tag + "2"):
+            leftover.kill()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from torchpar_top.contract.vocab import LOG_LINE_MAX
 from torchpar_top.session.child import ChildProcess
 from torchpar_top.session.session import Session
 from torchpar_top.session.store import SessionStore
@@ -197,3 +198,53 @@ time.sleep(600)
     wait_for(lambda: any(l.text == "ready" for l in store.snapshot().log), timeout=30)
     assert child.stop() == -signal.SIGKILL
     wait_for(lambda: not group_alive(child.pid), timeout=10)
+
+
+def test_megabyte_lines_are_kept_cut_and_a_last_line_without_newline_is_kept():
+    code = r"""
+import sys
+for i in range(20):
+    print(f"{i} " + "x" * 1_000_000)
+print("done")
+sys.stdout.write("tail without newline")
+"""
+    store, status = _run_child(code)
+    assert status == 0
+    out = [line.text for line in store.snapshot().log if line.source == "stdout"]
+    assert len(out) == 22
+    assert all(t.startswith(f"{i} xxx") and t.endswith("more bytes left out]") for i, t in enumerate(out[:20]))
+    assert max(len(t) for t in out) <= LOG_LINE_MAX
+    assert out[20:] == ["done", "tail without newline"]
+
+
+def test_four_quick_presses_of_s_end_in_async(session_factory):
+    """``s s s s`` faster than samples arrive: each press toggles what was asked for last, not the mode of
+    a sample that has not caught up yet, so the child ends in ASYNC."""
+    s = session_factory("async")
+    wait_for(lambda: s.snapshot().executors)
+    for _ in range(4):
+        s.toggle_sync()
+    asked = [line.text for line in s.snapshot().log if line.text.startswith("asked for")]
+    assert asked == ["asked for SYNC", "asked for ASYNC", "asked for SYNC", "asked for ASYNC"]
+    acks = wait_for(lambda: len(a := [line.text for line in s.snapshot().log
+                                      if line.text.startswith(("ok: SYNC", "ok: ASYNC"))]) >= 4 and a)
+    assert acks[-1].startswith("ok: ASYNC")
+    n = len(s.snapshot().executors[0].history)
+    wait_for(lambda: len(s.snapshot().executors[0].history) >= n + 5)
+    assert s.snapshot().mode == "async"
+
+
+def test_s_without_a_workload_changes_nothing(session_factory):
+    """A press that reached no child is not a request: the next start keeps the mode asked for before."""
+    s = session_factory("async")
+    pid = wait_for(lambda: s.snapshot().child.pid)
+    wait_for(lambda: s.snapshot().executors)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: s.snapshot().child.state == "exited")
+    s.toggle_sync()
+    assert "no workload is running" in s.snapshot().log[-1].text
+    s.restart()
+    wait_for(lambda: s.snapshot().child.state == "running" and s.snapshot().executors)
+    n = len(s.snapshot().executors[0].history)
+    wait_for(lambda: len(s.snapshot().executors[0].history) >= n + 5)
+    assert s.snapshot().mode == "async"

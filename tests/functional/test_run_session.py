@@ -113,6 +113,8 @@ def test_a_rank_that_raises_shows_its_status_and_why(run_session):
         ([str(SCRIPTS / "syntax_error.py")], "syntax_error.py:4"),
         (["-m", "no_such_module_xyz"], "no_such_module_xyz"),
         ([], "needs a script"),
+        (["--"], "needs a script"),
+        (["--", "no_such_script.py"], "no_such_script.py"),
     ],
 )
 def test_run_errors_are_one_line(args, needle):
@@ -121,3 +123,116 @@ def test_run_errors_are_one_line(args, needle):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("torchpar-top: error:")
+
+
+CLOSERANGE = """
+import os, sys, time
+print("closing", flush=True)
+os.closerange(3, 1024 if sys.argv[2] == "1024" else os.sysconf("SC_OPEN_MAX"))
+with open(sys.argv[1], "w") as f:  # takes the lowest free number: fd 3, as under plain python
+    f.write(str(f.fileno()))
+for i in range(400):
+    time.sleep(0.05)
+    if os.path.exists(sys.argv[1] + ".stop"):
+        break
+print("done", flush=True)
+sys.exit(7)
+"""
+
+
+@pytest.mark.parametrize("upto", ["1024", "all"])
+def test_a_script_that_closes_every_descriptor_runs_on_and_its_status_is_its_own(tmp_path, upto):
+    """``os.closerange(3, 1024)`` in the script: the agent's channel is out of its reach (commands still
+    work); closing every descriptor loses it (the app says monitoring is lost). Either way it is never
+    taken for torchpar-top going away: the script runs to its end and its own status is reported."""
+    script = tmp_path / "closerange.py"
+    script.write_text(CLOSERANGE)
+    marker = tmp_path / "fd.txt"
+    s = Session(ScriptTarget(str(script), (str(marker), upto)))
+    try:
+        s.start()
+        wait_for(lambda: any(line.text == "closing" for line in s.snapshot().log), timeout=90)
+        wait_for(lambda: marker.exists() and marker.read_text(), timeout=30)
+        assert marker.read_text() == "3"
+        s.toggle_sync()  # a command after the descriptors were closed (this used to stop the script)
+        if upto == "1024":
+            wait_for(lambda: s.snapshot().mode == "sync", timeout=30)
+        else:
+            wait_for(lambda: s.snapshot().notice.startswith("monitoring lost"), timeout=30)
+        assert s.snapshot().child.state == "running"
+        (tmp_path / "fd.txt.stop").write_text("")
+        child = wait_for(lambda: (c := s.snapshot().child).state == "exited" and c, timeout=60)
+        assert child.exit_code == 7
+        assert any(line.text == "done" for line in s.snapshot().log)
+    finally:
+        s.close()
+
+
+PYTHON_THREADS = """
+import threading, torch
+x = torch.randn(256, 256)
+(x @ x).sum()  # starts the intra-op (OpenMP) team
+stop = threading.Event()
+threads = [threading.Thread(target=stop.wait, daemon=True) for _ in range(200)]
+for t in threads:
+    t.start()
+print("threads started", flush=True)
+stop.wait(600)
+"""
+
+
+def test_a_scripts_own_python_threads_are_not_intra_op_workers(tmp_path):
+    """200 plain Python threads: a group of their own; the intra-op workers are only OpenMP's."""
+    script = tmp_path / "threads.py"
+    script.write_text(PYTHON_THREADS)
+    s = Session(ScriptTarget(str(script)))
+    try:
+        s.start()
+
+        def groups():
+            snap = s.snapshot()
+            return {g.role: g.count for g in snap.thread_groups}, snap.num_threads
+
+        (by_role, num_threads) = wait_for(lambda: (g := groups())[0].get("Python threads") == 200 and g,
+                                          timeout=90)
+        # what plain python has after one matmul on this machine: a few native threads, not the 200
+        assert by_role.get("intra-op workers", 0) <= num_threads
+    finally:
+        s.close()
+
+
+STUBBORN = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("stubborn", sys.argv[1], flush=True)
+while True:
+    try:
+        time.sleep(0.05)
+    except KeyboardInterrupt:
+        pass
+"""
+
+
+def test_closing_during_a_restart_leaves_nothing_running(tmp_path):
+    """``r`` then ``q`` at once: the restart (seconds, to stop a script that ignores signals) runs in a
+    worker thread while the app closes the session; the restart starts nothing once closing began."""
+    import threading
+
+    from waiting import processes_running, unique_tag
+
+    tag = unique_tag()
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    s = Session(ScriptTarget(str(script), (tag,)))
+    s.start()
+    try:
+        wait_for(lambda: any(line.text == f"stubborn {tag}" for line in s.snapshot().log), timeout=90)
+        restart = threading.Thread(target=s.restart)
+        restart.start()
+        wait_for(lambda: not s._child, timeout=10)  # the restart is stopping the old script
+        s.close()
+        restart.join(30)
+        assert not restart.is_alive()
+        assert not processes_running(tag)
+    finally:
+        s.close()

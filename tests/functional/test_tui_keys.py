@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import re
 import threading
+from enum import Enum
 from typing import Awaitable, Callable
 
 from fakes.fake_session import (
@@ -22,6 +24,7 @@ from fakes.fake_session import (
     make_torchrun_snapshot,
     typed,
 )
+import pytest
 from textual import events
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
@@ -38,6 +41,7 @@ from torchpar_top.tui.widgets.gpus import GpusPanel
 from torchpar_top.tui.widgets.header import HeaderBar
 from torchpar_top.tui.widgets.lanes import LanesPanel
 from torchpar_top.tui.widgets.log import LogPanel
+from torchpar_top.tui.widgets.panel import SnapshotPanel
 from torchpar_top.tui.widgets.queues import QueuesPanel
 from torchpar_top.tui.widgets.ranks import RanksPanel
 from torchpar_top.tui.widgets.scoreboard import ScoreboardPanel
@@ -154,6 +158,7 @@ async def test_w_then_enter_switches_experiment() -> None:
         await pilot.press("down", "enter")
         await pilot.pause()
         assert not isinstance(app.screen, PickerScreen)
+        await app.workers.wait_for_complete()  # r and w stop and start off the event loop
         assert ("switch_experiment", "multi-device") in session.calls
         assert "multi-device" in header(app)
 
@@ -293,6 +298,7 @@ async def test_command_palette_runs_an_experiment() -> None:
         assert hits[0].splitlines()[0] == "Run experiment: inter-op"
         await pilot.press("enter")
         await pilot.pause()
+        await app.workers.wait_for_complete()  # r and w stop and start off the event loop
         assert ("switch_experiment", "inter-op") in session.calls
 
 
@@ -396,6 +402,7 @@ async def test_r_restarts_the_target() -> None:
         assert "exited 1" in header(app)
         await pilot.press("r")
         await pilot.pause()
+        await app.workers.wait_for_complete()  # r and w stop and start off the event loop
         assert ("restart",) in session.calls
         assert "exited" not in header(app)
 
@@ -553,6 +560,7 @@ async def test_command_palette_restart_and_stack() -> None:
         assert hits[0].splitlines()[0] == "Restart"
         await pilot.press("enter")
         await pilot.pause()
+        await app.workers.wait_for_complete()  # r and w stop and start off the event loop
         assert ("restart",) in session.calls
         hits = await _palette_hits(pilot, "Toggle stack panel")
         assert hits[0].splitlines()[0] == "Toggle stack panel"
@@ -645,3 +653,83 @@ async def test_a_panel_with_the_same_picture_is_not_repainted() -> None:
         app.refresh_from_session()
         await pilot.pause()
         assert calls == ["ThreadsPanel"]
+
+
+EVIL = "\x1b]0;pwned\x07\x1b[2J\x1b[?1049l\r\b\x9b31m"
+"""Escape sequences a workload could put in any text it controls (a script's arguments, a thread's name,
+a function's or file's name, an executor's or result's label sent over the protocol)."""
+
+
+def poisoned(value: object) -> object:
+    """``value`` with :data:`EVIL` appended to every plain string inside it (enums left alone)."""
+    if isinstance(value, str):
+        return value if isinstance(value, Enum) else value + EVIL
+    if isinstance(value, tuple):
+        return tuple(poisoned(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: poisoned(getattr(value, f.name))
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
+
+
+@pytest.mark.parametrize("make", [make_run_snapshot, make_torchrun_snapshot, make_attach_snapshot,
+                                  lambda: make_snapshot(gpus=2, child_state="exited", exit_code=1)])
+def test_workload_text_reaches_no_panel_as_control_characters(make) -> None:
+    """Every line of every panel, the header and the log, and every border title: no control character
+    (ESC, BEL, CR, backspace, C1) survives, whatever field the workload's text came in."""
+
+    async def body() -> None:
+        app, _ = app_on(typed(poisoned(make())))
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            widgets = [*app.query(SnapshotPanel), app.query_one(LogPanel)]
+            drawn = [w.render_line(y).text for w in widgets if w.display for y in range(w.size.height)]
+            drawn += [str(w.border_title or "") for w in widgets]
+            assert any("pwned" in line for line in drawn)  # the text is shown, made inert
+            bad = [line for line in drawn if CONTROL.search(line)]
+            assert not bad, bad[:3]
+
+    asyncio.run(body())
+
+
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+@run_async
+async def test_a_slow_restart_keeps_the_screen_alive_and_q_still_quits() -> None:
+    """A script that ignores signals takes seconds to stop: ``r`` runs off the event loop (the app keeps
+    handling keys), more ``r`` while it restarts are not queued up, and ``q`` quits once it is done (a
+    session's close waits for a restart in progress, as the real one does)."""
+    app, session = app_on(make_run_snapshot(child_state="exited", exit_code=1))
+    release, restarting, restarted = threading.Event(), threading.Event(), threading.Event()
+    real_restart, real_close = session.restart, session.close
+
+    def slow_restart() -> None:
+        restarting.set()
+        release.wait(10)
+        real_restart()
+        restarted.set()
+
+    def close_after_restart() -> None:
+        restarted.wait(10)
+        real_close()
+
+    session.restart, session.close = slow_restart, close_after_restart
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("r")
+        await asyncio.to_thread(restarting.wait, 10)
+        await pilot.press("p", "r", "r")  # handled while the restart runs
+        await pilot.pause()
+        assert ("set_paused", True) in session.calls
+        assert "restarting" in [n.message for n in app._notifications][0]
+        await pilot.press("q")
+        await pilot.pause()
+        assert app.is_running and "close" not in session.names()  # q waits for the restart
+        release.set()
+        for _ in range(200):
+            if not app.is_running:
+                break
+            await asyncio.sleep(0.05)
+    assert session.names().count("restart") == 1
+    assert session.names().count("close") == 1
+    assert session.names().index("restart") < session.names().index("close")

@@ -196,3 +196,68 @@ def test_a_sample_taken_during_a_wait_counts_it_up_to_now():
     finally:
         gate.set()
         agent.close()
+
+
+def _eof_within(sock, timeout=10):
+    """Whether ``sock`` reaches end of file within ``timeout`` (messages before it are skipped)."""
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if not sock.recv(65536):
+                return True
+        except socket.timeout:
+            return False
+    return False
+
+
+def test_the_channel_moves_out_of_reach_of_closerange_and_frees_its_number():
+    import os
+    import resource
+
+    parent, child = socket.socketpair()
+    low = child.fileno()
+    agent = _agent(child)
+    try:
+        fd = agent._sock.fileno()
+        if resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 1100:
+            assert fd >= 1024  # os.closerange(3, 1024) does not reach it
+        assert fd > low
+        with pytest.raises(OSError):
+            os.fstat(low)  # the number the workload was started with is free again, as under python
+    finally:
+        parent.close()
+        agent.close()
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_a_workload_that_closes_the_channel_runs_on_and_is_never_written_into(tmp_path, reuse):
+    """The workload closes our descriptor (and maybe opens a file that gets its number): the agent does
+    not take it for torchpar-top going away (no stop), writes nothing into the file, and lets the socket
+    close so that torchpar-top sees monitoring is lost."""
+    import os
+
+    parent, child = socket.socketpair()
+    stopped = threading.Event()
+    agent = _agent(child)
+    agent.hard_exit = stopped.set
+    agent.start()
+    try:
+        fd = agent._sock.fileno()
+        os.close(fd)  # what os.closerange does to it
+        if reuse:
+            f = open(tmp_path / "mine.txt", "wb")
+            os.dup2(f.fileno(), fd)  # the workload's file now has our old number
+        assert _eof_within(parent)
+        for _ in range(5):
+            with pytest.raises(OSError):
+                agent.send(m.Log(text="must not land in the workload's file"))
+            time.sleep(agent.interval)
+        assert agent.running and not stopped.is_set() and agent.channel_lost
+        if reuse:
+            f.close()
+            os.close(fd)
+            assert (tmp_path / "mine.txt").read_bytes() == b""
+    finally:
+        parent.close()
+        agent.close()

@@ -14,7 +14,11 @@ from torchpar_top.session.targets import ExperimentTarget
         (["--interval", "0.5", "-m", "pkg.mod", "--sync"], (["--interval", "0.5"], "pkg.mod", True, ["--sync"])),
         (["--nproc-per-node", "2", "ddp.py", "10"], (["--nproc-per-node", "2"], "ddp.py", False, ["10"])),
         (["--sync"], (["--sync"], None, False, [])),
-        (["-m"], (["-m"], None, True, [])),
+        (["-m"], ([], None, True, [])),
+        (["--sync", "-m"], (["--sync"], None, True, [])),
+        (["--", "x.py", "--sync"], ([], "x.py", False, ["--sync"])),
+        (["--sync", "--", "-odd-name.py"], (["--sync"], "-odd-name.py", False, [])),
+        (["--"], ([], None, False, [])),
     ],
 )
 def test_split_run(argv, expected):
@@ -31,3 +35,20 @@ def test_an_experiment_restarted_with_a_thread_count_passes_it_to_the_child():
     assert "--threads" not in plain
     again = ExperimentTarget("inter-op", threads=1).command(7, 0.1, True)
     assert again[again.index("--threads") + 1] == "1" and again[-1] == "--sync"
+
+
+@pytest.mark.parametrize("text", ["0.02", "0.1", "60"])
+def test_intervals_in_range_are_accepted(text):
+    assert run_parser().parse_args(["--interval", text]).interval == float(text)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("inf", "finite"), ("1e-9", "between 0.02 and 60"), ("61", "between 0.02 and 60"), ("nan", "greater than 0"),
+    ("0", "greater than 0"),
+])
+def test_intervals_out_of_range_are_one_line_and_status_2(text, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        run_parser().parse_args(["--interval", text])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("torchpar-top: error:") and needle in err[0]

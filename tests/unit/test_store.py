@@ -113,9 +113,61 @@ def test_our_own_childs_wait_status_wins_over_its_report():
     store = SessionStore("run")
     store.on_message(_hello(12), source=0)
     store.on_message(wire(type="exit", status=0, reason=""), source=0)
-    assert store.snapshot().log[-1].text == "the workload's code ended with status 0"
     store.on_source_closed(0, -9)  # killed after it reported: wait() knows better
     assert [(r.rank, r.exit_code) for r in store.snapshot().ranks] == [(None, -9)]
+    assert not any("ended with status" in line.text for line in store.snapshot().log)
+
+
+def test_a_report_that_agrees_with_wait_says_why_the_code_ended():
+    store = SessionStore("run")
+    store.on_message(_hello(12), source=0)
+    store.on_message(wire(type="exit", status=1, reason="ValueError: bad value 42"), source=0)
+    store.on_source_closed(0, 1)
+    assert store.snapshot().log[-1].text == "the workload's code ended with status 1: ValueError: bad value 42"
+
+
+def test_a_spoofed_exit_while_the_process_runs_marks_nothing():
+    """A script can write an ``exit`` message on the agent's socket: while the process runs it is
+    neither shown nor taken as its state, and wait()'s status is what counts at the end."""
+    store = SessionStore("run")
+    store.on_message(_hello(12), source=0)
+    store.on_message(wire(type="exit", status=99, reason="spoofed"), source=0)
+    snap = store.snapshot()
+    assert [(r.state, r.exit_code) for r in snap.ranks] == [("running", None)]
+    assert not any("99" in line.text for line in snap.log)
+    store.on_source_closed(0, 0)
+    snap = store.snapshot()
+    assert [(r.state, r.exit_code) for r in snap.ranks] == [("exited", 0)]
+    assert not any("99" in line.text for line in snap.log)
+
+
+def test_a_connection_that_closes_while_its_process_runs_on_is_monitoring_lost():
+    store = SessionStore("run")
+    store.on_message(_hello(12), source=0)
+    assert store.on_source_lost(0)
+    snap = store.snapshot()
+    assert snap.notice.startswith("monitoring lost: the workload (pid 12)") and snap.ranks[0].state == "running"
+    assert snap.log[-1].text == snap.notice
+    store.on_source_closed(0, 0)
+    assert store.snapshot().notice == "" and store.snapshot().ranks[0].exit_code == 0
+
+
+def test_a_rank_that_runs_on_after_its_connection_closed_keeps_no_reported_status():
+    store = SessionStore("run")
+    store.on_message(_hello(11, rank=1), source=7)
+    assert store.on_source_lost(7)
+    store.on_message(wire(type="exit", status=99, reason="spoofed"), source=7)  # too late to be believed
+    store.on_source_closed(7)
+    (rank,) = store.snapshot().ranks
+    assert (rank.state, rank.exit_code) == ("exited", None)
+
+
+def test_a_connection_closing_after_its_exit_report_is_not_lost():
+    store = SessionStore("run")
+    store.on_message(_hello(12), source=0)
+    store.on_message(wire(type="exit", status=0, reason=""), source=0)
+    assert not store.on_source_lost(0)  # the process is only ending
+    assert store.snapshot().notice == ""
 
 
 def test_a_second_hello_on_a_connection_is_ignored():

@@ -163,3 +163,13 @@ def test_cores_title_before_and_after_the_first_reading() -> None:
     panel = CoresPanel()
     assert panel.title(dataclasses.replace(make_snapshot(), cores=())) == "CPU"
     assert panel.title(make_snapshot(cores=2)) == "CPU  2 cores"
+
+
+def test_a_log_line_of_a_megabyte_is_kept_cut() -> None:
+    """Whatever a session serves, the log pane keeps each line bounded (the widget's memory is by bytes)."""
+    from torchpar_top.contract.snapshot import LogLine
+    from torchpar_top.contract.vocab import LOG_LINE_MAX, LogSource
+    from torchpar_top.tui.widgets.log import pieces_of
+
+    pieces = pieces_of(LogLine(1, LogSource.STDOUT, "x" * 1_000_000))
+    assert sum(len(text) for text, _ in pieces) <= LOG_LINE_MAX + 6  # the tag, then the text

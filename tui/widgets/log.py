@@ -16,25 +16,19 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, Snapshot
-from torchpar_top.contract.vocab import ChildState, LogSource
+from torchpar_top.contract.vocab import LOG_LINE_MAX, ChildState, LogSource
+from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row
 
 SOURCE_TAGS = {LogSource.STDOUT: "out", LogSource.STDERR: "err", LogSource.CHILD: "child", LogSource.APP: "app",
                LogSource.PROTOCOL: "proto"}
 """The tag shown before each line."""
 
-_INERT = {c: chr(0x2400 + c) for c in range(0x20)} | {0x7F: "\u2421", 0x09: " "}
-_INERT |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
-
-
-def inert(text: str) -> str:
-    """The workload's text made harmless for a terminal: control characters (ESC, BEL, CR, backspace...)
-    become visible symbols (``␛``), so a printed escape sequence cannot retitle the terminal, leave the
-    alternate screen or move the cursor over the panels; a tab becomes one space (one cell)."""
-    return text.translate(_INERT)
+inert = render.inert
+"""The log's name for :func:`render.inert` (every panel's rows go through it, see ``Row.add``)."""
 
 MAX_LINES = 1000
-"""Lines kept for scrolling back."""
+"""Lines kept for scrolling back (each at most :data:`LOG_LINE_MAX` characters: bounded in bytes too)."""
 
 Piece = tuple[str, str]
 """Some text and the component class that colours it."""
@@ -59,7 +53,7 @@ def pieces_of(line: LogLine) -> tuple[Piece, ...]:
     """``[err] Traceback...``: the tag dim, the text coloured by its source."""
     tag = SOURCE_TAGS.get(line.source, str(line.source))
     body = {LogSource.STDERR: "log--stderr", LogSource.STDOUT: "log--stdout"}.get(line.source, "log--dim")
-    return ((f"{tag:>5} ", "log--tag"), (inert(line.text.rstrip("\n")), body))
+    return ((f"{tag:>5} ", "log--tag"), (inert(render.clip(line.text.rstrip("\n"), LOG_LINE_MAX)), body))
 
 
 class LogPanel(Widget):

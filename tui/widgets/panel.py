@@ -11,6 +11,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.tui.render import inert
 
 
 class Row:
@@ -24,9 +25,12 @@ class Row:
         """Cells used so far (every glyph drawn here is one cell wide)."""
 
     def add(self, text: str, style: Style | None = None) -> Row:
-        """Append ``text``; returns the row so calls chain. Text in the style of the previous piece joins
-        it (fewer segments to compare, style and write: a lane is one run per colour, not one per cell)."""
+        """Append ``text``, made :func:`~torchpar_top.tui.render.inert` (every panel draws workload text
+        somewhere: nothing reaches the terminal as a control character); returns the row so calls chain.
+        Text in the style of the previous piece joins it (fewer segments to compare, style and write: a
+        lane is one run per colour, not one per cell)."""
         if text:
+            text = inert(text)
             segments = self.segments
             if segments and ((last := segments[-1]).style is style or last.style == style):
                 segments[-1] = Segment(last.text + text, style)
