@@ -61,7 +61,7 @@ class ExecutorRow:
     launched: int = bounded(lo=0)
     completed: int = bounded(lo=0)
     busy: float = bounded(lo=0.0, hi=1.0)
-    """Share of the window the executor was executing work."""
+    """Share of the window with an item in progress (taken by the executor, not yet finished)."""
     blocked: float | None = bounded(lo=0.0, hi=1.0)
     """Share of the window the frontend was blocked launching into it (full); null where blocking
     cannot be observed (CUDA completion markers)."""
@@ -70,14 +70,26 @@ class ExecutorRow:
     """What one launch is (an item, a torch call, a kernel)."""
     ready: int | None = bounded(None, lo=0)
     """DataLoader: batches fetched and waiting for the frontend."""
+    running: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window the executor's own thread was on a core with an item in progress
+    (``schedstat``; at most ``busy``); null where the executor has no thread of its own to read."""
+    core_wait: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window its thread had an item in progress but waited for a core (every core
+    taken: the run-queue delay); ``busy - running - core_wait`` is time it was blocked (GIL, a lock)."""
 
 
 @dataclass(frozen=True)
 class Frontend:
-    """The frontend thread over a window: running vs blocked (full queue or synchronize)."""
+    """The frontend thread over a window: running, blocked in a wait, waiting for a core, or idle."""
 
     busy: float = bounded(lo=0.0, hi=1.0)
+    """Share of the window the thread was on a core outside its waits (``schedstat`` run time, at most
+    ``1 - wait``); where the kernel keeps no schedstat, ``1 - wait`` (``core_wait`` is then null)."""
     wait: float = bounded(lo=0.0, hi=1.0)
+    """Share of the window it was blocked: on a full queue, in a synchronize, waiting for data."""
+    core_wait: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window it was runnable but waiting for a core (every core taken); the rest,
+    ``1 - busy - wait - core_wait``, it was idle (sleeping, reading a file...)."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +137,10 @@ class Sample(Message):
     num_threads: int = bounded(lo=1)
     frontend: Frontend
     overlap: float = bounded(lo=0.0, hi=1.0)
-    """Share of the window with two or more executors busy."""
+    """Share of the window with two or more executors running at once: on a core for executors whose
+    thread the agent reads (a lower bound, see ``activity.running_overlap``), else in progress."""
+    overlap_in_progress: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window with two or more executors holding an item in progress (running or not)."""
     executors: tuple[ExecutorRow, ...] = ()
     roles: tuple[ThreadRole, ...] = ()
     """Threads the agent knows (all of them: roles of threads born since hello included)."""

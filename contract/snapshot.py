@@ -90,7 +90,7 @@ class ExecutorView:
     history: tuple[float, ...]
     """``value`` per sample, oldest first."""
     busy: tuple[float, ...]
-    """Fraction of each sample window this executor was executing work, 0..1, oldest first."""
+    """Fraction of each sample window this executor had an item in progress, 0..1, oldest first."""
     blocked: float | None
     """Fraction of the last window the frontend spent blocked launching into this executor (full);
     ``None`` where blocking cannot be observed."""
@@ -100,6 +100,13 @@ class ExecutorView:
     """What one launch is: an item, a torch call (function-mode counters), a kernel."""
     ready: int | None = None
     """DataLoader: batches fetched and waiting for the frontend."""
+    running: tuple[float, ...] = ()
+    """Fraction of each window its own thread was on a core with an item in progress, aligned with
+    :attr:`busy`; empty where the executor has no thread of its own to read (then ``busy`` is all
+    that is known)."""
+    core_wait: tuple[float, ...] = ()
+    """Fraction of each window it had an item in progress but waited for a core; aligned with
+    :attr:`running`."""
 
 
 @dataclass(frozen=True)
@@ -263,11 +270,17 @@ class Snapshot:
     thread_groups: tuple[ThreadGroup, ...] = ()
     executors: tuple[ExecutorView, ...] = ()
     frontend_busy: tuple[float, ...] = ()
-    """Frontend lane: fraction of each window the frontend was not blocked (running Python/ops)."""
+    """Frontend lane: fraction of each window the frontend ran on a core outside its waits."""
     frontend_wait: tuple[float, ...] = ()
     """Frontend lane: fraction of each window the frontend was blocked (full queue or synchronize)."""
+    frontend_core_wait: tuple[float, ...] = ()
+    """Frontend lane: fraction of each window the frontend was runnable but waited for a core; empty
+    where the agent cannot read its thread's ``schedstat`` (then ``frontend_busy`` is ``1 - wait``)."""
     overlap: tuple[float, ...] = ()
-    """Fraction of each window in which two or more executors were busy at once."""
+    """Fraction of each window in which two or more executors were running at once (on a core, for
+    emulated streams; a lower bound, ARCHITECTURE.md)."""
+    overlap_in_progress: tuple[float, ...] = ()
+    """Fraction of each window in which two or more executors had an item in progress, running or not."""
     throughput: float | None = None
     throughput_unit: str = "it/s"
     throughput_history: tuple[float, ...] = ()

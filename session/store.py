@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from torchpar_top.contract.messages import (
     Ack,
+    ExecutorRow,
     Exit,
     Hello,
     Log,
@@ -68,6 +69,21 @@ class _Executor:
     ready: int | None = None
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     busy: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    running: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    core_wait: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    splits: bool = False
+    """Whether any row split ``busy`` into running and waiting for a core (then ``running`` and
+    ``core_wait`` are shown; a window without the split, such as the first, counts as all running)."""
+
+    def add(self, row: ExecutorRow) -> None:
+        """One sample's row of this executor."""
+        self.capacity, self.value, self.counts, self.ready = row.capacity, row.value, row.counts, row.ready
+        self.launched, self.completed, self.blocked = row.launched, row.completed, row.blocked
+        self.history.append(row.value)
+        self.busy.append(row.busy)
+        self.splits = self.splits or row.running is not None
+        self.running.append(row.busy if row.running is None else row.running)
+        self.core_wait.append(row.core_wait or 0.0)
 
     def view(self) -> ExecutorView:
         """This executor as the snapshot shows it."""
@@ -76,6 +92,8 @@ class _Executor:
             launched=self.launched, completed=self.completed, emulated=self.emulated,
             history=tuple(self.history), busy=tuple(self.busy), blocked=self.blocked, rank=self.rank,
             counts=self.counts, ready=self.ready,
+            running=tuple(self.running) if self.splits else (),
+            core_wait=tuple(self.core_wait) if self.splits else (),
         )
 
 
@@ -144,7 +162,10 @@ class SessionStore:
             self._executors: dict[tuple[int, str], _Executor] = {}  # (rank or -1, name)
             self._frontend_busy: deque = deque(maxlen=HISTORY)
             self._frontend_wait: deque = deque(maxlen=HISTORY)
+            self._frontend_core_wait: deque = deque(maxlen=HISTORY)
+            self._frontend_split = False
             self._overlap: deque = deque(maxlen=HISTORY)
+            self._overlap_in_progress: deque = deque(maxlen=HISTORY)
             self._throughput: deque = deque(maxlen=HISTORY)
             self._unit = "it/s"
             self._last_throughput: float | None = None
@@ -345,15 +366,16 @@ class SessionStore:
                 ex = self._executors.get(key)
                 if ex is None:
                     ex = self._executors[key] = _Executor(row.name, row.kind, row.quantity, row.emulated, src.rank)
-                ex.capacity, ex.value, ex.counts, ex.ready = row.capacity, row.value, row.counts, row.ready
-                ex.launched, ex.completed, ex.blocked = row.launched, row.completed, row.blocked
-                ex.history.append(row.value)
-                ex.busy.append(row.busy)
+                ex.add(row)
             if not primary:
                 return
             self._frontend_busy.append(msg.frontend.busy)
             self._frontend_wait.append(msg.frontend.wait)
+            self._frontend_split = self._frontend_split or msg.frontend.core_wait is not None
+            self._frontend_core_wait.append(msg.frontend.core_wait or 0.0)
             self._overlap.append(msg.overlap)
+            self._overlap_in_progress.append(msg.overlap if msg.overlap_in_progress is None
+                                             else msg.overlap_in_progress)
             self._throughput.append(msg.throughput)
             self._last_throughput = msg.throughput
             # The first window after a mode change straddles both modes: count it in neither. After a
@@ -392,7 +414,9 @@ class SessionStore:
                 executors=executors,
                 frontend_busy=tuple(self._frontend_busy),
                 frontend_wait=tuple(self._frontend_wait),
+                frontend_core_wait=tuple(self._frontend_core_wait) if self._frontend_split else (),
                 overlap=tuple(self._overlap),
+                overlap_in_progress=tuple(self._overlap_in_progress),
                 throughput=self._last_throughput,
                 throughput_unit=self._unit,
                 throughput_history=tuple(self._throughput),

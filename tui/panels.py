@@ -52,11 +52,18 @@ PANELS: tuple[Panel, ...] = (
           "here* rather than *never blocked*). Input-bound means the frontend waited for data more than "
           "30 % of the time."),
     Panel("lanes",
-          "the last 5 s. The frontend lane shows `▌` where it was launching and `·` where it waited; each "
-          "executor lane shows how busy it was. *overlap* is the share of time two or more executors were "
-          "busy at once.",
-          "From busy intervals the agent records as work runs; overlap is an exact sweep over them, merged "
-          "across gaps under 0.2 ms."),
+          "the last 5 s. The frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
+          "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "
+          "script is not busy). An emulated stream's lane shows how much its thread *ran*, and `░` where it "
+          "waited for a core more than it ran: **run N% waits M%**. *overlap on cores* is the share of time "
+          "two or more executors ran at once; *in progress* the share they both had work, running or not "
+          "(on one free core they take turns: 100% in progress, 0% on cores).",
+          "Work in progress comes from busy intervals the agent records as items run (merged across gaps "
+          "under 0.2 ms); running and waiting from each thread's own `/proc/self/task/<tid>/schedstat`, "
+          "read by the agent once per sample. Those are window totals, so overlap on cores is a lower bound "
+          "(exact while one of two executors is always on a core; ARCHITECTURE.md). Executors without a "
+          "thread of their own (CUDA streams, inter-op futures, DataLoader) show **busy N%**: work in "
+          "progress."),
     Panel("async vs sync (measured)",
           "throughput, mean depth and frontend wait in each mode, and their ratio, all measured in this "
           "run, plus the experiment's own results and the threads → GFLOP/s table.",

@@ -17,7 +17,9 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -40,7 +42,15 @@ from torchpar_top.contract.messages import (
     decode_command,
 )
 from torchpar_top.contract.vocab import AGENT_STOP_GRACE, Role, SyncScope
-from torchpar_top.probes.agent.activity import ActivityRecorder, busy_time, overlap_time
+from torchpar_top.probes.agent.activity import (
+    ActivityRecorder,
+    busy_time,
+    overlap_time,
+    running_overlap,
+    split_busy,
+    waiting,
+)
+from torchpar_top.probes.agent.cputime import ThreadClock
 from torchpar_top.probes.agent.executor import EagerDevice, Executor
 from torchpar_top.probes.agent.interop import InterOpPool
 from torchpar_top.probes.agent.stream import DEFAULT_CAPACITY, EmulatedStream
@@ -111,6 +121,10 @@ class Agent:
         self._agent_tids: list[int] = []
         self._threads: list[threading.Thread] = []
         self._drain_target: dict[int, int] = {}
+        self.clock = ThreadClock()
+        """Run and wait time of the frontend and executor threads (``schedstat``), read by the sampler."""
+        self.timing = ActivityRecorder()
+        """When an experiment paused its live loop for a timing round (:meth:`timing_round`)."""
         """After a switch to SYNC: per executor, the launches made before it (the ASYNC backlog)."""
         self.hard_exit: Callable[[], None] = _kill_own_group
         """Called when the workload ignores a stop for :data:`AGENT_STOP_GRACE` seconds (tests replace it)."""
@@ -260,14 +274,23 @@ class Agent:
         extra: dict[str, Any] = {}
         for part in self.sample_parts:  # first: a part may bring counters up to date (DataLoaders)
             extra.update(part(t0, t1))
-        rows, per_executor = [], []
+        rows, per_executor, running = [], [], []
         for ex in self.executors:
             ex.refresh()
             row, busy = ex.row(t0, t1)
+            run_s = None
+            if ex.runs_items_on_own_thread and ex.tids:
+                cpu = self.clock.take(ex.tids[0])
+                if cpu is not None:
+                    on_core, core_wait = split_busy(row.busy, cpu[0] / window, cpu[1] / window)
+                    row = replace(row, running=on_core, core_wait=core_wait)
+                    run_s = on_core * window
             rows.append(row)
             per_executor.append(busy)
+            running.append(run_s)
         wait = min(1.0, busy_time(self.frontend_wait.intervals(t0, t1)) / window)
         done, unit = self.throughput.take()
+        several = len(per_executor) > 1
         sample = Sample(
             t=time.time(),
             window=window,
@@ -275,8 +298,9 @@ class Agent:
             throughput=done / window,
             unit=unit,
             num_threads=self._threads_wanted,
-            frontend=Frontend(busy=1.0 - wait, wait=wait),
-            overlap=min(1.0, overlap_time(per_executor) / window) if len(per_executor) > 1 else 0.0,
+            frontend=self._frontend(wait, window),
+            overlap=min(1.0, running_overlap(per_executor, running) / window) if several else 0.0,
+            overlap_in_progress=min(1.0, overlap_time(per_executor) / window) if several else 0.0,
             executors=tuple(rows),
             roles=self.roles(),
             draining=self.draining(),
@@ -286,6 +310,20 @@ class Agent:
         for hook in self.on_sample:
             hook()
         return sample
+
+    def _frontend(self, wait: float, window: float) -> Frontend:
+        """The frontend over the window: blocked ``wait`` (its recorded waits), and from its thread's
+        ``schedstat`` the share it ran outside them and the share it waited for a core; the rest it was
+        idle. Without schedstat, busy is ``1 - wait`` (all it can say) and ``core_wait`` null.
+
+        Running is capped by ``1 - wait``: a wait that blocks does not run, and a wait that spins (a
+        CUDA synchronize may) is waiting, not working.
+        """
+        cpu = self.clock.take(self.frontend_tid)
+        if cpu is None:
+            return Frontend(busy=1.0 - wait, wait=wait)
+        busy = min(1.0 - wait, cpu[0] / window)
+        return Frontend(busy=busy, wait=wait, core_wait=min(1.0 - wait - busy, cpu[1] / window))
 
     def draining(self) -> bool:
         """True while work launched before the switch to SYNC is still completing."""

@@ -130,6 +130,8 @@ def make_snapshot(
                 history=history,
                 busy=busy,
                 blocked=blocked,
+                running=tuple(round(b * (0.8 if k == 0 else 0.55), 3) for b in busy),
+                core_wait=tuple(round(b * (0.15 if k == 0 else 0.4), 3) for b in busy),
             )
         )
     if unbounded:
@@ -185,8 +187,10 @@ def make_snapshot(
     )
 
     frontend_busy = tuple((0.2 if i % 3 else 0.7) if not sync else 0.1 for i in range(n_hist))
-    frontend_wait = tuple(1.0 - b for b in frontend_busy)
-    overlap = tuple(0.4 + 0.3 * math.sin(i / 5) for i in range(n_hist)) if len(execs) >= 2 else ()
+    frontend_core_wait = tuple(0.05 if i % 4 == 0 else 0.0 for i in range(n_hist))
+    frontend_wait = tuple(round(1.0 - b - c, 3) for b, c in zip(frontend_busy, frontend_core_wait))
+    in_progress = tuple(0.4 + 0.3 * math.sin(i / 5) for i in range(n_hist)) if len(execs) >= 2 else ()
+    overlap = tuple(round(0.5 * x, 3) for x in in_progress)
 
     gpu_views = tuple(
         GpuView(
@@ -236,7 +240,9 @@ def make_snapshot(
         executors=tuple(execs),
         frontend_busy=frontend_busy,
         frontend_wait=frontend_wait,
+        frontend_core_wait=frontend_core_wait,
         overlap=overlap,
+        overlap_in_progress=in_progress,
         throughput=9.1 if sync else 12.4,
         throughput_history=tuple(12.0 + 0.1 * (i % 5) for i in range(n_hist)),
         num_threads=num_threads,
@@ -354,7 +360,8 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
         threads=threads,
         thread_groups=groups,
         frontend_busy=frontend_busy,
-        frontend_wait=tuple(round(1.0 - b, 3) for b in frontend_busy),
+        frontend_wait=tuple(round(1.0 - b - 0.02, 3) for b in frontend_busy),
+        frontend_core_wait=(0.02,) * n_hist,
         overlap=(),
         throughput=6.2,
         throughput_unit="steps/s",
