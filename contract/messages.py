@@ -150,16 +150,26 @@ class Sample(Message):
     """Share of the window the frontend waited for its next batch (a DataLoader is watched)."""
     cuda_uuids: tuple[str, ...] = ()
     """``GPU-...`` in the child's CUDA order, so NVML devices are labelled as the child sees them."""
+    timing: bool = False
+    """True when part of the window was an experiment's timing round, its live loop paused (neither
+    mode's steady state, like ``draining``)."""
 
 
 @dataclass(frozen=True)
 class Result(Message):
-    """A result the experiment measured (e.g. "device 0 alone", seconds)."""
+    """A result the experiment measured (e.g. "device 0 alone", seconds).
+
+    Results that belong together (one round of the multi-device phases, one round of the async text's
+    timings) carry the round's number; the last of a round says so with ``closes_round``, and only
+    complete rounds are shown, never one round's figures beside another's.
+    """
 
     TYPE: ClassVar[str] = "result"
     label: str
     value: float
     unit: str
+    round: int | None = bounded(None, lo=1)
+    closes_round: bool = False
 
 
 @dataclass(frozen=True)

@@ -126,11 +126,25 @@ class ModeStats:
 
 @dataclass(frozen=True)
 class ResultRow:
-    """A result the experiment measured and reported (e.g. one timing of the auto-parallelism text)."""
+    """A result the experiment measured and reported (e.g. one timing of the auto-parallelism text).
+
+    A result that belongs to rounds shows the latest *complete* round (every row from the same round)
+    and, over the complete rounds kept, the median and the range.
+    """
 
     label: str
     value: float
     unit: str
+    round: int | None = None
+    """The round :attr:`value` comes from; None for a result outside rounds."""
+    median: float | None = None
+    """Median over the complete rounds kept that have this label."""
+    low: float | None = None
+    """Smallest value over those rounds."""
+    high: float | None = None
+    """Largest value over those rounds."""
+    rounds: int = 0
+    """How many complete rounds the median covers."""
 
 
 @dataclass(frozen=True)

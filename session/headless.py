@@ -8,9 +8,8 @@ busy, cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null
 completed, ready, busy, running, core_wait, blocked, emulated}], ``throughput`` {value, unit},
 ``num_threads``, ``frontend`` {busy, wait, core_wait}, ``overlap`` (running at once),
 ``overlap_in_progress``, ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}},
-``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling`` [{threads,
-gflops}],
-``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
+``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling``
+[{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
 or null, ``stack`` {thread, idle, waiting_in, frames} or null, ``stack_status``, ``log`` [new log lines
 since the previous object]. Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field

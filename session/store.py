@@ -8,6 +8,7 @@ ranks) is computed here, once, with :mod:`.derive`.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections import deque
@@ -51,6 +52,8 @@ CORE_HISTORY = 120
 LOG_LINES = 500
 #: stderr lines kept to show when the child dies.
 STDERR_TAIL = 12
+#: Complete rounds of results kept for their median and range.
+ROUNDS_KEPT = 50
 
 
 @dataclass
@@ -95,6 +98,37 @@ class _Executor:
             running=tuple(self.running) if self.splits else (),
             core_wait=tuple(self.core_wait) if self.splits else (),
         )
+
+
+@dataclass
+class _Rounds:
+    """Results reported in rounds: the rounds still open, and the complete ones (the latest last)."""
+
+    open: dict = field(default_factory=dict)  # round -> {label: (value, unit)}
+    done: deque = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))  # (round, {label: (value, unit)})
+
+    def add(self, msg: Result) -> None:
+        """One result of round ``msg.round``; the round is complete when ``msg.closes_round``."""
+        rows = self.open.setdefault(msg.round, {})
+        rows[msg.label] = (msg.value, msg.unit)
+        if msg.closes_round:
+            self.done.append((msg.round, self.open.pop(msg.round)))
+            for stale in [r for r in self.open if r < msg.round]:
+                del self.open[stale]  # a round that never closed (stopped mid-way) never will
+        while len(self.open) > 4:  # bounded even if rounds never close
+            del self.open[min(self.open)]
+
+    def rows(self) -> list[ResultRow]:
+        """The latest complete round's rows, each with the median and range over the kept rounds."""
+        if not self.done:
+            return []
+        number, latest = self.done[-1]
+        out = []
+        for label, (value, unit) in latest.items():
+            values = sorted(r[label][0] for _, r in self.done if label in r)
+            out.append(ResultRow(label, value, unit, number, statistics.median(values), values[0], values[-1],
+                                 len(values)))
+        return out
 
 
 @dataclass
@@ -175,6 +209,7 @@ class SessionStore:
             self._num_threads: int | None = None
             self._interop_threads: int | None = None
             self._results: dict[str, ResultRow] = {}
+            self._rounds = _Rounds()
             self._scaling: dict[int, ScalingPoint] = {}
             self._child = ChildStatus(pid=None, state=ChildState.STARTING)
             self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
@@ -272,7 +307,10 @@ class SessionStore:
             self._on_syncpoints(msg, source)
         elif isinstance(msg, Result):
             with self._lock:
-                self._results[msg.label] = ResultRow(msg.label, msg.value, msg.unit)
+                if msg.round is None:
+                    self._results[msg.label] = ResultRow(msg.label, msg.value, msg.unit)
+                else:
+                    self._rounds.add(msg)
         elif isinstance(msg, Scaling):
             with self._lock:
                 self._scaling[msg.threads] = ScalingPoint(msg.threads, msg.gflops, msg.samples)
@@ -380,8 +418,8 @@ class SessionStore:
             self._last_throughput = msg.throughput
             # The first window after a mode change straddles both modes: count it in neither. After a
             # switch to SYNC, the backlog launched in ASYNC drains first (the agent says so): that is
-            # neither mode's steady state either.
-            if self._prev_mode == msg.mode and not msg.draining:
+            # neither mode's steady state either, nor is a timing round that paused the live loop.
+            if self._prev_mode == msg.mode and not msg.draining and not msg.timing:
                 acc, w = self._modes[msg.mode], msg.window
                 acc.seconds += w
                 acc.items += msg.throughput * w
@@ -423,7 +461,7 @@ class SessionStore:
                 num_threads=self._num_threads,
                 interop_threads=self._interop_threads,
                 scoreboard=tuple(acc.stats(mode) for mode, acc in self._modes.items()),
-                results=tuple(self._results.values()),
+                results=(*self._results.values(), *self._rounds.rows()),
                 scaling=tuple(sorted(self._scaling.values(), key=lambda p: p.threads)),
                 gpus=self._gpus,
                 gpu_status=self._gpu_status,

@@ -66,8 +66,12 @@ PANELS: tuple[Panel, ...] = (
           "progress."),
     Panel("async vs sync (measured)",
           "throughput, mean depth and frontend wait in each mode, and their ratio, all measured in this "
-          "run, plus the experiment's own results and the threads → GFLOP/s table.",
-          "The window that straddles a switch, and the drain of the ASYNC backlog after a switch to SYNC, "
+          "run, plus the experiment's own results and the threads → GFLOP/s table. Results measured in "
+          "rounds (multi-device's three phases, the async text's table) show the latest *complete* round, "
+          "never one round's figures beside another's, with the median and range of the rounds so far.",
+          "The window that straddles a switch, the drain of the ASYNC backlog after a switch to SYNC, and "
+          "the async experiment's timing rounds (every 15 s its live loop pauses to time the text's "
+          "table: 10 × randn(1000²) + mm with numpy, the torch launches alone, and torch + synchronize) "
           "count in neither mode."),
     Panel("ranks",
           "(torchrun): one row per rank, its state (a rank that exited is marked with its exit code, the "

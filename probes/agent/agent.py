@@ -211,6 +211,20 @@ class Agent:
         """Report a measured result (shown in the scoreboard and printed headless)."""
         self.send(Result(label=label, value=float(value), unit=unit))
 
+    def round_results(self, number: int, rows: list[tuple[str, float, str]]) -> None:
+        """Report one complete round of results together: ``(label, value, unit)`` each, the last one
+        closing the round (the screen shows complete rounds only, never a mix of two)."""
+        for i, (label, value, unit) in enumerate(rows):
+            self.send(Result(label=label, value=float(value), unit=unit, round=number,
+                             closes_round=i == len(rows) - 1))
+
+    @contextmanager
+    def timing_round(self) -> Iterator[None]:
+        """Mark the enclosed code as a timing round that paused the live loop: samples whose window
+        touches it say ``timing`` and count in neither mode's scoreboard."""
+        with waiting(self.timing):
+            yield
+
     def scaling(self, threads: int, gflops: float, samples: int) -> None:
         """Report one row of the intra-op scaling table."""
         self.send(Scaling(threads=threads, gflops=float(gflops), samples=samples))
@@ -305,6 +319,7 @@ class Agent:
             roles=self.roles(),
             draining=self.draining(),
             cuda_uuids=tuple(self.cuda.uuids()) if self.cuda is not None else (),
+            timing=bool(self.timing.intervals(t0, t1)),
             **extra,
         )
         for hook in self.on_sample:

@@ -127,6 +127,19 @@ def test_streams_sharing_one_core_overlap_in_progress_but_not_on_cores(session_f
         hog.wait()
 
 
+def test_async_times_the_texts_table_in_rounds_and_the_queue_fills_again(session_factory):
+    s = session_factory("async")
+    snap = wait_for(lambda: (sn := s.snapshot()) and any(r.round for r in sn.results) and sn, timeout=120)
+    rows = {r.label: r for r in snap.results}
+    assert list(rows) == ["numpy", "torch launch", "torch + sync", "launch/complete"]
+    assert {r.round for r in rows.values()} == {1}
+    # the launches return before the work is done: timing them alone says little about the work
+    assert rows["torch launch"].value < rows["torch + sync"].value and rows["launch/complete"].value < 100
+    assert any(line.text.startswith("text round 1:") for line in snap.log)
+    # the live loop resumes after the round: the frontend runs ahead and the queue fills up again
+    wait_for(lambda: s.snapshot().executors[0].value >= 1000, timeout=60)
+
+
 def test_inter_op_pending_futures_are_the_depth(session_factory):
     s = session_factory("inter-op")
     wait_for(lambda: any(e.quantity == "outstanding" and e.value > 4 for e in s.snapshot().executors))
