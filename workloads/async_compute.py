@@ -109,6 +109,7 @@ def text_round(agent: Any, stream: Any, number: int, device: str, counted: list[
     timed alone are then waited for (untimed) before the synchronized timing. Launches go straight to
     the stream, whatever the SYNC setting: these are the text's own loops. Returns the times.
     """
+    paused = time.perf_counter()
     with agent.timing_round():
         stream.synchronize()
         t_numpy = numpy_time(repeats, n)
@@ -122,6 +123,7 @@ def text_round(agent: Any, stream: Any, number: int, device: str, counted: list[
             stream.launch(_text_item, n, device, counted)
         stream.synchronize()
         t_sync = time.perf_counter() - t0
+    paused = time.perf_counter() - paused
     rows = [] if t_numpy is None else [("numpy", t_numpy, "s")]
     rows += [("torch launch", t_launch, "s"), ("torch + sync", t_sync, "s"),
              ("launch/complete", 100.0 * t_launch / t_sync, "%")]
@@ -129,5 +131,5 @@ def text_round(agent: Any, stream: Any, number: int, device: str, counted: list[
     numpy_text = "numpy not installed" if t_numpy is None else f"numpy {t_numpy:.4f} s"
     agent.log(f"text round {number}: {repeats} × randn({n}, {n}) + mm: {numpy_text}, torch {t_launch:.4f} s "
               f"(launches returned), torch + synchronize {t_sync:.4f} s (launch/complete "
-              f"{100 * t_launch / t_sync:.2g} %)")
-    return {"numpy": t_numpy or 0.0, "launch": t_launch, "sync": t_sync}
+              f"{100 * t_launch / t_sync:.2g} %); the live loop paused {paused:.2f} s")
+    return {"numpy": t_numpy or 0.0, "launch": t_launch, "sync": t_sync, "paused": paused}
