@@ -93,6 +93,31 @@ class Frontend:
 
 
 @dataclass(frozen=True)
+class Frame:
+    """One Python frame of the frontend's stack."""
+
+    function: str
+    """Qualified where Python says so (``Queue.get``, Python 3.11+), else the bare name."""
+    filename: str
+    line: int = bounded(lo=0)
+
+
+@dataclass(frozen=True)
+class FrontendStack:
+    """The frontend thread's Python stack as the agent reads it in the workload
+    (``sys._current_frames()``): no py-spy process, no ptrace."""
+
+    frames: tuple[Frame, ...]
+    """Outermost first, innermost last (the innermost :data:`MAX_FRAMES` of a deeper stack)."""
+    idle: bool
+    """The thread ran less than a tenth of the last window (its ``schedstat``): it waits."""
+
+
+#: Frames kept of a deeper stack (the innermost: they say what the thread waits in).
+MAX_FRAMES = 128
+
+
+@dataclass(frozen=True)
 class SyncCount:
     """How often one source line called something that waits for the device (cumulative)."""
 
@@ -153,6 +178,8 @@ class Sample(Message):
     timing: bool = False
     """True when part of the window was an experiment's timing round, its live loop paused (neither
     mode's steady state, like ``draining``)."""
+    stack: FrontendStack | None = None
+    """The frontend's Python stack, in about every fifth sample (twice a second), else null."""
 
 
 @dataclass(frozen=True)
@@ -291,7 +318,8 @@ def decode_command(line: bytes | str) -> Message:
 
 
 __all__ = [
-    "VERSION", "ProtocolError", "Message", "ThreadRole", "ExecutorRow", "Frontend", "SyncCount", "Hello",
+    "VERSION", "ProtocolError", "Message", "ThreadRole", "ExecutorRow", "Frontend", "Frame", "FrontendStack",
+    "MAX_FRAMES", "SyncCount", "Hello",
     "Sample", "Result", "Scaling", "Log", "Ack", "SyncPoints", "Exit", "SetSync", "SetThreads", "Profile",
     "Stop", "ChildMessage", "Command", "decode", "decode_command",
 ]

@@ -251,7 +251,8 @@ class StackFrame:
 
 @dataclass(frozen=True)
 class StackView:
-    """The frontend thread's Python stack, from ``py-spy dump --json --nonblocking``."""
+    """The frontend thread's Python stack: from the agent in the workload, or (``attach``, no agent)
+    from ``py-spy dump --json --nonblocking``."""
 
     pid: int
     thread: str
@@ -263,6 +264,9 @@ class StackView:
     """``time.time()`` of the dump."""
     waiting_in: str = ""
     """What the innermost frames say the frontend waits in (synchronize, item, DataLoader...), or ''."""
+    source: str = "py-spy"
+    """Who read it: ``agent`` (the agent in the workload, ``sys._current_frames()``; its ``idle`` is the
+    thread's run share) or ``py-spy`` (``dump --nonblocking`` from outside, for ``attach``)."""
 
 
 @dataclass(frozen=True)
@@ -293,6 +297,10 @@ class Snapshot:
     overlap: tuple[float, ...] = ()
     """Fraction of each window in which two or more executors were running at once (on a core, for
     emulated streams; a lower bound, ARCHITECTURE.md)."""
+    timing: tuple[bool, ...] = ()
+    """Per window of the primary agent (aligned with ``frontend_busy``): whether the experiment had
+    paused its live loop for a timing round (the async text's table), which launches without regard to
+    ASYNC or SYNC."""
     overlap_in_progress: tuple[float, ...] = ()
     """Fraction of each window in which two or more executors had an item in progress, running or not."""
     throughput: float | None = None

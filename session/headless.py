@@ -7,11 +7,11 @@ busy, cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null
 ``frontend_hot_in_sync``, ``executors`` [{name, rank, kind, quantity, counts, value, capacity, launched,
 completed, ready, busy, running, core_wait, blocked, emulated}], ``throughput`` {value, unit},
 ``num_threads``, ``frontend`` {busy, wait, core_wait}, ``overlap`` (running at once),
-``overlap_in_progress``, ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}},
+``overlap_in_progress``, ``timing`` (the live loop paused for a timing round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}},
 ``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling``
 [{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
-or null, ``stack`` {thread, idle, waiting_in, frames} or null, ``stack_status``, ``log`` [new log lines
+or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``log`` [new log lines
 since the previous object]. Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field
 (the last value of a history); nothing is derived here.
 """
@@ -68,6 +68,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
                      "core_wait": _last(snap.frontend_core_wait)},
         "overlap": _last(snap.overlap),
         "overlap_in_progress": _last(snap.overlap_in_progress),
+        "timing": bool(snap.timing and snap.timing[-1]),
         "scoreboard": {m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"}
                        for m in snap.scoreboard},
         "ratio": snap.ratio,
@@ -80,6 +81,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "data_verdict": to_plain(snap.data_verdict),
         "stack": None if snap.stack is None else {
             "thread": snap.stack.thread, "idle": snap.stack.idle, "waiting_in": snap.stack.waiting_in,
+            "source": snap.stack.source,
             "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
         },
         "stack_status": snap.stack_status,

@@ -38,9 +38,12 @@ from torchpar_top.contract.snapshot import (
     ResultRow,
     ScalingPoint,
     Snapshot,
+    StackFrame,
+    StackView,
     SyncSite,
 )
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, LogSource, Mode, Quantity
+from torchpar_top.probes.host.stacks import classify_wait
 from torchpar_top.probes.host.threads import group
 from torchpar_top.session import derive
 
@@ -186,6 +189,8 @@ class SessionStore:
         self._threads: tuple = ()
         self._gpus: tuple[GpuView, ...] = ()
         self._gpu_status = ""
+        self.stacks = True
+        """Whether the agents' frontend stacks are shown (``--no-stacks`` turns them off)."""
         self.reset(experiment, description)
 
     def reset(self, experiment: str, description: str = "") -> None:
@@ -200,6 +205,7 @@ class SessionStore:
             self._frontend_split = False
             self._overlap: deque = deque(maxlen=HISTORY)
             self._overlap_in_progress: deque = deque(maxlen=HISTORY)
+            self._timing: deque = deque(maxlen=HISTORY)
             self._throughput: deque = deque(maxlen=HISTORY)
             self._unit = "it/s"
             self._last_throughput: float | None = None
@@ -218,6 +224,7 @@ class SessionStore:
             self._sources: dict[int, _Source] = {}
             self._target = experiment
             self._notice = ""
+            self._stack: StackView | None = None
 
     # -- writers ---------------------------------------------------------------------------------
 
@@ -407,6 +414,11 @@ class SessionStore:
                 ex.add(row)
             if not primary:
                 return
+            if msg.stack is not None and self.stacks:
+                frames = tuple(StackFrame(f.function, f.filename, f.line) for f in msg.stack.frames)
+                self._stack = StackView(src.pid or 0, "MainThread", frames, msg.stack.idle, msg.t,
+                                        classify_wait(frames), source="agent")
+            self._timing.append(msg.timing)
             self._frontend_busy.append(msg.frontend.busy)
             self._frontend_wait.append(msg.frontend.wait)
             self._frontend_split = self._frontend_split or msg.frontend.core_wait is not None
@@ -455,6 +467,7 @@ class SessionStore:
                 frontend_core_wait=tuple(self._frontend_core_wait) if self._frontend_split else (),
                 overlap=tuple(self._overlap),
                 overlap_in_progress=tuple(self._overlap_in_progress),
+                timing=tuple(self._timing),
                 throughput=self._last_throughput,
                 throughput_unit=self._unit,
                 throughput_history=tuple(self._throughput),
@@ -475,6 +488,7 @@ class SessionStore:
                 attached=self._child.state == ChildState.ATTACHED,
                 starved=derive.starved(groups),
                 frontend_hot_in_sync=derive.frontend_hot_in_sync(self._mode, groups),
+                stack=self._stack,
             )
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:

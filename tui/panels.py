@@ -82,11 +82,15 @@ PANELS: tuple[Panel, ...] = (
     Panel("GPU", "*kernel-active* is NVML's share of time a kernel ran, not SM occupancy.",
           "Also memory, power, temperature and the child's own share; or one line saying why there is no "
           "GPU data."),
-    Panel("frontend stack (py-spy)",
+    Panel("frontend stack",
           "the main thread's Python stack, outermost first, innermost last, about twice a second, and what "
-          "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...). When there is no stack the panel "
-          "says why (py-spy missing, ptrace not permitted) and how to fix it.",
-          "`py-spy dump --json --nonblocking`: blocking mode would stop every thread of a torch process."),
+          "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...); *idle* when the thread ran under a "
+          "tenth of the last window. When there is no stack the panel says why (py-spy missing, ptrace not "
+          "permitted) and how to fix it.",
+          "With the agent (experiments, `run`) the workload reads it itself (`sys._current_frames()`, a few "
+          "microseconds: no process per dump, no ptrace); attached to a process without the agent, "
+          "`py-spy dump --json --nonblocking` reads it (blocking mode would stop every thread of a torch "
+          "process). The title says which. `--no-stacks` turns stacks off."),
     Panel("log",
           "the workload's stdout and stderr, agent messages, and the child's exit status and last error "
           "lines when it ends; the mouse wheel scrolls back.",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -27,8 +28,11 @@ from torchpar_top.contract.codec import LineReader, ProtocolError
 from torchpar_top.contract.messages import (
     Ack,
     Exit,
+    Frame,
     Frontend,
+    FrontendStack,
     Hello,
+    MAX_FRAMES,
     Log,
     Message,
     Profile,
@@ -55,6 +59,12 @@ from torchpar_top.probes.agent.executor import EagerDevice, Executor
 from torchpar_top.probes.agent.interop import InterOpPool
 from torchpar_top.probes.agent.stream import DEFAULT_CAPACITY, EmulatedStream
 from torchpar_top.probes.agent.sync import SyncPolicy
+
+
+#: Seconds between two readings of the frontend's stack (sent in that sample).
+STACK_EVERY = 0.5
+#: A frontend that ran less than this share of the window is idle (the stack panel says so).
+IDLE_RUN_SHARE = 0.1
 
 
 class CountRate:
@@ -118,6 +128,8 @@ class Agent:
         self._threads_wanted = torch.get_num_threads()
         self._threads_applied = self._threads_wanted
         self.frontend_tid = threading.get_native_id()
+        self.frontend_ident = threading.get_ident()
+        self._stack_t = float("-inf")
         self._agent_tids: list[int] = []
         self._threads: list[threading.Thread] = []
         self._drain_target: dict[int, int] = {}
@@ -303,6 +315,11 @@ class Agent:
             per_executor.append(busy)
             running.append(run_s)
         wait = min(1.0, busy_time(self.frontend_wait.intervals(t0, t1)) / window)
+        frontend = self._frontend(wait, window)
+        stack = None
+        if t1 - self._stack_t >= STACK_EVERY:
+            self._stack_t = t1
+            stack = self.frontend_stack(idle=frontend.core_wait is not None and frontend.busy < IDLE_RUN_SHARE)
         done, unit = self.throughput.take()
         several = len(per_executor) > 1
         sample = Sample(
@@ -312,7 +329,7 @@ class Agent:
             throughput=done / window,
             unit=unit,
             num_threads=self._threads_wanted,
-            frontend=self._frontend(wait, window),
+            frontend=frontend,
             overlap=min(1.0, running_overlap(per_executor, running) / window) if several else 0.0,
             overlap_in_progress=min(1.0, overlap_time(per_executor) / window) if several else 0.0,
             executors=tuple(rows),
@@ -320,11 +337,32 @@ class Agent:
             draining=self.draining(),
             cuda_uuids=tuple(self.cuda.uuids()) if self.cuda is not None else (),
             timing=bool(self.timing.intervals(t0, t1)),
+            stack=stack,
             **extra,
         )
         for hook in self.on_sample:
             hook()
         return sample
+
+    def frontend_stack(self, idle: bool = False) -> FrontendStack | None:
+        """The frontend thread's Python stack now, outermost first (its innermost :data:`MAX_FRAMES`).
+
+        Read in this process with ``sys._current_frames()`` (a few microseconds per frame, on the
+        sampler thread): the same frames ``py-spy dump`` reads from outside, without a process per dump.
+        None once the frontend thread has ended.
+        """
+        frame = sys._current_frames().get(self.frontend_ident)
+        frames: list[Frame] = []
+        while frame is not None and len(frames) < MAX_FRAMES:
+            code = frame.f_code
+            frames.append(Frame(function=getattr(code, "co_qualname", code.co_name), filename=code.co_filename,
+                                line=max(0, frame.f_lineno or 0)))
+            frame = frame.f_back
+        del frame
+        if not frames:
+            return None
+        frames.reverse()
+        return FrontendStack(frames=tuple(frames), idle=idle)
 
     def _frontend(self, wait: float, window: float) -> Frontend:
         """The frontend over the window: blocked ``wait`` (its recorded waits), and from its thread's

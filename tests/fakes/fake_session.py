@@ -343,6 +343,7 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
         idle=True,
         t=999.6,
         waiting_in="DataLoader",
+        source="agent",
     )
     log = (
         LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),
@@ -434,6 +435,7 @@ def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
         idle=False,
         t=999.7,
         waiting_in="",
+        source="agent",
     )
     log = (
         LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),

@@ -269,3 +269,29 @@ def test_a_spinning_wait_is_not_busy():
     msg = agent.sample(t0, t0 + 0.1)
     assert msg.frontend.wait == approx(1.0) and msg.frontend.busy == approx(0.0, abs=1e-9)
     agent.close()
+
+
+def _parked(event):
+    event.wait()
+
+
+def test_the_agent_reads_the_frontends_stack_itself():
+    """What py-spy dump would print, read in the process: outermost first, the wait innermost."""
+    event = threading.Event()
+    frontend = threading.Thread(target=_parked, args=(event,))
+    frontend.start()
+    agent = _agent()
+    try:
+        agent.frontend_ident = frontend.ident
+        stack = m.decode(m.Sample(t=1.0, window=0.1, mode="async", throughput=0.0, unit="it/s", num_threads=1,
+                                  frontend=m.Frontend(busy=0.0, wait=0.0), overlap=0.0,
+                                  stack=agent.frontend_stack(idle=True)).to_json()).stack
+        names = [f.function for f in stack.frames]
+        assert names[0] == "Thread._bootstrap" and names[-1] == "Condition.wait", names
+        parked = next(f for f in stack.frames if f.function == "_parked")
+        assert parked.filename == __file__ and parked.line > 0 and stack.idle
+    finally:
+        event.set()
+        frontend.join()
+        agent.close()
+    assert agent.frontend_stack() is None  # the frontend thread has ended

@@ -224,3 +224,22 @@ def test_a_timing_round_counts_in_neither_mode():
     st.on_message(sample("async", throughput=5.0, timing=True))
     by_mode = {s.mode: s for s in st.snapshot().scoreboard}
     assert by_mode["async"].seconds == approx(0.5) and by_mode["async"].throughput == approx(50.0)
+    assert st.snapshot().timing == (False,) * 6 + (True,)  # aligned with the other series
+
+
+def test_the_agents_stack_is_classified_and_can_be_turned_off():
+    frames = [{"function": "run", "filename": "/x/workloads/async_compute.py", "line": 78},
+              {"function": "EmulatedStream.synchronize", "filename": "/x/probes/agent/stream.py", "line": 79},
+              {"function": "Condition.wait", "filename": "/usr/lib/python3.11/threading.py", "line": 331}]
+    st = SessionStore("async")
+    st.on_message(_hello(42))
+    st.on_message(sample(stack={"frames": frames, "idle": True}))
+    stack = st.snapshot().stack
+    assert (stack.pid, stack.source, stack.idle) == (42, "agent", True)
+    assert stack.waiting_in == "synchronize (emulated stream)" and stack.frames[-1].function == "Condition.wait"
+    st.on_message(sample())  # samples without a stack keep the last one
+    assert st.snapshot().stack == stack
+    off = SessionStore("async")
+    off.stacks = False  # --no-stacks
+    off.on_message(sample(stack={"frames": frames, "idle": True}))
+    assert off.snapshot().stack is None
