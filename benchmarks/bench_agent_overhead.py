@@ -149,6 +149,14 @@ class BareAgent:
     def scaling(self, *a):
         pass
 
+    def round_results(self, *a):
+        pass
+
+    @contextmanager
+    def timing_round(self):
+        """The async experiment's text rounds run in both children alike; nothing is recorded here."""
+        yield
+
 
 def bare_child(experiment: str, seconds: float) -> None:
     """Run ``experiment`` with the bare agent; print completions per second after the warm-up."""

@@ -1,6 +1,7 @@
 """What the TUI costs and how late it draws: app CPU at 10 Hz, and child sample -> drawn latency.
 
     python benchmarks/bench_tui.py [--seconds 20] [--cores 16,64,256] [--no-latency] [--headless] [--json]
+    python benchmarks/bench_tui.py --footprint [--rounds 5] [--seconds 15] [--variants app,btop,...]
 
 1. **App CPU.** The real :class:`TorchparTopApp` at ``render_interval`` 0.1 s on a synthetic session
    (N cores, 2 emulated streams, a new snapshot every frame: loads, histories and queue values move),
@@ -12,6 +13,16 @@
    sample, ``time.time() - snapshot.sample_t`` (the child stamps ``sample_t`` when it makes the sample;
    same host, same clock), taken by the app's ``on_frame`` hook after the screen refresh that shows
    it. Budget: at most 150 ms at the 95th percentile.
+
+3. **Footprint** (``--footprint``): the real command line, ``torchpar-top -e async`` with its py-spy
+   stacks, in a 120x36 tmux pane, side by side with ``btop`` (``update_ms = 100``) in the same pane size
+   while the same workload runs without a monitor; variants alternate round by round (the order rotates)
+   so the noise of a shared machine hits all of them. Measured from outside: the pane process's
+   ``utime + stime + cutime + cstime`` (``/proc/PID/stat``) over the window after a warm-up: its own
+   threads plus the py-spy dumps it has reaped (the workload child is reaped only when it ends, so it is
+   not counted). Also the monitor's cost to a workload that uses every core: a 2-thread 1024² matmul loop
+   (``benchmarks/mm_loop.py``) alone and under ``torchpar-top run`` in the same pane, GFLOP/s each.
+   Medians with every round.
 
 Each measurement runs in its own process (``--inner``) inside a private tmux server (``tmux -L``), which
 is removed afterwards. Without tmux (or with ``--headless``) the app runs under Textual's headless
@@ -272,6 +283,129 @@ def fmt(x: float | None) -> str:
     return f"{x:7.1f}" if x is not None else f"{'—':>7s}"
 
 
+# -- footprint: the real command line beside btop ------------------------------------------------------
+
+FOOTPRINT_WARMUP = 10.0  # the child imports torch, the async experiment fills its queue
+MM_SECONDS = 20.0
+#: What a variant runs in the pane; ``{mm}`` and ``{out}`` are the matmul loop's script and result file.
+VARIANTS: dict[str, list[str]] = {
+    "app": ["torchpar-top", "-e", "async"],
+    "app --no-stacks": ["torchpar-top", "-e", "async", "--no-stacks"],
+    "app --interval 0.2": ["torchpar-top", "-e", "async", "--interval", "0.2"],
+    "headless": ["sh", "-c", "exec {tpt} -e async --headless --duration 1000 > /dev/null"],
+    "headless --no-stacks": ["sh", "-c", "exec {tpt} -e async --headless --duration 1000 --no-stacks > /dev/null"],
+    "btop": ["btop"],
+    "mm alone": ["sh", "-c", "exec {python} {mm} {seconds} {out}"],
+    "mm under run": ["torchpar-top", "run", "{mm}", "{seconds}", "{out}"],
+}
+
+
+def _proc_cpu(pid: int) -> float:
+    """Seconds of CPU of ``pid`` and its reaped children (``/proc/PID/stat`` fields 14-17)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class _Workload:
+    """The async experiment with no monitor: the agent's bootstrap, its socket drained here (btop's
+    rounds run the same load as the monitor's)."""
+
+    def __enter__(self) -> "_Workload":
+        import socket  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        self._ours, theirs = socket.socketpair()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torchpar_top.probes.agent.bootstrap", "--fd", str(theirs.fileno()),
+             "--experiment", "async"], pass_fds=[theirs.fileno()], start_new_session=True)
+        theirs.close()
+
+        def drain() -> None:
+            try:
+                while self._ours.recv(65536):
+                    pass
+            except OSError:
+                pass
+
+        threading.Thread(target=drain, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal  # noqa: PLC0415
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self._ours.close()
+
+
+def footprint_round(variant: str, seconds: float, workdir: Path) -> dict[str, Any]:
+    """One measurement of ``variant`` in a 120x36 tmux pane: % of a core, and GFLOP/s for the mm loops."""
+    out = workdir / f"mm-{time.monotonic_ns()}.json"
+    mm = Path(__file__).with_name("mm_loop.py")
+    run_s = MM_SECONDS if variant.startswith("mm") else seconds
+    tpt = Path(sys.executable).with_name("torchpar-top")
+    cmd = [part.format(python=shlex.quote(sys.executable), mm=mm, seconds=run_s, out=out, tpt=tpt)
+           for part in VARIANTS[variant]]
+    if cmd[0] == "torchpar-top":
+        cmd[0] = str(Path(sys.executable).with_name("torchpar-top"))
+    env = ["-e", "COLORTERM=truecolor"]
+    if variant == "btop":
+        conf = workdir / "btop" / "btop.conf"
+        conf.parent.mkdir(exist_ok=True)
+        conf.write_text("update_ms = 100\n")
+        env += ["-e", f"XDG_CONFIG_HOME={workdir}"]
+    server = f"torchpar-fp-{os.getpid()}"
+    workload = _Workload() if variant == "btop" else None
+    if workload is not None:
+        workload.__enter__()
+    try:
+        subprocess.run(["tmux", "-L", server, "-f", "/dev/null", "new-session", "-d", "-s", "fp", "-x",
+                        str(SIZE[0]), "-y", str(SIZE[1]), *env, shlex.join(cmd)], check=True)
+        pid = int(subprocess.run(["tmux", "-L", server, "display-message", "-p", "-t", "fp", "#{pane_pid}"],
+                                 capture_output=True, text=True, check=True).stdout)
+        if variant.startswith("mm"):
+            deadline = time.monotonic() + run_s + 90
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            result = json.loads(out.read_text())
+            return {"variant": variant, "gflops": result["gflops"], "threads": result["threads"]}
+        time.sleep(FOOTPRINT_WARMUP)
+        c0, t0 = _proc_cpu(pid), time.perf_counter()
+        time.sleep(seconds)
+        c1, t1 = _proc_cpu(pid), time.perf_counter()
+        return {"variant": variant, "cpu_percent": round(100.0 * (c1 - c0) / (t1 - t0), 2)}
+    finally:
+        subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, check=False)
+        socket_dir = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
+        (socket_dir / server).unlink(missing_ok=True)
+        if workload is not None:
+            workload.__exit__()
+        time.sleep(2.0)  # the app closes its workload
+
+
+def footprint(variants: list[str], rounds: int, seconds: float, log: Callable[[str], None]) -> dict[str, Any]:
+    """``rounds`` rounds of every variant, the order rotated each round; medians and every round."""
+    per: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory(prefix="bench-fp-") as tmp:
+        for r in range(rounds):
+            order = variants[r % len(variants):] + variants[:r % len(variants)]
+            for variant in order:
+                row = footprint_round(variant, seconds, Path(tmp))
+                log(f"round {r + 1} {variant}: {row}")
+                per[variant].append(row)
+    summary = {}
+    for variant, rows in per.items():
+        key = "gflops" if variant.startswith("mm") else "cpu_percent"
+        values = [row[key] for row in rows]
+        summary[variant] = {key: statistics.median(values), "min": min(values), "max": max(values),
+                            "rounds": values}
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments; run the inner measurement, or all of them and report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -280,6 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-latency", action="store_true", help="skip the real-session latency run")
     parser.add_argument("--headless", action="store_true", help="Textual's headless driver, not tmux")
     parser.add_argument("--json", action="store_true", help="write the figures as JSON to stdout")
+    parser.add_argument("--footprint", action="store_true",
+                        help="the real command line's CPU (py-spy included) beside btop, and its cost to "
+                             "a 2-thread matmul loop")
+    parser.add_argument("--variants", default="app,btop,mm alone,mm under run",
+                        help=f"with --footprint: which of {', '.join(VARIANTS)}")
+    parser.add_argument("--rounds", type=int, default=5, help="with --footprint: rounds (default 5)")
     parser.add_argument("--inner", choices=("cpu", "latency"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -293,6 +433,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     import textual  # noqa: PLC0415
+
+    if args.footprint:
+        log0: Callable[[str], None] = (lambda s: print(s, file=sys.stderr)) if args.json else print
+        variants = [v.strip() for v in args.variants.split(",")]
+        summary = footprint(variants, args.rounds, args.seconds, log0)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            for variant, row in summary.items():
+                key = "gflops" if "gflops" in row else "cpu_percent"
+                unit = "GFLOP/s" if key == "gflops" else "% of a core"
+                print(f"{variant:22s} median {row[key]:7.2f} {unit}  ({row['min']:.2f}-{row['max']:.2f}; "
+                      f"rounds {', '.join(f'{x:.2f}' for x in row['rounds'])})")
+        return 0
 
     driver = "headless" if args.headless or shutil.which("tmux") is None else "tmux"
     log: Callable[[str], None] = (lambda s: print(s, file=sys.stderr)) if args.json else print

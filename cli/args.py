@@ -65,6 +65,8 @@ def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
     if sync:
         parser.add_argument("--sync", action="store_true",
                             help="start in SYNC mode (synchronize after every op)")
+    parser.add_argument("--no-stacks", action="store_true",
+                        help="do not sample the frontend's Python stack (the stack panel stays empty)")
     parser.add_argument("--headless", action="store_true",
                         help="no screen: write one JSON object per sample to stdout, then exit")
     parser.add_argument("--duration", type=positive, metavar="SECONDS",

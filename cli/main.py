@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torchpar_top.session.session import Session
 
     session = Session(target, interval=args.interval, sync=getattr(args, "sync", False),
-                      gpu_probe=_gpu_probe(), stack_source=_stack_source())
+                      gpu_probe=_gpu_probe(), stack_source=_stack_source(), stacks=not args.no_stacks)
     atexit.register(session.close)  # however we leave, the child's process group goes with us
     if args.headless:
         from torchpar_top.session import headless
@@ -174,7 +174,7 @@ def _gpu_probe():
 
 
 def _stack_source():
-    """A function that starts a py-spy stack poller (about 2 Hz) for a pid."""
+    """A function that starts a py-spy stack poller (about 2 Hz) for a pid (``attach``: no agent)."""
     from torchpar_top.probes.host.stacks import StackPoller, StackSampler
 
     def start(pid: int) -> StackPoller:

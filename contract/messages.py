@@ -61,7 +61,7 @@ class ExecutorRow:
     launched: int = bounded(lo=0)
     completed: int = bounded(lo=0)
     busy: float = bounded(lo=0.0, hi=1.0)
-    """Share of the window the executor was executing work."""
+    """Share of the window with an item in progress (taken by the executor, not yet finished)."""
     blocked: float | None = bounded(lo=0.0, hi=1.0)
     """Share of the window the frontend was blocked launching into it (full); null where blocking
     cannot be observed (CUDA completion markers)."""
@@ -70,14 +70,51 @@ class ExecutorRow:
     """What one launch is (an item, a torch call, a kernel)."""
     ready: int | None = bounded(None, lo=0)
     """DataLoader: batches fetched and waiting for the frontend."""
+    running: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window the executor's own thread was on a core with an item in progress
+    (``schedstat``; at most ``busy``); null where the executor has no thread of its own to read."""
+    core_wait: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window its thread had an item in progress but waited for a core (every core
+    taken: the run-queue delay); ``busy - running - core_wait`` is time it was blocked (GIL, a lock)."""
 
 
 @dataclass(frozen=True)
 class Frontend:
-    """The frontend thread over a window: running vs blocked (full queue or synchronize)."""
+    """The frontend thread over a window: running, blocked in a wait, waiting for a core, or idle."""
 
     busy: float = bounded(lo=0.0, hi=1.0)
+    """Share of the window the thread was on a core outside its waits (``schedstat`` run time, at most
+    ``1 - wait``); where the kernel keeps no schedstat, ``1 - wait`` (``core_wait`` is then null)."""
     wait: float = bounded(lo=0.0, hi=1.0)
+    """Share of the window it was blocked: on a full queue, in a synchronize, waiting for data."""
+    core_wait: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window it was runnable but waiting for a core (every core taken); the rest,
+    ``1 - busy - wait - core_wait``, it was idle (sleeping, reading a file...)."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One Python frame of the frontend's stack."""
+
+    function: str
+    """Qualified where Python says so (``Queue.get``, Python 3.11+), else the bare name."""
+    filename: str
+    line: int = bounded(lo=0)
+
+
+@dataclass(frozen=True)
+class FrontendStack:
+    """The frontend thread's Python stack as the agent reads it in the workload
+    (``sys._current_frames()``): no py-spy process, no ptrace."""
+
+    frames: tuple[Frame, ...]
+    """Outermost first, innermost last (the innermost :data:`MAX_FRAMES` of a deeper stack)."""
+    idle: bool
+    """The thread ran less than a tenth of the last window (its ``schedstat``): it waits."""
+
+
+#: Frames kept of a deeper stack (the innermost: they say what the thread waits in).
+MAX_FRAMES = 128
 
 
 @dataclass(frozen=True)
@@ -125,7 +162,10 @@ class Sample(Message):
     num_threads: int = bounded(lo=1)
     frontend: Frontend
     overlap: float = bounded(lo=0.0, hi=1.0)
-    """Share of the window with two or more executors busy."""
+    """Share of the window with two or more executors running at once: on a core for executors whose
+    thread the agent reads (a lower bound, see ``activity.running_overlap``), else in progress."""
+    overlap_in_progress: float | None = bounded(None, lo=0.0, hi=1.0)
+    """Share of the window with two or more executors holding an item in progress (running or not)."""
     executors: tuple[ExecutorRow, ...] = ()
     roles: tuple[ThreadRole, ...] = ()
     """Threads the agent knows (all of them: roles of threads born since hello included)."""
@@ -138,16 +178,28 @@ class Sample(Message):
     op_coverage: float | None = bounded(None, lo=0.0, hi=1.0)
     """User code: the share of the window the op counter was on (ops/s and sync points are measured in
     those slices and scaled); None where ops are not counted by slices."""
+    timing: bool = False
+    """True when part of the window was an experiment's timing round, its live loop paused (neither
+    mode's steady state, like ``draining``)."""
+    stack: FrontendStack | None = None
+    """The frontend's Python stack, in about every fifth sample (twice a second), else null."""
 
 
 @dataclass(frozen=True)
 class Result(Message):
-    """A result the experiment measured (e.g. "device 0 alone", seconds)."""
+    """A result the experiment measured (e.g. "device 0 alone", seconds).
+
+    Results that belong together (one round of the multi-device phases, one round of the async text's
+    timings) carry the round's number; the last of a round says so with ``closes_round``, and only
+    complete rounds are shown, never one round's figures beside another's.
+    """
 
     TYPE: ClassVar[str] = "result"
     label: str
     value: float
     unit: str
+    round: int | None = bounded(None, lo=1)
+    closes_round: bool = False
 
 
 @dataclass(frozen=True)
@@ -275,7 +327,8 @@ def decode_command(line: bytes | str) -> Message:
 
 
 __all__ = [
-    "VERSION", "ProtocolError", "Message", "ThreadRole", "ExecutorRow", "Frontend", "SyncCount", "Hello",
+    "VERSION", "ProtocolError", "Message", "ThreadRole", "ExecutorRow", "Frontend", "Frame", "FrontendStack",
+    "MAX_FRAMES", "SyncCount", "Hello",
     "Sample", "Result", "Scaling", "Log", "Ack", "SyncPoints", "Exit", "SetSync", "SetThreads", "Profile",
     "Stop", "ChildMessage", "Command", "decode", "decode_command",
 ]

@@ -90,7 +90,7 @@ class ExecutorView:
     history: tuple[float, ...]
     """``value`` per sample, oldest first."""
     busy: tuple[float, ...]
-    """Fraction of each sample window this executor was executing work, 0..1, oldest first."""
+    """Fraction of each sample window this executor had an item in progress, 0..1, oldest first."""
     blocked: float | None
     """Fraction of the last window the frontend spent blocked launching into this executor (full);
     ``None`` where blocking cannot be observed."""
@@ -100,6 +100,13 @@ class ExecutorView:
     """What one launch is: an item, a torch call (function-mode counters), a kernel."""
     ready: int | None = None
     """DataLoader: batches fetched and waiting for the frontend."""
+    running: tuple[float, ...] = ()
+    """Fraction of each window its own thread was on a core with an item in progress, aligned with
+    :attr:`busy`; empty where the executor has no thread of its own to read (then ``busy`` is all
+    that is known)."""
+    core_wait: tuple[float, ...] = ()
+    """Fraction of each window it had an item in progress but waited for a core; aligned with
+    :attr:`running`."""
 
 
 @dataclass(frozen=True)
@@ -119,11 +126,25 @@ class ModeStats:
 
 @dataclass(frozen=True)
 class ResultRow:
-    """A result the experiment measured and reported (e.g. one timing of the auto-parallelism text)."""
+    """A result the experiment measured and reported (e.g. one timing of the auto-parallelism text).
+
+    A result that belongs to rounds shows the latest *complete* round (every row from the same round)
+    and, over the complete rounds kept, the median and the range.
+    """
 
     label: str
     value: float
     unit: str
+    round: int | None = None
+    """The round :attr:`value` comes from; None for a result outside rounds."""
+    median: float | None = None
+    """Median over the complete rounds kept that have this label."""
+    low: float | None = None
+    """Smallest value over those rounds."""
+    high: float | None = None
+    """Largest value over those rounds."""
+    rounds: int = 0
+    """How many complete rounds the median covers."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +253,8 @@ class StackFrame:
 
 @dataclass(frozen=True)
 class StackView:
-    """The frontend thread's Python stack, from ``py-spy dump --json --nonblocking``."""
+    """The frontend thread's Python stack: from the agent in the workload, or (``attach``, no agent)
+    from ``py-spy dump --json --nonblocking``."""
 
     pid: int
     thread: str
@@ -244,6 +266,9 @@ class StackView:
     """``time.time()`` of the dump."""
     waiting_in: str = ""
     """What the innermost frames say the frontend waits in (synchronize, item, DataLoader...), or ''."""
+    source: str = "py-spy"
+    """Who read it: ``agent`` (the agent in the workload, ``sys._current_frames()``; its ``idle`` is the
+    thread's run share) or ``py-spy`` (``dump --nonblocking`` from outside, for ``attach``)."""
 
 
 @dataclass(frozen=True)
@@ -283,11 +308,21 @@ class Snapshot:
     thread_groups: tuple[ThreadGroup, ...] = ()
     executors: tuple[ExecutorView, ...] = ()
     frontend_busy: tuple[float, ...] = ()
-    """Frontend lane: fraction of each window the frontend was not blocked (running Python/ops)."""
+    """Frontend lane: fraction of each window the frontend ran on a core outside its waits."""
     frontend_wait: tuple[float, ...] = ()
     """Frontend lane: fraction of each window the frontend was blocked (full queue or synchronize)."""
+    frontend_core_wait: tuple[float, ...] = ()
+    """Frontend lane: fraction of each window the frontend was runnable but waited for a core; empty
+    where the agent cannot read its thread's ``schedstat`` (then ``frontend_busy`` is ``1 - wait``)."""
     overlap: tuple[float, ...] = ()
-    """Fraction of each window in which two or more executors were busy at once."""
+    """Fraction of each window in which two or more executors were running at once (on a core, for
+    emulated streams; a lower bound, ARCHITECTURE.md)."""
+    timing: tuple[bool, ...] = ()
+    """Per window of the primary agent (aligned with ``frontend_busy``): whether the experiment had
+    paused its live loop for a timing round (the async text's table), which launches without regard to
+    ASYNC or SYNC."""
+    overlap_in_progress: tuple[float, ...] = ()
+    """Fraction of each window in which two or more executors had an item in progress, running or not."""
     throughput: float | None = None
     throughput_unit: str = "it/s"
     throughput_history: tuple[float, ...] = ()

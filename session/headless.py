@@ -5,14 +5,15 @@ Fields of each line (see README, "Headless output"):
 ``child`` {pid, state, exit_code}, ``cores`` [percent per core], ``threads`` [{role, executor, count,
 busy, cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null),
 ``frontend_hot_in_sync``, ``executors`` [{name, rank, kind, quantity, counts, value, capacity, launched,
-completed, ready, busy, blocked, emulated}], ``throughput`` {value, unit}, ``num_threads``, ``frontend``
-{busy, wait}, ``overlap``, ``scoreboard`` {async|sync: {seconds, throughput, mean_depth,
-frontend_wait}}, ``ratio``, ``results`` [{label, value, unit}], ``scaling`` [{threads, gflops}],
-``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
+completed, ready, busy, running, core_wait, blocked, emulated}], ``throughput`` {value, unit},
+``num_threads``, ``frontend`` {busy, wait, core_wait}, ``overlap`` (running at once),
+``overlap_in_progress``, ``timing`` (the live loop paused for a timing round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}},
+``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling``
+[{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
-or null, ``stack`` {thread, idle, waiting_in, frames} or null, ``stack_status``, ``replay`` {path,
-position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous object,
-after a ``dropped`` marker when some came and went between two objects]. Every field is a
+or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``replay``
+{path, position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous
+object, after a ``dropped`` marker when some came and went between two objects]. Every field is a
 :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
 derived here.
 """
@@ -60,6 +61,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
                 "name": e.name, "rank": e.rank, "kind": e.kind.value, "quantity": e.quantity.value,
                 "counts": e.counts.value, "value": e.value, "capacity": e.capacity, "launched": e.launched,
                 "completed": e.completed, "ready": e.ready, "busy": _last(e.busy),
+                "running": _last(e.running), "core_wait": _last(e.core_wait),
                 "blocked": None if e.blocked is None else round(e.blocked, 4), "emulated": e.emulated,
             }
             for e in snap.executors
@@ -67,8 +69,11 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "throughput": {"value": None if snap.throughput is None else round(snap.throughput, 3),
                        "unit": snap.throughput_unit},
         "num_threads": snap.num_threads,
-        "frontend": {"busy": _last(snap.frontend_busy), "wait": _last(snap.frontend_wait)},
+        "frontend": {"busy": _last(snap.frontend_busy), "wait": _last(snap.frontend_wait),
+                     "core_wait": _last(snap.frontend_core_wait)},
         "overlap": _last(snap.overlap),
+        "overlap_in_progress": _last(snap.overlap_in_progress),
+        "timing": bool(snap.timing and snap.timing[-1]),
         "scoreboard": {m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"}
                        for m in snap.scoreboard},
         "ratio": snap.ratio,
@@ -81,6 +86,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "data_verdict": to_plain(snap.data_verdict),
         "stack": None if snap.stack is None else {
             "thread": snap.stack.thread, "idle": snap.stack.idle, "waiting_in": snap.stack.waiting_in,
+            "source": snap.stack.source,
             "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
         },
         "stack_status": snap.stack_status,

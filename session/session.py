@@ -41,6 +41,7 @@ class Session:
         sync: bool = False,
         gpu_probe: Any = None,
         stack_source: StackSource | None = None,
+        stacks: bool = True,
     ) -> None:
         """Prepare a session (nothing runs until :meth:`start`).
 
@@ -50,7 +51,10 @@ class Session:
             sync: start the child in SYNC mode.
             gpu_probe: has ``sample() -> (gpu views, status)`` and a ``pid`` attribute that the session
                 sets to the watched process (per-process GPU use); None means no GPU panel data.
-            stack_source: starts a Python-stack poller for a pid (py-spy); None means no stacks.
+            stack_source: starts a Python-stack poller for a pid (py-spy), for a process without the
+                agent (``attach``); None means no stacks there. A workload with the agent sends its
+                frontend's stack itself.
+            stacks: show the frontend's stack at all (``--no-stacks``: no py-spy, agents' stacks dropped).
         """
         self.target: Target = ExperimentTarget(target) if isinstance(target, str) else target
         if isinstance(self.target, ExperimentTarget):
@@ -58,9 +62,10 @@ class Session:
         self.interval = interval
         self.store = SessionStore(self._experiment_name(), self.target.description, interval)
         self.store.set_target(self.target.label)
+        self.store.stacks = stacks
         self._sync_wanted = sync
         self._gpu_probe = gpu_probe
-        self._stack_source = stack_source
+        self._stack_source = stack_source if stacks else None
         self._stacks: Any = None
         self._child: ChildProcess | None = None
         self._listener: AgentListener | None = None
@@ -243,12 +248,14 @@ class Session:
             self._watch_pid(child.pid)
 
     def _watch_pid(self, pid: int) -> None:
-        """Sample this process's threads; the first one watched also gets stacks and per-process GPU use
-        (the workload, or the first torchrun rank to connect)."""
+        """Sample this process's threads; the first one watched also gets per-process GPU use (the
+        workload, or the first torchrun rank to connect), and py-spy stacks when attached (an agent
+        sends its frontend's stack itself: no process per dump)."""
         with self._child_lock:
             first = not self._samplers
             self._samplers[pid] = ThreadSampler(pid)
-            if self._stacks is None and self._stack_source is not None:
+            attached = isinstance(self.target, AttachTarget)
+            if attached and self._stacks is None and self._stack_source is not None:
                 self._stacks = self._stack_source(pid)
             if first and self._gpu_probe is not None:
                 self._gpu_probe.pid = pid

@@ -8,6 +8,7 @@ ranks) is computed here, once, with :mod:`.derive`.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections import deque
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from torchpar_top.contract.messages import (
     Ack,
+    ExecutorRow,
     Exit,
     Hello,
     Log,
@@ -36,6 +38,8 @@ from torchpar_top.contract.snapshot import (
     ResultRow,
     ScalingPoint,
     Snapshot,
+    StackFrame,
+    StackView,
     SyncSite,
 )
 from torchpar_top.contract.vocab import (
@@ -48,6 +52,7 @@ from torchpar_top.contract.vocab import (
     Mode,
     Quantity,
 )
+from torchpar_top.probes.host.stacks import classify_wait
 from torchpar_top.probes.host.threads import group
 from torchpar_top.session import derive
 
@@ -59,6 +64,8 @@ CORE_HISTORY = 120
 LOG_LINES = 500
 #: stderr lines kept to show when the child dies.
 STDERR_TAIL = 12
+#: Complete rounds of results kept for their median and range.
+ROUNDS_KEPT = 50
 
 
 @dataclass
@@ -77,6 +84,21 @@ class _Executor:
     ready: int | None = None
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     busy: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    running: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    core_wait: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    splits: bool = False
+    """Whether any row split ``busy`` into running and waiting for a core (then ``running`` and
+    ``core_wait`` are shown; a window without the split, such as the first, counts as all running)."""
+
+    def add(self, row: ExecutorRow) -> None:
+        """One sample's row of this executor."""
+        self.capacity, self.value, self.counts, self.ready = row.capacity, row.value, row.counts, row.ready
+        self.launched, self.completed, self.blocked = row.launched, row.completed, row.blocked
+        self.history.append(row.value)
+        self.busy.append(row.busy)
+        self.splits = self.splits or row.running is not None
+        self.running.append(row.busy if row.running is None else row.running)
+        self.core_wait.append(row.core_wait or 0.0)
 
     def view(self) -> ExecutorView:
         """This executor as the snapshot shows it."""
@@ -85,7 +107,40 @@ class _Executor:
             launched=self.launched, completed=self.completed, emulated=self.emulated,
             history=tuple(self.history), busy=tuple(self.busy), blocked=self.blocked, rank=self.rank,
             counts=self.counts, ready=self.ready,
+            running=tuple(self.running) if self.splits else (),
+            core_wait=tuple(self.core_wait) if self.splits else (),
         )
+
+
+@dataclass
+class _Rounds:
+    """Results reported in rounds: the rounds still open, and the complete ones (the latest last)."""
+
+    open: dict = field(default_factory=dict)  # round -> {label: (value, unit)}
+    done: deque = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))  # (round, {label: (value, unit)})
+
+    def add(self, msg: Result) -> None:
+        """One result of round ``msg.round``; the round is complete when ``msg.closes_round``."""
+        rows = self.open.setdefault(msg.round, {})
+        rows[msg.label] = (msg.value, msg.unit)
+        if msg.closes_round:
+            self.done.append((msg.round, self.open.pop(msg.round)))
+            for stale in [r for r in self.open if r < msg.round]:
+                del self.open[stale]  # a round that never closed (stopped mid-way) never will
+        while len(self.open) > 4:  # bounded even if rounds never close
+            del self.open[min(self.open)]
+
+    def rows(self) -> list[ResultRow]:
+        """The latest complete round's rows, each with the median and range over the kept rounds."""
+        if not self.done:
+            return []
+        number, latest = self.done[-1]
+        out = []
+        for label, (value, unit) in latest.items():
+            values = sorted(r[label][0] for _, r in self.done if label in r)
+            out.append(ResultRow(label, value, unit, number, statistics.median(values), values[0], values[-1],
+                                 len(values)))
+        return out
 
 
 @dataclass
@@ -156,6 +211,8 @@ class SessionStore:
         self._threads: tuple = ()
         self._gpus: tuple[GpuView, ...] = ()
         self._gpu_status = ""
+        self.stacks = True
+        """Whether the agents' frontend stacks are shown (``--no-stacks`` turns them off)."""
         self.reset(experiment, description)
 
     def reset(self, experiment: str, description: str = "") -> None:
@@ -166,7 +223,11 @@ class SessionStore:
             self._executors: dict[tuple[int, str], _Executor] = {}  # (rank or -1, name)
             self._frontend_busy: deque = deque(maxlen=HISTORY)
             self._frontend_wait: deque = deque(maxlen=HISTORY)
+            self._frontend_core_wait: deque = deque(maxlen=HISTORY)
+            self._frontend_split = False
             self._overlap: deque = deque(maxlen=HISTORY)
+            self._overlap_in_progress: deque = deque(maxlen=HISTORY)
+            self._timing: deque = deque(maxlen=HISTORY)
             self._throughput: deque = deque(maxlen=HISTORY)
             self._unit = "it/s"
             self._last_throughput: float | None = None
@@ -176,6 +237,7 @@ class SessionStore:
             self._num_threads: int | None = None
             self._interop_threads: int | None = None
             self._results: dict[str, ResultRow] = {}
+            self._rounds = _Rounds()
             self._scaling: dict[int, ScalingPoint] = {}
             self._child = ChildStatus(pid=None, state=ChildState.STARTING)
             self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
@@ -184,6 +246,7 @@ class SessionStore:
             self._sources: dict[int, _Source] = {}
             self._target = experiment
             self._notice = ""
+            self._stack: StackView | None = None
 
     # -- writers ---------------------------------------------------------------------------------
 
@@ -277,7 +340,10 @@ class SessionStore:
             self._on_syncpoints(msg, source)
         elif isinstance(msg, Result):
             with self._lock:
-                self._results[msg.label] = ResultRow(msg.label, msg.value, msg.unit)
+                if msg.round is None:
+                    self._results[msg.label] = ResultRow(msg.label, msg.value, msg.unit)
+                else:
+                    self._rounds.add(msg)
         elif isinstance(msg, Scaling):
             with self._lock:
                 self._scaling[msg.threads] = ScalingPoint(msg.threads, msg.gflops, msg.samples)
@@ -402,21 +468,27 @@ class SessionStore:
                 ex = self._executors.get(key)
                 if ex is None:
                     ex = self._executors[key] = _Executor(row.name, row.kind, row.quantity, row.emulated, src.rank)
-                ex.capacity, ex.value, ex.counts, ex.ready = row.capacity, row.value, row.counts, row.ready
-                ex.launched, ex.completed, ex.blocked = row.launched, row.completed, row.blocked
-                ex.history.append(row.value)
-                ex.busy.append(row.busy)
+                ex.add(row)
             if not primary:
                 return
+            if msg.stack is not None and self.stacks:
+                frames = tuple(StackFrame(f.function, f.filename, f.line) for f in msg.stack.frames)
+                self._stack = StackView(src.pid or 0, "MainThread", frames, msg.stack.idle, msg.t,
+                                        classify_wait(frames), source="agent")
+            self._timing.append(msg.timing)
             self._frontend_busy.append(msg.frontend.busy)
             self._frontend_wait.append(msg.frontend.wait)
+            self._frontend_split = self._frontend_split or msg.frontend.core_wait is not None
+            self._frontend_core_wait.append(msg.frontend.core_wait or 0.0)
             self._overlap.append(msg.overlap)
+            self._overlap_in_progress.append(msg.overlap if msg.overlap_in_progress is None
+                                             else msg.overlap_in_progress)
             self._throughput.append(msg.throughput)
             self._last_throughput = msg.throughput
             # The first window after a mode change straddles both modes: count it in neither. After a
             # switch to SYNC, the backlog launched in ASYNC drains first (the agent says so): that is
-            # neither mode's steady state either.
-            if self._prev_mode == msg.mode and not msg.draining:
+            # neither mode's steady state either, nor is a timing round that paused the live loop.
+            if self._prev_mode == msg.mode and not msg.draining and not msg.timing:
                 acc, w = self._modes[msg.mode], msg.window
                 acc.seconds += w
                 acc.items += msg.throughput * w
@@ -449,14 +521,17 @@ class SessionStore:
                 executors=executors,
                 frontend_busy=tuple(self._frontend_busy),
                 frontend_wait=tuple(self._frontend_wait),
+                frontend_core_wait=tuple(self._frontend_core_wait) if self._frontend_split else (),
                 overlap=tuple(self._overlap),
+                overlap_in_progress=tuple(self._overlap_in_progress),
+                timing=tuple(self._timing),
                 throughput=self._last_throughput,
                 throughput_unit=self._unit,
                 throughput_history=tuple(self._throughput),
                 num_threads=self._num_threads,
                 interop_threads=self._interop_threads,
                 scoreboard=tuple(acc.stats(mode) for mode, acc in self._modes.items()),
-                results=tuple(self._results.values()),
+                results=(*self._results.values(), *self._rounds.rows()),
                 scaling=tuple(sorted(self._scaling.values(), key=lambda p: p.threads)),
                 gpus=self._gpus,
                 gpu_status=self._gpu_status,
@@ -471,6 +546,7 @@ class SessionStore:
                 starved=derive.starved(groups),
                 frontend_hot_in_sync=derive.frontend_hot_in_sync(self._mode, groups),
                 op_coverage=None if primary is None else primary.op_coverage,
+                stack=self._stack,
             )
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:

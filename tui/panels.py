@@ -56,15 +56,26 @@ PANELS: tuple[Panel, ...] = (
           "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Input-bound means the frontend waited for data more than "
           "30 % of the time."),
     Panel("lanes",
-          "the last 5 s. The frontend lane shows `▌` where it was launching and `·` where it waited; each "
-          "executor lane shows how busy it was. *overlap* is the share of time two or more executors were "
-          "busy at once.",
-          "From busy intervals the agent records as work runs; overlap is an exact sweep over them, merged "
-          "across gaps under 0.2 ms."),
+          "the last 5 s. The frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
+          "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "
+          "script is not busy). An emulated stream's lane shows how much its thread *ran*, and `░` where it "
+          "waited for a core more than it ran: **run N% waits M%**. *overlap on cores* is the share of time "
+          "two or more executors ran at once; *in progress* the share they both had work, running or not "
+          "(on one free core they take turns: 100% in progress, 0% on cores).",
+          "Work in progress comes from busy intervals the agent records as items run (merged across gaps "
+          "under 0.2 ms); running and waiting from each thread's own `/proc/self/task/<tid>/schedstat`, "
+          "read by the agent once per sample. Those are window totals, so overlap on cores is a lower bound "
+          "(exact while one of two executors is always on a core; ARCHITECTURE.md). Executors without a "
+          "thread of their own (CUDA streams, inter-op futures, DataLoader) show **busy N%**: work in "
+          "progress."),
     Panel("async vs sync (measured)",
           "throughput, mean depth and frontend wait in each mode, and their ratio, all measured in this "
-          "run, plus the experiment's own results and the threads → GFLOP/s table.",
-          "The window that straddles a switch, and the drain of the ASYNC backlog after a switch to SYNC, "
+          "run, plus the experiment's own results and the threads → GFLOP/s table. Results measured in "
+          "rounds (multi-device's three phases, the async text's table) show the latest *complete* round, "
+          "never one round's figures beside another's, with the median and range of the rounds so far.",
+          "The window that straddles a switch, the drain of the ASYNC backlog after a switch to SYNC, and "
+          "the async experiment's timing rounds (every 15 s its live loop pauses to time the text's "
+          "table: 10 × randn(1000²) + mm with numpy, the torch launches alone, and torch + synchronize) "
           "count in neither mode."),
     Panel("ranks",
           "(torchrun): one row per rank, its state (a rank that exited is marked with its exit code, the "
@@ -81,11 +92,15 @@ PANELS: tuple[Panel, ...] = (
           "says why. A GPU NVML may not open reads *no permission*, not *lost*. In a replay kernel-active "
           "comes from the trace (the share of each frame with a kernel, copy or memset running) and the "
           "title says so."),
-    Panel("frontend stack (py-spy)",
+    Panel("frontend stack",
           "the main thread's Python stack, outermost first, innermost last, about twice a second, and what "
-          "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...). When there is no stack the panel "
-          "says why (py-spy missing, ptrace not permitted) and how to fix it.",
-          "`py-spy dump --json --nonblocking`: blocking mode would stop every thread of a torch process."),
+          "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...); *idle* when the thread ran under a "
+          "tenth of the last window. When there is no stack the panel says why (py-spy missing, ptrace not "
+          "permitted) and how to fix it.",
+          "With the agent (experiments, `run`) the workload reads it itself (`sys._current_frames()`, a few "
+          "microseconds: no process per dump, no ptrace); attached to a process without the agent, "
+          "`py-spy dump --json --nonblocking` reads it (blocking mode would stop every thread of a torch "
+          "process). The title says which. `--no-stacks` turns stacks off."),
     Panel("log",
           "the workload's stdout and stderr, agent messages, and the child's exit status and last error "
           "lines when it ends; the mouse wheel scrolls back.",

@@ -19,7 +19,9 @@ EXPERIMENTS: dict[str, tuple[str, Experiment]] = {
             "async",
             "randn + mm launched onto a stream (asynchronous computation)",
             "The frontend launches randn+mm items onto a stream and runs ahead; the launch queue fills to "
-            "its capacity. SYNC waits for each item: the queue collapses.",
+            "its capacity. SYNC waits for each item: the queue collapses. Every 15 s the live loop pauses "
+            "for the text's own table: 10 × randn(1000²) + mm with numpy, torch's launches, torch + "
+            "synchronize.",
         ),
     ),
     "multi-device": (

@@ -1,22 +1,41 @@
-"""async: the asynchronous-computation text, made live.
+"""async: the asynchronous-computation text, made live, with the text's own table.
 
-Each item is ``torch.mm(torch.randn(n, n), w)``, launched onto a stream (a CUDA stream on a GPU, an
-emulated CPU stream otherwise). The text uses n = 1000; on a GPU that item takes well under a
-millisecond, so a full 1024-deep queue is a fraction of a second of work. On two CPU cores the same
+Each item of the live loop is ``torch.mm(torch.randn(n, n), w)``, launched onto a stream (a CUDA stream
+on a GPU, an emulated CPU stream otherwise). The text uses n = 1000; on a GPU that item takes well under
+a millisecond, so a full 1024-deep queue is a fraction of a second of work. On two CPU cores the same
 item takes about 25 ms and a full queue would take 25 s to drain after a switch to SYNC, so the CPU
 emulation uses n = 256 (about 0.5 ms an item) to keep the queue's time scale, not the matrix size.
 
-The Python frontend only launches, so it runs ahead until the launch
-queue is full and launch blocks. In SYNC mode the frontend waits for each item: depth 0 or 1. The
-throughput is the rate at which the stream *completes* items, in both modes.
+The Python frontend only launches, so it runs ahead until the launch queue is full and launch blocks.
+In SYNC mode the frontend waits for each item: depth 0 or 1. The throughput is the rate at which the
+stream *completes* live items, in both modes.
+
+**The text's table.** The text times 10 × (``randn(1000, 1000)`` + ``mm``) three ways: with numpy
+(1.0704 s on its machine), with torch timing only the launches (0.0013 s: the frontend returns at once)
+and with torch plus a synchronize (0.0049 s), on a GPU. Every :data:`TIMING_EVERY` seconds the live loop
+pauses for one such round, on the same stream as the live loop (the emulated CPU stream, or the CUDA
+stream): the backlog drains first, so each timing starts on an idle device, and the round's samples are
+marked ``timing`` (they count in neither mode's scoreboard). The round's four figures are reported
+together and logged, as ``multi-device`` does: *numpy*, *torch launch* (the launches alone), *torch +
+sync* (launches and a synchronize) and *launch/complete*, the second over the third in percent (27 %
+in the text).
 """
 
 from __future__ import annotations
+
+import time
+from typing import Any, Callable
 
 import torch
 
 SIZE = 1000
 CPU_SIZE = 256
+#: The text's table: this many times ``randn(TEXT_SIZE, TEXT_SIZE)`` + ``mm``, per timing.
+TEXT_REPEATS = 10
+TEXT_SIZE = 1000
+#: Seconds of live loop before the first timing round (the queue fills first) and between rounds.
+FIRST_TIMING_AFTER = 5.0
+TIMING_EVERY = 15.0
 
 
 def _item(n: int, w: torch.Tensor) -> None:
@@ -27,28 +46,90 @@ def _cuda_item(n: int, w: torch.Tensor) -> None:
     torch.mm(torch.randn(n, n, device=w.device), w)
 
 
-def run(agent, size: int = CPU_SIZE) -> None:
-    """Launch items until stopped (on ``cuda:0`` with n = 1000 when CUDA is available)."""
+def run(agent, size: int = CPU_SIZE, timing_every: float = TIMING_EVERY,
+        first_timing: float = FIRST_TIMING_AFTER) -> None:
+    """Launch items until stopped (on ``cuda:0`` with n = 1000 when CUDA is available), with a round
+    of the text's timings every ``timing_every`` seconds."""
+    text_items = [0]  # items of the text's timings, left out of the live throughput
     if torch.cuda.is_available():
-        _run_cuda(agent, SIZE if size == CPU_SIZE else size)
-        return
-    stream = agent.emulated_stream("cpu-stream:0")
-    agent.throughput_from(lambda: stream.completed, "it/s")
-    agent.log(f"experiment async: randn({size},{size}) + mm per item on {stream.name} "
-              f"(emulated CPU stream, capacity {stream.capacity})")
-    w = torch.randn(size, size)
+        size = SIZE if size == CPU_SIZE else size
+        stream = agent.cuda_stream("cuda:0", device=0)
+        agent.throughput_from(lambda: stream.items_completed() - text_items[0], "it/s")
+        agent.log(f"experiment async: randn({size},{size}) + mm per item on cuda:0 (CUDA stream; queue shown "
+                  f"as outstanding ops, capacity {stream.capacity})")
+        w = torch.randn(size, size, device="cuda:0")
+        item: Callable[..., None] = _cuda_item
+        device = "cuda:0"
+    else:
+        stream = agent.emulated_stream("cpu-stream:0")
+        agent.throughput_from(lambda: stream.completed - text_items[0], "it/s")
+        agent.log(f"experiment async: randn({size},{size}) + mm per item on {stream.name} "
+                  f"(emulated CPU stream, capacity {stream.capacity})")
+        w = torch.randn(size, size)
+        item = _item
+        device = "cpu"
+    agent.log(f"the text's table every {timing_every:g} s: {TEXT_REPEATS} × (randn({TEXT_SIZE}, {TEXT_SIZE}) "
+              f"+ mm) with numpy, with torch timing the launches, and with torch + synchronize on "
+              f"{stream.name} (the live loop pauses and drains first)")
+    next_round, rnd = time.monotonic() + first_timing, 0
     while agent.running:
-        agent.launch(stream, _item, size, w)
+        agent.launch(stream, item, size, w)
         agent.step()
+        if time.monotonic() >= next_round:
+            rnd += 1
+            text_round(agent, stream, rnd, device, text_items)
+            next_round = time.monotonic() + timing_every
 
 
-def _run_cuda(agent, size: int) -> None:
-    """The same loop on ``cuda:0``'s current stream; throughput counts items whose ops completed."""
-    stream = agent.cuda_stream("cuda:0", device=0)
-    agent.throughput_from(stream.items_completed, "it/s")
-    agent.log(f"experiment async: randn({size},{size}) + mm per item on cuda:0 (CUDA stream; queue shown "
-              f"as outstanding ops, capacity {stream.capacity})")
-    w = torch.randn(size, size, device="cuda:0")
-    while agent.running:
-        agent.launch(stream, _cuda_item, size, w)
-        agent.step()
+def _text_item(n: int, device: str, counted: list[int]) -> None:
+    """The text's loop body: ``a = torch.randn(size=(n, n)); b = torch.mm(a, a)``."""
+    a = torch.randn(size=(n, n), device=device)
+    torch.mm(a, a)
+    counted[0] += 1
+
+
+def numpy_time(repeats: int = TEXT_REPEATS, n: int = TEXT_SIZE) -> float | None:
+    """The text's numpy timing: ``repeats`` × (``normal(size=(n, n))`` + ``dot``); None without numpy."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        a = numpy.random.normal(size=(n, n))
+        numpy.dot(a, a)
+    return time.perf_counter() - t0
+
+
+def text_round(agent: Any, stream: Any, number: int, device: str, counted: list[int],
+               repeats: int = TEXT_REPEATS, n: int = TEXT_SIZE) -> dict[str, float]:
+    """One round of the text's three timings on ``stream``, the live loop paused; reports and logs them.
+
+    The live backlog drains first (untimed), so each timing starts on an idle device; the launches
+    timed alone are then waited for (untimed) before the synchronized timing. Launches go straight to
+    the stream, whatever the SYNC setting: these are the text's own loops. Returns the times.
+    """
+    paused = time.perf_counter()
+    with agent.timing_round():
+        stream.synchronize()
+        t_numpy = numpy_time(repeats, n)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            stream.launch(_text_item, n, device, counted)
+        t_launch = time.perf_counter() - t0
+        stream.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            stream.launch(_text_item, n, device, counted)
+        stream.synchronize()
+        t_sync = time.perf_counter() - t0
+    paused = time.perf_counter() - paused
+    rows = [] if t_numpy is None else [("numpy", t_numpy, "s")]
+    rows += [("torch launch", t_launch, "s"), ("torch + sync", t_sync, "s"),
+             ("launch/complete", 100.0 * t_launch / t_sync, "%")]
+    agent.round_results(number, rows)
+    numpy_text = "numpy not installed" if t_numpy is None else f"numpy {t_numpy:.4f} s"
+    agent.log(f"text round {number}: {repeats} × randn({n}, {n}) + mm: {numpy_text}, torch {t_launch:.4f} s "
+              f"(launches returned), torch + synchronize {t_sync:.4f} s (launch/complete "
+              f"{100 * t_launch / t_sync:.2g} %); the live loop paused {paused:.2f} s")
+    return {"numpy": t_numpy or 0.0, "launch": t_launch, "sync": t_sync, "paused": paused}

@@ -5,8 +5,9 @@ thread, each phase ended by a synchronize and timed (the text's published figure
 0.2989 s, device 1 0.3518 s, both 0.5076 s). With two GPUs the devices are ``cuda:0`` and ``cuda:1``
 (untested on hardware); with one, device 1 is an emulated CPU stream. Without a GPU the devices are
 two emulated CPU streams, each with one intra-op thread, so on two cores they can really overlap.
-Rounds repeat until stopped; each round's three times are reported, and the lanes show the overlap as
-it happens.
+Rounds repeat until stopped; each round's three times and its speed-up are reported together when the
+round ends (never one round's devices beside another round's "both"), and the lanes show the overlap
+as it happens.
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ def run(agent, ops: int = OPS, size: int = SIZE, batch: int = BATCH) -> None:
             for i in targets:
                 streams[i].synchronize()
             times[label] = time.perf_counter() - t0
-            agent.result(f"{label}{' at once' if label == 'both' else ' alone'}", times[label], "s")
         serial = times["device 0"] + times["device 1"]
-        agent.result("speed-up of both", serial / times["both"], "×")
+        agent.round_results(rnd, [
+            *((f"{label}{' at once' if label == 'both' else ' alone'}", times[label], "s") for label in times),
+            ("speed-up of both", serial / times["both"], "×"),
+        ])
         agent.log(f"round {rnd}: device 0 {times['device 0']:.4f} s, device 1 {times['device 1']:.4f} s, "
                   f"both {times['both']:.4f} s ({serial / times['both']:.2f}× of serial)")
 

@@ -1,4 +1,10 @@
-"""Busy intervals of one executor (or the frontend's waits), and the overlap between executors."""
+"""Busy intervals of one executor (or the frontend's waits), and the overlap between executors.
+
+An interval says an item was *in progress*: taken by the executor and not yet finished. Whether the
+executor's thread was on a core all that time is another question (ARCHITECTURE.md, "Running, waiting
+for a core, blocked"): :func:`split_busy` and :func:`running_overlap` combine the intervals with the
+thread's own run and wait times from ``schedstat`` (:mod:`.cputime`).
+"""
 
 from __future__ import annotations
 
@@ -129,3 +135,50 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
         else:
             out.append((a, b))
     return out
+
+
+def split_busy(busy: float, run: float, wait: float) -> tuple[float, float]:
+    """An executor's in-progress share of a window split into *running* and *waiting for a core*.
+
+    Args:
+        busy: share of the window with an item in progress (from its intervals).
+        run: share of the window its thread was on a core (``schedstat`` field 1 over the window).
+        wait: share of the window its thread was runnable but waiting for a core (field 2).
+
+    Returns:
+        ``(running, core_wait)`` with ``running = min(busy, run)`` and ``core_wait = min(busy - running,
+        wait)``: the thread's own time, capped by the time it had work. The rest of ``busy`` is time an
+        item was in progress while its thread was blocked (the GIL, a lock). Run time between items (the
+        executor loop's own few microseconds per item) counts as running: the shares come as window
+        totals, so they cannot be placed inside the intervals.
+    """
+    running = min(busy, max(0.0, run))
+    return running, min(busy - running, max(0.0, wait))
+
+
+def running_overlap(per_executor: Sequence[Sequence[Interval]], running: Sequence[float | None]) -> float:
+    """Time during which two or more executors were *running on a core* at once: a lower bound.
+
+    ``per_executor`` are the executors' in-progress intervals; ``running`` their running time in the
+    window in seconds (``None`` where the intervals are themselves running time: a CUDA stream's
+    kernels run on the device). With nothing measured this is :func:`overlap_time` exactly.
+
+    Otherwise only window totals are known, not *when* in its intervals a thread ran, so the exact
+    overlap cannot be had; this is the least it can be. With ``R_i`` each executor's running time, ``U``
+    the time at least one was in progress and ``n`` executors, ``sum(R_i) <= U + (n - 1) * T2`` where
+    ``T2`` is the time two or more ran at once, so ``T2 >= (sum(R_i) - U) / (n - 1)``; it is also at
+    most the in-progress overlap. For two executors the bound is exact whenever, while either had work,
+    at least one of them was on a core (e.g. both competing for the cores with other processes: every
+    moment one of them is not running, the other is); it underestimates when both were off a core at
+    once (both blocked on the GIL, both waiting behind other work).
+    """
+    n = len(per_executor)
+    if n < 2:
+        return 0.0
+    in_progress = overlap_time(per_executor)
+    if all(r is None for r in running):
+        return in_progress
+    merged = [union(intervals) for intervals in per_executor]
+    runs = [busy_time(m) if r is None else min(r, busy_time(m)) for m, r in zip(merged, running)]
+    either = busy_time([iv for m in merged for iv in m])
+    return min(in_progress, max(0.0, (sum(runs) - either) / (n - 1)))

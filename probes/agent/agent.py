@@ -20,9 +20,12 @@ import resource
 import select
 import signal
 import socket
+import sys
 import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -30,8 +33,11 @@ from torchpar_top.contract.codec import MAX_ITEMS, LineReader, ProtocolError
 from torchpar_top.contract.messages import (
     Ack,
     Exit,
+    Frame,
     Frontend,
+    FrontendStack,
     Hello,
+    MAX_FRAMES,
     Log,
     Message,
     Profile,
@@ -45,11 +51,25 @@ from torchpar_top.contract.messages import (
     decode_command,
 )
 from torchpar_top.contract.vocab import AGENT_STOP_GRACE, Role, SyncScope
-from torchpar_top.probes.agent.activity import ActivityRecorder, busy_time, overlap_time
+from torchpar_top.probes.agent.activity import (
+    ActivityRecorder,
+    busy_time,
+    overlap_time,
+    running_overlap,
+    split_busy,
+    waiting,
+)
+from torchpar_top.probes.agent.cputime import ThreadClock
 from torchpar_top.probes.agent.executor import EagerDevice, Executor
 from torchpar_top.probes.agent.interop import InterOpPool
 from torchpar_top.probes.agent.stream import DEFAULT_CAPACITY, EmulatedStream
 from torchpar_top.probes.agent.sync import SyncPolicy
+
+
+#: Seconds between two readings of the frontend's stack (sent in that sample).
+STACK_EVERY = 0.5
+#: A frontend that ran less than this share of the window is idle (the stack panel says so).
+IDLE_RUN_SHARE = 0.1
 
 
 class CountRate:
@@ -117,9 +137,15 @@ class Agent:
         self._threads_wanted = torch.get_num_threads()
         self._threads_applied = self._threads_wanted
         self.frontend_tid = threading.get_native_id()
+        self.frontend_ident = threading.get_ident()
+        self._stack_t = float("-inf")
         self._agent_tids: list[int] = []
         self._threads: list[threading.Thread] = []
         self._drain_target: dict[int, int] = {}
+        self.clock = ThreadClock()
+        """Run and wait time of the frontend and executor threads (``schedstat``), read by the sampler."""
+        self.timing = ActivityRecorder()
+        """When an experiment paused its live loop for a timing round (:meth:`timing_round`)."""
         """After a switch to SYNC: per executor, the launches made before it (the ASYNC backlog)."""
         self.hard_exit: Callable[[], None] = _kill_own_group
         """Called when the workload ignores a stop for :data:`AGENT_STOP_GRACE` seconds (tests replace it)."""
@@ -206,6 +232,20 @@ class Agent:
         """Report a measured result (shown in the scoreboard and printed headless)."""
         self.send(Result(label=label, value=float(value), unit=unit))
 
+    def round_results(self, number: int, rows: list[tuple[str, float, str]]) -> None:
+        """Report one complete round of results together: ``(label, value, unit)`` each, the last one
+        closing the round (the screen shows complete rounds only, never a mix of two)."""
+        for i, (label, value, unit) in enumerate(rows):
+            self.send(Result(label=label, value=float(value), unit=unit, round=number,
+                             closes_round=i == len(rows) - 1))
+
+    @contextmanager
+    def timing_round(self) -> Iterator[None]:
+        """Mark the enclosed code as a timing round that paused the live loop: samples whose window
+        touches it say ``timing`` and count in neither mode's scoreboard."""
+        with waiting(self.timing):
+            yield
+
     def scaling(self, threads: int, gflops: float, samples: int) -> None:
         """Report one row of the intra-op scaling table."""
         self.send(Scaling(threads=threads, gflops=float(gflops), samples=samples))
@@ -277,14 +317,28 @@ class Agent:
         extra: dict[str, Any] = {}
         for part in self.sample_parts:  # first: a part may bring counters up to date (DataLoaders)
             extra.update(part(t0, t1))
-        rows, per_executor = [], []
+        rows, per_executor, running = [], [], []
         for ex in self.executors:
             ex.refresh()
             row, busy = ex.row(t0, t1)
+            run_s = None
+            if ex.runs_items_on_own_thread and ex.tids:
+                cpu = self.clock.take(ex.tids[0])
+                if cpu is not None:
+                    on_core, core_wait = split_busy(row.busy, cpu[0] / window, cpu[1] / window)
+                    row = replace(row, running=on_core, core_wait=core_wait)
+                    run_s = on_core * window
             rows.append(row)
             per_executor.append(busy)
+            running.append(run_s)
         wait = min(1.0, busy_time(self.frontend_wait.intervals(t0, t1)) / window)
+        frontend = self._frontend(wait, window)
+        stack = None
+        if t1 - self._stack_t >= STACK_EVERY:
+            self._stack_t = t1
+            stack = self.frontend_stack(idle=frontend.core_wait is not None and frontend.busy < IDLE_RUN_SHARE)
         done, unit = self.throughput.take()
+        several = len(per_executor) > 1
         sample = Sample(
             t=time.time(),
             window=window,
@@ -292,17 +346,54 @@ class Agent:
             throughput=done / window,
             unit=unit,
             num_threads=self._threads_wanted,
-            frontend=Frontend(busy=1.0 - wait, wait=wait),
-            overlap=min(1.0, overlap_time(per_executor) / window) if len(per_executor) > 1 else 0.0,
+            frontend=frontend,
+            overlap=min(1.0, running_overlap(per_executor, running) / window) if several else 0.0,
+            overlap_in_progress=min(1.0, overlap_time(per_executor) / window) if several else 0.0,
             executors=tuple(rows),
             roles=self.roles(),
             draining=self.draining(),
             cuda_uuids=tuple(self.cuda.uuids()) if self.cuda is not None else (),
+            timing=bool(self.timing.intervals(t0, t1)),
+            stack=stack,
             **extra,
         )
         for hook in self.on_sample:
             hook()
         return sample
+
+    def frontend_stack(self, idle: bool = False) -> FrontendStack | None:
+        """The frontend thread's Python stack now, outermost first (its innermost :data:`MAX_FRAMES`).
+
+        Read in this process with ``sys._current_frames()`` (a few microseconds per frame, on the
+        sampler thread): the same frames ``py-spy dump`` reads from outside, without a process per dump.
+        None once the frontend thread has ended.
+        """
+        frame = sys._current_frames().get(self.frontend_ident)
+        frames: list[Frame] = []
+        while frame is not None and len(frames) < MAX_FRAMES:
+            code = frame.f_code
+            frames.append(Frame(function=getattr(code, "co_qualname", code.co_name), filename=code.co_filename,
+                                line=max(0, frame.f_lineno or 0)))
+            frame = frame.f_back
+        del frame
+        if not frames:
+            return None
+        frames.reverse()
+        return FrontendStack(frames=tuple(frames), idle=idle)
+
+    def _frontend(self, wait: float, window: float) -> Frontend:
+        """The frontend over the window: blocked ``wait`` (its recorded waits), and from its thread's
+        ``schedstat`` the share it ran outside them and the share it waited for a core; the rest it was
+        idle. Without schedstat, busy is ``1 - wait`` (all it can say) and ``core_wait`` null.
+
+        Running is capped by ``1 - wait``: a wait that blocks does not run, and a wait that spins (a
+        CUDA synchronize may) is waiting, not working.
+        """
+        cpu = self.clock.take(self.frontend_tid)
+        if cpu is None:
+            return Frontend(busy=1.0 - wait, wait=wait)
+        busy = min(1.0 - wait, cpu[0] / window)
+        return Frontend(busy=busy, wait=wait, core_wait=min(1.0 - wait - busy, cpu[1] / window))
 
     def draining(self) -> bool:
         """True while work launched before the switch to SYNC is still completing."""

@@ -29,6 +29,9 @@ class Executor:
     """Whether a switch to SYNC waits for this executor's backlog (a DataLoader keeps prefetching)."""
     thread_role: Role = Role.STREAM_EXECUTOR
     """The role of this executor's own threads (:attr:`tids`) in the threads panel."""
+    runs_items_on_own_thread = False
+    """Whether every item runs on this executor's one thread (``tids[0]``), so that thread's run and
+    wait times split the busy share into running and waiting for a core (an emulated stream)."""
 
     def __init__(self, name: str, capacity: int | None = None) -> None:
         self.name = name

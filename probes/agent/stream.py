@@ -29,6 +29,7 @@ class EmulatedStream(Executor):
 
     kind = ExecutorKind.EMULATED_STREAM
     emulated = True
+    runs_items_on_own_thread = True
 
     def __init__(
         self,

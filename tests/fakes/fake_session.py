@@ -130,6 +130,8 @@ def make_snapshot(
                 history=history,
                 busy=busy,
                 blocked=blocked,
+                running=tuple(round(b * (0.8 if k == 0 else 0.55), 3) for b in busy),
+                core_wait=tuple(round(b * (0.15 if k == 0 else 0.4), 3) for b in busy),
             )
         )
     if unbounded:
@@ -185,8 +187,10 @@ def make_snapshot(
     )
 
     frontend_busy = tuple((0.2 if i % 3 else 0.7) if not sync else 0.1 for i in range(n_hist))
-    frontend_wait = tuple(1.0 - b for b in frontend_busy)
-    overlap = tuple(0.4 + 0.3 * math.sin(i / 5) for i in range(n_hist)) if len(execs) >= 2 else ()
+    frontend_core_wait = tuple(0.05 if i % 4 == 0 else 0.0 for i in range(n_hist))
+    frontend_wait = tuple(round(1.0 - b - c, 3) for b, c in zip(frontend_busy, frontend_core_wait))
+    in_progress = tuple(0.4 + 0.3 * math.sin(i / 5) for i in range(n_hist)) if len(execs) >= 2 else ()
+    overlap = tuple(round(0.5 * x, 3) for x in in_progress)
 
     gpu_views = tuple(
         GpuView(
@@ -236,7 +240,9 @@ def make_snapshot(
         executors=tuple(execs),
         frontend_busy=frontend_busy,
         frontend_wait=frontend_wait,
+        frontend_core_wait=frontend_core_wait,
         overlap=overlap,
+        overlap_in_progress=in_progress,
         throughput=9.1 if sync else 12.4,
         throughput_history=tuple(12.0 + 0.1 * (i % 5) for i in range(n_hist)),
         num_threads=num_threads,
@@ -245,9 +251,11 @@ def make_snapshot(
             ModeStats("async", 42.0, 12.4, 1013.0, 0.004),
             ModeStats("sync", 12.0, 9.1, 1.0, 0.71),
         ),
-        results=(
-            ResultRow("mm 1000×1000 (async)", 80.6, "ms/it"),
-            ResultRow("mm 1000×1000 (sync)", 109.9, "ms/it"),
+        results=(  # the async text's table, round 3 of 3 (the text: 1.0704 s, 0.0013 s, 0.0049 s on a GPU)
+            ResultRow("numpy", 0.4612, "s", 3, 0.4655, 0.4581, 0.5012, 3),
+            ResultRow("torch launch", 0.000267, "s", 3, 0.000281, 0.000243, 0.000402, 3),
+            ResultRow("torch + sync", 0.1903, "s", 3, 0.1911, 0.1874, 0.2044, 3),
+            ResultRow("launch/complete", 0.14, "%", 3, 0.147, 0.12, 0.21, 3),
         ),
         scaling=(ScalingPoint(1, 21.5, 30), ScalingPoint(2, 40.2, 25)),
         gpus=gpu_views,
@@ -335,6 +343,7 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
         idle=True,
         t=999.6,
         waiting_in="DataLoader",
+        source="agent",
     )
     log = (
         LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),
@@ -354,7 +363,8 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
         threads=threads,
         thread_groups=groups,
         frontend_busy=frontend_busy,
-        frontend_wait=tuple(round(1.0 - b, 3) for b in frontend_busy),
+        frontend_wait=tuple(round(1.0 - b - 0.02, 3) for b in frontend_busy),
+        frontend_core_wait=(0.02,) * n_hist,
         overlap=(),
         throughput=6.2,
         throughput_unit="steps/s",
@@ -425,6 +435,7 @@ def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
         idle=False,
         t=999.7,
         waiting_in="",
+        source="agent",
     )
     log = (
         LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),

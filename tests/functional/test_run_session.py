@@ -46,6 +46,16 @@ def test_an_input_bound_training_loop(run_session):
     assert snap.target.startswith("run ") and snap.ranks[0].pid == snap.child.pid
 
 
+def test_a_sleeping_frontend_is_idle_not_busy(run_session):
+    """The frontend lane's busy share is its thread's run time: a script in ``time.sleep`` is idle."""
+    s = run_session("sleeps.py")
+    snap = wait_for(lambda: (sn := s.snapshot()).frontend_core_wait and len(sn.frontend_busy) >= 10 and sn,
+                    timeout=90)
+    recent = snap.frontend_busy[-5:]
+    assert max(recent) < 0.3, recent  # 1 tiny op per 50 ms of sleep: about 1 % of a core
+    assert max(snap.frontend_wait[-5:]) == 0.0  # sleeping is not a recorded wait either: it is idle
+
+
 def test_sync_points_are_attributed_to_the_line(run_session):
     s = run_session("item_every_step.py", "100000")
     site = wait_for(lambda: next((x for x in s.snapshot().syncpoints if x.call.startswith("item")), None), timeout=90)

@@ -31,7 +31,7 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets._footer import FooterKey
 
-from torchpar_top.contract.snapshot import LogLine, Snapshot
+from torchpar_top.contract.snapshot import LogLine, ResultRow, Snapshot
 from torchpar_top.contract.vocab import Role
 from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.screens.help import HELP, HelpScreen
@@ -733,3 +733,43 @@ async def test_a_slow_restart_keeps_the_screen_alive_and_q_still_quits() -> None
     assert session.names().count("restart") == 1
     assert session.names().count("close") == 1
     assert session.names().index("restart") < session.names().index("close")
+
+
+@run_async
+async def test_results_in_rounds_show_one_round_with_median_and_range() -> None:
+    app, _ = app_on(make_snapshot())  # the async text's table, round 3 of 3
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        lines = text_of(app.query_one(ScoreboardPanel)).splitlines()
+        head = next(line for line in lines if "round 3" in line)
+        assert "3 kept" in head and "median (range)" in head
+        launch = " ".join(next(line for line in lines if "torch launch" in line).split())
+        assert launch == "torch launch 0.2670 ms 0.281 (0.24–0.40)"  # under 0.1 s: milliseconds
+        sync = " ".join(next(line for line in lines if "torch + sync" in line).split())
+        assert sync == "torch + sync 0.1903 s 0.191 (0.19–0.20)"
+
+
+@run_async
+async def test_a_first_round_has_no_median_yet() -> None:
+    snap = make_snapshot(executors=2, experiment="multi-device")
+    rows = (ResultRow("device 0 alone", 0.5847, "s", 1, 0.5847, 0.5847, 0.5847, 1),
+            ResultRow("speed-up of both", 1.037, "×", 1, 1.037, 1.037, 1.037, 1))
+    app, _ = app_on(dataclasses.replace(snap, results=rows))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        text = text_of(app.query_one(ScoreboardPanel))
+        assert "round 1" in text and "median" not in text and "kept" not in text
+        assert "0.5847 s" in text and "1.037 ×" in text
+
+
+@run_async
+async def test_lanes_split_running_from_waiting_for_a_core() -> None:
+    app, _ = app_on(make_snapshot(executors=2))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        lanes = app.query_one(LanesPanel)
+        lines = text_of(lanes).splitlines()
+        stream1 = next(line for line in lines if line.startswith("cpu-stream:1"))
+        assert " run  53% waits  38%" in stream1 and "░" not in stream1  # it ran more than it waited
+        assert "overlap on cores 18% · in progress 37%" in text_of(lanes)
+        assert "waiting for a core" in str(lanes.border_title)

@@ -29,6 +29,11 @@ class SlowDataset(Dataset):
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 60
     sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
+    # One intra-op thread: a model this small gains nothing from more, and on a machine whose cores are
+    # taken an OpenMP team's workers spin between ops and take the frontend's core (measured with a core
+    # busy: frontend 47 % on a core and 50 % waiting for one, 2 intra-op workers the same; the loop turned
+    # compute-bound). With one thread the workers' sleeps bound the loop on any machine.
+    torch.set_num_threads(1)
     batch = 8
     loader = DataLoader(SlowDataset(steps * batch, sleep), batch_size=batch, num_workers=2, shuffle=True)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))

@@ -5,9 +5,11 @@ import threading
 import time
 
 import pytest
+from pytest import approx
 
 from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.agent import Agent
+from torchpar_top.probes.agent.cputime import ThreadClock, read_schedstat
 from torchpar_top.probes.agent.stream import EmulatedStream
 from torchpar_top.contract import messages as m
 from torchpar_top.contract.codec import LineReader
@@ -261,3 +263,100 @@ def test_a_workload_that_closes_the_channel_runs_on_and_is_never_written_into(tm
     finally:
         parent.close()
         agent.close()
+
+
+class FakeSchedstat:
+    """Cumulative ``(run_ns, wait_ns)`` per tid that grow by a set step at every reading."""
+
+    def __init__(self, steps):
+        self.steps, self.now = steps, {}
+
+    def __call__(self, tid):
+        if tid not in self.steps:
+            return None
+        run, wait = self.now.get(tid, (10**9, 10**9))
+        step = self.steps[tid]
+        self.now[tid] = (run + step[0], wait + step[1])
+        return self.now[tid]
+
+
+def test_thread_clock_gives_run_and_wait_since_the_previous_reading():
+    clock = ThreadClock(FakeSchedstat({5: (30_000_000, 70_000_000)}))
+    assert clock.take(5) is None  # no span yet
+    assert clock.take(5) == approx((0.03, 0.07))
+    assert clock.take(6) is None  # not readable (no schedstat, or the thread ended)
+
+
+def test_real_schedstat_of_this_thread_counts_its_run_time():
+    before = read_schedstat(threading.get_native_id())
+    if before is None:
+        pytest.skip("this kernel keeps no schedstat")
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
+        pass
+    after = read_schedstat(threading.get_native_id())
+    assert after[0] - before[0] >= 0.02e9  # it spun (most of) 50 ms on a core
+
+
+def test_a_sample_splits_busy_into_running_and_waiting_for_a_core():
+    """Recorded numbers: a stream with an item in progress all window whose thread ran half of it and
+    waited 40 % for a core; a frontend that ran 2 % (a sleeping script: not busy)."""
+    agent = _agent()
+    stream = agent.emulated_stream("s")
+    gate = threading.Event()
+    try:
+        stream.launch(gate.wait)
+        while stream.started < 1:
+            time.sleep(0.001)
+        window = 0.1
+        agent.clock = ThreadClock(FakeSchedstat({stream.tids[0]: (50_000_000, 40_000_000),
+                                                 agent.frontend_tid: (2_000_000, 0)}))
+        t0 = time.perf_counter()
+        first = agent.sample(t0, t0 + window)  # no span yet: the intervals are all there is
+        assert first.executors[0].running is None and first.frontend.busy == 1.0
+        second = m.decode(agent.sample(t0, t0 + window).to_json())
+        row = second.executors[0]
+        assert row.busy == 1.0 and row.running == approx(0.5) and row.core_wait == approx(0.4)
+        assert second.frontend.busy == approx(0.02) and second.frontend.wait == 0.0
+        assert second.frontend.core_wait == 0.0
+    finally:
+        gate.set()
+        agent.close()
+
+
+def test_a_spinning_wait_is_not_busy():
+    """A frontend on a core all window but inside a recorded wait (a synchronize that spins)."""
+    agent = _agent()
+    agent.clock = ThreadClock(FakeSchedstat({agent.frontend_tid: (100_000_000, 0)}))
+    t0 = time.perf_counter()
+    agent.frontend_wait.add(t0, t0 + 0.1)
+    agent.sample(t0, t0 + 0.1)
+    msg = agent.sample(t0, t0 + 0.1)
+    assert msg.frontend.wait == approx(1.0) and msg.frontend.busy == approx(0.0, abs=1e-9)
+    agent.close()
+
+
+def _parked(event):
+    event.wait()
+
+
+def test_the_agent_reads_the_frontends_stack_itself():
+    """What py-spy dump would print, read in the process: outermost first, the wait innermost."""
+    event = threading.Event()
+    frontend = threading.Thread(target=_parked, args=(event,))
+    frontend.start()
+    agent = _agent()
+    try:
+        agent.frontend_ident = frontend.ident
+        stack = m.decode(m.Sample(t=1.0, window=0.1, mode="async", throughput=0.0, unit="it/s", num_threads=1,
+                                  frontend=m.Frontend(busy=0.0, wait=0.0), overlap=0.0,
+                                  stack=agent.frontend_stack(idle=True)).to_json()).stack
+        names = [f.function for f in stack.frames]
+        assert names[0] == "Thread._bootstrap" and names[-1] == "Condition.wait", names
+        parked = next(f for f in stack.frames if f.function == "_parked")
+        assert parked.filename == __file__ and parked.line > 0 and stack.idle
+    finally:
+        event.set()
+        frontend.join()
+        agent.close()
+    assert agent.frontend_stack() is None  # the frontend thread has ended

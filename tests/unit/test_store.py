@@ -204,3 +204,94 @@ def test_the_dataloader_verdict_is_computed_once_per_rank():
     no_loader = SessionStore("run")
     no_loader.on_message(sample(data_wait=0.9))
     assert no_loader.snapshot().data_verdict is None  # a wait without a watched DataLoader is no verdict
+
+
+def _round(st, number, d0, d1, both, close=True):
+    rows = [("device 0 alone", d0, "s"), ("device 1 alone", d1, "s"), ("both at once", both, "s"),
+            ("speed-up of both", (d0 + d1) / both, "×")]
+    for i, (label, value, unit) in enumerate(rows):
+        if i == len(rows) - 1 and not close:
+            return
+        st.on_message(wire(type="result", label=label, value=value, unit=unit, round=number,
+                           closes_round=i == len(rows) - 1))
+
+
+def test_results_in_rounds_never_mix_two_rounds():
+    """The issue's screen: round N+1's devices (0.5847, 0.6191) beside round N's "both" and speed-up.
+    Mid-round, the last complete round is shown, all of it."""
+    st = SessionStore("multi-device")
+    _round(st, 1, 0.60, 0.62, 1.20)
+    st.on_message(wire(type="result", label="device 0 alone", value=0.5847, unit="s", round=2))
+    st.on_message(wire(type="result", label="device 1 alone", value=0.6191, unit="s", round=2))
+    rows = st.snapshot().results
+    assert [(r.label, r.value, r.round) for r in rows] == [
+        ("device 0 alone", 0.60, 1), ("device 1 alone", 0.62, 1), ("both at once", 1.20, 1),
+        ("speed-up of both", approx((0.60 + 0.62) / 1.20), 1)]
+    _round(st, 2, 0.5847, 0.6191, 1.1612)  # now complete: its own speed-up, 1.037
+    speed = {r.label: r for r in st.snapshot().results}["speed-up of both"]
+    assert speed.round == 2 and speed.value == approx((0.5847 + 0.6191) / 1.1612)
+
+
+def test_rounds_have_a_median_and_range_and_a_round_that_never_closed_is_dropped():
+    st = SessionStore("multi-device")
+    for number, both in enumerate((1.0, 0.8, 0.9), 1):
+        _round(st, number, 0.5, 0.5, both)
+    _round(st, 4, 0.7, 0.7, 0.7, close=False)  # stopped mid-round
+    _round(st, 5, 0.5, 0.5, 0.6)
+    rows = {r.label: r for r in st.snapshot().results}
+    both = rows["both at once"]
+    assert (both.value, both.round, both.rounds) == (0.6, 5, 4)
+    assert (both.median, both.low, both.high) == (approx(0.85), 0.6, 1.0)
+    assert rows["device 0 alone"].high == 0.5  # round 4's 0.7 never completed
+
+
+def test_plain_results_are_kept_beside_rounds():
+    st = SessionStore("async")
+    st.on_message(wire(type="result", label="note", value=1.0, unit="x"))
+    _round(st, 1, 0.5, 0.5, 0.5)
+    assert [r.round for r in st.snapshot().results] == [None, 1, 1, 1, 1]
+
+
+def test_running_and_waiting_for_a_core_are_kept_beside_busy():
+    st = SessionStore("multi-device")
+    row = {"name": "s0", "kind": "emulated-stream", "emulated": True, "quantity": "depth", "value": 3,
+           "capacity": 1024, "launched": 5, "completed": 2, "busy": 1.0, "blocked": 0.0}
+    st.on_message(sample(executors=[row]))  # the first window: no schedstat span yet
+    st.on_message(sample(executors=[row | {"running": 0.31, "core_wait": 0.69}], overlap=0.0,
+                         overlap_in_progress=1.0, frontend={"busy": 0.01, "wait": 0.9, "core_wait": 0.02}))
+    snap = st.snapshot()
+    (ex,) = snap.executors
+    assert ex.busy == (1.0, 1.0) and ex.running == (1.0, 0.31) and ex.core_wait == (0.0, 0.69)
+    assert snap.overlap[-1] == 0.0 and snap.overlap_in_progress[-1] == 1.0
+    assert snap.frontend_busy[-1] == 0.01 and snap.frontend_core_wait[-1] == 0.02
+    plain = SessionStore("async")
+    plain.on_message(sample())
+    assert plain.snapshot().executors[0].running == () and plain.snapshot().frontend_core_wait == ()
+
+
+def test_a_timing_round_counts_in_neither_mode():
+    st = SessionStore("async")
+    for _ in range(6):
+        st.on_message(sample("async", throughput=50.0))
+    st.on_message(sample("async", throughput=5.0, timing=True))
+    by_mode = {s.mode: s for s in st.snapshot().scoreboard}
+    assert by_mode["async"].seconds == approx(0.5) and by_mode["async"].throughput == approx(50.0)
+    assert st.snapshot().timing == (False,) * 6 + (True,)  # aligned with the other series
+
+
+def test_the_agents_stack_is_classified_and_can_be_turned_off():
+    frames = [{"function": "run", "filename": "/x/workloads/async_compute.py", "line": 78},
+              {"function": "EmulatedStream.synchronize", "filename": "/x/probes/agent/stream.py", "line": 79},
+              {"function": "Condition.wait", "filename": "/usr/lib/python3.11/threading.py", "line": 331}]
+    st = SessionStore("async")
+    st.on_message(_hello(42))
+    st.on_message(sample(stack={"frames": frames, "idle": True}))
+    stack = st.snapshot().stack
+    assert (stack.pid, stack.source, stack.idle) == (42, "agent", True)
+    assert stack.waiting_in == "synchronize (emulated stream)" and stack.frames[-1].function == "Condition.wait"
+    st.on_message(sample())  # samples without a stack keep the last one
+    assert st.snapshot().stack == stack
+    off = SessionStore("async")
+    off.stacks = False  # --no-stacks
+    off.on_message(sample(stack={"frames": frames, "idle": True}))
+    assert off.snapshot().stack is None

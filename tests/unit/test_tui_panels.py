@@ -10,7 +10,7 @@ from torchpar_top.contract.snapshot import ChildStatus, RankView, StackFrame, Sy
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind
 from torchpar_top.tui.widgets.cores import CoresPanel
 from torchpar_top.tui.widgets.header import child_failed, child_text, depth_text, target_text
-from torchpar_top.tui.widgets.lanes import frontend_lane, overlap_text
+from torchpar_top.tui.widgets.lanes import executor_lane, frontend_lane, overlap_text
 from torchpar_top.tui.widgets.log import inert, status_lines
 from torchpar_top.tui.widgets.queues import blocked_text, data_text, history_scale, kind_tag, status_text
 from torchpar_top.tui.widgets.ranks import (
@@ -173,3 +173,23 @@ def test_a_log_line_of_a_megabyte_is_kept_cut() -> None:
 
     pieces = pieces_of(LogLine(1, LogSource.STDOUT, "x" * 1_000_000))
     assert sum(len(text) for text, _ in pieces) <= LOG_LINE_MAX + 6  # the tag, then the text
+
+
+def test_frontend_lane_says_idle_blocked_and_waiting_for_a_core() -> None:
+    # ran, blocked, waited for a core, slept (idle: none of the three), nothing measured
+    busy, wait, core = [0.6, 0.1, 0.1, 0.01, 0.0], [0.1, 0.8, 0.1, 0.0, 0.0], [0.0, 0.0, 0.7, 0.0, 0.0]
+    assert frontend_lane(busy, wait, 5, core) == "▌·░  "
+    assert frontend_lane([1.0], [0.0], 1) == "▌"  # no schedstat: busy is 1 - wait, never idle
+
+
+def test_executor_lane_marks_cells_that_waited_more_than_they_ran() -> None:
+    assert executor_lane([1.0, 0.3, 0.0], [0.0, 0.7, 0.0], 3) == "█░ "
+    assert executor_lane([0.5], [0.5], 1) == "▄"  # a tie shows what ran
+
+
+def test_overlap_line_says_on_cores_and_in_progress() -> None:
+    snap = make_snapshot(executors=2)
+    assert overlap_text(snap) == "overlap on cores 18% · in progress 37%"
+    plain = dataclasses.replace(snap, executors=tuple(dataclasses.replace(e, running=(), core_wait=())
+                                                      for e in snap.executors))
+    assert overlap_text(plain) == "overlap 18%"  # nothing read: the sweep of intervals, one figure

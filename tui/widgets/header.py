@@ -90,6 +90,8 @@ class HeaderBar(SnapshotPanel):
             right.add(f" {child} ", self.style(badge)).add("  ")
         if snapshot.paused:
             right.add(" PAUSED ", self.style("header--paused")).add("  ")
+        if snapshot.timing and snapshot.timing[-1] and not snapshot.paused:
+            right.add(" timing round ", self.style("header--state")).add("  ")
         if not watching:
             right.add(render.num(snapshot.throughput), self.style("value"))
             right.add(f" {unit_text(snapshot)}   ", self.style("dim"))

@@ -14,33 +14,60 @@ from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks
 WINDOW_SECONDS = 5.0
 """How far back the lanes reach."""
 
-LAUNCH, WAIT = "▌", "·"
-"""Frontend lane glyphs: a cell mostly launching, a cell mostly waiting."""
+LAUNCH, WAIT, CORE = "▌", "·", "░"
+"""Lane glyphs: the frontend running (launching), the frontend blocked (full queue, synchronize, data),
+and a thread runnable but waiting for a core (frontend or executor)."""
 
 
-def frontend_lane(busy: Sequence[float], wait: Sequence[float], width: int) -> str:
-    """One glyph per cell: ``▌`` when the frontend mostly ran, ``·`` when it mostly waited, else blank."""
+def frontend_lane(busy: Sequence[float], wait: Sequence[float], width: int,
+                  core_wait: Sequence[float] = ()) -> str:
+    """One glyph per cell for what the frontend mostly did there: ``▌`` ran, ``·`` was blocked, ``░``
+    waited for a core, blank was idle (the rest of the window: sleeping, reading a file) or unknown."""
     b, w = render.fit(busy, width), render.fit(wait, width)
+    c = render.fit(core_wait, width) if core_wait else []
     cells = []
     for i in range(len(b)):
         wi = w[i] if i < len(w) else 0.0
-        if b[i] <= 0.0 and wi <= 0.0:
+        ci = c[i] if i < len(c) else 0.0
+        idle = 1.0 - b[i] - wi - ci
+        top = max(b[i], wi, ci)
+        if top <= 0.0 or idle > top:
             cells.append(" ")
         else:
-            cells.append(LAUNCH if b[i] >= wi else WAIT)
+            cells.append(LAUNCH if b[i] == top else WAIT if wi == top else CORE)
+    return "".join(cells) + " " * (width - len(cells))
+
+
+def executor_lane(running: Sequence[float], core_wait: Sequence[float], width: int) -> str:
+    """Running shares as block heights; ``░`` where the thread waited for a core more than it ran."""
+    r, c = render.fit(running, width), render.fit(core_wait, width)
+    cells = [CORE if c[i] > r[i] else render.level(r[i]) for i in range(len(r))]
     return "".join(cells) + " " * (width - len(cells))
 
 
 def overlap_text(snapshot: Snapshot) -> str:
-    """``overlap 43%``: mean of ``snapshot.overlap`` over the window; ``—`` with fewer than 2 executors."""
+    """``overlap 43%``: the mean of ``snapshot.overlap`` over the window; with emulated streams whose
+    threads were read, ``overlap on cores 3% · in progress 98%`` (running at once vs work in progress at
+    once); ``—`` with fewer than 2 executors."""
     if len(snapshot.executors) < 2:
         return "overlap —"
     values = render.window(snapshot.overlap, WINDOW_SECONDS, snapshot.interval)
-    return f"overlap {render.pct(render.mean(values), 0)}"
+    if not any(e.running for e in snapshot.executors) or not snapshot.overlap_in_progress:
+        return f"overlap {render.pct(render.mean(values), 0)}"
+    progress = render.window(snapshot.overlap_in_progress, WINDOW_SECONDS, snapshot.interval)
+    return (f"overlap on cores {render.pct(render.mean(values), 0)} · in progress "
+            f"{render.pct(render.mean(progress), 0)}")
+
+
+def split_text(running: Sequence[float], core_wait: Sequence[float], short: bool) -> str:
+    """`` run  31% waits  37%`` (``short``: `` run  31%``): on a core, and waiting for one."""
+    text = " run " + render.pct(render.mean(running), 4)
+    return text if short else text + " waits " + render.pct(render.mean(core_wait), 4)
 
 
 class LanesPanel(SnapshotPanel):
-    """``frontend ▌▌ ▌·· busy 18%`` and ``stream:0 ██████ busy 99%`` lanes, then ``overlap NN%``."""
+    """``frontend ▌▌ ▌·· run 18% waits 0%`` and ``stream:0 ███░░█ run 61% waits 37%`` lanes, then the
+    overlap line."""
 
     DEFAULT_CSS = """
     LanesPanel { height: auto; }
@@ -51,33 +78,50 @@ class LanesPanel(SnapshotPanel):
         return not snapshot.attached
 
     def title(self, snapshot: Snapshot) -> str:
-        """``lanes, last 5 s``; in a replay, that much trace time (``lanes, last 50.0 ms of trace``)."""
+        """``lanes, last 5 s`` and the glyphs' legend; in a replay, that much trace time (``lanes, last
+        50.0 ms of trace``)."""
         replay = snapshot.replay
         if replay is not None and snapshot.interval > 0:
             span = render.seconds(WINDOW_SECONDS / snapshot.interval * replay.frame)
             return f"lanes, last {span} of trace  ({LAUNCH} launching  {WAIT} in a sync)"
-        return f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} waiting)"
+        return (f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} blocked  {CORE} waiting for "
+                f"a core)")
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
-        """The frontend lane, one lane per executor, and the overlap line."""
+        """The frontend lane, one lane per executor, and the overlap line.
+
+        Where the agent read a thread's ``schedstat`` the lane is drawn from its running share (and
+        ``░`` where it waited for a core), the right column says ``run N% waits M%``; elsewhere the lane
+        is the share of time with work in progress and the column says ``busy N%``.
+        """
         rows = executor_rows(snapshot.executors)
         names = ["frontend", *(label for label, _ in rows)]
         name_w = min(max(len(n) for n in names), 16)
-        right_w = len(" busy 100%")
+        split = bool(snapshot.frontend_core_wait) or any(e.running for _, e in rows)
+        right_w = len(" run 100% waits 100%") if split else len(" busy 100%")
+        short = split and width - name_w - 1 - right_w < 16  # no room for the waits column
+        if short:
+            right_w = len(" busy 100%")
         lane_w = max(1, width - name_w - 1 - right_w)
 
         def win(values: Sequence[float]) -> Sequence[float]:
             return render.window(values, WINDOW_SECONDS, snapshot.interval)
 
-        busy, wait = win(snapshot.frontend_busy), win(snapshot.frontend_wait)
+        busy, wait, core = win(snapshot.frontend_busy), win(snapshot.frontend_wait), win(snapshot.frontend_core_wait)
         row = Row().add("frontend".ljust(name_w) + " ", self.style("label"))
-        text = frontend_lane(busy, wait, lane_w)
-        accent, dim = self.style("accent"), self.style("dim")
-        for launching, run in groupby(text, key=LAUNCH.__eq__):  # one piece per run of one colour
-            row.add("".join(run), accent if launching else dim)
-        row.add(" busy " + render.pct(render.mean(busy), 4), self.style("value"))
+        text = frontend_lane(busy, wait, lane_w, core)
+        accent, dim, warn = self.style("accent"), self.style("dim"), self.style("warn")
+        for glyph, run in groupby(text):  # one piece per run of one colour
+            row.add("".join(run), accent if glyph == LAUNCH else warn if glyph == CORE else dim)
+        if snapshot.frontend_core_wait:
+            row.add(split_text(busy, core, short).ljust(right_w), self.style("value"))
+        elif split:
+            row.add((" run " + render.pct(render.mean(busy), 4)).ljust(right_w), self.style("value"))
+        else:
+            row.add(" busy " + render.pct(render.mean(busy), 4), self.style("value"))
         out = [row]
         exited = exited_ranks(snapshot)
+        track = self.style("track")
         for label, e in rows:
             name_style = self.style("dim" if e.rank in exited else "label")
             row = Row().add(render.clip(label, name_w).ljust(name_w) + " ", name_style)
@@ -85,10 +129,15 @@ class LanesPanel(SnapshotPanel):
                 text = "(synchronous: inside the frontend lane)" if lane_w >= 39 else "(synchronous)"
                 row.add(text.ljust(lane_w)[:lane_w], self.style("dim"))
                 row.add(" " * right_w)
+            elif e.running:
+                running, core = win(e.running), win(e.core_wait)
+                for waits, run in groupby(executor_lane(running, core, lane_w), key=CORE.__eq__):
+                    row.add("".join(run), warn if waits else track)
+                row.add(split_text(running, core, short).ljust(right_w), self.style("value"))
             else:
                 values = win(e.busy)
-                row.add(render.lane(values, lane_w), self.style("track"))
-                row.add(" busy " + render.pct(render.mean(values), 4), self.style("value"))
+                row.add(render.lane(values, lane_w), track)
+                row.add((" busy " + render.pct(render.mean(values), 4)).ljust(right_w), self.style("value"))
             out.append(row)
         if snapshot.throughput_history:
             values = win(snapshot.throughput_history)

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 from rich.style import Style
 
-from torchpar_top.contract.snapshot import ModeStats, Snapshot
+from torchpar_top.contract.snapshot import ModeStats, ResultRow, Snapshot
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+
+
+def result_scale(row: ResultRow) -> tuple[float, str]:
+    """The factor and unit a result row is shown in: seconds below 0.1 s as milliseconds."""
+    return (1000.0, "ms") if row.unit == "s" and abs(row.value) < 0.1 else (1.0, row.unit)
+
+
+def result_number(x: float | None) -> str:
+    """A result value: 4 significant digits, 2 for tiny ones (``0.00059``)."""
+    if x is not None and 0 < abs(x) < 0.01:
+        return f"{x:.2g}" if abs(x) >= 1e-4 else f"{x:.1e}"
+    return render.num(x, 4)
 
 
 def ratio_text(snapshot: Snapshot) -> str:
@@ -18,7 +30,8 @@ def ratio_text(snapshot: Snapshot) -> str:
 
 
 class ScoreboardPanel(SnapshotPanel):
-    """The async-vs-sync table, the experiment's own results and the intra-op scaling table."""
+    """The async-vs-sync table, the experiment's own results (complete rounds only, with their median
+    and range) and the intra-op scaling table."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"score--async", "score--sync"}
 
@@ -59,12 +72,7 @@ class ScoreboardPanel(SnapshotPanel):
             .add("  async / sync", self.style("dim"))
         )
         if snapshot.results:
-            label_w = min(max(len(r.label) for r in snapshot.results), max(8, width - 16))
-            for r in snapshot.results:
-                out.append(
-                    Row().add(render.clip(r.label, label_w).ljust(label_w) + " ", self.style("label"))
-                    .add(render.num(r.value, 4).rjust(8), self.style("value")).add(f" {r.unit}", self.style("dim"))
-                )
+            out.extend(self._results(snapshot.results, width))
         if snapshot.scaling:
             out.append(Row())
             out.append(Row().add("threads → GFLOP/s", self.style("dim")))
@@ -76,6 +84,32 @@ class ScoreboardPanel(SnapshotPanel):
                     Row().add(f"{p.threads:>7d} ", self.style("label")).add(render.bar(frac, bar_w), self.style("track"))
                     .add(render.num(p.gflops).rjust(7), self.style("value"))
                 )
+        return out
+
+    def _results(self, results: Sequence[ResultRow], width: int) -> list[Row]:
+        """One row per result. Results in rounds are the latest complete round's, under a line naming
+        it, with the median and range over the complete rounds when there is room."""
+        label_w = min(max(len(r.label) for r in results), max(8, width - 16))
+        scaled = [result_scale(r) for r in results]
+        unit_w = max(len(unit) for _, unit in scaled) + 1
+        value_w = 6
+        spread = any(r.round is not None for r in results) and label_w + 1 + value_w + unit_w + 19 <= width
+        out = []
+        shown_header = False
+        for r, (k, unit) in zip(results, scaled):
+            if r.round is not None and not shown_header:
+                shown_header = True
+                head = f"round {r.round}" if r.rounds < 2 else f"round {r.round} · {r.rounds} kept"
+                if spread and r.rounds > 1:
+                    head = head.ljust(label_w + 1 + value_w + unit_w + 1) + "median (range)"
+                out.append(Row().add(render.clip(head, width), self.style("dim")))
+            row = (Row().add(render.clip(r.label, label_w).ljust(label_w) + " ", self.style("label"))
+                   .add(result_number(r.value * k).rjust(value_w), self.style("value"))
+                   .add(f" {unit}".ljust(unit_w), self.style("dim")))
+            if spread and r.median is not None and r.low is not None and r.high is not None and r.rounds > 1:
+                row.add(f" {render.num(r.median * k, 3):>6}", self.style("label"))
+                row.add(f" ({render.num(r.low * k, 2)}–{render.num(r.high * k, 2)})", self.style("dim"))
+            out.append(row)
         return out
 
     def _mode_row(self, label: str, stats: ModeStats | None, cols: tuple[int, ...]) -> Row:

@@ -1,4 +1,5 @@
-"""The frontend thread's Python stack (py-spy), innermost frame last, and what it waits in.
+"""The frontend thread's Python stack (from the agent, or py-spy when attached), innermost frame last,
+and what it waits in.
 
 When there is no stack, the reason (py-spy missing, ptrace not permitted...) is shown in full, wrapped:
 it says how to fix it.
@@ -10,9 +11,12 @@ from typing import ClassVar
 
 from torchpar_top.contract.snapshot import Snapshot, StackFrame, StackView
 from torchpar_top.tui import render
-from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.panel import Pad, Row, SnapshotPanel
 
 _LIB_MARKERS = ("site-packages/", "dist-packages/")
+
+STALE_S = 2.0
+"""A stack older than this says how old it is (stacks arrive about twice a second)."""
 
 
 def short_path(filename: str) -> str:
@@ -33,7 +37,7 @@ def verdict(stack: StackView) -> str:
     """``waiting in: DataLoader``, ``idle`` or ``running Python``: the first thing to read."""
     if stack.waiting_in:
         return f"waiting in: {stack.waiting_in}"
-    return "idle (py-spy: the thread waits)" if stack.idle else "running Python"
+    return "idle (the thread waits)" if stack.idle else "running Python"
 
 
 class StackPanel(SnapshotPanel):
@@ -63,9 +67,9 @@ class StackPanel(SnapshotPanel):
         return self.enabled and (snapshot.stack is not None or bool(snapshot.stack_status))
 
     def title(self, snapshot: Snapshot) -> str:
-        """``frontend stack (py-spy) · pid 4242``."""
+        """``frontend stack (agent) · pid 4242``: who read it (the agent in the workload, or py-spy)."""
         stack = snapshot.stack
-        return "frontend stack (py-spy)" if stack is None else f"frontend stack (py-spy) · pid {stack.pid}"
+        return "frontend stack" if stack is None else f"frontend stack ({stack.source}) · pid {stack.pid}"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The verdict, py-spy's status when there is one, then one row per frame."""
@@ -79,9 +83,12 @@ class StackPanel(SnapshotPanel):
         row = Row().add(f" {render.clip(head, width - 2)} ", self.style("stack--waiting" if waiting else "stack--running"))
         if stack.idle and stack.waiting_in:
             row.add("  idle", self.style("dim"))
-        age = f"{max(0.0, snapshot.t - stack.t):.1f} s ago"
-        for right in (f"{stack.thread} · {age}" if stack.thread else age, age):
-            if row.width + len(right) + 2 <= width:
+        # the age only once it is stale: a fresh stack is at most STALE_S old, and a text that changes
+        # every frame would repaint the line every frame
+        seconds = max(0.0, snapshot.t - stack.t)
+        age = f"{seconds:.0f} s ago" if seconds >= STALE_S else ""
+        for right in (" · ".join(x for x in (stack.thread, age) if x), age):
+            if right and row.width + len(right) + 2 <= width:
                 row.to(width - len(right)).add(right, self.style("dim"))
                 break
         out = [row]
@@ -103,7 +110,9 @@ class StackPanel(SnapshotPanel):
         return out
 
     def fit_rows(self, rows: list[Row], height: int) -> list[Row]:
-        """Short of room, keep the verdict and the innermost frames; say how many outer ones are hidden."""
+        """Short of room, keep the verdict and the innermost frames; say how many outer ones are hidden
+        (the padding that keeps the panel's height goes first)."""
+        rows = [r for r in rows if not isinstance(r, Pad)]
         if height <= 0 or len(rows) <= height or self.snapshot is None or self.snapshot.stack is None:
             return rows
         if height == 1:

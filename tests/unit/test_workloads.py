@@ -1,0 +1,40 @@
+"""The experiments' own measurements, run small in this process (no child, no socket)."""
+
+from __future__ import annotations
+
+import time
+
+from torchpar_top.contract import messages as m
+from torchpar_top.probes.agent.agent import Agent
+from torchpar_top.workloads import async_compute
+
+
+def _agent() -> tuple[Agent, list]:
+    agent = Agent(None, experiment="async", description="t", interval=0.05)
+    agent.hard_exit = lambda: None
+    sent: list = []
+    agent.send = sent.append  # type: ignore[method-assign]
+    return agent, sent
+
+
+def test_a_text_round_reports_its_three_timings_together_and_pauses_the_live_loop():
+    agent, sent = _agent()
+    stream = agent.emulated_stream("s")
+    counted = [0]
+    try:
+        for _ in range(50):  # a live backlog: the round drains it before timing anything
+            stream.launch(time.sleep, 0.001)
+        t0 = time.perf_counter()
+        times = async_compute.text_round(agent, stream, 4, "cpu", counted, repeats=3, n=64)
+        t1 = time.perf_counter()
+        assert stream.completed == stream.launched == 56 and counted == [6]  # 2 × 3 text items
+        results = [msg for msg in sent if isinstance(msg, m.Result)]
+        assert [r.label for r in results] == ["numpy", "torch launch", "torch + sync", "launch/complete"]
+        assert [(r.round, r.closes_round) for r in results] == [(4, False)] * 3 + [(4, True)]
+        assert results[3].value == 100 * times["launch"] / times["sync"]
+        assert any(isinstance(msg, m.Log) and msg.text.startswith("text round 4:") for msg in sent)
+        # every sample window that touches the round says so (neither mode's scoreboard counts it)
+        assert agent.sample(t0, t1).timing
+        assert not agent.sample(t1 + 0.001, time.perf_counter() + 0.002).timing
+    finally:
+        agent.close()
