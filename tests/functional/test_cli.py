@@ -78,7 +78,8 @@ def test_headless_writes_json_lines_with_every_field_and_exits_clean():
     ex = live[-1]["executors"][0]
     assert {"name", "kind", "quantity", "value", "capacity"} <= set(ex)
     assert ex["quantity"] == "depth" and ex["capacity"] == 1024 and ex["kind"] == "emulated-stream"
-    assert live[-1]["throughput"]["value"] > 0 and live[-1]["throughput"]["unit"] == "it/s"
+    # the async experiment pauses its live loop for its timing rounds: a window may rightly read 0
+    assert max(r["throughput"]["value"] for r in live) > 0 and live[-1]["throughput"]["unit"] == "it/s"
     assert any(t["role"] == "frontend (main)" for t in live[-1]["threads"])
     times = [r["t"] for r in records]
     assert times == sorted(times)
