@@ -2,6 +2,11 @@
 
 The socket lives in a fresh directory only this user can enter (``mkdtemp``: mode 0700). Each
 connection is one agent; its lines are validated like any other protocol stream.
+
+The directory must not outlive us, even after SIGKILL (no chance to clean up then). So: once every rank
+expected has connected, the socket's name is not needed any more (connections live on without it), and
+the socket file and its directory are removed at once; and the directory's name carries our pid, so a
+later start removes those of a torchpar-top that died before its ranks all connected.
 """
 
 from __future__ import annotations
@@ -18,6 +23,41 @@ from torchpar_top.contract.messages import Message
 from torchpar_top.session.wire import MessageStream
 
 
+#: The start of the private directories' names; the pid of the torchpar-top that made one follows.
+DIR_PREFIX = "torchpar-top-"
+
+
+def remove_stale_dirs() -> None:
+    """Remove the listener directories of torchpar-top processes that are gone (killed before their ranks
+    all connected); those of living ones, and anything not ours, are left alone."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        pid, sep, _ = name[len(DIR_PREFIX):].partition("-")
+        if not name.startswith(DIR_PREFIX) or not sep or not pid.isdigit() or _alive(int(pid)):
+            continue
+        path = os.path.join(root, name)
+        try:
+            if os.stat(path).st_uid == os.getuid() and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (ours or not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class AgentListener:
     """Accepts agent connections and reads them on one thread."""
 
@@ -26,6 +66,7 @@ class AgentListener:
         on_message: Callable[[Message, int], None],
         on_closed: Callable[[int], None],
         on_error: Callable[[str], None],
+        expected: int | None = None,
     ) -> None:
         """Create the socket (listening at once).
 
@@ -33,8 +74,11 @@ class AgentListener:
             on_message: called with (message, connection number) for each valid message.
             on_closed: called with the connection number when an agent disconnects.
             on_error: called with a line for the log pane (malformed input).
+            expected: how many agents will connect (torchrun's ranks); once they all have, the socket's
+                file and directory are removed. None: kept until :meth:`close`.
         """
-        self._dir = tempfile.mkdtemp(prefix="torchpar-top-")
+        remove_stale_dirs()
+        self._dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         os.chmod(self._dir, 0o700)
         self.path = os.path.join(self._dir, "agent.sock")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -42,6 +86,7 @@ class AgentListener:
         self._server.listen(64)
         self._server.setblocking(False)
         self._on_message, self._on_closed, self._on_error = on_message, on_closed, on_error
+        self._expected = expected
         self._conns: dict[int, tuple[socket.socket, MessageStream]] = {}
         self._lock = threading.Lock()
         self._next = 1
@@ -96,6 +141,17 @@ class AgentListener:
             stream = MessageStream(lambda msg, n=number: self._on_message(msg, n), self._on_error)
             self._conns[number] = (conn, stream)
         sel.register(conn, selectors.EVENT_READ, number)
+        if self._expected is not None and number >= self._expected:
+            self.remove_path()  # every rank is in: nothing is left behind, even if we are killed now
+
+    @property
+    def directory(self) -> str:
+        """The private directory holding the socket (gone once every expected agent connected)."""
+        return self._dir
+
+    def remove_path(self) -> None:
+        """Remove the socket's file and its directory; connections made live on. Idempotent."""
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def _read(self, sel: selectors.BaseSelector, number: int) -> None:
         conn, stream = self._conns[number]

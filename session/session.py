@@ -225,7 +225,8 @@ class Session:
         with self._child_lock:
             if torchrun:
                 self._listener = AgentListener(self._on_rank_message, self._on_rank_closed,
-                                               lambda text: self.store.add_log(LogSource.PROTOCOL, text))
+                                               lambda text: self.store.add_log(LogSource.PROTOCOL, text),
+                                               expected=target.nproc)
                 env[ENV_SOCKET] = self._listener.path
             child = ChildProcess(
                 lambda fd: target.command(fd, self.interval, self._sync_wanted),

@@ -90,6 +90,8 @@ def test_torchrun_ranks_are_shown_and_a_dead_rank_is_marked(run_session):
     ranks = wait_for(lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.throughput for x in r) and r,
                      timeout=120)
     assert sorted(r.rank for r in ranks) == [0, 1]
+    # every rank is in: the private socket directory is gone already (a SIGKILL now leaves nothing)
+    assert not os.path.exists(s._listener.directory)
     names = {(e.rank, e.name) for e in s.snapshot().executors}
     assert {(0, "cpu (eager)"), (1, "cpu (eager)")} <= names
     victim = next(r for r in ranks if r.rank == 1)
