@@ -104,6 +104,10 @@ def test_nothing_is_left_running(how):
                 _drain(master)
             time.sleep(0.05)
         assert proc.poll() is not None, f"the app did not exit after {how}"
+        # as a shell expects: 128 + the signal that ended it, 0 for a key
+        expected = {"SIGTERM": 128 + signal.SIGTERM, "SIGHUP": 128 + signal.SIGHUP, "key q": 0, "key ctrl-c": 0,
+                    "terminal closed": 128 + signal.SIGHUP, "SIGKILL": -signal.SIGKILL}[how]
+        assert os.waitstatus_to_exitcode(proc.poll()) == expected
         wait_for(lambda: not any(running(p) for p in pids),
                  timeout=15)
     finally:
