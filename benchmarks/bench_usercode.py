@@ -166,11 +166,11 @@ def main() -> None:
     tensors = (torch.ones(1), torch.ones(1), torch.empty(1))
     per_op = {
         "plain": ("plain", _ops), "bare TorchFunctionMode (floor)": ("bare", _ops),
-        "OpCounter (ASYNC)": ("agent", _ops), "OpCounter (SYNC scope op, CPU)": ("sync-op", _ops),
+        "OpCounter (ASYNC)": ("every", _ops), "OpCounter (SYNC scope op, CPU)": ("sync-op", _ops),
         "CUDA LaunchCounter (CPU tensors)": ("launch-cpu", _ops),
         "CUDA LaunchCounter (as cuda:0)": ("launch-cuda0", _ops),
         "TorchDispatchMode counter": ("dispatch", _ops),
-        "item() plain": ("plain", _items), "item() as a sync point": ("agent", _items),
+        "item() plain": ("plain", _items), "item() as a sync point": ("every", _items),
     }
     for setup, fn in per_op.values():
         _under(setup, fn, 2000, *tensors)
