@@ -182,8 +182,7 @@ class RunTally:
         self.frontend_wait.add(wait, dt)
         self.frontend_core_wait.add(_last(snap.frontend_core_wait), dt)
         data = snap.data_verdict.wait if snap.data_verdict is not None else None
-        # Over the same time as the frontend's figures: before a DataLoader exists nothing waits for it.
-        self.data_wait.add(data if data is not None or wait is None else 0.0, dt)
+        self.data_wait.add(data, dt)  # over the time a DataLoader fed the frontend (the DataVerdict's)
         bounded = [e for e in snap.executors if e.kind in ASYNC_KINDS]
         self.has_async = self.has_async or bool(bounded)
         self.has_eager = self.has_eager or any(e.kind == ExecutorKind.EAGER for e in snap.executors)
@@ -355,10 +354,13 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
         done = f" ({f['done']:g} {what} in all)" if f["done"] is not None else ""
         lines.append(f"  throughput: {f['throughput']:.4g} {f['throughput_unit']}{done}")
     parts = [f"{name} {_pct(f[key])}" for name, key in (
-        ("busy", "frontend_busy"), ("waiting", "frontend_wait"), ("for data", "data_wait"),
-        ("in sync", "sync_wait"), ("blocked on a full queue", "blocked")) if f[key] is not None]
+        ("busy", "frontend_busy"), ("waiting", "frontend_wait"), ("in sync", "sync_wait"),
+        ("blocked on a full queue", "blocked")) if f[key] is not None]
     if parts:
         lines.append("  frontend: " + ", ".join(parts))
+    if f["data_wait"] is not None:
+        lines.append(f"  data: the frontend waited for its next batch {_pct(f['data_wait'])} of the time a "
+                     "DataLoader fed it")
     if f["run_queue_wait_cores"] is not None:
         lines.append(f"  cpu: load {_pct(f['cpu_load'] or 0)} of all cores, run-queue wait "
                      f"{f['run_queue_wait_cores']:.2f} cores, starved {_pct(f['starved_share'] or 0)} of the run")
