@@ -40,11 +40,11 @@ def _stream(name: str, kind: ExecutorKind) -> str:
     return rest or "default"
 
 
-def _gpu_of(name: str, kind: ExecutorKind) -> str:
-    """The CUDA device index a CUDA stream executor is on (``cuda:1 s2`` → ``1``)."""
+def _device_of(name: str, kind: ExecutorKind) -> str:
+    """The CUDA device a CUDA stream executor is on, as the workload names it (``cuda:1 s2`` → ``cuda:1``)."""
     if kind != ExecutorKind.CUDA_STREAM or not name.startswith("cuda:"):
         return ""
-    return name[5:].split(" ")[0]
+    return name.split(" ")[0]
 
 
 class SnapshotCollector:
@@ -129,7 +129,10 @@ class SnapshotCollector:
         yield from (util, used, total, power, proc)
 
     def _queues(self, snap: Snapshot, host: str) -> Iterator[Metric]:
-        names = ["Hostname", "rank", "executor", "kind", "quantity", "gpu", "stream"]
+        names = ["Hostname", "rank", "executor", "kind", "quantity", "gpu", "UUID", "stream"]
+        # A CUDA stream's GPU by NVML index and UUID, as dcgm-exporter labels it: the GPU panel's label is
+        # the workload's own ``cuda:N`` (mapped through its CUDA UUIDs or CUDA_VISIBLE_DEVICES).
+        nvml = {g.label: (str(g.index), g.uuid) for g in snap.gpus}
         depth = GaugeMetricFamily(PREFIX + "queue_depth", "An executor's queue: launched - started (depth) or "
                                   "launched - completed (outstanding, the quantity label)", labels=names)
         cap = GaugeMetricFamily(PREFIX + "queue_capacity", "Where launching into the executor blocks (bounded "
@@ -142,8 +145,8 @@ class SnapshotCollector:
         completed = CounterMetricFamily(PREFIX + "queue_completions", "Completions of the executor (C)",
                                         labels=names)
         for e in snap.executors:
-            labels = [host, _rank(e.rank), e.name, e.kind.value, e.quantity.value, _gpu_of(e.name, e.kind),
-                      _stream(e.name, e.kind)]
+            gpu, uuid = nvml.get(_device_of(e.name, e.kind), ("", ""))
+            labels = [host, _rank(e.rank), e.name, e.kind.value, e.quantity.value, gpu, uuid, _stream(e.name, e.kind)]
             depth.add_metric(labels, e.value)
             if e.capacity is not None:
                 cap.add_metric(labels, e.capacity)

@@ -298,7 +298,8 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
     found: list[tuple[float, Bound, str]] = []
     data = f.get("data_wait")
     if data is not None and derive.data_verdict(data, True).bound == DataBound.INPUT:
-        found.append((data, Bound.INPUT, f"the frontend waited for its next batch {_pct(data)} of the run "
+        found.append((data, Bound.INPUT, f"the frontend waited for its next batch {_pct(data)} of the time a "
+                                         f"DataLoader fed it "
                                          f"(input-bound above {_pct(INPUT_BOUND_WAIT)})"))
     sync = max(f.get("sync_wait") or 0.0, f.get("stack_in_sync") or 0.0)
     if sync > SYNC_BOUND_WAIT:

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot, make_torchrun_snapshot
+from torchpar_top.contract.vocab import ExecutorKind
 from torchpar_top.session.metrics import MetricsServer, SnapshotCollector
 
 TRACE = os.path.join(os.path.dirname(__file__), os.pardir, "data", "hta", "cpu_only.json.gz")
@@ -83,6 +84,15 @@ def test_gpu_series_carry_dcgm_exporters_labels():
     assert one(fams, "torchpar_gpu_memory_used_bytes", **labels) == 35 * 1024**3
     assert one(fams, "torchpar_gpu_memory_total_bytes", **labels) == 80 * 1024**3
     assert one(fams, "torchpar_gpu_power_watts", **labels) == pytest.approx(272.0)
+
+
+def test_a_cuda_streams_series_name_its_gpu_as_dcgm_does():
+    snap = make_snapshot(gpus=2)
+    gpus = (dataclasses.replace(snap.gpus[0], index=0, label="cuda:1", uuid=UUIDS[0]),
+            dataclasses.replace(snap.gpus[1], index=1, label="cuda:0", uuid=UUIDS[1]))  # CUDA_VISIBLE_DEVICES=1,0
+    stream = dataclasses.replace(snap.executors[0], name="cuda:0 s1", kind=ExecutorKind.CUDA_STREAM, value=37)
+    fams = scrape(dataclasses.replace(snap, gpus=gpus, executors=(stream,)))
+    assert one(fams, "torchpar_queue_depth", executor="cuda:0 s1", gpu="1", UUID=UUIDS[1], stream="s1") == 37
 
 
 def test_torchrun_ranks_are_labelled():
