@@ -133,7 +133,8 @@ def main_parser() -> Parser:
         "per-core load, the child's threads by role, launch-queue depth per executor, busy lanes and "
         "overlap, and async vs sync throughput. Subcommands: `torchpar-top run SCRIPT.py [ARGS]` "
         "(your code, see `torchpar-top run --help`), `torchpar-top attach PID` and "
-        "`torchpar-top replay TRACE` (a recorded torch.profiler trace, played back).",
+        "`torchpar-top replay TRACE` (a recorded torch.profiler trace, played back), "
+        "`torchpar-top compare A.json B.json` (two --report files, exit 1 when steps/s fell).",
         epilog=KEYS,
     )
     parser.add_argument(
