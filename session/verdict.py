@@ -163,14 +163,22 @@ class RunTally:
                 self._reset()  # a restart or another experiment: a new run
                 self.started = started
             self._run_key = key
-            now = snap.replay.position if snap.replay is not None else snap.t
-            prev, self._prev_t = self._prev_t, now
             self._last = snap
             running = snap.child.state in (ChildState.RUNNING, ChildState.ATTACHED, ChildState.FINISHED)
+            if snap.replay is not None:
+                # Trace time, each stretch of the trace once: played again (r) or seeked back, the frames
+                # already counted are not counted again; a seek forward skips the trace it jumped over.
+                now, prev = snap.replay.position, self._prev_t
+                self._prev_t = max(now, prev if prev is not None else now)
+                longest = 10 * snap.replay.frame  # as for a live run: ten frames, not a seek
+            else:
+                now, prev = snap.t, self._prev_t
+                self._prev_t = now
+                longest = max(MAX_GAP, 10 * snap.interval)
             if prev is None or snap.paused or not running:
                 return
             dt = now - prev
-            if not 0 < dt <= max(MAX_GAP, 10 * snap.interval):
+            if not 0 < dt <= longest:
                 return
             self._add(snap, dt)
 

@@ -203,3 +203,23 @@ def test_compare_bad_input_is_one_line_and_status_2(tmp_path, capsys):
         lines = err.strip().splitlines()
         assert status == 2 and out == "", (argv, err)
         assert len(lines) == 1 and lines[0].startswith("torchpar-top: error:") and needle in lines[0], lines
+
+
+def test_a_replay_counts_trace_time_once():
+    from torchpar_top.contract.snapshot import ReplayView
+
+    snap = calm(make_snapshot(executors=1))
+    tally = RunTally()
+
+    def at(position: float) -> None:
+        tally.feed(dataclasses.replace(snap, t=5000.0, replay=ReplayView("t.json", position, 1.0, 0.01, 0.001)))
+
+    for i in range(101):  # 0 to 100 ms of trace time, a frame (1 ms) at a time
+        at(i / 1000)
+    for i in range(50, 101):  # played again from 50 ms (r, or a seek back): nothing new
+        at(i / 1000)
+    at(0.5)  # a seek forward: the trace jumped over is not counted
+    for i in range(501, 511):
+        at(i / 1000)
+    assert tally.seconds == pytest.approx(0.110)
+    assert tally.report()["seconds_are"] == "trace time"
