@@ -128,3 +128,28 @@ def test_a_port_in_use_is_one_line_and_status_2(mode):
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert lines == [f"torchpar-top: error: --metrics-port {port} on 127.0.0.1: in use"]
+
+
+@pytest.mark.parametrize("make", [make_snapshot, make_run_snapshot, make_torchrun_snapshot])
+def test_names_units_and_ranges_in_openmetrics(make):
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+    snap = make()
+    if not snap.gpus:
+        snap = dataclasses.replace(snap, gpus=make_snapshot(gpus=1).gpus)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(FakeSession(snap).snapshot, hostname="node-7"))
+    families = list(parse_openmetrics(openmetrics(registry).decode()))
+    assert families
+    for family in families:
+        assert family.name.startswith("torchpar_"), family.name
+        for suffix in ("ratio", "bytes", "watts", "cores", "seconds"):
+            if family.name.endswith("_" + suffix):
+                assert family.unit == suffix, (family.name, family.unit)
+        for sample in family.samples:
+            assert sample.labels.get("Hostname") == "node-7", (family.name, sample)
+            if family.type == "counter":
+                assert sample.name == family.name + "_total" and sample.value >= 0
+            if family.name.endswith("_ratio"):
+                assert 0.0 <= sample.value <= 1.0, (family.name, sample)
