@@ -20,11 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fakes.fake_session import make_snapshot  # noqa: E402
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
-
-from torchpar_top.session.metrics import SnapshotCollector  # noqa: E402
-from torchpar_top.session.verdict import RunTally  # noqa: E402
+from fakes.fake_session import make_snapshot
+from prometheus_client import CollectorRegistry, generate_latest
+from torchpar_top.session.metrics import SnapshotCollector
+from torchpar_top.session.verdict import RunTally
 
 
 def cpu_us(fn, repeats: int) -> tuple[float, float, float]:
@@ -46,8 +45,14 @@ def main() -> None:
     snap = make_snapshot(cores=args.cores, executors=args.executors, gpus=args.gpus)
     hist = 600
     snap = dataclasses.replace(
-        snap, frontend_busy=(0.3,) * hist, frontend_wait=(0.6,) * hist, frontend_core_wait=(0.1,) * hist,
-        executors=tuple(dataclasses.replace(e, history=(5.0,) * hist, busy=(0.5,) * hist) for e in snap.executors))
+        snap,
+        frontend_busy=(0.3,) * hist,
+        frontend_wait=(0.6,) * hist,
+        frontend_core_wait=(0.1,) * hist,
+        executors=tuple(
+            dataclasses.replace(e, history=(5.0,) * hist, busy=(0.5,) * hist) for e in snap.executors
+        ),
+    )
     tally = RunTally()
     clock = iter(range(10**9))
     feed = cpu_us(lambda: tally.feed(dataclasses.replace(snap, t=1000 + 0.1 * next(clock))), args.repeats)
@@ -56,10 +61,14 @@ def main() -> None:
     size = len(generate_latest(registry))
     scrape = cpu_us(lambda: generate_latest(registry), max(1, args.repeats // 10))
     report = cpu_us(lambda: tally.report(snap), max(1, args.repeats // 10))
-    print(f"snapshot: {args.cores} cores, {args.executors} executors, {args.gpus} GPUs, {hist} samples of history")
+    print(
+        f"snapshot: {args.cores} cores, {args.executors} executors, {args.gpus} GPUs, {hist} samples of history"
+    )
     print(f"tally feed (per interval): median {feed[0]:.1f} µs (range {feed[1]:.1f}-{feed[2]:.1f})")
     print(f"report at the end: median {report[0]:.1f} µs")
-    print(f"one scrape ({size} bytes of text): median {scrape[0]:.0f} µs (range {scrape[1]:.0f}-{scrape[2]:.0f})")
+    print(
+        f"one scrape ({size} bytes of text): median {scrape[0]:.0f} µs (range {scrape[1]:.0f}-{scrape[2]:.0f})"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,11 @@ class Outputs:
             from torchpar_top.session.metrics import MetricsError, MetricsServer, SnapshotCollector
 
             try:
-                self.metrics = MetricsServer(SnapshotCollector(session.snapshot, version=__version__),
-                                             args.metrics_port, args.metrics_addr)
+                self.metrics = MetricsServer(
+                    SnapshotCollector(session.snapshot, version=__version__),
+                    args.metrics_port,
+                    args.metrics_addr,
+                )
             except MetricsError as exc:
                 _fail(str(exc))
         self._started = False
@@ -47,7 +50,9 @@ class Outputs:
             self._started = True
             self.watch.start()
 
-    def finish(self, out: TextIO, quit_by: str = "", received: int | None = None, duration: float | None = None) -> None:
+    def finish(
+        self, out: TextIO, quit_by: str = "", received: int | None = None, duration: float | None = None
+    ) -> None:
         """The run ended: stop the metrics server, print the verdict on ``out`` and write ``--report``.
 
         Args:
@@ -65,8 +70,9 @@ class Outputs:
         if self._started:
             self.watch.stop()
         final = self.session.snapshot()
-        report = self.tally.report(final, _ended_by(final, quit_by, received, duration),
-                                         f"torchpar-top {__version__}")
+        report = self.tally.report(
+            final, _ended_by(final, quit_by, received, duration), f"torchpar-top {__version__}"
+        )
         problem = ""
         if self.report_path:
             try:
@@ -120,14 +126,16 @@ def _check_writable(path: str) -> None:
 def compare(argv: Sequence[str]) -> int:
     """``torchpar-top compare A.json B.json [--tolerance X] [--metric NAME]``: 1 when the figure fell."""
     from torchpar_top.args import compare_parser
-    from torchpar_top.session.verdict import ReportError, compare as side_by_side, load
+    from torchpar_top.session.verdict import ReportError, load
+    from torchpar_top.session.verdict import compare as side_by_side
 
     parser = compare_parser()
     args = parser.parse_args(argv)
     try:
         a, b = load(args.a), load(args.b)
-        result = side_by_side(a, b, args.tolerance, args.metric,
-                              (os.path.basename(args.a), os.path.basename(args.b)))
+        result = side_by_side(
+            a, b, args.tolerance, args.metric, (os.path.basename(args.a), os.path.basename(args.b))
+        )
     except ReportError as exc:
         parser.exit(2, f"torchpar-top: error: {exc}\n")
     sys.stdout.write(result.text)

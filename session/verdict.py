@@ -79,15 +79,15 @@ class Bound(Word):
 #: One line of advice per verdict: the next thing to try.
 ADVICE: Mapping[Bound, str] = {
     Bound.INPUT: "feed it faster: more DataLoader workers (num_workers), pin_memory=True, a larger "
-                 "prefetch_factor, or cheaper __getitem__ (decode/augment once, cache)",
+    "prefetch_factor, or cheaper __getitem__ (decode/augment once, cache)",
     Bound.LAUNCH: "launch less per step: larger batches, fuse small ops (torch.compile), CUDA graphs, "
-                  "fewer Python-side ops between launches",
+    "fewer Python-side ops between launches",
     Bound.BACKEND: "the device is the limit: cut its work (mixed precision, a smaller model or batch) or "
-                   "add devices; on an eager CPU, more intra-op threads (torch.set_num_threads)",
+    "add devices; on an eager CPU, more intra-op threads (torch.set_num_threads)",
     Bound.SYNC: "remove the waits: drop .item()/.cpu()/print(tensor) from the step (log every N steps), "
-                "no torch.cuda.synchronize() in the loop; the sync-point lines are below",
+    "no torch.cuda.synchronize() in the loop; the sync-point lines are below",
     Bound.STARVED: "give it cores: fewer threads than cores (torch.set_num_threads, num_workers), or stop "
-                   "what else runs on the machine (the cores panel shows who)",
+    "what else runs on the machine (the cores panel shows who)",
     Bound.NONE: "nothing dominates: profile a step (key h, torch.profiler) to see where its time goes",
 }
 
@@ -194,7 +194,9 @@ class RunTally:
         bounded = [e for e in snap.executors if e.kind in ASYNC_KINDS]
         self.has_async = self.has_async or bool(bounded)
         self.has_eager = self.has_eager or any(e.kind == ExecutorKind.EAGER for e in snap.executors)
-        self.has_dataloader = self.has_dataloader or any(e.kind == ExecutorKind.DATALOADER for e in snap.executors)
+        self.has_dataloader = self.has_dataloader or any(
+            e.kind == ExecutorKind.DATALOADER for e in snap.executors
+        )
         blocked = [e.blocked for e in bounded if e.blocked is not None]
         block = max(blocked) if blocked else None
         self.blocked.add(block, dt)
@@ -231,11 +233,16 @@ class RunTally:
             verdict = classify(figures)
             modes = {}
             if snap is not None:
-                modes = {m.mode.value: {"seconds": round(m.seconds, 3),
-                                        "throughput": _round(m.throughput, 4),
-                                        "mean_depth": _round(m.mean_depth, 2),
-                                        "frontend_wait": _round(m.frontend_wait, 4)}
-                         for m in snap.scoreboard if m.seconds > 0}
+                modes = {
+                    m.mode.value: {
+                        "seconds": round(m.seconds, 3),
+                        "throughput": _round(m.throughput, 4),
+                        "mean_depth": _round(m.mean_depth, 2),
+                        "frontend_wait": _round(m.frontend_wait, 4),
+                    }
+                    for m in snap.scoreboard
+                    if m.seconds > 0
+                }
             sites = sorted(snap.syncpoints, key=lambda s: (-s.count, s.rank or 0, s.where)) if snap else []
             return {
                 "report_version": REPORT_VERSION,
@@ -252,11 +259,21 @@ class RunTally:
                 "snapshots": self.snapshots,
                 "figures": figures,
                 "by_mode": modes,
-                "gpus": [{"gpu": i, "label": g.label, "name": g.name, "util": _round(g.util.value, 4),
-                          "memory_peak_bytes": g.mem_peak, "power_w": _round(g.power.value, 1)}
-                         for i, g in sorted(self._gpus.items())],
-                "sync_points": [{"where": s.where, "call": s.call, "count": s.count, "rank": s.rank,
-                                 "sampled": s.sampled} for s in sites[:TOP_SITES]],
+                "gpus": [
+                    {
+                        "gpu": i,
+                        "label": g.label,
+                        "name": g.name,
+                        "util": _round(g.util.value, 4),
+                        "memory_peak_bytes": g.mem_peak,
+                        "power_w": _round(g.power.value, 1),
+                    }
+                    for i, g in sorted(self._gpus.items())
+                ],
+                "sync_points": [
+                    {"where": s.where, "call": s.call, "count": s.count, "rank": s.rank, "sampled": s.sampled}
+                    for s in sites[:TOP_SITES]
+                ],
                 "verdict": verdict,
             }
 
@@ -306,41 +323,96 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
     found: list[tuple[float, Bound, str]] = []
     data = f.get("data_wait")
     if data is not None and derive.data_verdict(data, True).bound == DataBound.INPUT:
-        found.append((data, Bound.INPUT, f"the frontend waited for its next batch {_pct(data)} of the time a "
-                                         f"DataLoader fed it "
-                                         f"(input-bound above {_pct(INPUT_BOUND_WAIT)})"))
+        found.append(
+            (
+                data,
+                Bound.INPUT,
+                f"the frontend waited for its next batch {_pct(data)} of the time a "
+                f"DataLoader fed it "
+                f"(input-bound above {_pct(INPUT_BOUND_WAIT)})",
+            )
+        )
     sync = max(f.get("sync_wait") or 0.0, f.get("stack_in_sync") or 0.0)
     if sync > SYNC_BOUND_WAIT:
-        found.append((sync, Bound.SYNC, f"the frontend waited for the device (synchronize, .item()) "
-                                        f"{_pct(sync)} of the run (above {_pct(SYNC_BOUND_WAIT)})"))
+        found.append(
+            (
+                sync,
+                Bound.SYNC,
+                f"the frontend waited for the device (synchronize, .item()) "
+                f"{_pct(sync)} of the run (above {_pct(SYNC_BOUND_WAIT)})",
+            )
+        )
     blocked, fill, busy = f.get("blocked"), f.get("queue_fill"), f.get("frontend_busy")
     if blocked is not None and blocked > BLOCKED_BOUND:
-        found.append((blocked, Bound.BACKEND, f"launches blocked on a full queue {_pct(blocked)} of the run "
-                                              f"(above {_pct(BLOCKED_BOUND)})"))
+        found.append(
+            (
+                blocked,
+                Bound.BACKEND,
+                f"launches blocked on a full queue {_pct(blocked)} of the run (above {_pct(BLOCKED_BOUND)})",
+            )
+        )
     elif fill is not None and fill > QUEUE_FULL:
-        found.append((fill, Bound.BACKEND, f"the device's queue stayed {_pct(fill)} full on average "
-                                           f"(above {_pct(QUEUE_FULL)})"))
+        found.append(
+            (
+                fill,
+                Bound.BACKEND,
+                f"the device's queue stayed {_pct(fill)} full on average (above {_pct(QUEUE_FULL)})",
+            )
+        )
     elif f.get("eager_cpu") and busy is not None and busy > FRONTEND_BUSY:
-        found.append((busy, Bound.BACKEND, f"eager CPU ops run on the frontend thread, busy {_pct(busy)} of "
-                                           f"the run (above {_pct(FRONTEND_BUSY)}): the CPU is the device"))
-    if f.get("device_queue") and busy is not None and busy > FRONTEND_BUSY and fill is not None \
-            and fill < QUEUE_NEAR_EMPTY:
-        found.append((busy, Bound.LAUNCH, f"the frontend was busy {_pct(busy)} of the run (above "
-                                          f"{_pct(FRONTEND_BUSY)}) while the device's queue stayed "
-                                          f"{_pct(fill)} full (below {_pct(QUEUE_NEAR_EMPTY)})"))
+        found.append(
+            (
+                busy,
+                Bound.BACKEND,
+                f"eager CPU ops run on the frontend thread, busy {_pct(busy)} of "
+                f"the run (above {_pct(FRONTEND_BUSY)}): the CPU is the device",
+            )
+        )
+    if (
+        f.get("device_queue")
+        and busy is not None
+        and busy > FRONTEND_BUSY
+        and fill is not None
+        and fill < QUEUE_NEAR_EMPTY
+    ):
+        found.append(
+            (
+                busy,
+                Bound.LAUNCH,
+                f"the frontend was busy {_pct(busy)} of the run (above "
+                f"{_pct(FRONTEND_BUSY)}) while the device's queue stayed "
+                f"{_pct(fill)} full (below {_pct(QUEUE_NEAR_EMPTY)})",
+            )
+        )
     starved = f.get("starved_share")
     if starved is not None and starved > STARVED_TIME:
         cores = f.get("run_queue_wait_cores")
-        found.append((starved, Bound.STARVED, f"threads waited for a core (starved) {_pct(starved)} of the "
-                                              f"run, {cores or 0:.2f} cores' worth of run-queue wait on "
-                                              f"average (above {_pct(STARVED_TIME)})"))
+        found.append(
+            (
+                starved,
+                Bound.STARVED,
+                f"threads waited for a core (starved) {_pct(starved)} of the "
+                f"run, {cores or 0:.2f} cores' worth of run-queue wait on "
+                f"average (above {_pct(STARVED_TIME)})",
+            )
+        )
     found.sort(key=lambda x: -x[0])
     if not found:
-        return {"class": Bound.NONE.value, "why": "no figure passed its threshold", "share": None,
-                "next": ADVICE[Bound.NONE], "also": []}
+        return {
+            "class": Bound.NONE.value,
+            "why": "no figure passed its threshold",
+            "share": None,
+            "next": ADVICE[Bound.NONE],
+            "also": [],
+        }
     share, bound, why = found[0]
-    return {"class": bound.value, "why": why, "share": round(share, 4), "next": ADVICE[bound],
-            "also": [{"class": b.value, "why": w} for _, b, w in found[1:]]}
+    return {
+        "class": bound.value,
+        "why": why,
+        "share": round(share, 4),
+        "next": ADVICE[bound],
+        "also": [{"class": b.value, "why": w} for _, b, w in found[1:]],
+    }
 
 
 def _pct(x: float) -> str:
@@ -349,11 +421,14 @@ def _pct(x: float) -> str:
 
 # -- the lines printed at the end ------------------------------------------------------------------
 
+
 def render(report: Mapping[str, Any], path: str | None = None) -> str:
     """The short report printed when a run ends."""
     f, v = report["figures"], report["verdict"]
-    lines = [f"torchpar-top: {report['target'] or report['experiment']}: {report['seconds']:.1f} s observed"
-             f" ({report['seconds_are']}){', ' + report['ended_by'] if report['ended_by'] else ''}"]
+    lines = [
+        f"torchpar-top: {report['target'] or report['experiment']}: {report['seconds']:.1f} s observed"
+        f" ({report['seconds_are']}){', ' + report['ended_by'] if report['ended_by'] else ''}"
+    ]
     lines.append(f"  verdict: {v['class']}: {v['why']}")
     lines.append(f"  next:    {v['next']}")
     for other in v["also"]:
@@ -362,17 +437,28 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
         what = f["throughput_unit"].split("/")[0]
         done = f" ({f['done']:g} {what} in all)" if f["done"] is not None else ""
         lines.append(f"  throughput: {f['throughput']:.4g} {f['throughput_unit']}{done}")
-    parts = [f"{name} {_pct(f[key])}" for name, key in (
-        ("busy", "frontend_busy"), ("waiting", "frontend_wait"), ("in sync", "sync_wait"),
-        ("blocked on a full queue", "blocked")) if f[key] is not None]
+    parts = [
+        f"{name} {_pct(f[key])}"
+        for name, key in (
+            ("busy", "frontend_busy"),
+            ("waiting", "frontend_wait"),
+            ("in sync", "sync_wait"),
+            ("blocked on a full queue", "blocked"),
+        )
+        if f[key] is not None
+    ]
     if parts:
         lines.append("  frontend: " + ", ".join(parts))
     if f["data_wait"] is not None:
-        lines.append(f"  data: the frontend waited for its next batch {_pct(f['data_wait'])} of the time a "
-                     "DataLoader fed it")
+        lines.append(
+            f"  data: the frontend waited for its next batch {_pct(f['data_wait'])} of the time a "
+            "DataLoader fed it"
+        )
     if f["run_queue_wait_cores"] is not None:
-        lines.append(f"  cpu: load {_pct(f['cpu_load'] or 0)} of all cores, run-queue wait "
-                     f"{f['run_queue_wait_cores']:.2f} cores, starved {_pct(f['starved_share'] or 0)} of the run")
+        lines.append(
+            f"  cpu: load {_pct(f['cpu_load'] or 0)} of all cores, run-queue wait "
+            f"{f['run_queue_wait_cores']:.2f} cores, starved {_pct(f['starved_share'] or 0)} of the run"
+        )
     for g in report["gpus"]:
         if g["util"] is not None:
             lines.append(f"  {g['label']} ({g['name']}): kernel-active {_pct(g['util'])}")
@@ -393,6 +479,7 @@ def write(report: Mapping[str, Any], path: str) -> None:
 
 # -- compare ----------------------------------------------------------------------------------------
 
+
 class ReportError(ValueError):
     """A file that is not a report ``compare`` can read (the message is one line)."""
 
@@ -408,26 +495,50 @@ def load(path: str) -> dict[str, Any]:
         raise ReportError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ReportError(f"{path}: not a report (not JSON: {exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or "report_version" not in data or not isinstance(data.get("figures"), dict):
+    if (
+        not isinstance(data, dict)
+        or "report_version" not in data
+        or not isinstance(data.get("figures"), dict)
+    ):
         raise ReportError(f"{path}: not a torchpar-top report (no report_version/figures)")
     if data["report_version"] != REPORT_VERSION:
-        raise ReportError(f"{path}: report version {data['report_version']!r}, this torchpar-top reads "
-                          f"{REPORT_VERSION}")
+        raise ReportError(
+            f"{path}: report version {data['report_version']!r}, this torchpar-top reads {REPORT_VERSION}"
+        )
     if not isinstance(data.get("verdict"), dict):
         raise ReportError(f"{path}: not a torchpar-top report (no verdict)")
     return data
 
 
 #: Figures ``compare --metric`` accepts, with their unit (throughput's is the report's own).
-METRICS = ("steps_per_s", "throughput", "data_wait", "frontend_busy", "frontend_wait", "sync_wait",
-           "blocked", "queue_fill", "queue_depth", "starved_share", "run_queue_wait_cores", "cpu_load")
+METRICS = (
+    "steps_per_s",
+    "throughput",
+    "data_wait",
+    "frontend_busy",
+    "frontend_wait",
+    "sync_wait",
+    "blocked",
+    "queue_fill",
+    "queue_depth",
+    "starved_share",
+    "run_queue_wait_cores",
+    "cpu_load",
+)
 
 
 def _unit(report: Mapping[str, Any], metric: str) -> str:
     if metric == "throughput":
         return report["figures"].get("throughput_unit", "")
-    return "steps/s" if metric == "steps_per_s" else "cores" if metric.endswith("_cores") else \
-        "launches" if metric == "queue_depth" else "share"
+    return (
+        "steps/s"
+        if metric == "steps_per_s"
+        else "cores"
+        if metric.endswith("_cores")
+        else "launches"
+        if metric == "queue_depth"
+        else "share"
+    )
 
 
 @dataclass(frozen=True)
@@ -441,15 +552,23 @@ class Comparison:
     regressed: bool
 
 
-def compare(a: Mapping[str, Any], b: Mapping[str, Any], tolerance: float, metric: str | None = None,
-            names: tuple[str, str] = ("A", "B")) -> Comparison:
+def compare(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    tolerance: float,
+    metric: str | None = None,
+    names: tuple[str, str] = ("A", "B"),
+) -> Comparison:
     """Two reports side by side; ``regressed`` when the chosen figure fell by more than ``tolerance``
     (a share of A's value). The default figure is steps/s where both runs counted steps, else throughput.
     :class:`ReportError` when the figure is missing or its units differ."""
     fa, fb = a["figures"], b["figures"]
     if metric is None:
-        metric = "steps_per_s" if fa.get("steps_per_s") is not None and fb.get("steps_per_s") is not None \
+        metric = (
+            "steps_per_s"
+            if fa.get("steps_per_s") is not None and fb.get("steps_per_s") is not None
             else "throughput"
+        )
     if metric not in METRICS:
         raise ReportError(f"unknown figure {metric!r}; one of: {', '.join(METRICS)}")
     ua, ub = _unit(a, metric), _unit(b, metric)
@@ -461,12 +580,17 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any], tolerance: float, metric
             raise ReportError(f"{name} has no {metric} figure")
     change = (vb - va) / va if va else None
     regressed = change is not None and change < -tolerance
-    rows = [("target", a.get("target", ""), b.get("target", "")),
-            ("seconds", a.get("seconds"), b.get("seconds")),
-            ("verdict", a["verdict"].get("class"), b["verdict"].get("class"))]
+    rows = [
+        ("target", a.get("target", ""), b.get("target", "")),
+        ("seconds", a.get("seconds"), b.get("seconds")),
+        ("verdict", a["verdict"].get("class"), b["verdict"].get("class")),
+    ]
     rows += [(k, fa.get(k), fb.get(k)) for k in METRICS if fa.get(k) is not None or fb.get(k) is not None]
     width = max(len(r[0]) for r in rows)
-    cols = [max(len(names[0]), *(len(_cell(r[1])) for r in rows)), max(len(names[1]), *(len(_cell(r[2])) for r in rows))]
+    cols = [
+        max(len(names[0]), *(len(_cell(r[1])) for r in rows)),
+        max(len(names[1]), *(len(_cell(r[2])) for r in rows)),
+    ]
     out = [f"{'':{width}}  {names[0]:>{cols[0]}}  {names[1]:>{cols[1]}}  change"]
     for key, x, y in rows:
         delta = ""
@@ -489,6 +613,7 @@ def _cell(value: Any) -> str:
 
 
 # -- feeding it while the run goes ----------------------------------------------------------------------
+
 
 class TallyWatch:
     """A thread that feeds ``tally`` a snapshot every ``interval`` seconds until :meth:`stop`."""

@@ -14,7 +14,6 @@ import urllib.parse
 import urllib.request
 
 import pytest
-
 from waiting import running, wait_for
 
 CMD = [sys.executable, "-m", "torchpar_top"]
@@ -26,8 +25,13 @@ pytestmark = pytest.mark.slow
 
 def test_an_unmodified_dataloader_loop_reads_steps_and_input_bound(tmp_path):
     report_path = tmp_path / "r.json"
-    proc = subprocess.run([*CMD, "run", "--headless", "--duration", "12", "--report", str(report_path), LOOP, "2000"],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    proc = subprocess.run(
+        [*CMD, "run", "--headless", "--duration", "12", "--report", str(report_path), LOOP, "2000"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]  # stdout stays JSON lines only
     assert records
@@ -45,8 +49,13 @@ def test_an_unmodified_dataloader_loop_reads_steps_and_input_bound(tmp_path):
 
 def test_the_report_is_written_when_the_workload_ends_first(tmp_path):
     report_path = tmp_path / "r.json"
-    proc = subprocess.run([*CMD, "run", "--headless", "--duration", "120", "--report", str(report_path), LOOP, "30"],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    proc = subprocess.run(
+        [*CMD, "run", "--headless", "--duration", "120", "--report", str(report_path), LOOP, "30"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(report_path.read_text())
     assert report["ended_by"] == "workload exited with status 0" and report["exit_code"] == 0
@@ -80,7 +89,9 @@ def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
 
 
 def test_prometheus_scrapes_a_headless_run(tmp_path):
-    binary = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)
+    binary = shutil.which("prometheus") or (
+        "/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None
+    )
     if binary is None:
         if os.environ.get("CI") == "true":
             pytest.fail("prometheus is not installed (.ci/run installs the Debian package)")
@@ -93,14 +104,26 @@ def test_prometheus_scrapes_a_headless_run(tmp_path):
         f"    static_configs:\n      - targets: ['127.0.0.1:{ours}']\n"
     )
     prom = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{theirs}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"), cwd=tmp_path)
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{theirs}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "prometheus.log", "wb"),
+        cwd=tmp_path,
+    )
     top = subprocess.Popen(
         [*CMD, "run", "--headless", "--duration", "180", "--metrics-port", str(ours), LOOP, "5000"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     base = f"http://127.0.0.1:{theirs}"
     try:
+
         def series(expr: str) -> list[dict]:
             if prom.poll() is not None:
                 pytest.fail("prometheus ended: " + (tmp_path / "prometheus.log").read_text()[-2000:])
@@ -117,7 +140,9 @@ def test_prometheus_scrapes_a_headless_run(tmp_path):
         loads = wait_for(lambda: series("torchpar_cpu_load_ratio"), timeout=60, every=1.0)
         assert {r["metric"]["core"] for r in loads} == {str(i) for i in range(os.cpu_count() or 1)}
         assert all(0.0 <= float(r["value"][1]) <= 1.0 for r in loads)
-        steps = wait_for(lambda: series('torchpar_throughput_per_second{what="steps"}'), timeout=90, every=1.0)
+        steps = wait_for(
+            lambda: series('torchpar_throughput_per_second{what="steps"}'), timeout=90, every=1.0
+        )
         assert float(steps[0]["value"][1]) >= 0
     finally:
         _stop(top, signal.SIGINT)

@@ -11,10 +11,9 @@ import sys
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client import CollectorRegistry, generate_latest
-
 from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot, make_torchrun_snapshot
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from torchpar_top.contract.vocab import ExecutorKind
 from torchpar_top.session.metrics import MetricsServer, SnapshotCollector
 
@@ -44,12 +43,17 @@ def one(families, name, **labels):
 
 def test_cpu_and_threads_in_base_units():
     fams = scrape(make_run_snapshot())
-    assert fams["torchpar_cpu_load_ratio"].type == "gauge" and fams["torchpar_cpu_load_ratio"].unit in ("", "ratio")
+    assert fams["torchpar_cpu_load_ratio"].type == "gauge" and fams["torchpar_cpu_load_ratio"].unit in (
+        "",
+        "ratio",
+    )
     loads = samples(fams, "torchpar_cpu_load_ratio")
     assert len(loads) == 4 and all(0 <= v <= 1 for v in loads.values())
     assert one(fams, "torchpar_cpu_load_ratio", core="0", Hostname="node-7") == pytest.approx(0.97)
     assert one(fams, "torchpar_threads_cpu_cores", role="frontend (main)") == pytest.approx(0.41)
-    assert one(fams, "torchpar_threads_run_queue_wait_cores", role="DataLoader workers") == pytest.approx(0.22)
+    assert one(fams, "torchpar_threads_run_queue_wait_cores", role="DataLoader workers") == pytest.approx(
+        0.22
+    )
     assert one(fams, "torchpar_starved_cores") == pytest.approx(0.64)  # the store's verdict, in cores
     assert one(fams, "torchpar_data_wait_ratio", rank="") == pytest.approx(0.62)
     assert one(fams, "torchpar_throughput_per_second", what="steps") == pytest.approx(6.2)
@@ -61,7 +65,10 @@ def test_cpu_and_threads_in_base_units():
 
 def test_queues_mode_and_frontend():
     fams = scrape(make_snapshot(executors=2, mode="async"))
-    assert one(fams, "torchpar_queue_depth", executor="cpu-stream:0", kind="emulated-stream", quantity="depth") == 1024
+    assert (
+        one(fams, "torchpar_queue_depth", executor="cpu-stream:0", kind="emulated-stream", quantity="depth")
+        == 1024
+    )
     assert one(fams, "torchpar_queue_capacity", executor="cpu-stream:1") == 1024
     assert one(fams, "torchpar_queue_blocked_ratio", executor="cpu-stream:0") == pytest.approx(0.61)
     assert one(fams, "torchpar_queue_launches", executor="cpu-stream:1") == 121_000
@@ -76,10 +83,17 @@ def test_queues_mode_and_frontend():
 
 def test_gpu_series_carry_dcgm_exporters_labels():
     snap = make_snapshot(gpus=2)
-    snap = dataclasses.replace(snap, gpus=tuple(dataclasses.replace(g, uuid=u) for g, u in zip(snap.gpus, UUIDS)))
+    snap = dataclasses.replace(
+        snap, gpus=tuple(dataclasses.replace(g, uuid=u) for g, u in zip(snap.gpus, UUIDS))
+    )
     fams = scrape(snap)
-    labels = {"Hostname": "node-7", "gpu": "1", "UUID": UUIDS[1], "device": "nvidia1",
-              "modelName": "NVIDIA A100-SXM4-80GB"}
+    labels = {
+        "Hostname": "node-7",
+        "gpu": "1",
+        "UUID": UUIDS[1],
+        "device": "nvidia1",
+        "modelName": "NVIDIA A100-SXM4-80GB",
+    }
     assert one(fams, "torchpar_gpu_utilization_ratio", **labels) == pytest.approx(0.67)
     assert one(fams, "torchpar_gpu_memory_used_bytes", **labels) == 35 * 1024**3
     assert one(fams, "torchpar_gpu_memory_total_bytes", **labels) == 80 * 1024**3
@@ -88,8 +102,10 @@ def test_gpu_series_carry_dcgm_exporters_labels():
 
 def test_a_cuda_streams_series_name_its_gpu_as_dcgm_does():
     snap = make_snapshot(gpus=2)
-    gpus = (dataclasses.replace(snap.gpus[0], index=0, label="cuda:1", uuid=UUIDS[0]),
-            dataclasses.replace(snap.gpus[1], index=1, label="cuda:0", uuid=UUIDS[1]))  # CUDA_VISIBLE_DEVICES=1,0
+    gpus = (
+        dataclasses.replace(snap.gpus[0], index=0, label="cuda:1", uuid=UUIDS[0]),
+        dataclasses.replace(snap.gpus[1], index=1, label="cuda:0", uuid=UUIDS[1]),
+    )  # CUDA_VISIBLE_DEVICES=1,0
     stream = dataclasses.replace(snap.executors[0], name="cuda:0 s1", kind=ExecutorKind.CUDA_STREAM, value=37)
     fams = scrape(dataclasses.replace(snap, gpus=gpus, executors=(stream,)))
     assert one(fams, "torchpar_queue_depth", executor="cuda:0 s1", gpu="1", UUID=UUIDS[1], stream="s1") == 37
@@ -122,8 +138,12 @@ def test_a_port_in_use_is_one_line_and_status_2(mode):
         taken.listen()
         port = taken.getsockname()[1]
         argv = ["replay", TRACE, "--headless"] if mode[0] == "replay" else mode
-        proc = subprocess.run([sys.executable, "-m", "torchpar_top", *argv, "--metrics-port", str(port)],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "torchpar_top", *argv, "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()

@@ -6,9 +6,8 @@ import dataclasses
 import json
 
 import pytest
-
 from fakes.fake_session import make_run_snapshot, make_snapshot
-from torchpar_top.contract.snapshot import DataVerdict, ExecutorView
+from torchpar_top.contract.snapshot import DataVerdict
 from torchpar_top.contract.vocab import DataBound
 from torchpar_top.session import verdict
 from torchpar_top.session.verdict import Bound, RunTally
@@ -28,9 +27,14 @@ def fed(*snaps, seconds: float = 2.0, step: float = 0.1) -> RunTally:
 def calm(snap, busy: float = 0.5, wait: float = 0.1):
     """``snap`` with no starvation and a frontend ``busy`` / ``wait`` share in its last window."""
     groups = tuple(dataclasses.replace(g, wait_percent=0.0) for g in snap.thread_groups)
-    return dataclasses.replace(snap, thread_groups=groups, starved=None, frontend_busy=snap.frontend_busy[:-1] + (busy,),
-                               frontend_wait=snap.frontend_wait[:-1] + (wait,),
-                               frontend_core_wait=snap.frontend_core_wait[:-1] + (0.0,))
+    return dataclasses.replace(
+        snap,
+        thread_groups=groups,
+        starved=None,
+        frontend_busy=snap.frontend_busy[:-1] + (busy,),
+        frontend_wait=snap.frontend_wait[:-1] + (wait,),
+        frontend_core_wait=snap.frontend_core_wait[:-1] + (0.0,),
+    )
 
 
 def with_queue(snap, value: int, blocked: float = 0.0):
@@ -84,8 +88,11 @@ def test_sync_bound_when_the_frontend_waits_in_synchronize():
 
 
 def test_eager_cpu_busy_frontend_is_backend_bound():
-    snap = calm(dataclasses.replace(make_run_snapshot(), data_verdict=DataVerdict(DataBound.COMPUTE, 0.05)),
-                busy=0.9, wait=0.05)
+    snap = calm(
+        dataclasses.replace(make_run_snapshot(), data_verdict=DataVerdict(DataBound.COMPUTE, 0.05)),
+        busy=0.9,
+        wait=0.05,
+    )
     report = fed(snap).report()
     assert report["figures"]["eager_cpu"] is True
     assert report["verdict"]["class"] == Bound.BACKEND and "eager CPU" in report["verdict"]["why"]
@@ -110,8 +117,10 @@ def test_paused_exited_and_gaps_are_not_run_time():
     tally = fed(snap, seconds=1.0)
     seconds = tally.seconds
     t = 2000.0
-    for variant in (dataclasses.replace(snap, paused=True),
-                    dataclasses.replace(snap, child=dataclasses.replace(snap.child, state="exited"))):
+    for variant in (
+        dataclasses.replace(snap, paused=True),
+        dataclasses.replace(snap, child=dataclasses.replace(snap.child, state="exited")),
+    ):
         for _ in range(5):
             tally.feed(dataclasses.replace(variant, t=t))
             t += 0.1
@@ -141,11 +150,13 @@ def test_the_report_is_json_and_renders(tmp_path):
 
 # -- compare -------------------------------------------------------------------------------------------
 
+
 def report_with(tmp_path, name: str, steps: float | None, unit: str = "steps/s", **figures) -> str:
     snap = calm(make_run_snapshot(), busy=0.3, wait=0.65)
     report = fed(snap, seconds=0.5).report()
-    report["figures"].update(throughput=steps, steps_per_s=steps if unit == "steps/s" else None,
-                             throughput_unit=unit, **figures)
+    report["figures"].update(
+        throughput=steps, steps_per_s=steps if unit == "steps/s" else None, throughput_unit=unit, **figures
+    )
     path = tmp_path / name
     path.write_text(json.dumps(report))
     return str(path)
@@ -212,7 +223,9 @@ def test_a_replay_counts_trace_time_once():
     tally = RunTally()
 
     def at(position: float) -> None:
-        tally.feed(dataclasses.replace(snap, t=5000.0, replay=ReplayView("t.json", position, 1.0, 0.01, 0.001)))
+        tally.feed(
+            dataclasses.replace(snap, t=5000.0, replay=ReplayView("t.json", position, 1.0, 0.01, 0.001))
+        )
 
     for i in range(101):  # 0 to 100 ms of trace time, a frame (1 ms) at a time
         at(i / 1000)
