@@ -172,7 +172,9 @@ class RunTally:
                 self._prev_t = max(now, prev if prev is not None else now)
                 longest = 10 * snap.replay.frame  # as for a live run: ten frames, not a seek
             else:
-                now, prev = snap.t, self._prev_t
+                # The agent's clock where there is one: time counts only as its samples come, so a
+                # workload that stops sampling (being stopped at the end, hung) adds no stale time.
+                now, prev = (snap.sample_t if snap.sample_t is not None else snap.t), self._prev_t
                 self._prev_t = now
                 longest = max(MAX_GAP, 10 * snap.interval)
             if prev is None or snap.paused or not running:

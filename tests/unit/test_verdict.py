@@ -19,7 +19,7 @@ def fed(*snaps, seconds: float = 2.0, step: float = 0.1) -> RunTally:
     t = 1000.0
     for snap in snaps:
         for _ in range(round(seconds / step)):
-            tally.feed(dataclasses.replace(snap, t=t))
+            tally.feed(dataclasses.replace(snap, t=t, sample_t=t - 0.05))
             t += step
     return tally
 
@@ -122,8 +122,17 @@ def test_paused_exited_and_gaps_are_not_run_time():
         dataclasses.replace(snap, child=dataclasses.replace(snap.child, state="exited")),
     ):
         for _ in range(5):
-            tally.feed(dataclasses.replace(variant, t=t))
+            tally.feed(dataclasses.replace(variant, t=t, sample_t=t))
             t += 0.1
+    assert tally.seconds == pytest.approx(seconds)
+
+
+def test_no_new_sample_is_no_run_time():
+    snap = calm(make_run_snapshot())
+    tally = fed(snap, seconds=1.0)
+    seconds = tally.seconds
+    for i in range(20):  # the screen goes on, the agent sends nothing (the workload is being stopped)
+        tally.feed(dataclasses.replace(snap, t=4000.0 + 0.1 * i, sample_t=1000.85))  # the last one fed
     assert tally.seconds == pytest.approx(seconds)
 
 
@@ -132,7 +141,7 @@ def test_a_new_workload_starts_a_new_tally():
     tally = fed(snap, seconds=1.0)
     again = dataclasses.replace(snap, child=dataclasses.replace(snap.child, pid=5555))
     for i in range(4):
-        tally.feed(dataclasses.replace(again, t=3000.0 + 0.1 * i))
+        tally.feed(dataclasses.replace(again, t=3000.0 + 0.1 * i, sample_t=3000.0 + 0.1 * i))
     assert tally.seconds == pytest.approx(0.3)
 
 
