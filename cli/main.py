@@ -19,6 +19,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["replay"]:
         return _replay(argv[1:])
+    if argv[:1] == ["compare"]:
+        from torchpar_top.outputs import compare
+
+        return compare(argv[1:])
     if argv[:1] == ["run"]:
         target, args = _run_target(argv[1:])
     elif argv[:1] == ["attach"]:
@@ -34,12 +38,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = Session(target, interval=args.interval, sync=getattr(args, "sync", False),
                       gpu_probe=_gpu_probe(), stack_source=_stack_source(), stacks=not args.no_stacks)
     atexit.register(session.close)  # however we leave, the child's process group goes with us
+    outputs = _outputs(session, args)
     if args.headless:
         from torchpar_top.session import headless
 
         stop = threading.Event()
         signals = QuitSignals(lambda: stop.set())
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
+        outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only
         return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp
@@ -48,7 +54,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     signals = QuitSignals(app.quit_from_signal)
     app.run()
     session.close()
+    outputs.finish(sys.stdout, quit_by="quit", received=signals.received)  # after the alternate screen
     return signals.status(0)
+
+
+def _outputs(session: Any, args: argparse.Namespace) -> Any:
+    """The verdict's tally and ``--metrics-port``'s server (a port in use: exit 2 before anything runs)."""
+    from torchpar_top.outputs import Outputs
+
+    outputs = Outputs(session, args)
+    atexit.register(outputs.close)
+    outputs.start()
+    return outputs
 
 
 class QuitSignals:
@@ -145,6 +162,7 @@ def _replay(argv: list[str]) -> int:
     except TraceError as exc:
         parser.exit(2, f"torchpar-top: error: {exc}\n")
     atexit.register(session.close)  # the clock's thread stops however we leave
+    outputs = _outputs(session, args)
     if args.headless:
         from torchpar_top.analysis import NO_GPU_NOTE
         from torchpar_top.session import headless
@@ -153,7 +171,9 @@ def _replay(argv: list[str]) -> int:
             print(f"torchpar-top: note: {NO_GPU_NOTE}", file=sys.stderr)
         stop = threading.Event()
         signals = QuitSignals(stop.set)
-        return signals.status(headless.run(session, args.duration or math.inf, sys.stdout, stop=stop))
+        status = headless.run(session, args.duration or math.inf, sys.stdout, stop=stop)
+        outputs.finish(sys.stderr, received=signals.received, duration=args.duration)
+        return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp
 
@@ -161,6 +181,7 @@ def _replay(argv: list[str]) -> int:
     signals = QuitSignals(app.quit_from_signal)
     app.run()
     session.close()
+    outputs.finish(sys.stdout, quit_by="quit", received=signals.received)
     return signals.status(0)
 
 
