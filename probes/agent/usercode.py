@@ -240,7 +240,8 @@ class UserCode:
             self.agent.cuda = None
             if monitor.sample_part in self.agent.sample_parts:
                 self.agent.sample_parts.remove(monitor.sample_part)
-        self.agent.log(f"CUDA launch queues: counting torch calls with a function mode from now on ({reason})")
+        self.agent.log(f"CUDA launch queues: counting torch calls with a function mode from now on "
+                       f"({reason})")
         if self.counting is not None:
             self.counting.run_soon(self._watch_with_counter)
 

@@ -1,4 +1,4 @@
-"""A fake of the part of ``cupti-python`` (``from cupti import cupti``) the agent uses, replaying real records.
+"""A fake of the part of ``cupti-python`` (``from cupti import cupti``) the agent uses, with real records.
 
 Modelled on NVIDIA's binding (docs.nvidia.com/cupti-python, "bindings"; its samples; torch's own
 ``torch/profiler/_cupti_monitor*.py``, which uses it):
