@@ -11,6 +11,17 @@ callback converts the records, :mod:`~torchpar_top.probes.agent.cupti_records`),
 joined by correlation id, per ``(device, stream)``. The depth is exact up to the settled time (see
 :mod:`cupti_records`), which trails the present by about the queue's drain time.
 
+Why CUPTI activity and not torch's Kineto in rolling windows (``torch.profiler`` started and stopped every
+second or so). Both see the same thing: Kineto is itself a CUPTI activity client, and its trace events
+are these records. But a Kineto window also turns on torch's own op recording (a C++ callback per op,
+``record_function`` per module call with ``with_stack``), builds a whole trace in memory and, to analyse
+it, post-processes every event (``export_chrome_trace`` or ``kineto_results.events()``) in Python; it
+sees nothing between windows; each start and stop costs milliseconds on the frontend (``_enable_profiler``
+and ``_disable_profiler`` run on the calling thread, and stop synchronizes the device). The user's own
+``torch.profiler`` conflicts with both the same way (one CUPTI client). The activity API alone records
+continuously, costs the runtime per API call and kernel in C, and leaves torch untouched; it needs
+``cupti-python``, hence the optional extra and the fallback. Kineto windows remain the ``h`` key's tool.
+
 Sync points on CUDA come from the runtime's synchronising calls themselves: a CUPTI API callback armed
 for those cbids only (:data:`SYNC_CALLS`: device, stream and event synchronize, blocking memcpy) runs a
 little Python on the calling thread at each, and charges it to the user's source line (the first frame
@@ -165,9 +176,17 @@ def _after(original: Callable[..., Any], hook: Callable[[], None]) -> Callable[.
 
 
 def _torch_profiler_enabled() -> bool:
-    """Whether a torch profiler context is on (torch's own Python flag; False if torch lacks it)."""
+    """Whether a torch profiler is on: torch's Python flag (set by its profiler contexts) or the
+    autograd profiler's own state (``torch._C._autograd._profiler_enabled``); False where torch lacks both."""
     module = sys.modules.get("torch.autograd.profiler")
-    return bool(getattr(module, "_is_profiler_enabled", False)) if module is not None else False
+    if module is not None and getattr(module, "_is_profiler_enabled", False):
+        return True
+    torch = sys.modules.get("torch")
+    enabled = getattr(getattr(getattr(torch, "_C", None), "_autograd", None), "_profiler_enabled", None)
+    try:
+        return bool(enabled()) if enabled is not None else False
+    except Exception:  # noqa: BLE001
+        return False
 
 
 class CuptiMonitor:
@@ -206,6 +225,7 @@ class CuptiMonitor:
         self._guard = ProfilerGuard()
         self.buffers = 0
         """Buffers of records received."""
+        self.closed = False
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -278,6 +298,7 @@ class CuptiMonitor:
         if self.aside is None:
             self._flush()
         self._unsubscribe()
+        self.closed = True  # CUPTI keeps the callbacks registered: later buffers are dropped
         self._guard.uninstall()
         if self.capture is not None and self._capture_changed in getattr(self.capture, "listeners", []):
             self.capture.listeners.remove(self._capture_changed)
@@ -295,6 +316,8 @@ class CuptiMonitor:
 
     def _buffer_completed(self, activities: list) -> None:
         """One buffer: convert its records and hand them to the queues (CUPTI's or the flushing thread)."""
+        if self.closed:
+            return
         try:
             events = self.converter.events(activities)
             with self._lock:

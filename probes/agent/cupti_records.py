@@ -63,8 +63,11 @@ class RecordConverter:
                          int(kind.MEMSET): "gpu_memset"}
         if hasattr(kind, "KERNEL"):
             self.gpu_cats[int(kind.KERNEL)] = "kernel"
-        self.runtime_names = cbid_names(cupti.Runtime_api_trace_cbid)
-        self.driver_names = cbid_names(cupti.Driver_api_trace_cbid)
+        # ``Runtime_api_trace_cbid`` in current releases, ``runtime_api_trace_cbid`` in early ones
+        self.runtime_names = cbid_names(getattr(cupti, "Runtime_api_trace_cbid", None)
+                                        or getattr(cupti, "runtime_api_trace_cbid", None))
+        self.driver_names = cbid_names(getattr(cupti, "Driver_api_trace_cbid", None)
+                                       or getattr(cupti, "driver_api_trace_cbid", None))
 
     def name(self, kind: int, cbid: int) -> str:
         """The API call's name (``cbid_N`` where the binding does not know it)."""
