@@ -291,3 +291,29 @@ def test_orphan_launches_stop_holding_the_settled_time_back() -> None:
         assert q.orphans == 1 and q.pending == 0
     finally:
         mon.close()
+
+
+def test_a_rows_note_reaches_the_snapshot_and_headless_json() -> None:
+    """The field that says a CUDA row stands aside travels the wire, the store and the snapshot."""
+    import json as _json
+
+    from torchpar_top.contract import messages as m
+    from torchpar_top.contract.codec import to_plain
+    from torchpar_top.session.store import SessionStore
+
+    def sample(note):
+        return m.decode(_json.dumps({
+            "v": m.VERSION, "type": "sample", "t": 1.0, "window": 0.1, "mode": "async", "throughput": 1.0,
+            "unit": "it/s", "num_threads": 1, "frontend": {"busy": 0.5, "wait": 0.5}, "overlap": 0.0,
+            "executors": [{"name": "cuda:0 stream 7", "kind": "cuda-stream", "quantity": "depth", "value": 3,
+                           "capacity": 1024, "launched": 10, "completed": 7, "busy": 0.5, "blocked": 0.0,
+                           "counts": "kernels", "note": note}],
+            "roles": [{"tid": 7, "role": "frontend (main)"}]}))
+
+    st = SessionStore("run")
+    st.on_message(sample(f"standing aside: {PROFILER_NOTE}"))
+    view = st.snapshot().executors[0]
+    assert view.note == "standing aside: torch.profiler active" and view.counts == Counted.KERNELS
+    assert to_plain(view)["note"] == "standing aside: torch.profiler active"
+    st.on_message(sample(None))
+    assert st.snapshot().executors[0].note is None
