@@ -317,3 +317,18 @@ def test_a_rows_note_reaches_the_snapshot_and_headless_json() -> None:
     assert to_plain(view)["note"] == "standing aside: torch.profiler active"
     st.on_message(sample(None))
     assert st.snapshot().executors[0].note is None
+
+
+def test_the_queue_panel_says_a_row_stands_aside() -> None:
+    from dataclasses import replace
+
+    from torchpar_top.contract.snapshot import ExecutorView
+    from torchpar_top.contract.vocab import ExecutorKind, Quantity
+    from torchpar_top.tui.widgets.queues import note_text
+
+    row = ExecutorView(name="cuda:0 stream 7", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH, value=3,
+                       capacity=1024, launched=10, completed=7, emulated=False, history=(3.0,), busy=(0.5,),
+                       blocked=0.0, counts=Counted.KERNELS, note="standing aside: torch.profiler active")
+    assert note_text(row, short=False) == "standing aside: torch.profiler active"
+    assert note_text(row, short=True) == "aside"
+    assert note_text(replace(row, note=None), short=False) == ""
