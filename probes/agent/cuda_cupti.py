@@ -4,9 +4,10 @@ The default CUDA path of ``torchpar-top run`` (``--every-op`` keeps the function
 :class:`~torchpar_top.probes.agent.cuda_launch.LaunchCounter`). NVIDIA's ``cupti-python`` binding
 (optional: ``pip install torchpar-top[cuda]``, imported only here and only once the user's code has
 initialised CUDA) asks CUPTI for activity records of runtime (and driver) API calls, kernels, memcpys and
-memsets. CUPTI writes them in C into buffers; Python runs once per buffer (the completed-buffer
-callback converts the records, :mod:`~torchpar_top.probes.agent.cupti_records`), and once per sample
-(the sampler thread flushes and analyses), never per op. The records go to the same analysis as
+memsets. CUPTI writes them in C into buffers; the completed-buffer callback only keeps each buffer, and
+the sampler thread, once per sample, flushes, converts the records
+(:mod:`~torchpar_top.probes.agent.cupti_records`) in chunks with a GIL yield between them, and analyses:
+no Python runs on the frontend per op. The records go to the same analysis as
 ``replay`` (:func:`~torchpar_top.analysis.queue_series`): ``L`` runtime launches, ``S`` GPU starts,
 joined by correlation id, per ``(device, stream)``. The depth is exact up to the settled time (see
 :mod:`cupti_records`), which trails the present by about the queue's drain time.
@@ -39,9 +40,12 @@ launches made during the capture are dropped (recorded into the graph, never run
 said in the log and in each CUDA row's ``note``. If CUPTI cannot be had again (another client kept
 it), ``on_lost`` is called: the agent falls back to the launch counter and says so.
 
-Overhead, per the CUPTI documentation: activity records cost the runtime a few hundred ns per API call
-and kernel (in C), plus the Python conversion per record on a CUPTI/sampler thread (it holds the GIL
-while it runs). ``benchmarks/gpu_check.py`` measures a launch-bound loop under ``run`` against plain.
+Overhead: CUPTI's own, in C, per API call and kernel; the binding's, one Python object per record (made
+by ``cupti-python`` before our callback sees the list); ours, the conversion and analysis on the sampler
+thread, measured by ``benchmarks/bench_cupti_records.py`` over the A100 records (about 1 µs per record,
+several µs per launch counting the API records skipped, on this project's CPU). That Python holds the
+GIL while it runs, so in a launch-bound loop it can still slow the frontend, though not per op and not on
+its thread; ``benchmarks/gpu_check.py`` measures a launch-bound loop under ``run`` against plain.
 Untested on hardware: verified against ``tests/fakes/fake_cupti.py``, whose records are real A100 ones.
 """
 
@@ -50,6 +54,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -69,6 +74,8 @@ ESSENTIAL_KINDS = ("RUNTIME", "CONCURRENT_KERNEL")
 OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
 #: Bytes per activity buffer asked of CUPTI (``buffer_requested``); 0 = no record limit.
 BUFFER_BYTES = 4 << 20
+#: Records converted between two GIL yields (about 0.3-0.6 ms of Python on this project's machine).
+CHUNK = 512
 
 PROFILER_NOTE = "torch.profiler active"
 CAPTURE_NOTE = "CUDA graph capture in progress"
@@ -226,6 +233,8 @@ class CuptiMonitor:
         self.buffers = 0
         """Buffers of records received."""
         self.closed = False
+        self._inbox: deque[list] = deque()
+        """Buffers received and not yet converted (CUPTI's thread appends, the sampler drains)."""
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -315,16 +324,25 @@ class CuptiMonitor:
         return BUFFER_BYTES, 0
 
     def _buffer_completed(self, activities: list) -> None:
-        """One buffer: convert its records and hand them to the queues (CUPTI's or the flushing thread)."""
-        if self.closed:
-            return
-        try:
-            events = self.converter.events(activities)
-            with self._lock:
-                self.queues.add(events)
-                self.buffers += 1
-        except Exception as exc:  # noqa: BLE001 - never raise into CUPTI
-            self._log(f"CUPTI records dropped: {type(exc).__name__}: {exc}")
+        """One buffer (on CUPTI's or the flushing thread): kept for the sampler, nothing per record here."""
+        if not self.closed:
+            self._inbox.append(activities)
+            self.buffers += 1
+
+    def _drain(self) -> None:
+        """Convert the buffers received into the queues, :data:`CHUNK` records at a time, letting other
+        threads (the frontend) have the GIL between chunks, so that no thread waits long for it."""
+        while self._inbox:
+            records = self._inbox.popleft()
+            for i in range(0, len(records), CHUNK):
+                try:
+                    events = self.converter.events(records[i:i + CHUNK])
+                except Exception as exc:  # noqa: BLE001 - a record the converter cannot read
+                    self._log(f"CUPTI records dropped: {type(exc).__name__}: {exc}")
+                    break
+                with self._lock:
+                    self.queues.add(events)
+                time.sleep(0)
 
     def _on_api(self, userdata: Any, domain: Any, cbid: Any, data: Any) -> None:
         """A synchronising runtime call is entered: a sync point at the caller's source line."""
@@ -378,6 +396,7 @@ class CuptiMonitor:
         elif not active and self._capture_t0 is not None:
             t0, self._capture_t0 = self._capture_t0, None
             self._flush()
+            self._drain()
             with self._lock:
                 self.queues.drop_launches_between(t0, now)
 
@@ -419,6 +438,7 @@ class CuptiMonitor:
             return
         now = self.cupti.get_timestamp() / 1000
         self._flush()
+        self._drain()
         with self._lock:
             q = self.queues
             since = max(q.settled, q.since)

@@ -31,7 +31,7 @@ from math import inf, nextafter
 from collections import defaultdict
 from typing import Any, Iterable
 
-from torchpar_top.analysis import QUEUE_CAP, Event, QueueSeries, queue_series
+from torchpar_top.analysis import LAUNCH_NAMES, QUEUE_CAP, Event, QueueSeries, queue_series
 
 Key = tuple[int, int]
 """``(device, stream)``: CUPTI's device ordinal and stream id."""
@@ -69,31 +69,46 @@ class RecordConverter:
         self.driver_names = cbid_names(getattr(cupti, "Driver_api_trace_cbid", None)
                                        or getattr(cupti, "driver_api_trace_cbid", None))
 
+        self.launch_cbids = {
+            self.runtime: {c: n for c, n in self.runtime_names.items() if n in LAUNCH_NAMES},
+            self.driver: {c: n for c, n in self.driver_names.items() if n in LAUNCH_NAMES},
+        }
+        """Per API record kind, ``{cbid: name}`` of the calls that enqueue work on a stream."""
+
     def name(self, kind: int, cbid: int) -> str:
         """The API call's name (``cbid_N`` where the binding does not know it)."""
         names = self.runtime_names if kind == self.runtime else self.driver_names
         return names.get(cbid) or f"cbid_{cbid}"
 
     def events(self, records: Iterable[Any]) -> list[Event]:
-        """The records that matter here (API calls and GPU ops), as events; others are skipped."""
+        """The records the queue needs, as events: launch calls (runtime or driver API records whose
+        cbid names a call in :data:`~torchpar_top.analysis.LAUNCH_NAMES`) and GPU ops; the rest are
+        skipped unread. A GPU op is named by its category (its kernel name is not read: converting it
+        from C is the costliest field, and the queue does not use it).
+
+        This loop is the CUDA path's Python per record (``benchmarks/bench_cupti_records.py``).
+        """
         out: list[Event] = []
-        runtime, driver, gpu_cats = self.runtime, self.driver, self.gpu_cats
+        append = out.append
+        runtime, launch_cbids, gpu_cats = self.runtime, self.launch_cbids, self.gpu_cats
         for r in records:
-            kind = int(r.kind)
-            start = r.start / 1000  # int ns / int: correctly rounded µs (a float's 53 bits < epoch ns)
-            if kind == runtime or kind == driver:
-                cat = "cuda_runtime" if kind == runtime else "cuda_driver"
-                out.append(Event(self.name(kind, int(r.cbid)), cat, start, r.end / 1000 - start,
-                                 r.process_id, r.thread_id, int(r.correlation_id)))
+            kind = r.kind
+            cat = gpu_cats.get(kind)
+            if cat is None:
+                names = launch_cbids.get(kind)
+                if names is None:
+                    continue
+                name = names.get(r.cbid)
+                if name is None:
+                    continue  # not a launch: nothing the queue needs
+                start = r.start / 1000  # int ns / int: correctly rounded µs (epoch ns exceed 53 bits)
+                append(Event(name, "cuda_runtime" if kind == runtime else "cuda_driver", start,
+                             r.end / 1000 - start, r.process_id, r.thread_id, r.correlation_id))
             else:
-                cat = gpu_cats.get(kind)
-                if cat is not None:
-                    device, stream = int(r.device_id), int(r.stream_id)
-                    name = getattr(r, "name", None) or ("Memcpy" if cat == "gpu_memcpy" else
-                                                        "Memset" if cat == "gpu_memset" else "kernel")
-                    out.append(Event(name if isinstance(name, str) else str(name), cat, start,
-                                     r.end / 1000 - start, device, stream, int(r.correlation_id),
-                                     device, stream))
+                start = r.start / 1000
+                device, stream = r.device_id, r.stream_id
+                append(Event(cat, cat, start, r.end / 1000 - start, device, stream, r.correlation_id,
+                             device, stream))
         return out
 
 
