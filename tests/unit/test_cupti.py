@@ -332,3 +332,21 @@ def test_the_queue_panel_says_a_row_stands_aside() -> None:
     assert note_text(row, short=False) == "standing aside: torch.profiler active"
     assert note_text(row, short=True) == "aside"
     assert note_text(replace(row, note=None), short=False) == ""
+
+
+def test_the_gpu_checks_cupti_step_skips_and_says_so_without_cupti_python(tmp_path) -> None:
+    """On a machine without cupti-python the step reports it absent (here: no GPU either; the counts
+    child stops at the binding before touching CUDA)."""
+    import time as _time
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from gpu_check_parts import checks
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    assert any(p.name == "cupti_run" for p in checks.PLAN)
+    ctx = checks.Context(info={"device_count": 1}, smi=None, tmp=tmp_path)
+    ctx.deadline = _time.monotonic() + 120
+    with pytest.raises(checks.Skip, match="cupti-python not importable"):
+        checks.check_cupti(ctx)
