@@ -89,7 +89,7 @@ class RecordConverter:
         This loop is the CUDA path's Python per record (``benchmarks/bench_cupti_records.py``).
         """
         out: list[Event] = []
-        append = out.append
+        append, new = out.append, tuple.__new__  # Event(...) without its Python-level __new__
         runtime, launch_cbids, gpu_cats = self.runtime, self.launch_cbids, self.gpu_cats
         for r in records:
             kind = r.kind
@@ -102,13 +102,14 @@ class RecordConverter:
                 if name is None:
                     continue  # not a launch: nothing the queue needs
                 start = r.start / 1000  # int ns / int: correctly rounded µs (epoch ns exceed 53 bits)
-                append(Event(name, "cuda_runtime" if kind == runtime else "cuda_driver", start,
-                             r.end / 1000 - start, r.process_id, r.thread_id, r.correlation_id))
+                append(new(Event, (name, "cuda_runtime" if kind == runtime else "cuda_driver", start,
+                                   r.end / 1000 - start, r.process_id, r.thread_id, r.correlation_id,
+                                   None, None)))
             else:
                 start = r.start / 1000
                 device, stream = r.device_id, r.stream_id
-                append(Event(cat, cat, start, r.end / 1000 - start, device, stream, r.correlation_id,
-                             device, stream))
+                append(new(Event, (cat, cat, start, r.end / 1000 - start, device, stream,
+                                   r.correlation_id, device, stream)))
         return out
 
 
@@ -143,19 +144,18 @@ class RecordQueues:
         launches, gpu, pairs = self._launches, self._gpu, self._pairs
         newest = self.newest
         for e in events:
-            end = e.ts + e.dur
-            if end > newest:
-                newest = end
-            c = e.correlation
+            name, _cat, ts, dur, _pid, _tid, c, _device, stream = e
+            if ts + dur > newest:
+                newest = ts + dur
             if c is None:
                 continue
-            if e.stream is not None:
+            if stream is not None:
                 launch = launches.pop(c, None)
                 if launch is not None:
                     pairs.append((launch, e))
                 elif c not in gpu:
                     gpu[c] = e
-            elif e.is_launch:
+            elif name in LAUNCH_NAMES:
                 self.launch_records += 1
                 op = gpu.pop(c, None)
                 if op is not None:
