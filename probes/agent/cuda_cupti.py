@@ -304,10 +304,11 @@ class CuptiMonitor:
 
     def close(self) -> None:
         """Flush, stop recording, unwrap the profiler calls."""
-        if self.aside is None:
-            self._flush()
-        self._unsubscribe()
-        self.closed = True  # CUPTI keeps the callbacks registered: later buffers are dropped
+        with self._state:
+            if self.aside is None:
+                self._flush()
+            self._unsubscribe()
+            self.closed = True  # CUPTI keeps the callbacks registered: later buffers are dropped
         self._guard.uninstall()
         if self.capture is not None and self._capture_changed in getattr(self.capture, "listeners", []):
             self.capture.listeners.remove(self._capture_changed)
@@ -389,16 +390,23 @@ class CuptiMonitor:
         self._log("CUDA launch queues: recording CUPTI activity again")
 
     def _capture_changed(self, active: bool) -> None:
-        """A CUDA graph capture began or ended (called by the capture guard, on the capturing thread)."""
+        """A CUDA graph capture began or ended (called by the capture guard, on the capturing thread).
+
+        At its end, launches made during it whose kernels were not seen are dropped: recorded into the
+        graph, never run. A launch another thread made meanwhile onto a busy stream that is still queued
+        then is dropped too (CUPTI's thread ids are not matched to the capturing thread here), and its
+        kernel is not counted: the stream's L reads that many low from then on.
+        """
         now = self.cupti.get_timestamp() / 1000
         if active and self._capture_t0 is None:
             self._capture_t0 = now
         elif not active and self._capture_t0 is not None:
             t0, self._capture_t0 = self._capture_t0, None
-            self._flush()
-            self._drain()
-            with self._lock:
-                self.queues.drop_launches_between(t0, now)
+            with self._state:  # not while the sampler converts and analyses
+                self._flush()
+                self._drain()
+                with self._lock:
+                    self.queues.drop_launches_between(t0, now)
 
     def note(self) -> str | None:
         """What the rows say about their source now (None while recording normally)."""
