@@ -395,7 +395,7 @@ class CuptiMonitor:
         At its end, launches made during it whose kernels were not seen are dropped: recorded into the
         graph, never run. A launch another thread made meanwhile onto a busy stream that is still queued
         then is dropped too (CUPTI's thread ids are not matched to the capturing thread here), and its
-        kernel is not counted: the stream's L reads that many low from then on.
+        kernel is counted in neither L nor S (the depth is unaffected).
         """
         now = self.cupti.get_timestamp() / 1000
         if active and self._capture_t0 is None:
