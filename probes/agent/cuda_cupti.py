@@ -241,10 +241,17 @@ class CuptiMonitor:
     def start(self) -> None:
         """Subscribe, register the buffer callbacks, enable the kinds; install the guards.
 
+        A torch profiler already running holds CUPTI: then the monitor starts standing aside and
+        subscribes once the profiler stops (the next sample after, or its ``_disable_profiler``).
+
         Raises:
             CuptiUnavailable: CUPTI refused (another client, no permission, an incompatible driver).
         """
-        self._subscribe()
+        if self._profiler_enabled():
+            self.aside = PROFILER_NOTE
+            self._log(f"CUDA launch queues: standing aside ({PROFILER_NOTE}); CUPTI is taken when it ends")
+        else:
+            self._subscribe()
         self._calibrate()
         self._guard.install(self._profiler_starts, self._profiler_stopped)
         if self.capture is not None and hasattr(self.capture, "listeners"):

@@ -350,3 +350,19 @@ def test_the_gpu_checks_cupti_step_skips_and_says_so_without_cupti_python(tmp_pa
     ctx.deadline = _time.monotonic() + 120
     with pytest.raises(checks.Skip, match="cupti-python not importable"):
         checks.check_cupti(ctx)
+
+
+def test_a_profiler_running_at_start_is_waited_for() -> None:
+    """torch.profiler already on when CUDA gets watched: no subscription until it stops."""
+    fake, enabled = FakeCupti(), [True]
+    mon, _, logs = _monitor(fake, profiler_enabled=lambda: enabled[0])
+    try:
+        assert mon.aside == PROFILER_NOTE and not fake.subscribers and not fake.enabled
+        mon.refresh()
+        assert mon.aside == PROFILER_NOTE
+        enabled[0] = False
+        mon.refresh()
+        assert mon.aside is None and fake.subscribers and int(ActivityKind.RUNTIME) in fake.enabled
+        assert any("CUPTI is taken when it ends" in line for line in logs)
+    finally:
+        mon.close()
