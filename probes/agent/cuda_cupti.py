@@ -209,7 +209,7 @@ class CuptiMonitor:
         self.capture = capture
         """Anything with ``active`` (captures in progress) and ``listeners``; a CaptureGuard."""
         self.converter = RecordConverter(cupti)
-        self.queues = RecordQueues(rank=rank)
+        self.queues = RecordQueues(self.converter, rank=rank)
         self.streams: dict[Key, CuptiStream] = {}
         self.aside: str | None = None
         """Why the monitor stands aside now (None while it records)."""
@@ -232,6 +232,11 @@ class CuptiMonitor:
         self._guard = ProfilerGuard()
         self.buffers = 0
         """Buffers of records received."""
+        self.records = 0
+        """Records read (every record CUPTI delivered: launch calls and GPU ops when the per-API
+        filter holds, :attr:`filtered`)."""
+        self.filtered = 0
+        """API cbids CUPTI was told not to record (0: the binding lacks the per-API switch)."""
         self.closed = False
         self._inbox: deque[list] = deque()
         """Buffers received and not yet converted (CUPTI's thread appends, the sampler drains)."""
@@ -278,9 +283,31 @@ class CuptiMonitor:
                     self.kinds.append(kind)
                 except Exception as exc:  # noqa: BLE001 - the binding's cuptiError, or no such kind
                     self.refused.append(f"{name} ({describe(exc)})")
+            self.filtered = self._record_launches_only()
         except Exception as exc:  # noqa: BLE001 - cuptiError from any step
             self._unsubscribe()
             raise CuptiUnavailable(describe(exc)) from exc
+
+    def _record_launches_only(self) -> int:
+        """Tell CUPTI not to record the runtime and driver calls that are not launches
+        (``activity_enable_runtime_api``/``activity_enable_driver_api``, cuptiActivityEnableRuntimeApi
+        and cuptiActivityEnableDriverApi, CUPTI 12.x on; torch's ``_cupti_monitor`` does the same for a
+        few cbids). Done after ``activity_enable``, which is reported to reset the per-API filter. Their
+        records never reach Python then; without the switch they are skipped by cbid. The callback API
+        (sync points) is separate and unaffected. Returns the cbids switched off."""
+        c, conv, off = self.cupti, self.converter, 0
+        for kind, switch in ((conv.runtime, "activity_enable_runtime_api"),
+                             (conv.driver, "activity_enable_driver_api")):
+            toggle = getattr(c, switch, None)
+            if toggle is None or kind not in self.kinds:
+                continue
+            for cbid in conv.other_cbids(kind):
+                try:
+                    toggle(cbid, 0)
+                    off += 1
+                except Exception:  # noqa: BLE001 - INVALID/SIZE sentinels, cbids this CUPTI lacks
+                    pass
+        return off
 
     def _unsubscribe(self) -> None:
         """Disable our kinds and give CUPTI up (each step tolerates what is already undone)."""
@@ -338,18 +365,18 @@ class CuptiMonitor:
             self.buffers += 1
 
     def _drain(self) -> None:
-        """Convert the buffers received into the queues, :data:`CHUNK` records at a time, letting other
+        """Read the buffers received into the queues, :data:`CHUNK` records at a time, letting other
         threads (the frontend) have the GIL between chunks, so that no thread waits long for it."""
         while self._inbox:
             records = self._inbox.popleft()
+            self.records += len(records)
             for i in range(0, len(records), CHUNK):
                 try:
-                    events = self.converter.events(records[i:i + CHUNK])
-                except Exception as exc:  # noqa: BLE001 - a record the converter cannot read
+                    with self._lock:
+                        self.queues.add_records(records[i:i + CHUNK])
+                except Exception as exc:  # noqa: BLE001 - a record the queue cannot read
                     self._log(f"CUPTI records dropped: {type(exc).__name__}: {exc}")
                     break
-                with self._lock:
-                    self.queues.add(events)
                 time.sleep(0)
 
     def _on_api(self, userdata: Any, domain: Any, cbid: Any, data: Any) -> None:

@@ -50,13 +50,18 @@ def _expected(path: Path) -> dict:
 @pytest.mark.parametrize("name", TRACES)
 def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> None:
     """Records played in order, flushed every few hundred: at every settled span, L, S and Q per stream
-    equal the analysis module's (HTA's definition) at each launch and start time within it."""
+    equal the analysis module's (HTA's definition) at every launch and start time within it, and the
+    time at the cap within it too (with a cap low enough for these traces to reach it)."""
     records = records_from_trace(str(DATA / name))
     expected = _expected(DATA / name)
     assert expected, "the trace has launches with GPU ops"
+    cap = 4
+    with gzip.open(DATA / name, "rt") as f:
+        capped = queue_series(list(events_from_chrome(json.load(f))), cap=cap)
     fake = FakeCupti()
     mon, agent, _ = _monitor(fake)
-    checked = 0
+    mon.queues.cap = cap
+    checked = at_cap = 0
     step = max(50, len(records) // 40)
     try:
         for i in range(0, len(records), step):
@@ -65,10 +70,14 @@ def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> No
             q = mon.queues
             for key, exp in expected.items():
                 times = [t for t in exp.launch_times + exp.start_times if q.since <= t <= q.settled]
-                for t in times[:: max(1, len(times) // 50)] + ([q.settled] if q.settled > q.since else []):
+                for t in times + ([q.settled] if q.settled > q.since else []):
                     assert (q.launched(key, t), q.started(key, t), q.depth(key, t)) == \
                         (exp.launched_by(t), exp.started_by(t), exp.depth_at(t)), (key, t)
                     checked += 1
+                if q.settled > q.since:
+                    want = capped[key].time_at_cap_between(q.since, q.settled)
+                    assert q.time_at_cap(key) == pytest.approx(want, abs=1e-6), key
+                    at_cap += want > 0
         q = mon.queues
         q.update(now=q.newest + q.orphan_us + 1)  # the end: launches never run stop holding time back
         for key, exp in expected.items():
@@ -78,6 +87,63 @@ def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> No
         mon.close()
     assert checked > 0
     assert set(expected) <= set(mon.queues.keys())
+    if name == "a100_sxm4_5_streams.json.gz":
+        assert at_cap > 0, "the check of the time at the cap saw a queue at the cap"
+
+
+def _spy(fake: FakeCupti, kinds: list) -> None:
+    """Note ``(kind, cbid)`` of every record the fake delivers to the registered callback."""
+    completed = fake.completed
+    fake.completed = lambda buf: (kinds.extend((r.kind, getattr(r, "cbid", None)) for r in buf), completed(buf))
+
+
+def test_only_launch_calls_and_gpu_ops_are_recorded_and_the_switch_survives_standing_aside() -> None:
+    """The other API calls are switched off in CUPTI (after enabling their kind, which resets the
+    switch): only launch records and GPU ops reach Python, before and after standing aside."""
+    records = records_from_trace(str(DATA / "a100_sxm4_5_streams.json.gz"))
+    fake, kinds = FakeCupti(), []
+    mon, _, _ = _monitor(fake)
+    launch_cbids = {c for cbids in mon.converter.launch_cbids.values() for c in cbids}
+    try:
+        assert mon.filtered > 0 and 131 in fake.api_off[int(ActivityKind.RUNTIME)]  # cudaStreamSynchronize
+        _spy(fake, kinds)
+        fake.play(records[: len(records) // 2])
+        mon.refresh()
+        mon.stand_aside("test")
+        assert not fake.enabled
+        mon.resume()
+        assert 131 in fake.api_off[int(ActivityKind.RUNTIME)]
+        _spy(fake, kinds)  # subscribing again registered the monitor's callback again
+        fake.play(records[len(records) // 2:])
+        mon.refresh()
+    finally:
+        mon.close()
+    api = [cbid for kind, cbid in kinds if kind in (int(ActivityKind.RUNTIME), int(ActivityKind.DRIVER))]
+    assert api and set(api) <= launch_cbids
+    assert mon.records == len(kinds) < len(records) // 2
+
+
+def test_without_the_per_api_switch_other_calls_are_skipped_and_the_queue_is_the_same() -> None:
+    """An older binding without ``activity_enable_runtime_api``: every API record arrives, the queue
+    skips the non-launches by cbid and counts the same launches."""
+    name = "a100_event_sync_3_streams.json.gz"
+    records = records_from_trace(str(DATA / name))
+    expected = _expected(DATA / name)
+    fake = FakeCupti()
+    fake.activity_enable_runtime_api = None  # type: ignore[assignment] - getattr finds no switch
+    fake.activity_enable_driver_api = None  # type: ignore[assignment]
+    mon, _, _ = _monitor(fake)
+    try:
+        assert mon.filtered == 0
+        fake.play(records)
+        mon.refresh()
+        q = mon.queues
+        q.update(now=q.newest + q.orphan_us + 1)
+        assert mon.records == sum(r.kind in fake.enabled for r in records)
+        for key, exp in expected.items():
+            assert q.launched(key) == exp.launches == q.started(key), key
+    finally:
+        mon.close()
 
 
 def test_rows_carry_the_settled_depth_in_kernels_and_python_runs_per_buffer() -> None:
@@ -106,9 +172,11 @@ def test_a_disabled_kind_produces_no_records_and_is_named() -> None:
     try:
         assert int(ActivityKind.MEMCPY) not in fake.enabled
         assert mon.refused and "INSUFFICIENT_PRIVILEGES" in mon.refused[0]
+        completed, kinds = fake.completed, set()
+        fake.completed = lambda buf: (kinds.update(r.kind for r in buf), completed(buf))
         fake.play(records_from_trace(str(DATA / "a100_alexnet_2_streams.json.gz")))
         mon.refresh()
-        assert all(e.cat != "gpu_memcpy" for _, op in mon.queues._pairs for e in [op])
+        assert int(ActivityKind.CONCURRENT_KERNEL) in kinds and int(ActivityKind.MEMCPY) not in kinds
     finally:
         mon.close()
 
