@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections import defaultdict
 from math import inf, nextafter
+from operator import gt
 from typing import Any, Iterable
 
 from torchpar_top.analysis import LAUNCH_NAMES, QUEUE_CAP
@@ -123,11 +125,11 @@ class RecordQueues:
         self._gpu: dict[int, tuple[float, float, Key]] = {}
         """GPU ops ``(start, end, key)`` whose launch record has not been seen yet (buffers come in any
         order), by correlation id."""
-        self._new: dict[Key, list[tuple[float, float, float]]] = {}
+        self._new: defaultdict[Key, list[tuple[float, float, float]]] = defaultdict(list)
         """Pairs ``(launch, start, end)`` made since the last update, per stream."""
         self._streams: dict[Key, _Stream] = {}
         self.newest = float("-inf")
-        """The latest end of a launch or GPU op record seen (µs)."""
+        """The latest end of a GPU op record seen (µs)."""
         self.since = float("-inf")
         """The previous settled time: the counts are exact from here to :attr:`settled`."""
         self.settled = float("-inf")
@@ -150,39 +152,28 @@ class RecordQueues:
             kind = r.kind
             if kind in gpu_kinds:
                 c = r.correlation_id
-                start, end = r.start / 1000, r.end / 1000  # int ns / int: correctly rounded µs
+                end = r.end / 1000  # int ns / int: correctly rounded µs
                 if end > newest:
                     newest = end
-                key = (r.device_id, r.stream_id)
                 ts = launches.pop(c, None)
                 if ts is None:
                     if c not in early:
-                        early[c] = (start, end, key)
-                    continue
-                pairs = new.get(key)
-                if pairs is None:
-                    pairs = new[key] = []
-                pairs.append((ts, start, end))
+                        early[c] = (r.start / 1000, end, (r.device_id, r.stream_id))
+                else:
+                    new[(r.device_id, r.stream_id)].append((ts, r.start / 1000, end))
             else:
                 cbids = launch_cbids.get(kind)
                 if cbids is None or r.cbid not in cbids:
                     continue  # not a launch: nothing the queue needs
-                c = r.correlation_id
-                ts = r.start / 1000
-                end = r.end / 1000
-                if end > newest:
-                    newest = end
                 n_launch += 1
+                c = r.correlation_id
                 op = early.pop(c, None)
                 if op is None:
                     if c not in launches:
-                        launches[c] = ts
-                    continue
-                start, end, key = op
-                pairs = new.get(key)
-                if pairs is None:
-                    pairs = new[key] = []
-                pairs.append((ts, start, end))
+                        launches[c] = r.start / 1000
+                else:
+                    start, end, key = op
+                    new[key].append((r.start / 1000, start, end))
         self.newest = newest
         self.launch_records += n_launch
 
@@ -230,7 +221,7 @@ class RecordQueues:
             s.starts += started
             s.starts.sort()
             s.ops += zip(started, ended)
-        self._new = {}
+        self._new = defaultdict(list)
         for s in streams.values():
             i = bisect_left(s.launches, since)  # fold what is before since: [since, settled] stays exact
             if i:
@@ -248,10 +239,17 @@ class RecordQueues:
         """µs within ``[t0, t1]`` with the depth at or above the cap (walked only when it can get there)."""
         if t1 <= t0:
             return 0.0
-        lo, hi = bisect_right(s.launches, t0), bisect_right(s.launches, t1)
-        depth = s.base_l + lo - s.base_s - bisect_right(s.starts, t0)
-        if depth + hi - lo < self.cap:
-            return 0.0
+        cap, launches, starts = self.cap, s.launches, s.starts
+        lo, hi = bisect_right(launches, t0), bisect_right(launches, t1)
+        depth = s.base_l + lo - s.base_s - bisect_right(starts, t0)
+        if depth < cap:
+            # the depth only rises at launches: the k-th launch (0-based, counting the folded ones) leaves
+            # it at the cap or above iff fewer than k + 2 - cap GPU ops started by then, i.e. iff start
+            # number k + 1 - cap is later than the launch; compared for the whole span at once, in C
+            off = s.base_l - cap + 1 - s.base_s
+            first = max(lo, -off)
+            if first >= hi or not any(map(gt, starts[first + off:hi + off], launches[first:hi])):
+                return 0.0
         steps = sorted([(t, 1) for t in s.launches[lo:hi]]
                        + [(t, -1) for t in s.starts[bisect_right(s.starts, t0):bisect_right(s.starts, t1)]])
         total, prev = 0.0, t0
