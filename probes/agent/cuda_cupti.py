@@ -3,14 +3,17 @@
 The default CUDA path of ``torchpar-top run`` (``--every-op`` keeps the function-mode
 :class:`~torchpar_top.probes.agent.cuda_launch.LaunchCounter`). NVIDIA's ``cupti-python`` binding
 (optional: ``pip install torchpar-top[cuda]``, imported only here and only once the user's code has
-initialised CUDA) asks CUPTI for activity records of runtime (and driver) API calls, kernels, memcpys and
-memsets. CUPTI writes them in C into buffers; the completed-buffer callback only keeps each buffer, and
-the sampler thread, once per sample, flushes, converts the records
-(:mod:`~torchpar_top.probes.agent.cupti_records`) in chunks with a GIL yield between them, and analyses:
-no Python runs on the frontend per op. The records go to the same analysis as
-``replay`` (:func:`~torchpar_top.analysis.queue_series`): ``L`` runtime launches, ``S`` GPU starts,
-joined by correlation id, per ``(device, stream)``. The depth is exact up to the settled time (see
-:mod:`cupti_records`), which trails the present by about the queue's drain time.
+initialised CUDA) asks CUPTI for activity records of the launching runtime (and driver) API calls,
+kernels, memcpys and memsets; every other API call is switched off in CUPTI (``activity_enable_runtime_api``
+/ ``activity_enable_driver_api``), so its records are never made. CUPTI writes them in C into buffers;
+the completed-buffer callback only keeps each buffer, and the sampler thread, once per sample, flushes,
+reads the records into per-stream launch and start times
+(:mod:`~torchpar_top.probes.agent.cupti_records`) in chunks with a GIL yield between them, and settles:
+no Python runs on the frontend per op. The definition is the one ``replay`` uses
+(:func:`~torchpar_top.analysis.queue_series`, HTA's): ``L`` launches, ``S`` GPU starts, joined by
+correlation id, per ``(device, stream)``, kept incrementally and checked equal to it by test. The depth
+is exact up to the settled time (see :mod:`cupti_records`), which trails the present by about the
+queue's drain time.
 
 Why CUPTI activity and not torch's Kineto in rolling windows (``torch.profiler`` started and stopped every
 second or so). Both see the same thing: Kineto is itself a CUPTI activity client, and its trace events
@@ -40,12 +43,14 @@ launches made during the capture are dropped (recorded into the graph, never run
 said in the log and in each CUDA row's ``note``. If CUPTI cannot be had again (another client kept
 it), ``on_lost`` is called: the agent falls back to the launch counter and says so.
 
-Overhead: CUPTI's own, in C, per API call and kernel; the binding's, one Python object per record (made
-by ``cupti-python`` before our callback sees the list); ours, the conversion and analysis on the sampler
-thread, measured by ``benchmarks/bench_cupti_records.py`` over the A100 records (about 1 µs per record,
-several µs per launch counting the API records skipped, on this project's CPU). That Python holds the
-GIL while it runs, so in a launch-bound loop it can still slow the frontend, though not per op and not on
-its thread; ``benchmarks/gpu_check.py`` measures a launch-bound loop under ``run`` against plain.
+Overhead: CUPTI's own, in C, per launch call and GPU op; the binding's, one Python object per record
+(made by ``cupti-python`` before our callback sees the list: two per launch once the other API calls are
+switched off); ours, reading and settling on the sampler thread, measured by
+``benchmarks/bench_cupti_records.py`` over the A100 records (docs/benchmarks.md: about 2 µs per launch
+on this project's loaded CPU, from about 8 µs before the per-API switch and the incremental queue). That
+Python holds the GIL while it runs, so in a launch-bound loop it can still slow the frontend, though not
+per op and not on its thread; ``benchmarks/gpu_check.py`` measures a launch-bound loop under ``run``
+against plain, and reports the records per launch that reached Python.
 Untested on hardware: verified against ``tests/fakes/fake_cupti.py``, whose records are real A100 ones.
 """
 
@@ -74,7 +79,7 @@ ESSENTIAL_KINDS = ("RUNTIME", "CONCURRENT_KERNEL")
 OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
 #: Bytes per activity buffer asked of CUPTI (``buffer_requested``); 0 = no record limit.
 BUFFER_BYTES = 4 << 20
-#: Records converted between two GIL yields (about 0.3-0.6 ms of Python on this project's machine).
+#: Records read between two GIL yields (about 0.2-0.5 ms of Python on this project's machine).
 CHUNK = 512
 
 PROFILER_NOTE = "torch.profiler active"
