@@ -77,6 +77,10 @@ SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
 ESSENTIAL_KINDS = ("RUNTIME", "CONCURRENT_KERNEL")
 #: Kinds that add launches (driver: Triton's cuLaunchKernel) and copies; refused ones are named.
 OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
+#: Share of sample intervals CUPTI records in by default (``run --cupti-duty``): with the Python cost per
+#: launch measured by ``benchmarks/bench_cupti_records.py`` (about 1-2.3 µs) and a launch-bound frontend at
+#: 5 µs per launch, one interval in 10 keeps the GIL time taken at about 2-5 % of the frontend's.
+DEFAULT_DUTY = 0.1
 #: Bytes per activity buffer asked of CUPTI (``buffer_requested``); 0 = no record limit.
 BUFFER_BYTES = 4 << 20
 #: Records read between two GIL yields (about 0.2-0.5 ms of Python on this project's machine).
@@ -209,8 +213,19 @@ class CuptiMonitor:
                  clock: Callable[[], float] = time.perf_counter,
                  uuids: Callable[[], list[str]] | None = None,
                  on_lost: Callable[[str], None] | None = None,
-                 profiler_enabled: Callable[[], bool] = _torch_profiler_enabled) -> None:
+                 profiler_enabled: Callable[[], bool] = _torch_profiler_enabled,
+                 duty: float = 1.0, drain_s: float = 0.02) -> None:
+        if not 0 < duty <= 1:
+            raise ValueError(f"CUPTI duty must be in (0, 1], not {duty}")
         self.cupti, self._add, self._log, self.syncpoints = cupti, add, log, syncpoints
+        self.cycle = max(1, round(1 / duty))
+        """Samples per recording cycle: records are taken during one sample interval in ``cycle``
+        (1: always)."""
+        self.drain_s = drain_s
+        """Seconds a window's end waits for the GPU op records of its last launches."""
+        self._recording = False
+        self._phase = 0
+        self._offsets: dict[Key, int] = {}
         self.capture = capture
         """Anything with ``active`` (captures in progress) and ``listeners``; a CaptureGuard."""
         self.converter = RecordConverter(cupti)
@@ -289,6 +304,9 @@ class CuptiMonitor:
                 except Exception as exc:  # noqa: BLE001 - the binding's cuptiError, or no such kind
                     self.refused.append(f"{name} ({describe(exc)})")
             self.filtered = self._record_launches_only()
+            if self.cycle > 1:
+                self.queues.new_window(c.get_timestamp() / 1000)
+                self._recording, self._phase = True, 0
         except Exception as exc:  # noqa: BLE001 - cuptiError from any step
             self._unsubscribe()
             raise CuptiUnavailable(describe(exc)) from exc
@@ -455,6 +473,8 @@ class CuptiMonitor:
             return f"standing aside: {self.aside}"
         if self.capture is not None and getattr(self.capture, "active", 0):
             return f"standing aside: {CAPTURE_NOTE}"
+        if self.cycle > 1:
+            return f"sampled: CUPTI records 1 sample interval in {self.cycle}"
         return None
 
     # -- sampling ---------------------------------------------------------------------------------
@@ -483,7 +503,14 @@ class CuptiMonitor:
             self.resume()
         if self.aside is not None or (self.capture is not None and getattr(self.capture, "active", 0)):
             return
+        if self.cycle > 1 and not self._recording:
+            self._phase += 1
+            if self._phase >= self.cycle - 1:
+                self._open_window()
+            return
         now = self.cupti.get_timestamp() / 1000
+        if self.cycle > 1:
+            self._end_window(now)
         self._flush()
         self._drain()
         with self._lock:
@@ -491,15 +518,67 @@ class CuptiMonitor:
             since = max(q.settled, q.since)
             q.update(now)
             for key in q.keys():
+                if q.settled < q.valid_from(key):
+                    continue  # launches from before the window may still be queued: depth not known yet
                 ex = self.streams.get(key)
                 if ex is None:
                     ex = self.streams[key] = self._add(CuptiStream(self._name(key), key, self))
-                ex.launched, ex.started = q.launched(key), q.started(key)
+                off = self._offsets.get(key, 0)
+                ex.launched, ex.started = off + q.launched(key), off + q.started(key)
                 ex.completed = ex.started
                 span = q.settled - q.since
                 ex.at_cap = q.time_at_cap(key) / span if span > 0 else 0.0
                 for a, b in sorted(q.busy(key, since, q.settled)):
                     ex.activity.add(self.host_time(a), self.host_time(b))
+
+        if self.cycle > 1:
+            with self._lock:
+                self.queues.close_window()
+            self._recording, self._phase = False, 0
+
+    # -- recording windows (``duty`` < 1) ----------------------------------------------------------
+
+    def _open_window(self) -> None:
+        """Recording starts again: the queues start over (the counts shown carry on from the rows')."""
+        c = self.cupti
+        self._offsets = {key: ex.launched for key, ex in self.streams.items()}
+        with self._lock:
+            self.queues.new_window(c.get_timestamp() / 1000)
+        api = (self.converter.runtime, self.converter.driver)
+        try:
+            for kind in sorted(self.kinds, key=lambda k: k in api):  # GPU ops first, then launches
+                c.activity_enable(kind)
+            self.filtered = self._record_launches_only()  # enabling the API kinds reset the switch
+        except Exception as exc:  # noqa: BLE001 - CUPTI refused: another client took it meanwhile
+            self._log(f"CUDA launch queues: CUPTI refused a recording window ({describe(exc)})")
+            return
+        self._recording = True
+
+    def _end_window(self, now: float) -> None:
+        """Launch records stop at ``now``; their GPU ops' records are waited for (up to ``drain_s``),
+        then those stop too. What settles is exact up to ``now``."""
+        api = (self.converter.runtime, self.converter.driver)
+        for kind in self.kinds:
+            if kind in api:
+                self._disable(kind)
+        with self._lock:
+            self.queues.end_window(now)
+        deadline = time.monotonic() + self.drain_s
+        while True:
+            self._flush()
+            self._drain()
+            if self.queues.pending == 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.002)
+        for kind in self.kinds:
+            if kind not in api:
+                self._disable(kind)
+
+    def _disable(self, kind: int) -> None:
+        try:
+            self.cupti.activity_disable(kind)
+        except Exception:  # noqa: BLE001
+            pass
 
     def _name(self, key: Key) -> str:
         device, stream = key

@@ -100,9 +100,13 @@ class RecordConverter:
 class _Stream:
     """One stream's launch and start times: a base count, and the sorted times after it."""
 
-    __slots__ = ("base_l", "base_s", "launches", "starts", "ops", "at_cap")
+    __slots__ = ("base_l", "base_s", "launches", "starts", "ops", "at_cap", "valid_from")
 
-    def __init__(self) -> None:
+    def __init__(self, valid_from: float) -> None:
+        self.valid_from = valid_from
+        """The depth is exact from here on (``-inf`` when recording never stopped; in a window, the start
+        of one of its launches' GPU ops: a stream runs in launch order, so every launch made before the
+        window has started by then and adds as much to S as to L)."""
         self.base_l = self.base_s = 0
         """Launches (GPU starts) folded away: made (started) before the previous settled time."""
         self.launches: list[float] = []
@@ -138,6 +142,12 @@ class RecordQueues:
         """Launches given up on: no GPU op ``orphan_us`` after the newest record."""
         self.launch_records = 0
         """Launch records seen (the launches CUPTI recorded, paired or not)."""
+        self.window = -inf
+        """When the current recording window began (``-inf``: recording never stopped)."""
+        self.until = inf
+        """When launch recording stopped in the current window (``inf``: it goes on)."""
+        self.window_drops = 0
+        """Launches of closed windows whose GPU op was never recorded."""
 
     def add_records(self, records: Iterable[Any]) -> None:
         """Take one buffer's records: launch calls and GPU ops are read (their kind is the first field
@@ -177,6 +187,32 @@ class RecordQueues:
         self.newest = newest
         self.launch_records += n_launch
 
+    def new_window(self, t0: float) -> None:
+        """Recording (re)starts at ``t0`` (µs) after a pause: nothing earlier is known, so every stream
+        starts over (L and S count from the window on; their difference is the depth from each stream's
+        :attr:`_Stream.valid_from`)."""
+        self._launches.clear()
+        self._gpu.clear()
+        self._new = defaultdict(list)
+        self._streams = {}
+        self.window, self.until = t0, inf
+        self.since = self.settled = t0
+
+    def end_window(self, t1: float) -> None:
+        """Launch records stop at ``t1`` (µs): nothing after it is settled in this window."""
+        self.until = t1
+
+    def close_window(self) -> None:
+        """The GPU ops stop too: launches still waiting for theirs are dropped (counted)."""
+        self.window_drops += len(self._launches)
+        self._launches.clear()
+        self._gpu.clear()
+
+    def valid_from(self, key: Key) -> float:
+        """From when the stream's depth is exact (``-inf`` when recording never stopped)."""
+        s = self._streams.get(key)
+        return s.valid_from if s is not None else inf
+
     def drop_launches_between(self, t0: float, t1: float) -> int:
         """Forget pending launches made within ``[t0, t1]`` (recorded into a CUDA graph, not run)."""
         gone = [c for c, ts in self._launches.items() if t0 <= ts <= t1]
@@ -207,15 +243,16 @@ class RecordQueues:
         for c in [c for c, op in early.items() if op[0] < horizon]:
             del early[c]
         settled = now if oldest == inf else min(now, nextafter(oldest, -inf))  # just before it
+        settled = min(settled, self.until)
         since = self.since = self.settled
         settled = self.settled = max(since, settled)
 
         streams = self._streams
         for key, pairs in self._new.items():
             s = streams.get(key)
-            if s is None:
-                s = streams[key] = _Stream()
             launched, started, ended = zip(*pairs)
+            if s is None:
+                s = streams[key] = _Stream(-inf if self.window == -inf else min(started))
             s.launches += launched
             s.launches.sort()  # timsort: a run per buffer, nearly in order
             s.starts += started

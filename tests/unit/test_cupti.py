@@ -146,6 +146,51 @@ def test_without_the_per_api_switch_other_calls_are_skipped_and_the_queue_is_the
         mon.close()
 
 
+@pytest.mark.parametrize("name", ["a100_sxm4_5_streams.json.gz", "a100_alexnet_2_streams.json.gz"])
+def test_in_recording_windows_the_depth_equals_the_analysis_where_it_is_known(name: str) -> None:
+    """duty 1/2: records are taken in every other stretch. Within each window, from the stream's first
+    GPU start of a window launch to the window's settled time, Q per stream equals the analysis module's
+    depth of the whole trace (a stream runs in launch order: launches from before the window have all
+    started by then); the rows say they are sampled and their counts only grow."""
+    records = records_from_trace(str(DATA / name))
+    expected = _expected(DATA / name)
+    fake = FakeCupti()
+    mon, agent, _ = _monitor(fake, duty=0.5, drain_s=0.0)
+    checked, windows, seen = 0, 0, {}
+    step = max(50, len(records) // 30)
+    try:
+        assert mon.cycle == 2 and mon._recording
+        for i in range(0, len(records), step):
+            recording = mon._recording
+            if not recording:  # between windows nothing is recorded
+                assert not (fake.enabled & {int(ActivityKind.RUNTIME), int(ActivityKind.CONCURRENT_KERNEL)})
+            fake.play(records[i:i + step])
+            mon.refresh()
+            q = mon.queues
+            if not recording:
+                continue
+            windows += 1
+            assert q.settled <= q.until
+            for key, exp in expected.items():
+                t0 = max(q.since, q.valid_from(key))
+                for t in [t for t in exp.launch_times + exp.start_times if t0 <= t <= q.settled]:
+                    assert q.depth(key, t) == exp.depth_at(t), (key, t)
+                    checked += 1
+            for key, ex in mon.streams.items():
+                assert ex.launched >= seen.get(key, (0, 0))[0] and ex.started >= seen.get(key, (0, 0))[1]
+                seen[key] = (ex.launched, ex.started)
+        rows = agent.sample(0.0, 1.0).executors
+    finally:
+        mon.close()
+    assert windows >= 5 and checked > 0
+    assert rows and all(r.note and r.note.startswith("sampled") for r in rows)
+
+
+def test_duty_must_be_a_share() -> None:
+    with pytest.raises(ValueError, match="duty"):
+        CuptiMonitor(FakeCupti(), add=lambda x: x, log=lambda s: None, duty=0)
+
+
 def test_rows_carry_the_settled_depth_in_kernels_and_python_runs_per_buffer() -> None:
     records = records_from_trace(str(DATA / "a100_sxm4_5_streams.json.gz"))
     fake = FakeCupti()
@@ -434,3 +479,40 @@ def test_a_profiler_running_at_start_is_waited_for() -> None:
         assert any("CUPTI is taken when it ends" in line for line in logs)
     finally:
         mon.close()
+
+
+def test_cupti_duty_goes_from_the_command_line_to_the_monitor(capsys) -> None:
+    from torchpar_top.args import run_parser
+    from torchpar_top.probes.agent.run import UsageError, parse_args
+    from torchpar_top.session.targets import ScriptTarget
+
+    assert run_parser().parse_args(["--cupti-duty", "0.25"]).cupti_duty == 0.25
+    with pytest.raises(SystemExit) as exit_:
+        run_parser().parse_args(["--cupti-duty", "0"])
+    assert exit_.value.code == 2 and "must be above 0" in capsys.readouterr().err
+    cmd = ScriptTarget("x.py", cupti_duty=0.25).command(3, 0.1, False)
+    assert cmd[cmd.index("--cupti-duty") + 1] == "0.25"
+    assert parse_args(cmd[cmd.index("--fd"):]).cupti_duty == 0.25
+    with pytest.raises(UsageError, match="--cupti-duty"):
+        parse_args(["--cupti-duty", "2", "x.py"])
+    for duty, cycle in ((None, 10), (0.25, 4), (1.0, 1)):
+        fake = FakeCupti()
+        uc, _ = _usercode(lambda: fake)
+        uc.cupti_duty = duty
+        try:
+            uc.watch_cuda_streams()
+            assert uc.cupti.cycle == cycle
+            assert (uc.cupti.note() or "").startswith("sampled") == (cycle > 1)
+        finally:
+            uc.agent.close()
+
+
+def test_a_sampled_row_says_so_in_short() -> None:
+    from torchpar_top.contract.snapshot import ExecutorView
+    from torchpar_top.contract.vocab import ExecutorKind, Quantity
+    from torchpar_top.tui.widgets.queues import note_text
+
+    row = ExecutorView(name="cuda:0 stream 7", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH, value=3,
+                       capacity=1024, launched=10, completed=7, emulated=False, history=(3.0,), busy=(0.5,),
+                       blocked=0.0, counts=Counted.KERNELS, note="sampled: CUPTI records 1 sample interval in 10")
+    assert note_text(row, short=True) == "sampled"
