@@ -18,6 +18,11 @@ path before, or a binding without ``activity_enable_runtime_api``), and only the
 ops (what CUPTI delivers with the other calls switched off, the path after). Old and new alternate
 within each repeat; the fastest repeat is the cost, the median includes waiting for a core (the load
 average is printed).
+
+Then the average with recording windows (``--cupti-duty``): the whole ``CuptiMonitor`` on the fake
+binding (with the per-API switch), the trace played in stretches of 20 ms of its own time with a sample
+(``refresh``) after each (5x the live 10 Hz, so per-sample costs weigh 5x more than live), the CPU time
+of the samples divided by every launch of the trace, for a duty of 1 (always recording) and the default.
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import cupti_records_before as before  # noqa: E402
 from fakes.fake_cupti import FakeCupti, records_from_trace  # noqa: E402
 
+from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor  # noqa: E402
 from torchpar_top.probes.agent.cupti_records import RecordConverter, RecordQueues  # noqa: E402
 
 TRACE = ROOT / "tests" / "data" / "hta" / "a100_sxm4_5_streams.json.gz"
 BUFFER = 4096
+SAMPLE_NS = 20_000_000
 
 
 def run_before(records: list, converter: "before.RecordConverter") -> tuple[float, float]:
@@ -107,6 +114,41 @@ def main() -> None:
         print(f"{path:7} {label + f' ({n})':28} {lo / n * 1e6:8.2f} / {med / n * 1e6:5.2f}    "
               f"{lo / n_launch * 1e6:8.2f} / {med / n_launch * 1e6:5.2f}   "
               f"{add / lo * 100:5.0f} % / {upd / lo * 100:3.0f} %")
+    windows(every, n_launch, args.repeats)
+
+
+def run_monitor(records: list, duty: float) -> float:
+    """CPU seconds of the monitor's samples over the whole trace, records played in stretches."""
+    fake = FakeCupti()
+    monitor = CuptiMonitor(fake, add=lambda ex: ex, log=lambda line: None, duty=duty, drain_s=0.0,
+                           profiler_enabled=lambda: False)
+    monitor.start()
+    spent, i, n, tick = 0.0, 0, len(records), records[0].end + SAMPLE_NS
+    try:
+        while i < n:
+            j = i
+            while j < n and records[j].end < tick:
+                j += 1
+            fake.play(records[i:j])
+            i, tick = j, tick + SAMPLE_NS
+            t0 = time.thread_time()
+            monitor.refresh()
+            spent += time.thread_time() - t0
+    finally:
+        monitor.close()
+    return spent
+
+
+def windows(every: list, n_launch: int, repeats: int) -> None:
+    runs: dict[float, list[float]] = {}
+    for _ in range(repeats):
+        for duty in (1.0, DEFAULT_DUTY):
+            runs.setdefault(duty, []).append(run_monitor(every, duty))
+    print(f"monitor, a sample every {SAMPLE_NS / 1e6:g} ms of the trace, CPU time per launch of the trace "
+          f"({repeats} repeats):")
+    for duty, rs in runs.items():
+        print(f"  duty {duty:<4}: min {min(rs) / n_launch * 1e6:.2f} µs, median "
+              f"{statistics.median(rs) / n_launch * 1e6:.2f} µs")
 
 
 if __name__ == "__main__":

@@ -239,8 +239,12 @@ class RecordQueues:
         for c in stale:
             del launches[c]
         self.orphans += len(stale)
-        early = self._gpu
-        for c in [c for c, op in early.items() if op[0] < horizon]:
+        early, old = self._gpu, []
+        for c, op in early.items():  # in about the order they came: stop at the first young one
+            if op[0] >= horizon:
+                break
+            old.append(c)
+        for c in old:
             del early[c]
         settled = now if oldest == inf else min(now, nextafter(oldest, -inf))  # just before it
         settled = min(settled, self.until)
