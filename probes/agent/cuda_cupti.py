@@ -15,6 +15,18 @@ correlation id, per ``(device, stream)``, kept incrementally and checked equal t
 is exact up to the settled time (see :mod:`cupti_records`), which trails the present by about the
 queue's drain time.
 
+Recording windows (``duty`` < 1, ``run --cupti-duty``, :data:`DEFAULT_DUTY`): the Python per record is
+what remains of the cost, so CUPTI records during one sample interval in ``cycle``. A window opens at a
+sample (the queues start over: nothing before it is known; GPU op kinds enabled before the launch kinds,
+then the per-API switch again) and closes at the next: launch records stop (``end_window``: nothing
+after it settles), their GPU ops' records are waited for up to ``drain_s`` (sleeping, GIL released),
+then GPU op records stop and launches still without one are dropped. Within a window a stream's depth is
+exact from the GPU start of one of the window's launches on: a stream runs its work in launch order, so
+every launch made before the window has started by then and adds as much to ``S`` as to ``L``
+(``RecordQueues.valid_from``; checked against ``queue_series`` of the whole trace by test). The rows show
+the latest window's depth, say *sampled*, and their counts carry on from window to window (they count
+the launches seen in windows). Sync points come from the callback API and are not windowed.
+
 Why CUPTI activity and not torch's Kineto in rolling windows (``torch.profiler`` started and stopped every
 second or so). Both see the same thing: Kineto is itself a CUPTI activity client, and its trace events
 are these records. But a Kineto window also turns on torch's own op recording (a C++ callback per op,
@@ -66,6 +78,7 @@ from typing import Any, Callable
 from torchpar_top.analysis import QUEUE_CAP
 from torchpar_top.contract.messages import ExecutorRow
 from torchpar_top.contract.vocab import Counted, ExecutorKind, Quantity
+from torchpar_top.probes.agent.activity import MERGE_GAP
 from torchpar_top.probes.agent.cupti_records import Key, RecordConverter, RecordQueues
 from torchpar_top.probes.agent.executor import Executor
 
@@ -305,7 +318,7 @@ class CuptiMonitor:
                     self.refused.append(f"{name} ({describe(exc)})")
             self.filtered = self._record_launches_only()
             if self.cycle > 1:
-                self.queues.new_window(c.get_timestamp() / 1000)
+                self._start_over(c.get_timestamp() / 1000)
                 self._recording, self._phase = True, 0
         except Exception as exc:  # noqa: BLE001 - cuptiError from any step
             self._unsubscribe()
@@ -528,7 +541,7 @@ class CuptiMonitor:
                 ex.completed = ex.started
                 span = q.settled - q.since
                 ex.at_cap = q.time_at_cap(key) / span if span > 0 else 0.0
-                for a, b in sorted(q.busy(key, since, q.settled)):
+                for a, b in q.busy(key, since, q.settled, gap=MERGE_GAP * 1e6):
                     ex.activity.add(self.host_time(a), self.host_time(b))
 
         if self.cycle > 1:
@@ -541,9 +554,7 @@ class CuptiMonitor:
     def _open_window(self) -> None:
         """Recording starts again: the queues start over (the counts shown carry on from the rows')."""
         c = self.cupti
-        self._offsets = {key: ex.launched for key, ex in self.streams.items()}
-        with self._lock:
-            self.queues.new_window(c.get_timestamp() / 1000)
+        self._start_over(c.get_timestamp() / 1000)
         api = (self.converter.runtime, self.converter.driver)
         try:
             for kind in sorted(self.kinds, key=lambda k: k in api):  # GPU ops first, then launches
@@ -553,6 +564,12 @@ class CuptiMonitor:
             self._log(f"CUDA launch queues: CUPTI refused a recording window ({describe(exc)})")
             return
         self._recording = True
+
+    def _start_over(self, t0: float) -> None:
+        """A window begins at ``t0`` (µs): the queues start over, the rows' counts carry on from theirs."""
+        self._offsets = {key: ex.launched for key, ex in self.streams.items()}
+        with self._lock:
+            self.queues.new_window(t0)
 
     def _end_window(self, now: float) -> None:
         """Launch records stop at ``now``; their GPU ops' records are waited for (up to ``drain_s``),

@@ -262,6 +262,7 @@ class RecordQueues:
             s.starts += started
             s.starts.sort()
             s.ops += zip(started, ended)
+            s.ops.sort()  # by start: a stream runs in launch order, so this is nearly sorted already
         self._new = defaultdict(list)
         for s in streams.values():
             i = bisect_left(s.launches, since)  # fold what is before since: [since, settled] stays exact
@@ -272,8 +273,11 @@ class RecordQueues:
             if i:
                 s.base_s += i
                 del s.starts[:i]
-            if s.ops:
-                s.ops = [op for op in s.ops if op[1] > since]
+            ops, i = s.ops, 0
+            while i < len(ops) and ops[i][1] <= since:  # ended before since: no span to come needs it
+                i += 1
+            if i:
+                del ops[:i]
             s.at_cap = self._time_at_cap(s, since, settled)
 
     def _time_at_cap(self, s: _Stream, t0: float, t1: float) -> float:
@@ -324,12 +328,28 @@ class RecordQueues:
         """``Q = L - S`` of a stream at ``t`` in ``[since, settled]`` (default: the settled time)."""
         return self.launched(key, t) - self.started(key, t)
 
-    def busy(self, key: Key, t0: float, t1: float) -> list[tuple[float, float]]:
-        """Intervals (µs) of the stream's paired GPU ops that overlap ``[t0, t1]`` (``t0 >= since``)."""
+    def busy(self, key: Key, t0: float, t1: float, gap: float = 0.0) -> list[tuple[float, float]]:
+        """Intervals (µs) of the stream's paired GPU ops within ``[t0, t1]`` (``t0 >= since``), in order,
+        those less than ``gap`` µs apart merged."""
         s = self._streams.get(key)
+        out: list[tuple[float, float]] = []
         if s is None:
-            return []
-        return [(max(a, t0), min(b, t1)) for a, b in s.ops if a < t1 and b > t0]
+            return out
+        for a, b in s.ops:
+            if a >= t1:
+                break
+            if b <= t0:
+                continue
+            if a < t0:
+                a = t0
+            if b > t1:
+                b = t1
+            if out and a - out[-1][1] <= gap:
+                if b > out[-1][1]:
+                    out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+        return out
 
     def time_at_cap(self, key: Key) -> float:
         """µs the stream spent at the cap in ``[since, settled]`` (a launch would have blocked)."""

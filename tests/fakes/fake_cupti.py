@@ -110,6 +110,7 @@ DRIVER_CBIDS = {"cuLaunchKernel": 307}
 Runtime_api_trace_cbid = enum.IntEnum("Runtime_api_trace_cbid", RUNTIME_CBIDS)
 Driver_api_trace_cbid = enum.IntEnum("Driver_api_trace_cbid", DRIVER_CBIDS)
 
+_VALUES = {enum_cls: frozenset(int(m) for m in enum_cls) for enum_cls in (Runtime_api_trace_cbid, Driver_api_trace_cbid)}
 _GPU_KINDS = {"kernel": ActivityKind.CONCURRENT_KERNEL, "gpu_memcpy": ActivityKind.MEMCPY,
               "gpu_memset": ActivityKind.MEMSET}
 
@@ -225,7 +226,7 @@ class FakeCupti:
         self._api_switch(ActivityKind.DRIVER, Driver_api_trace_cbid, cbid, enable)
 
     def _api_switch(self, kind: int, cbids: Any, cbid: int, enable: int) -> None:
-        if int(cbid) not in {int(m) for m in cbids}:
+        if int(cbid) not in _VALUES[cbids]:
             raise cuptiError(Result.ERROR_INVALID_PARAMETER)
         (self.api_off[int(kind)].discard if enable else self.api_off[int(kind)].add)(int(cbid))
 
