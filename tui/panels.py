@@ -57,7 +57,7 @@ PANELS: tuple[Panel, ...] = (
           "comes from CUDA's own records instead (`cuda:0 stream 7`): **depth** in kernels, as of the last "
           "moment every launch's kernel record had arrived; it says *standing aside* while torch.profiler "
           "or a CUDA graph capture holds CUPTI, and *sampled* when CUPTI records in windows "
-          "(`--cupti-duty`, one sample interval in 10 by default). Input-bound means the frontend waited "
+          "(`--cupti-duty`, one sample interval in 20 by default). Input-bound means the frontend waited "
           "for data more than "
           "30 % of the time."),
     Panel("lanes",

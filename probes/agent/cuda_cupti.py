@@ -58,11 +58,12 @@ it), ``on_lost`` is called: the agent falls back to the launch counter and says 
 Overhead: CUPTI's own, in C, per launch call and GPU op; the binding's, one Python object per record
 (made by ``cupti-python`` before our callback sees the list: two per launch once the other API calls are
 switched off); ours, reading and settling on the sampler thread, measured by
-``benchmarks/bench_cupti_records.py`` over the A100 records (docs/benchmarks.md: about 2 µs per launch
-on this project's loaded CPU, from about 8 µs before the per-API switch and the incremental queue). That
-Python holds the GIL while it runs, so in a launch-bound loop it can still slow the frontend, though not
-per op and not on its thread; ``benchmarks/gpu_check.py`` measures a launch-bound loop under ``run``
-against plain, and reports the records per launch that reached Python.
+``benchmarks/bench_cupti_records.py`` over the A100 records (docs/benchmarks.md: about 2.3 µs per
+recorded launch for reading and settling, 3-4.4 µs for the whole monitor, on this project's loaded CPU,
+from about 7.6 µs before the per-API switch and the incremental queue; ~0.3 µs per launch on average
+with the default windows). That Python holds the GIL while it runs, so in a launch-bound loop it can
+still slow the frontend, though not per op and not on its thread; ``benchmarks/gpu_check.py`` measures
+a launch-bound loop under ``run`` against plain, and reports the records per launch that reached Python.
 Untested on hardware: verified against ``tests/fakes/fake_cupti.py``, whose records are real A100 ones.
 """
 
@@ -90,10 +91,11 @@ SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
 ESSENTIAL_KINDS = ("RUNTIME", "CONCURRENT_KERNEL")
 #: Kinds that add launches (driver: Triton's cuLaunchKernel) and copies; refused ones are named.
 OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
-#: Share of sample intervals CUPTI records in by default (``run --cupti-duty``): with the Python cost per
-#: launch measured by ``benchmarks/bench_cupti_records.py`` (about 1-2.3 µs) and a launch-bound frontend at
-#: 5 µs per launch, one interval in 10 keeps the GIL time taken at about 2-5 % of the frontend's.
-DEFAULT_DUTY = 0.1
+#: Share of sample intervals CUPTI records in by default (``run --cupti-duty``), from the measured Python
+#: cost per recorded launch of the whole monitor (``benchmarks/bench_cupti_records.py``: 3-4.4 µs on this
+#: project's loaded CPU) against the issue's budget, 3 % of a launch-bound frontend's 5 µs per launch:
+#: 0.15 / 3-4.4 = 0.034-0.05. One interval in 20 (the rows' depth refreshes every 2 s at 10 Hz).
+DEFAULT_DUTY = 0.05
 #: Bytes per activity buffer asked of CUPTI (``buffer_requested``); 0 = no record limit.
 BUFFER_BYTES = 4 << 20
 #: Records read between two GIL yields (about 0.2-0.5 ms of Python on this project's machine).

@@ -495,7 +495,7 @@ def test_cupti_duty_goes_from_the_command_line_to_the_monitor(capsys) -> None:
     assert parse_args(cmd[cmd.index("--fd"):]).cupti_duty == 0.25
     with pytest.raises(UsageError, match="--cupti-duty"):
         parse_args(["--cupti-duty", "2", "x.py"])
-    for duty, cycle in ((None, 10), (0.25, 4), (1.0, 1)):
+    for duty, cycle in ((None, 20), (0.25, 4), (1.0, 1)):
         fake = FakeCupti()
         uc, _ = _usercode(lambda: fake)
         uc.cupti_duty = duty
