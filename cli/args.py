@@ -172,9 +172,9 @@ def run_parser() -> Parser:
                              "ops and sync points are counted in slices of 5%% of the time and scaled. On CUDA "
                              "it also counts launches per torch call instead of reading CUPTI's records")
     parser.add_argument("--cupti-duty", type=duty, default=DEFAULT_CUPTI_DUTY, metavar="SHARE",
-                        help="on CUDA, the share of sample intervals in which CUPTI records launches and GPU "
-                             "ops (default %(default)s: one interval in 20; 1 records all the time). The queue "
-                             "rows show the latest window's depth, labelled sampled")
+                        help="on CUDA, the share of sample intervals in which CUPTI records launches and "
+                             "GPU ops (default %(default)s: one interval in 20; 1 records all the time). The "
+                             "queue rows show the latest window's depth, labelled sampled")
     parser.add_argument("--nproc-per-node", type=positive_int, metavar="N",
                         help="launch through torchrun with N ranks on this node (Gloo on CPU)")
     return parser

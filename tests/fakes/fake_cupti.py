@@ -110,7 +110,8 @@ DRIVER_CBIDS = {"cuLaunchKernel": 307}
 Runtime_api_trace_cbid = enum.IntEnum("Runtime_api_trace_cbid", RUNTIME_CBIDS)
 Driver_api_trace_cbid = enum.IntEnum("Driver_api_trace_cbid", DRIVER_CBIDS)
 
-_VALUES = {enum_cls: frozenset(int(m) for m in enum_cls) for enum_cls in (Runtime_api_trace_cbid, Driver_api_trace_cbid)}
+_VALUES = {enum_cls: frozenset(int(m) for m in enum_cls)
+           for enum_cls in (Runtime_api_trace_cbid, Driver_api_trace_cbid)}
 _GPU_KINDS = {"kernel": ActivityKind.CONCURRENT_KERNEL, "gpu_memcpy": ActivityKind.MEMCPY,
               "gpu_memset": ActivityKind.MEMSET}
 
@@ -169,7 +170,8 @@ class FakeCupti:
         self.refuse = dict(refuse or {})
         """``{kind: status}``: enabling ``kind`` raises ``cuptiError(status)``."""
         self.enabled: set[int] = set()
-        self.api_off: dict[int, set[int]] = {int(ActivityKind.RUNTIME): set(), int(ActivityKind.DRIVER): set()}
+        self.api_off: dict[int, set[int]] = {int(ActivityKind.RUNTIME): set(),
+                                             int(ActivityKind.DRIVER): set()}
         """Per API kind, the cbids whose records are switched off."""
         self.requested: Callable[[], tuple[int, int]] | None = None
         self.completed: Callable[[list], None] | None = None

@@ -94,7 +94,8 @@ def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> No
 def _spy(fake: FakeCupti, kinds: list) -> None:
     """Note ``(kind, cbid)`` of every record the fake delivers to the registered callback."""
     completed = fake.completed
-    fake.completed = lambda buf: (kinds.extend((r.kind, getattr(r, "cbid", None)) for r in buf), completed(buf))
+    fake.completed = lambda buf: (kinds.extend((r.kind, getattr(r, "cbid", None)) for r in buf),
+                                  completed(buf))
 
 
 def test_only_launch_calls_and_gpu_ops_are_recorded_and_the_switch_survives_standing_aside() -> None:
@@ -512,7 +513,8 @@ def test_a_sampled_row_says_so_in_short() -> None:
     from torchpar_top.contract.vocab import ExecutorKind, Quantity
     from torchpar_top.tui.widgets.queues import note_text
 
-    row = ExecutorView(name="cuda:0 stream 7", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH, value=3,
-                       capacity=1024, launched=10, completed=7, emulated=False, history=(3.0,), busy=(0.5,),
-                       blocked=0.0, counts=Counted.KERNELS, note="sampled: CUPTI records 1 sample interval in 10")
+    row = ExecutorView(name="cuda:0 stream 7", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH,
+                       value=3, capacity=1024, launched=10, completed=7, emulated=False, history=(3.0,),
+                       busy=(0.5,), blocked=0.0, counts=Counted.KERNELS,
+                       note="sampled: CUPTI records 1 sample interval in 20")
     assert note_text(row, short=True) == "sampled"
