@@ -11,14 +11,18 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
+from torchpar_top import keep
 from torchpar_top.args import attach_parser, main_parser, replay_parser, run_parser, split_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["replay"]:
-        return _replay(argv[1:])
+    if argv[:1] == ["replay"]:  # a recording or an export here, a trace in _replay
+        return keep.replay(argv[1:], replay_parser(), lambda args: _replay(argv[1:]),
+                           lambda session, args: keep.headless_or_screen(session, args, QuitSignals))
+    if argv[:1] == ["export"]:
+        return keep.export(argv[1:])
     if argv[:1] == ["run"]:
         target, args = _run_target(argv[1:])
     elif argv[:1] == ["attach"]:
@@ -28,18 +32,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _check_headless(parser, args)
         target = args.experiment
+    record = keep.open_record(args.record)  # an unwritable path fails before anything starts
 
     from torchpar_top.session.session import Session
 
     session = Session(target, interval=args.interval, sync=getattr(args, "sync", False),
                       gpu_probe=_gpu_probe(), stack_source=_stack_source(), stacks=not args.no_stacks)
     atexit.register(session.close)  # however we leave, the child's process group goes with us
+    recorder = keep.start_recorder(record, session, argv)
+    atexit.register(keep.stop_recorder, recorder)  # runs first (last in, first out); idempotent
     if args.headless:
         from torchpar_top.session import headless
 
         stop = threading.Event()
         signals = QuitSignals(lambda: stop.set())
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
+        keep.stop_recorder(recorder)
         return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp
@@ -48,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signals = QuitSignals(app.quit_from_signal)
     app.run()
     session.close()
+    keep.stop_recorder(recorder)
     return signals.status(0)
 
 
@@ -138,10 +147,10 @@ def _replay(argv: list[str]) -> int:
     if args.duration is not None and not args.headless:
         parser.error("--duration only applies with --headless")
 
-    from torchpar_top.session.replay import ReplaySession
+    from torchpar_top.session.replay import DEFAULT_SPEED, ReplaySession
 
     try:
-        session = ReplaySession(args.trace, interval=args.interval, speed=args.speed)
+        session = ReplaySession(args.trace, interval=args.interval or 0.1, speed=args.speed or DEFAULT_SPEED)
     except TraceError as exc:
         parser.exit(2, f"torchpar-top: error: {exc}\n")
     atexit.register(session.close)  # the clock's thread stops however we leave

@@ -1,0 +1,150 @@
+"""Keeping a run: ``--record FILE`` on the live modes, ``replay`` of a recording or an export, ``export``.
+
+Errors are one line and exit status 2, as everywhere on the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+from typing import Any, Callable, NoReturn, Sequence
+
+from torchpar_top.args import export_parser
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"torchpar-top: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def open_record(path: str | None) -> Any:
+    """The file ``--record`` writes, opened before anything starts (an unwritable path fails at once)."""
+    if path is None:
+        return None
+    from torchpar_top.session.recording import RecordingError, open_output
+
+    try:
+        return open_output(path)
+    except RecordingError as exc:
+        _fail(str(exc))
+
+
+def start_recorder(out: Any, session: Any, command: Sequence[str]) -> Any:
+    """A :class:`~torchpar_top.session.recording.Recorder` of ``session`` into ``out`` (None: none).
+
+    Close it after the session: it writes the last snapshot and closes the file."""
+    if out is None:
+        return None
+    from torchpar_top.session.recording import Recorder
+
+    recorder = Recorder(session, out, command)
+    recorder.start()
+    return recorder
+
+
+def stop_recorder(recorder: Any) -> None:
+    """Close the recorder; says on stderr if recording stopped early (a full disk)."""
+    if recorder is None:
+        return
+    recorder.close()
+    if recorder.error:
+        print(f"torchpar-top: warning: {recorder.error}", file=sys.stderr)
+
+
+def replay(argv: list[str], parser: argparse.ArgumentParser, trace_replay: Callable[[argparse.Namespace], int],
+           play: Callable[[Any, argparse.Namespace], int]) -> int:
+    """``torchpar-top replay FILE``: a recording or an export is played here; a trace goes to
+    ``trace_replay``. ``play(session, args)`` runs a session on the screen or headless."""
+    from torchpar_top.session.recording import sniff
+
+    args = parser.parse_args(argv)
+    kind = sniff(args.trace)
+    if kind == "trace":
+        return trace_replay(args)
+    from torchpar_top.session.export import export_summary, read_export
+    from torchpar_top.session.playback import RecordingSession
+    from torchpar_top.session.recording import RecordingError, read_recording
+
+    try:
+        if kind == "export":
+            rec, snaps = read_export(args.trace)
+            if not snaps:
+                _fail(f"{args.trace}: an export without samples")
+        else:
+            rec, snaps = read_recording(args.trace), None
+    except RecordingError as exc:
+        _fail(str(exc))
+    if args.summary:
+        if args.headless or args.duration is not None:
+            parser.error("--summary prints one object: --headless and --duration do not apply")
+        if kind == "export":
+            parser.error("--summary reads a recording or a trace; an export holds only its counters")
+        if rec.note:
+            print(f"torchpar-top: note: {rec.note}", file=sys.stderr)
+        json.dump(export_summary(rec), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    if args.duration is not None and not args.headless:
+        parser.error("--duration only applies with --headless")
+    if rec.note and args.headless:
+        print(f"torchpar-top: note: {rec.note}", file=sys.stderr)
+    session = RecordingSession(rec, interval=args.interval, speed=args.speed or 1.0, snapshots=snaps)
+    return play(session, args)
+
+
+def export(argv: list[str]) -> int:
+    """``torchpar-top export FILE --perfetto OUT.json --csv OUT.csv``."""
+    from torchpar_top.analysis import TraceError
+    from torchpar_top.session.export import load_source, write_csv, write_perfetto
+    from torchpar_top.session.recording import RecordingError, open_output
+
+    parser = export_parser()
+    args = parser.parse_args(argv)
+    if not args.perfetto and not args.csv:
+        parser.error("export needs --perfetto OUT.json, --csv OUT.csv or both")
+    outputs = []
+    try:
+        for path in (args.perfetto, args.csv):  # both opened first: a bad path fails before any work
+            outputs.append(open_output(path) if path else None)
+        source = load_source(args.file)
+    except (RecordingError, TraceError) as exc:
+        for f in outputs:
+            if f is not None:
+                f.close()
+        _fail(str(exc))
+    perfetto_out, csv_out = outputs
+    if source.note:
+        print(f"torchpar-top: note: {source.note}", file=sys.stderr)
+    if perfetto_out is not None:
+        with perfetto_out:
+            n = write_perfetto(source, perfetto_out)
+        print(f"torchpar-top: wrote {args.perfetto}: {n} trace events from {len(source.samples)} samples "
+              "(open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
+    if csv_out is not None:
+        with csv_out:
+            rows = write_csv(source, csv_out)
+        print(f"torchpar-top: wrote {args.csv}: {rows} rows", file=sys.stderr)
+    return 0
+
+
+def headless_or_screen(session: Any, args: argparse.Namespace, quit_signals: Any) -> int:
+    """Run a replay session headless (one JSON line per snapshot shown) or on the screen."""
+    import atexit
+
+    atexit.register(session.close)
+    if args.headless:
+        from torchpar_top.session import headless
+
+        stop = threading.Event()
+        signals = quit_signals(stop.set)
+        return signals.status(headless.run(session, args.duration or math.inf, sys.stdout, stop=stop))
+    from torchpar_top.tui.app import TorchparTopApp
+
+    app = TorchparTopApp(session)
+    signals = quit_signals(app.quit_from_signal)
+    app.run()
+    session.close()
+    return signals.status(0)

@@ -1,0 +1,417 @@
+"""Recordings: ``--record FILE`` keeps every snapshot of a run as JSON lines; :func:`read_recording` reads them.
+
+A recording is a header line (:class:`Header`: the format and its version, the protocol version, the
+command line, the machine, the start time), then one line per snapshot, written and flushed as each is
+taken: a ``kill -9`` loses at most the line being written, and a reader ignores a truncated last line.
+
+A line is the snapshot as :func:`~torchpar_top.contract.codec.to_plain` writes it, with one saving: a
+snapshot carries rolling histories (600 values per series, 120 per core, the last 200 log lines), and
+consecutive snapshots share all but their newest values. So each history holds only the values the
+previous line did not have, and ``"_keep": {path: n}`` says how many of the previous line's last values
+come first (``"executors.0.history": 599``: the previous line's last 599, then the one in the line).
+The encoding is exact: :class:`Decoder` rebuilds every snapshot equal to the one recorded (tested), and a
+line alone still decodes to a typed :class:`~torchpar_top.contract.snapshot.Snapshot` (its histories
+short). docs/benchmarks.md has the sizes and costs that chose this over whole snapshots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+import platform
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import IO, Any, Callable, Iterator, Sequence
+
+from torchpar_top.contract.codec import ProtocolError, from_plain, to_plain
+from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
+from torchpar_top.contract.snapshot import Snapshot
+
+#: The header's ``format``: what tells a recording from a profiler trace.
+FORMAT = "torchpar-top-recording"
+#: The version of the line format this code writes and reads.
+FORMAT_VERSION = 1
+
+#: Snapshot fields that are rolling histories (oldest first), written as deltas.
+SNAPSHOT_HISTORIES = ("frontend_busy", "frontend_wait", "frontend_core_wait", "overlap", "timing",
+                      "overlap_in_progress", "throughput_history", "log")
+#: The same within each executor and each GPU.
+EXECUTOR_HISTORIES = ("history", "busy", "running", "core_wait")
+GPU_HISTORIES = ("util_history",)
+#: How many new values per history :func:`delta` looks for before writing the history whole.
+MAX_NEW = 64
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class RecordingError(Exception):
+    """A file that is not a recording this version reads; ``str(error)`` is one line saying why."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where the recording was made."""
+
+    hostname: str
+    cores: int
+    """Logical CPUs (``os.cpu_count()``)."""
+    gpus: tuple[str, ...]
+    """GPU names as NVML reports them in the first snapshot (empty without NVML or GPUs)."""
+    torch: str | None
+    """The installed torch's version (package metadata; the monitor never imports torch)."""
+    python: str
+    platform: str
+
+
+@dataclass(frozen=True)
+class Header:
+    """The first line of a recording."""
+
+    format: str
+    version: int
+    """:data:`FORMAT_VERSION` of the writer."""
+    protocol: int
+    """The agent protocol's version (``contract.messages.VERSION``) of the writer."""
+    command: tuple[str, ...]
+    """The command line, as typed after ``torchpar-top``."""
+    started: str
+    """Start time, ISO 8601 in UTC."""
+    t: float
+    """Start time, ``time.time()``."""
+    interval: float
+    """Seconds between samples."""
+    machine: Machine
+
+
+def machine_info(snap: Snapshot | None) -> Machine:
+    """This machine: host name, cores, the GPUs the snapshot shows, torch's version (without importing it)."""
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = None
+    gpus = tuple(g.name for g in snap.gpus) if snap is not None else ()
+    return Machine(socket.gethostname(), os.cpu_count() or 1, gpus, torch, platform.python_version(),
+                   platform.platform())
+
+
+# -- the line format ------------------------------------------------------------------------------
+
+
+def delta(prev: Sequence[Any], cur: Sequence[Any]) -> tuple[int, tuple[Any, ...]]:
+    """``(keep, new)`` with ``cur == prev[len(prev) - keep:] + new``: the fewest new values (up to
+    :data:`MAX_NEW`) that rebuild ``cur`` from ``prev``; ``(0, cur)`` when none do."""
+    n, p = len(cur), len(prev)
+    for m in range(0, min(n, MAX_NEW) + 1):
+        keep = n - m
+        if keep == 0 or keep > p:
+            continue
+        if prev[p - keep:] == cur[:keep]:
+            return keep, tuple(cur[keep:])
+    return 0, tuple(cur)
+
+
+def _rebuild(prev: Sequence[Any], keep: int, new: tuple[Any, ...], where: str) -> tuple[Any, ...]:
+    if keep == 0:
+        return new
+    if keep > len(prev):
+        raise ProtocolError(f"{where}: keeps {keep} values of a history that had {len(prev)}")
+    return tuple(prev[len(prev) - keep:]) + new
+
+
+def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Every history of a snapshot with its path."""
+    for name in SNAPSHOT_HISTORIES:
+        yield name, getattr(snap, name)
+    for i, h in enumerate(snap.core_history):
+        yield f"core_history.{i}", h
+    for i, e in enumerate(snap.executors):
+        for name in EXECUTOR_HISTORIES:
+            yield f"executors.{i}.{name}", getattr(e, name)
+    for i, g in enumerate(snap.gpus):
+        for name in GPU_HISTORIES:
+            yield f"gpus.{i}.{name}", getattr(g, name)
+
+
+def _with_histories(snap: Snapshot, values: dict[str, tuple[Any, ...]]) -> Snapshot:
+    """``snap`` with its histories replaced by ``values`` (by path)."""
+    top = {name: values[name] for name in SNAPSHOT_HISTORIES}
+    cores = tuple(values[f"core_history.{i}"] for i in range(len(snap.core_history)))
+    executors = tuple(dataclasses.replace(e, **{n: values[f"executors.{i}.{n}"] for n in EXECUTOR_HISTORIES})
+                      for i, e in enumerate(snap.executors))
+    gpus = tuple(dataclasses.replace(g, **{n: values[f"gpus.{i}.{n}"] for n in GPU_HISTORIES})
+                 for i, g in enumerate(snap.gpus))
+    return dataclasses.replace(snap, core_history=cores, executors=executors, gpus=gpus, **top)
+
+
+class Encoder:
+    """Snapshots to recording lines, each history as a delta against the previous line's."""
+
+    def __init__(self) -> None:
+        self._prev: dict[str, tuple[Any, ...]] = {}
+
+    def encode(self, snap: Snapshot) -> dict[str, Any]:
+        """The line for ``snap`` (a JSON-able dict)."""
+        keep: dict[str, int] = {}
+        new: dict[str, tuple[Any, ...]] = {}
+        current: dict[str, tuple[Any, ...]] = {}
+        for path, values in _histories(snap):
+            current[path] = values
+            k, added = delta(self._prev.get(path, ()), values)
+            if k:
+                keep[path] = k
+            new[path] = added
+        self._prev = current
+        plain = to_plain(_with_histories(snap, new))
+        if keep:
+            plain["_keep"] = keep
+        return plain
+
+    def line(self, snap: Snapshot) -> str:
+        """The line for ``snap``, compact JSON with its newline."""
+        return json.dumps(self.encode(snap), separators=(",", ":"), allow_nan=False) + "\n"
+
+
+class Decoder:
+    """Recording lines back to the snapshots recorded (each line's histories rebuilt on the previous one's)."""
+
+    def __init__(self, prev: Snapshot | None = None) -> None:
+        self._prev: dict[str, tuple[Any, ...]] = dict(_histories(prev)) if prev is not None else {}
+
+    def decode(self, data: Any, where: str = "line") -> Snapshot:
+        """The snapshot of one decoded JSON line.
+
+        Raises:
+            ProtocolError: the line is not a snapshot, or keeps more of a history than there was.
+        """
+        snap = from_plain(Snapshot, data, where)
+        keep = data.get("_keep", {})
+        if not isinstance(keep, dict) or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0
+                                                 for k in keep.values()):
+            raise ProtocolError(f"{where}: _keep must map history paths to counts")
+        values = {}
+        for path, added in _histories(snap):
+            values[path] = _rebuild(self._prev.get(path, ()), keep.get(path, 0), added, f"{where}: {path}")
+        self._prev = values
+        return _with_histories(snap, values)
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+def open_output(path: str) -> IO[str]:
+    """Open ``path`` for writing a recording (or an export).
+
+    Raises:
+        RecordingError: it cannot be written (one line: the path and why).
+    """
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise RecordingError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class Recorder:
+    """Writes a session's snapshots to a file: a small thread takes ``session.snapshot()`` after each
+    host sample (as headless mode does), so the TUI and headless mode record the same thing."""
+
+    def __init__(self, session: Any, out: IO[str], command: Sequence[str],
+                 clock: Callable[[], float] = time.time) -> None:
+        """Nothing is written until :meth:`start` (or :meth:`write`)."""
+        self.session = session
+        self._out = out
+        self._command = tuple(command)
+        self._clock = clock
+        self._started = clock()
+        self._encoder = Encoder()
+        self._header_written = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._seen = -1
+        self.lines = 0
+        """Snapshot lines written."""
+        self.error: str | None = None
+        """Why recording stopped early (the disk filled...), or None."""
+
+    def start(self) -> None:
+        """Start the recording thread."""
+        self._thread = threading.Thread(target=self._loop, name="tpt-recorder", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.session.interval / 4):
+            self._take()
+
+    def _take(self) -> None:
+        samples = self.session.host_samples
+        if samples == self._seen or samples == 0:
+            return
+        self._seen = samples
+        self.write(self.session.snapshot())
+
+    def write(self, snap: Snapshot) -> None:
+        """Write ``snap`` as the next line (after the header, the first time), and flush."""
+        with self._lock:
+            if self.error is not None or self._out.closed:
+                return
+            try:
+                if not self._header_written:
+                    self._write_header(snap)
+                self._out.write(self._encoder.line(snap))
+                self._out.flush()
+                self.lines += 1
+            except (OSError, ValueError) as exc:
+                self.error = f"recording stopped: {exc}"
+
+    def _write_header(self, snap: Snapshot | None) -> None:
+        header = Header(FORMAT, FORMAT_VERSION, PROTOCOL_VERSION, self._command,
+                        datetime.fromtimestamp(self._started, timezone.utc).isoformat(timespec="seconds"),
+                        self._started, self.session.interval, machine_info(snap))
+        self._out.write(json.dumps(to_plain(header), separators=(",", ":")) + "\n")
+        self._out.flush()
+        self._header_written = True
+
+    def close(self) -> None:
+        """Stop the thread, write the last snapshot if it is new, close the file. Idempotent."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+        if not self._out.closed:
+            try:
+                self._take()
+                with self._lock:
+                    if not self._header_written and self.error is None:
+                        self._write_header(None)
+            except (OSError, ValueError) as exc:
+                self.error = f"recording stopped: {exc}"
+            finally:
+                try:
+                    self._out.close()
+                except OSError as exc:
+                    self.error = self.error or f"recording stopped: {exc}"
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except IsADirectoryError:
+        raise RecordingError(f"{path} is a folder, not a recording") from None
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise RecordingError(f"{path}: not a readable gzip file ({exc})") from None
+    return data
+
+
+def sniff(path: str) -> str:
+    """What ``path`` holds, from its first bytes: ``"recording"``, ``"export"`` (a trace-event file written
+    by ``torchpar-top export``) or ``"trace"`` (anything else: a profiler trace, or an error for the trace
+    loader to name)."""
+    if os.path.isdir(path):
+        return "trace"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        if head[:2] == _GZIP_MAGIC:
+            with gzip.open(path, "rb") as f:
+                head = f.read(4096)
+    except (OSError, EOFError):
+        return "trace"  # the trace loader says why it cannot be read
+    first = head.split(b"\n", 1)[0].lstrip()
+    if first.startswith(b'{"format":') or first.startswith(b'{"format" :'):
+        return "recording"
+    if b'"torchpar-top-export"' in head:
+        return "export"
+    return "trace"
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A recording read back: its header and every snapshot line (raw, decoded on demand)."""
+
+    path: str
+    header: Header
+    lines: tuple[bytes, ...]
+    times: tuple[float, ...]
+    """Each line's snapshot ``t``."""
+    note: str = ""
+    """Something the reader left out (a truncated last line), for the log; '' when nothing."""
+
+    def snapshots(self) -> Iterator[Snapshot]:
+        """Every snapshot, in order, exactly as recorded."""
+        decoder = Decoder()
+        for i, raw in enumerate(self.lines):
+            yield decoder.decode(json.loads(raw), f"{self.path} line {i + 2}")
+
+
+def read_header(first: bytes, path: str) -> Header:
+    """The header of a recording, checked: the format and this version.
+
+    Raises:
+        RecordingError: not a recording, or another version of the format (one line).
+    """
+    try:
+        data = json.loads(first)
+    except ValueError:
+        raise RecordingError(f"{path}: not a torchpar-top recording (its first line is not JSON)") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise RecordingError(f"{path}: not a torchpar-top recording (no \"format\": \"{FORMAT}\" header)")
+    version = data.get("version")
+    if version != FORMAT_VERSION:
+        age = "an older" if isinstance(version, int) and version < FORMAT_VERSION else "a newer"
+        raise RecordingError(f"{path}: recording format version {version!r} ({age} torchpar-top's); this "
+                             f"torchpar-top reads version {FORMAT_VERSION}")
+    try:
+        return from_plain(Header, data, "header")
+    except ProtocolError as exc:
+        raise RecordingError(f"{path}: bad recording header: {exc}") from None
+
+
+def read_recording(path: str) -> Recording:
+    """Read a recording (``.jsonl`` or gzipped), checking every line decodes.
+
+    A last line without its newline (a ``kill -9`` while writing) is left out and said in
+    :attr:`Recording.note`; any other bad line is an error.
+
+    Raises:
+        RecordingError: one line naming the file, the line and why.
+    """
+    path = os.fspath(path)
+    data = _read_bytes(path)
+    raw = data.split(b"\n")
+    note = ""
+    if raw and raw[-1].strip():
+        note = (f"{path}: the last line ({len(raw[-1])} bytes) was cut off while being written and is "
+                "left out")
+        raw = raw[:-1]
+    elif raw:
+        raw = raw[:-1]
+    if not raw or not raw[0].strip():
+        raise RecordingError(f"{path}: empty, not a torchpar-top recording")
+    header = read_header(raw[0], path)
+    lines = tuple(line for line in raw[1:] if line.strip())
+    times = []
+    decoder = Decoder()
+    for i, line in enumerate(lines):
+        where = f"{path} line {i + 2}"
+        try:
+            snap = decoder.decode(json.loads(line), where)
+        except ValueError as exc:  # ProtocolError is a ValueError, and so is bad JSON
+            raise RecordingError(exc if isinstance(exc, ProtocolError) else f"{where}: not JSON ({exc})") \
+                from None
+        times.append(snap.t)
+    return Recording(path, header, lines, tuple(times), note)
