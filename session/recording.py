@@ -197,6 +197,9 @@ class Decoder:
         values = {}
         for path, added in _histories(snap):
             values[path] = _rebuild(self._prev.get(path, ()), keep.get(path, 0), added, f"{where}: {path}")
+        unknown = set(keep) - set(values)
+        if unknown:
+            raise ProtocolError(f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}")
         self._prev = values
         return _with_histories(snap, values)
 
