@@ -94,6 +94,8 @@ class Source:
     """Traces: per stream lane, its busy intervals in seconds from the start."""
     syncs: list[tuple[float, str, str, int | None]] = field(default_factory=list)
     """Traces: (seconds, call, site, rank) per sync point."""
+    t0: float = 0.0
+    """``time.time()`` of the first sample (recordings; 0 for a trace): timestamps count from it."""
     note: str = ""
     """What the reader left out (a recording's truncated last line), or ''."""
 
@@ -120,7 +122,7 @@ def recording_source(rec: Recording) -> Source:
 
     t0 = rec.times[0] if rec.times else rec.header.t
     samples = list(samples_of((s.t - t0, s) for s in rec.snapshots()))
-    return Source(rec.path, "recording", samples, to_plain(rec.header), note=rec.note)
+    return Source(rec.path, "recording", samples, to_plain(rec.header), t0=t0, note=rec.note)
 
 
 def trace_source(path: str) -> Source:
@@ -211,7 +213,8 @@ def perfetto(source: Source) -> dict[str, Any]:
     _modes(ev, source)
     _frontend(ev, source)
     return {"otherData": {"format": EXPORT_FORMAT, "version": FORMAT_VERSION, "source": source.path,
-                          "kind": source.kind, "header": source.header, "counters": ev.counters},
+                          "kind": source.kind, "t0": source.t0, "header": source.header,
+                          "counters": ev.counters},
             "displayTimeUnit": "ms", "traceEvents": ev.events}
 
 
@@ -400,6 +403,7 @@ def read_export(path: str) -> tuple[Recording, list[Snapshot]]:
 def _rebuild_snapshots(path: str, other: dict[str, Any], counters: dict[str, Any],
                        events: list[Any]) -> tuple[Recording, list[Snapshot]]:
     by_ts: dict[int, dict[str, float]] = defaultdict(dict)
+    # events are read in file order; slices of one thread are written in time order
     busy: dict[str, list[tuple[int, float]]] = defaultdict(list)
     modes: list[tuple[int, int, str]] = []
     thread_names: dict[tuple[int, int], str] = {}
@@ -422,7 +426,7 @@ def _rebuild_snapshots(path: str, other: dict[str, Any], counters: dict[str, Any
         elif ph == "X" and e.get("cat") == "mode":
             modes.append((int(e["ts"]), int(e["ts"]) + int(e["dur"]), e["name"].lower()))
     header_plain = other.get("header") or {}
-    t_start = float(header_plain.get("t", 0.0)) if isinstance(header_plain, dict) else 0.0
+    t_start = float(other.get("t0", 0.0))
     interval = float(header_plain.get("interval", 0.1)) if isinstance(header_plain, dict) else 0.1
     header = Header("torchpar-top-export", FORMAT_VERSION, 0, (), "", t_start, interval,
                     Machine("", 0, (), None, "", ""))
@@ -467,7 +471,7 @@ def _rebuild_snapshots(path: str, other: dict[str, Any], counters: dict[str, Any
                                      tuple(histories[f"gpu {label}"]),
                                      int(g["gpu_mem"]) if "gpu_mem" in g else None, meta.get("total"),
                                      None, None, None))
-        mode = next((m for a, b, m in modes if a <= ts <= b), "async")
+        mode = next((m for a, _, m in reversed(modes) if a <= ts), "async")  # the period begun last
         snaps.append(Snapshot(
             t=t_start + ts / 1e6, experiment="export", description=f"read back from {os.path.basename(path)}",
             mode=Mode(mode) if mode in ("async", "sync") else Mode.ASYNC, paused=False, interval=interval,
