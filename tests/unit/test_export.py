@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.unit.test_recording import store_snapshots, write_recording
+from fakes.recordings import store_snapshots, write_recording
 from torchpar_top.contract.snapshot import GpuView, SyncSite
 from torchpar_top.contract.vocab import Mode
 from torchpar_top.session.export import (EXPORT_FORMAT, load_source, perfetto, read_export, write_csv,

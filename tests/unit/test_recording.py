@@ -8,40 +8,17 @@ import threading
 
 import pytest
 
-from tests.unit.test_store import sample
-from tests.waiting import wait_for
+from fakes.recordings import FakeSession, store_snapshots, write_recording
+from waiting import wait_for
 from torchpar_top.contract.codec import from_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
-from torchpar_top.contract.snapshot import ChildStatus, HostSample, Snapshot, SyncSite
-from torchpar_top.contract.vocab import ChildState, LogSource, Mode
+from torchpar_top.contract.snapshot import Snapshot, SyncSite
+from torchpar_top.contract.vocab import ChildState, Mode
 from torchpar_top.session import recording as rec_mod
 from torchpar_top.session.playback import RecordingSession
 from torchpar_top.session.recording import (FORMAT, FORMAT_VERSION, Decoder, Encoder, Recorder, RecordingError,
                                             delta, read_recording, sniff)
-from torchpar_top.session.store import CORE_HISTORY, HISTORY, SessionStore
-
-
-def store_snapshots(n=HISTORY + 80, seed=7):
-    """``n`` snapshots of a real store fed irregularly: 0 to 3 child samples and 0 to 2 host samples between
-    two snapshots, a mode switch, log lines, a restart (histories emptied) and histories past their caps."""
-    st = SessionStore("async")
-    st.on_child(ChildStatus(42, ChildState.RUNNING))
-    snaps, t, state = [], 1000.0, seed
-    for i in range(n):
-        state = (state * 1103515245 + 12345) % 2**31
-        for k in range(state % 4):
-            mode = "sync" if 300 < i < 400 else "async"
-            st.on_message(sample(mode, depth=(i * 7 + k) % 1025, throughput=50.0 + i % 13,
-                                 wait=(i % 10) / 10))
-        for k in range((state >> 3) % 3):
-            t += 0.05
-            st.on_host(HostSample(t, (float(i % 100), float((3 * i) % 100)), ()))
-        if state % 5 == 0:
-            st.add_log(LogSource.STDOUT, f"line {i}")
-        if i == 500:
-            st.reset("async", "again")
-        snaps.append(st.snapshot())
-    return snaps
+from torchpar_top.session.store import CORE_HISTORY, HISTORY
 
 
 @pytest.fixture(scope="module")
@@ -102,19 +79,6 @@ def test_a_bad_keep_is_a_protocol_error_not_a_traceback(snaps):
         Decoder().decode(line)
 
 
-class FakeSession:
-    """Serves snapshots one host sample at a time (a test moves it on)."""
-
-    interval = 0.02
-
-    def __init__(self, snaps):
-        self.snaps = snaps
-        self.host_samples = 0
-
-    def snapshot(self):
-        return self.snaps[min(self.host_samples, len(self.snaps)) - 1]
-
-
 def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tmp_path):
     path = tmp_path / "run.jsonl"
     session = FakeSession(snaps[:30])
@@ -140,16 +104,6 @@ def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tm
     rec = read_recording(str(path))
     assert list(rec.snapshots()) == snaps[:10] + [snaps[11]]  # the last one written at close
     assert rec.note == ""
-
-
-def write_recording(path, snaps, command=("--headless",), interval=0.1):
-    session = FakeSession(snaps)
-    session.interval = interval
-    recorder = Recorder(session, open(path, "w", encoding="utf-8"), list(command))
-    for s in snaps:
-        recorder.write(s)
-    recorder.close()
-    return path
 
 
 def test_a_truncated_last_line_is_left_out_with_a_note(snaps, tmp_path):

@@ -1,0 +1,117 @@
+"""Keeping a run, end to end: ``--record`` on a headless run and on ``run``, ``replay`` of the recording and of
+its export, ``export``, and the command line's errors (one line, status 2)."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchpar_top.session.recording import FORMAT, read_recording
+
+CMD = [sys.executable, "-m", "torchpar_top"]
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def run(*args, timeout=240, cwd=None):
+    return subprocess.run([*CMD, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A 3-second headless run of the default experiment, recorded."""
+    tmp = tmp_path_factory.mktemp("keep")
+    path = tmp / "run.jsonl"
+    proc = run("--headless", "--duration", "3", "--record", path)
+    assert proc.returncode == 0, proc.stderr
+    return path, [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_a_headless_run_records_every_snapshot(recorded):
+    path, printed = recorded
+    lines = path.read_text().split("\n")
+    assert lines[-1] == ""  # closed after a whole line
+    header = json.loads(lines[0])
+    assert header["format"] == FORMAT and header["command"][-2:] == ["--record", str(path)]
+    assert header["machine"]["torch"] and header["machine"]["cores"] >= 1
+    rec = read_recording(str(path))
+    snaps = list(rec.snapshots())
+    assert rec.note == "" and len(snaps) >= 2 and snaps[-1].target == "async"
+    assert any(s.executors for s in snaps) and all(s.cores for s in snaps)
+    assert snaps[-1].t >= printed[-1]["t"] - 0.001  # the last snapshot is written at the end
+    times = [s.t for s in snaps]
+    assert times == sorted(times)
+
+
+def test_the_recording_replays_headless_to_its_end(recorded):
+    path, _ = recorded
+    proc = run("replay", path, "--headless", "--speed", "4")
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    last_recorded = list(read_recording(str(path)).snapshots())[-1]
+    assert out[-1]["replay"]["finished"] and out[-1]["child"]["state"] == "finished"
+    assert out[-1]["cores"] == [round(c, 1) for c in last_recorded.cores]
+    assert out[-1]["target"].startswith("replay run.jsonl")
+    assert [e["value"] for e in out[-1]["executors"]] == [e.value for e in last_recorded.executors]
+    assert any("replay of" in line["text"] for line in out[0]["log"])
+
+
+def test_summary_and_export_of_the_recording_and_the_export_replays(recorded, tmp_path):
+    path, _ = recorded
+    n = len(read_recording(str(path)).lines)
+    proc = run("replay", path, "--summary")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["snapshots"] == n and summary["header"]["format"] == FORMAT
+    out_json, out_csv = tmp_path / "run.json", tmp_path / "run.csv"
+    proc = run("export", path, "--perfetto", out_json, "--csv", out_csv)
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(out_json.read_text())["traceEvents"]
+    assert {e["ph"] for e in events} >= {"M", "C", "X"}
+    with open(out_csv, newline="") as f:
+        assert len(list(csv.DictReader(f))) == n
+    proc = run("replay", out_json, "--headless", "--speed", "4")
+    assert proc.returncode == 0, proc.stderr
+    last = json.loads(proc.stdout.splitlines()[-1])
+    assert last["replay"]["finished"] and last["cores"]
+
+
+def test_run_records_the_users_script(tmp_path):
+    path = tmp_path / "script.jsonl"
+    proc = run("run", "--headless", "--duration", "120", "--record", path, SCRIPTS / "item_every_step.py", "50")
+    assert proc.returncode == 0, proc.stderr
+    snaps = list(read_recording(str(path)).snapshots())
+    assert snaps and snaps[-1].child.state.value == "exited" and snaps[-1].child.exit_code == 0
+    assert json.loads(path.read_text().split("\n")[0])["command"][:1] == ["run"]
+
+
+def bad_version(tmp_path, recorded):
+    path, _ = recorded
+    lines = path.read_text().split("\n")
+    header = json.loads(lines[0])
+    header["version"] = 99
+    out = tmp_path / "v99.jsonl"
+    out.write_text("\n".join([json.dumps(header)] + lines[1:]))
+    return out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["replay", "{tmp}/missing.jsonl"], "missing.jsonl"),
+    (["replay", "{v99}"], "recording format version 99"),
+    (["replay", "{v99}", "--summary"], "recording format version 99"),
+    (["export", "{tmp}/missing.jsonl", "--csv", "{tmp}/o.csv"], "missing.jsonl"),
+    (["export", "{rec}"], "export needs --perfetto OUT.json, --csv OUT.csv or both"),
+    (["export", "{rec}", "--perfetto", "{tmp}/no/such/dir/o.json"], "cannot write"),
+    (["--headless", "--duration", "1", "--record", "{tmp}/no/such/dir/r.jsonl"], "cannot write"),
+    (["run", "--record", "{tmp}/no/such/dir/r.jsonl", "{script}"], "cannot write"),
+])
+def test_bad_input_is_one_line_and_status_2(recorded, tmp_path, args, needle):
+    values = {"tmp": tmp_path, "v99": bad_version(tmp_path, recorded), "rec": recorded[0],
+              "script": SCRIPTS / "item_every_step.py"}
+    proc = run(*[a.format(**values) for a in args], timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("torchpar-top: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr
