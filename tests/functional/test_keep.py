@@ -3,13 +3,20 @@ its export, ``export``, and the command line's errors (one line, status 2)."""
 
 import csv
 import json
+import os
+import pty
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from torchpar_top.session.recording import FORMAT, read_recording
+from waiting import running, wait_for
+
+pytestmark = pytest.mark.slow
 
 CMD = [sys.executable, "-m", "torchpar_top"]
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -115,3 +122,83 @@ def test_bad_input_is_one_line_and_status_2(recorded, tmp_path, args, needle):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("torchpar-top: error:"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+class Screen:
+    """torchpar-top on a new pseudo-terminal (as in a terminal tab)."""
+
+    def __init__(self, *args):
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
+        self.pid, self.master = pty.fork()
+        if self.pid == 0:
+            os.execve(sys.executable, [sys.executable, "-m", "torchpar_top", *map(str, args)], env)
+        os.set_blocking(self.master, False)
+        self.seen = bytearray()
+        self.status = None
+
+    def read(self):
+        try:
+            while chunk := os.read(self.master, 65536):
+                self.seen.extend(chunk)
+        except OSError:
+            pass
+        return self.seen
+
+    def ended(self):
+        self.read()
+        if self.status is None:
+            got, status = os.waitpid(self.pid, os.WNOHANG)
+            if got:
+                self.status = os.waitstatus_to_exitcode(status)
+        return self.status is not None
+
+    def children(self):
+        try:
+            return [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def close(self):
+        if self.status is None:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.master)
+
+
+def whole_lines(path):
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+@pytest.mark.parametrize("how", ["key q", "SIGKILL"])
+def test_the_screen_records_and_a_kill_loses_at_most_the_last_line(tmp_path, how):
+    path = tmp_path / "tui.jsonl"
+    screen = Screen("--record", path)
+    try:
+        wait_for(lambda: screen.read() and whole_lines(path) >= 6, timeout=120)
+        pids = screen.children()
+        if how == "key q":
+            os.write(screen.master, b"q")
+        else:
+            os.kill(screen.pid, signal.SIGKILL)
+        wait_for(screen.ended, timeout=60)
+        assert screen.status == (0 if how == "key q" else -signal.SIGKILL)
+        wait_for(lambda: not any(running(p) for p in pids), timeout=60)  # nothing left running
+    finally:
+        screen.close()
+    rec = read_recording(str(path))  # every whole line decodes; a cut-off last one is only a note
+    snaps = list(rec.snapshots())
+    assert len(snaps) >= 5 and snaps[-1].target == "async"
+    if how == "key q":
+        assert rec.note == "" and path.read_bytes().endswith(b"\n")
+
+
+def test_a_recording_replays_on_the_screen_and_quits_on_q(recorded):
+    path, _ = recorded
+    screen = Screen("replay", path)
+    try:
+        wait_for(lambda: b"launch queue" in screen.read() and b"replay run.jsonl" in screen.seen, timeout=120)
+        os.write(screen.master, b"q")
+        wait_for(screen.ended, timeout=60)
+        assert screen.status == 0
+    finally:
+        screen.close()
