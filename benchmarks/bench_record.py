@@ -11,7 +11,9 @@ Then the recording is read back (the snapshots exactly as recorded) and, per sna
 - **delta line** (what ``--record`` writes): bytes, and the encode time alone;
 - **whole line** (``codec.dumps`` of the snapshot, every history in full): bytes and time, the
   alternative the delta format was chosen against;
-- **decode** of a delta line back to the snapshot (what ``replay`` and ``export`` pay per line).
+- **decode** of a delta line back to the snapshot (what ``replay`` and ``export`` pay per line);
+- **read**: ``read_recording`` (the header, then each line's time), per line: what ``replay`` pays before
+  it shows anything.
 
 Steady state = the lines written after the histories were full (the last 10 s).
 """
@@ -70,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         session.close()
         recorder.close()
 
-    rec = read_recording(path)
+    t = time.perf_counter()
+    rec = read_recording(path)  # what replay does before it shows anything: the header, each line's time
+    read_s = time.perf_counter() - t
     snaps = list(rec.snapshots())
     steady_from = max(0, len(snaps) - int(10 / args.interval))
     encoder = Encoder()
@@ -102,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": args.seconds, "interval": args.interval, "snapshots": len(snaps),
         "history_length_at_end": hist, "file_bytes": os.path.getsize(path),
         "live_write_us": part(live),
+        "read_recording_us_per_line": round(read_s / max(1, len(snaps)) * 1e6, 1),
         "steady": {
             "delta_line_bytes": part([float(b) for b in delta_bytes[steady_from:]], 1),
             "whole_line_bytes": part([float(b) for b in whole_bytes[steady_from:]], 1),
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"steady state, per line: delta {s['delta_line_bytes']['median']:.0f} B "
           f"(encode {s['delta_encode_us']['median']} µs), whole {s['whole_line_bytes']['median']:.0f} B "
           f"(encode {s['whole_encode_us']['median']} µs); decode {s['decode_us']['median']} µs")
-    print(f"file: {result['file_bytes']} bytes")
+    print(f"file: {result['file_bytes']} bytes; read_recording {result['read_recording_us_per_line']} µs a line")
     return 0
 
 

@@ -82,16 +82,23 @@ def replay(argv: list[str], parser: argparse.ArgumentParser, trace_replay: Calla
             parser.error("--summary prints one object: --headless and --duration do not apply")
         if kind == "export":
             parser.error("--summary reads a recording or a trace; an export holds only its counters")
+        try:
+            summary = export_summary(rec)
+        except RecordingError as exc:
+            _fail(str(exc))
         if rec.note:
             print(f"torchpar-top: note: {rec.note}", file=sys.stderr)
-        json.dump(export_summary(rec), sys.stdout, indent=1)
+        json.dump(summary, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     if args.duration is not None and not args.headless:
         parser.error("--duration only applies with --headless")
+    try:
+        session = RecordingSession(rec, interval=args.interval, speed=args.speed or 1.0, snapshots=snaps)
+    except RecordingError as exc:
+        _fail(str(exc))
     if rec.note and args.headless:
         print(f"torchpar-top: note: {rec.note}", file=sys.stderr)
-    session = RecordingSession(rec, interval=args.interval, speed=args.speed or 1.0, snapshots=snaps)
     return play(session, args)
 
 

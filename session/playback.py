@@ -11,7 +11,6 @@ Every :data:`CHECKPOINT` snapshots one is kept whole, so a seek decodes at most 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import threading
@@ -22,7 +21,7 @@ from typing import Sequence
 
 from torchpar_top.contract.snapshot import ChildStatus, Experiment, LogLine, ReplayView, Snapshot
 from torchpar_top.contract.vocab import ChildState, LogSource, Mode
-from torchpar_top.session.recording import Decoder, Recording, read_recording
+from torchpar_top.session.recording import Decoder, Recording, RecordingError, decode_line, read_recording
 from torchpar_top.session.replay import KEYS_HINT, MAX_SPEED, MIN_SPEED
 from torchpar_top.session.store import LOG_LINES
 
@@ -80,7 +79,7 @@ class RecordingSession:
         self._ticked = False
         self._intro()
         if self.times:
-            self._show(0)
+            self._show(0)  # RecordingError: not even the first line decodes
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -138,7 +137,7 @@ class RecordingSession:
         if index == self._index:
             return False
         back = index < self._index
-        self._current = self._snapshot_at(index)
+        self._current, index = self._snapshot_at(index)
         self._index = index
         self._take_log(self._current, back)
         if self.finished and not self._announced_end:
@@ -149,9 +148,11 @@ class RecordingSession:
         self._changed()
         return True
 
-    def _snapshot_at(self, index: int) -> Snapshot:
+    def _snapshot_at(self, index: int) -> tuple[Snapshot, int]:
+        """Snapshot ``index`` (and ``index``); a line that does not decode ends the recording before it
+        (said in the log), and the last one before it is returned with its index."""
         if self._given is not None:
-            return self._given[index]
+            return self._given[index], index
         if self._current is not None and self._index < index <= self._index + CHECKPOINT:
             start, prev = self._index + 1, self._current
         else:
@@ -161,15 +162,28 @@ class RecordingSession:
             else:
                 start, prev = base + 1, self._checkpoints[base]
                 if base == index:
-                    return prev
+                    return prev, index
         decoder = Decoder(prev)
         snap = prev
         for i in range(start, index + 1):
-            snap = decoder.decode(json.loads(self.recording.lines[i]), f"line {i + 2}")
+            try:
+                snap = decode_line(decoder, self.recording.lines[i], f"{self.path} line {i + 2}")
+            except RecordingError as exc:
+                if i == 0:
+                    raise
+                self._cut(i, str(exc))
+                return (snap, i - 1) if snap is not None else self._snapshot_at(i - 1)
             if i % CHECKPOINT == 0:
                 self._checkpoints[i] = snap
         assert snap is not None
-        return snap
+        return snap, index
+
+    def _cut(self, i: int, why: str) -> None:
+        """Line ``i`` (0-based after the header) cannot be read: the recording ends before it."""
+        self.times = self.times[:i]
+        self._duration = self.times[-1] - self._t0
+        self._pos = min(self._pos, self._duration)
+        self._say(f"{why}: the replay ends before it")
 
     def _take_log(self, snap: Snapshot, back: bool) -> None:
         """The recorded log lines that are new at this snapshot join the replay's log (after a jump back,

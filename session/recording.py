@@ -355,10 +355,24 @@ class Recording:
     """Something the reader left out (a truncated last line), for the log; '' when nothing."""
 
     def snapshots(self) -> Iterator[Snapshot]:
-        """Every snapshot, in order, exactly as recorded."""
+        """Every snapshot, in order, exactly as recorded.
+
+        Raises:
+            RecordingError: a line that does not decode (named).
+        """
         decoder = Decoder()
         for i, raw in enumerate(self.lines):
-            yield decoder.decode(json.loads(raw), f"{self.path} line {i + 2}")
+            yield decode_line(decoder, raw, f"{self.path} line {i + 2}")
+
+
+def decode_line(decoder: Decoder, raw: bytes, where: str) -> Snapshot:
+    """One line through ``decoder``; any problem is a :class:`RecordingError` naming ``where``."""
+    try:
+        return decoder.decode(json.loads(raw), where)
+    except ProtocolError as exc:
+        raise RecordingError(str(exc)) from None
+    except ValueError as exc:  # not JSON
+        raise RecordingError(f"{where}: not JSON ({exc})") from None
 
 
 def read_header(first: bytes, path: str) -> Header:
@@ -384,11 +398,13 @@ def read_header(first: bytes, path: str) -> Header:
         raise RecordingError(f"{path}: bad recording header: {exc}") from None
 
 
-def read_recording(path: str) -> Recording:
-    """Read a recording (``.jsonl`` or gzipped), checking every line decodes.
+def read_recording(path: str, check: bool = False) -> Recording:
+    """Read a recording (``.jsonl`` or gzipped): its header, and each line's time.
 
     A last line without its newline (a ``kill -9`` while writing) is left out and said in
-    :attr:`Recording.note`; any other bad line is an error.
+    :attr:`Recording.note`; a line that is not JSON is an error. With ``check``, every line is decoded
+    too (about a millisecond each, docs/benchmarks.md); without, a line that is JSON but no snapshot
+    is found when :meth:`Recording.snapshots` (or a replay) reaches it.
 
     Raises:
         RecordingError: one line naming the file, the line and why.
@@ -400,21 +416,23 @@ def read_recording(path: str) -> Recording:
     if raw and raw[-1].strip():
         note = (f"{path}: the last line ({len(raw[-1])} bytes) was cut off while being written and is "
                 "left out")
-        raw = raw[:-1]
-    elif raw:
-        raw = raw[:-1]
+    raw = raw[:-1]
     if not raw or not raw[0].strip():
         raise RecordingError(f"{path}: empty, not a torchpar-top recording")
     header = read_header(raw[0], path)
     lines = tuple(line for line in raw[1:] if line.strip())
     times = []
-    decoder = Decoder()
     for i, line in enumerate(lines):
         where = f"{path} line {i + 2}"
         try:
-            snap = decoder.decode(json.loads(line), where)
-        except ValueError as exc:  # ProtocolError is a ValueError, and so is bad JSON
-            raise RecordingError(exc if isinstance(exc, ProtocolError) else f"{where}: not JSON ({exc})") \
-                from None
-        times.append(snap.t)
-    return Recording(path, header, lines, tuple(times), note)
+            t = json.loads(line).get("t")
+        except (ValueError, AttributeError) as exc:
+            raise RecordingError(f"{where}: not a JSON object ({exc})") from None
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            raise RecordingError(f"{where}: no time (\"t\") in the line")
+        times.append(float(t))
+    rec = Recording(path, header, lines, tuple(times), note)
+    if check:
+        for _ in rec.snapshots():
+            pass
+    return rec

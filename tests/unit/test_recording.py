@@ -144,8 +144,29 @@ def test_a_bad_line_in_the_middle_names_the_line(snaps, tmp_path):
     lines = path.read_text().split("\n")
     lines[3] = lines[3][:50]  # not the last line: a corrupt file, not a kill -9
     path.write_text("\n".join(lines))
-    with pytest.raises(RecordingError, match="line 4: not JSON"):
+    with pytest.raises(RecordingError, match="line 4: not a JSON object"):
         read_recording(str(path))
+
+
+def test_a_line_that_is_no_snapshot_ends_the_replay_before_it(snaps, tmp_path):
+    timed = [dataclasses.replace(s, t=10.0 + 0.1 * i) for i, s in enumerate(snaps[:8])]
+    path = write_recording(tmp_path / "run.jsonl", timed)
+    lines = path.read_text().split("\n")
+    bad = json.loads(lines[6])
+    bad["mode"] = "sideways"
+    lines[6] = json.dumps(bad)
+    path.write_text("\n".join(lines))
+    rec = read_recording(str(path))  # times only: found when reached
+    with pytest.raises(RecordingError, match="line 7.mode: 'sideways' is not one of"):
+        read_recording(str(path), check=True)
+    with pytest.raises(RecordingError, match="line 7"):
+        list(rec.snapshots())
+    session = RecordingSession(rec, clock=False)
+    session.seek(1.0)
+    assert session.finished and session.index == 4 and len(session.times) == 5
+    assert bare(session.snapshot()) == bare(timed[4])
+    assert any("line 7" in line.text and "the replay ends before it" in line.text
+               for line in session.snapshot().log)
 
 
 def test_sniff_tells_recordings_from_traces(snaps, tmp_path):
