@@ -287,7 +287,7 @@ class RecordingSession:
     def _build(self) -> Snapshot:
         finished = self.finished
         view = ReplayView(self.path, self._pos, self._duration, self._speed, self.interval * self._speed,
-                          finished)
+                          finished, recorded=True)
         log = tuple(self._log)[-SHOWN_LOG:]
         base = self._current
         if base is None:
