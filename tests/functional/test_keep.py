@@ -94,6 +94,28 @@ def test_run_records_the_users_script(tmp_path):
     assert json.loads(path.read_text().split("\n")[0])["command"][:1] == ["run"]
 
 
+def _gloo():
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_gloo_available()
+
+
+@pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
+def test_a_torchrun_job_is_recorded_with_its_ranks_and_exports_per_rank(tmp_path):
+    path = tmp_path / "ddp.jsonl"
+    proc = run("run", "--nproc-per-node", "2", "--headless", "--duration", "240", "--record", path,
+               SCRIPTS / "ddp_gloo.py", "60", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    snaps = list(read_recording(str(path)).snapshots())
+    assert any(sorted(r.rank for r in s.ranks) == [0, 1] for s in snaps)
+    assert {(e.rank, e.name) for s in snaps for e in s.executors} >= {(0, "cpu (eager)"), (1, "cpu (eager)")}
+    out = tmp_path / "ddp.csv"
+    assert run("export", path, "--csv", out).returncode == 0
+    with open(out, newline="") as f:
+        header = next(csv.reader(f))
+    assert {"r0 cpu (eager) depth", "r1 cpu (eager) depth"} <= set(header)
+
+
 def bad_version(tmp_path, recorded):
     path, _ = recorded
     lines = path.read_text().split("\n")
