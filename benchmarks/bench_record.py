@@ -12,6 +12,8 @@ Then the recording is read back (the snapshots exactly as recorded) and, per sna
 - **whole line** (``codec.dumps`` of the snapshot, every history in full): bytes and time, the
   alternative the delta format was chosen against;
 - **decode** of a delta line back to the snapshot (what ``replay`` and ``export`` pay per line);
+- **gzipped**: the same lines written to ``.jsonl.gz`` (``--record run.jsonl.gz``), flushed each: the
+  write + flush time per line (on top of the encode) and the bytes per line on disk;
 - **read**: ``read_recording`` (the header, then each line's time), per line: what ``replay`` pays before
   it shows anything.
 
@@ -96,6 +98,18 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         decoder.decode(json.loads(line))
         decode_s.append(time.perf_counter() - t)
+    gz_path = os.path.join(tmp, "run.jsonl.gz")  # --record run.jsonl.gz: the same lines, gzipped, flushed each
+    gz_s = []
+    from torchpar_top.session.recording import open_output
+
+    with open_output(gz_path) as f:
+        for line in lines:
+            t = time.perf_counter()
+            f.write(line)
+            f.flush()
+            gz_s.append(time.perf_counter() - t)
+    gz_bytes = os.path.getsize(gz_path)
+    os.remove(gz_path)
     hist = max((len(e.history) for e in snaps[-1].executors), default=0)
 
     def part(values, scale=1e6):
@@ -107,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "history_length_at_end": hist, "file_bytes": os.path.getsize(path),
         "live_write_us": part(live),
         "read_recording_us_per_line": round(read_s / max(1, len(snaps)) * 1e6, 1),
+        "gz_write_flush_us": part(gz_s), "gz_bytes_per_line": round(gz_bytes / max(1, len(lines)), 1),
         "steady": {
             "delta_line_bytes": part([float(b) for b in delta_bytes[steady_from:]], 1),
             "whole_line_bytes": part([float(b) for b in whole_bytes[steady_from:]], 1),
@@ -129,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(encode {s['delta_encode_us']['median']} µs), whole {s['whole_line_bytes']['median']:.0f} B "
           f"(encode {s['whole_encode_us']['median']} µs); decode {s['decode_us']['median']} µs")
     print(f"file: {result['file_bytes']} bytes; read_recording {result['read_recording_us_per_line']} µs a line")
+    print(f"gzipped (.gz): {result['gz_bytes_per_line']} B a line, write + flush "
+          f"{result['gz_write_flush_us']['median']} µs (on top of the encode)")
     return 0
 
 

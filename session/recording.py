@@ -24,6 +24,7 @@ import platform
 import socket
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -208,12 +209,15 @@ class Decoder:
 
 
 def open_output(path: str) -> IO[str]:
-    """Open ``path`` for writing a recording (or an export).
+    """Open ``path`` for writing a recording (or an export); gzipped when it ends in ``.gz`` (each flush
+    ends a deflate block, so a killed writer leaves every line flushed before readable).
 
     Raises:
         RecordingError: it cannot be written (one line: the path and why).
     """
     try:
+        if path.endswith(".gz"):
+            return gzip.open(path, "wt", encoding="utf-8")
         return open(path, "w", encoding="utf-8")
     except OSError as exc:
         raise RecordingError(f"cannot write {path}: {exc.strerror or exc}") from None
@@ -314,10 +318,27 @@ def _read_bytes(path: str) -> bytes:
         raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
     if data[:2] == _GZIP_MAGIC:
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
+            data = gunzip(data)
+        except zlib.error as exc:
             raise RecordingError(f"{path}: not a readable gzip file ({exc})") from None
     return data
+
+
+def gunzip(data: bytes, limit: int = 0) -> bytes:
+    """What can be decompressed of gzip ``data``, members one after another, without its end if it was
+    cut off (a writer killed mid-stream): at most ``limit`` bytes when given.
+
+    Raises:
+        zlib.error: the data is not gzip.
+    """
+    out = bytearray()
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        out += d.decompress(data, max(0, limit - len(out))) if limit else d.decompress(data)
+        if (limit and len(out) >= limit) or not d.eof:
+            break
+        data = d.unused_data
+    return bytes(out)
 
 
 def sniff(path: str) -> str:
@@ -328,11 +349,10 @@ def sniff(path: str) -> str:
         return "trace"
     try:
         with open(path, "rb") as f:
-            head = f.read(4096)
+            head = f.read(1 << 16)
         if head[:2] == _GZIP_MAGIC:
-            with gzip.open(path, "rb") as f:
-                head = f.read(4096)
-    except (OSError, EOFError):
+            head = gunzip(head, 4096)
+    except (OSError, zlib.error):
         return "trace"  # the trace loader says why it cannot be read
     first = head.split(b"\n", 1)[0].lstrip()
     if first.startswith(b'{"format":') or first.startswith(b'{"format" :'):

@@ -125,6 +125,27 @@ def test_gzipped_recordings_are_read(snaps, tmp_path):
     assert list(read_recording(str(gz)).snapshots()) == snaps[:5]
 
 
+def test_a_gz_recording_is_written_gzipped_and_a_kill_loses_at_most_the_last_line(snaps, tmp_path):
+    path = tmp_path / "run.jsonl.gz"
+    session = FakeSession(snaps[:40])
+    recorder = Recorder(session, rec_mod.open_output(str(path)), ["--record", str(path)])
+    for k in range(1, 41):
+        recorder.write(snaps[k - 1])
+        if k == 25:
+            flushed = path.read_bytes()  # what is on disk after 25 lines: a writer killed here leaves this
+    recorder.close()
+    whole = path.read_bytes()
+    assert whole[:2] == b"\x1f\x8b" and len(whole) < sum(len(Encoder().line(s)) for s in snaps[:40])
+    assert list(read_recording(str(path)).snapshots()) == snaps[:40]
+    killed = tmp_path / "killed.jsonl.gz"
+    killed.write_bytes(flushed)  # no gzip trailer: the stream ends after the 25th line's flush
+    assert sniff(str(killed)) == "recording"
+    assert list(read_recording(str(killed)).snapshots()) == snaps[:25]
+    killed.write_bytes(flushed[:-30])  # and cut inside the last line's block
+    rec = read_recording(str(killed))
+    assert 20 <= len(rec.lines) < 25 and list(rec.snapshots()) == snaps[:len(rec.lines)]
+
+
 @pytest.mark.parametrize("version, word", [(0, "older"), (FORMAT_VERSION + 1, "newer")])
 def test_another_format_version_is_one_clear_line(snaps, tmp_path, version, word):
     path = write_recording(tmp_path / "run.jsonl", snaps[:3])
