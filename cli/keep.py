@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import threading
 from typing import Any, Callable, NoReturn, Sequence
@@ -112,16 +113,20 @@ def export(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not args.perfetto and not args.csv:
         parser.error("export needs --perfetto OUT.json, --csv OUT.csv or both")
-    outputs = []
     try:
-        for path in (args.perfetto, args.csv):  # both opened first: a bad path fails before any work
-            outputs.append(open_output(path) if path else None)
         source = load_source(args.file)
     except (RecordingError, TraceError) as exc:
-        for f in outputs:
-            if f is not None:
-                f.close()
         _fail(str(exc))
+    outputs: list[Any] = []
+    for path in (args.perfetto, args.csv):
+        try:
+            outputs.append(open_output(path) if path else None)
+        except RecordingError as exc:  # a bad path leaves no file behind
+            for f, made in zip(outputs, (args.perfetto, args.csv)):
+                if f is not None:
+                    f.close()
+                    os.remove(made)
+            _fail(str(exc))
     perfetto_out, csv_out = outputs
     if source.note:
         print(f"torchpar-top: note: {source.note}", file=sys.stderr)
