@@ -48,8 +48,10 @@ def test_a_headless_run_records_every_snapshot(recorded):
     assert rec.note == "" and len(snaps) >= 2 and snaps[-1].target == "async"
     assert any(s.cores for s in snaps)
     # what headless printed is what was recorded (the child may not have sampled yet on a loaded machine)
-    assert any(s.executors for s in snaps) == any(p["executors"] for p in printed)
-    assert snaps[-1].t >= printed[-1]["t"] - 0.001  # the last snapshot is written at the end
+    assert any(s.executors for s in snaps) or not any(p["executors"] for p in printed)
+    # the recording runs to the end: the last host sample printed is among the last ones recorded
+    recent = [[round(c, 1) for c in sample] for sample in list(zip(*snaps[-1].core_history))[-5:]]
+    assert printed[-1]["cores"] in recent
     times = [s.t for s in snaps]
     assert times == sorted(times)
 
