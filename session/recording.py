@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from typing import IO, Any, Callable, Iterator, Sequence
 
-from torchpar_top.contract.codec import ProtocolError, from_plain, to_plain
+from torchpar_top.contract.codec import ProtocolError, bounded, from_plain, to_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
 from torchpar_top.contract.snapshot import Snapshot
 
@@ -85,7 +85,7 @@ class Header:
     """Start time, ISO 8601 in UTC."""
     t: float
     """Start time, ``time.time()``."""
-    interval: float
+    interval: float = bounded(above=0.0)
     """Seconds between samples."""
     machine: Machine
 
