@@ -53,6 +53,9 @@ def stop_recorder(recorder: Any) -> None:
     recorder.close()
     if recorder.error:
         print(f"torchpar-top: warning: {recorder.error}", file=sys.stderr)
+    if recorder.skipped:
+        print(f"torchpar-top: warning: {recorder.skipped} snapshots left out of the recording "
+              f"({recorder.skip_reason})", file=sys.stderr)
 
 
 def replay(argv: list[str], parser: argparse.ArgumentParser, trace_replay: Callable[[argparse.Namespace], int],

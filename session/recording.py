@@ -157,7 +157,11 @@ class Encoder:
         self._prev: dict[str, tuple[Any, ...]] = {}
 
     def encode(self, snap: Snapshot) -> dict[str, Any]:
-        """The line for ``snap`` (a JSON-able dict)."""
+        """The line for ``snap`` (a JSON-able dict); the next line is a delta against it."""
+        plain, self._prev = self._encode(snap)
+        return plain
+
+    def _encode(self, snap: Snapshot) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
         keep: dict[str, int] = {}
         new: dict[str, tuple[Any, ...]] = {}
         current: dict[str, tuple[Any, ...]] = {}
@@ -167,15 +171,22 @@ class Encoder:
             if k:
                 keep[path] = k
             new[path] = added
-        self._prev = current
         plain = to_plain(_with_histories(snap, new))
         if keep:
             plain["_keep"] = keep
-        return plain
+        return plain, current
 
     def line(self, snap: Snapshot) -> str:
-        """The line for ``snap``, compact JSON with its newline."""
-        return json.dumps(self.encode(snap), separators=(",", ":"), allow_nan=False) + "\n"
+        """The line for ``snap``, compact JSON with its newline.
+
+        Raises:
+            ValueError: a number in it is NaN or infinite (not JSON); nothing changes, so the next line
+                is a delta against the last line returned.
+        """
+        plain, current = self._encode(snap)
+        text = json.dumps(plain, separators=(",", ":"), allow_nan=False) + "\n"
+        self._prev = current
+        return text
 
 
 class Decoder:
@@ -245,6 +256,9 @@ class Recorder:
         """Snapshot lines written."""
         self.error: str | None = None
         """Why recording stopped early (the disk filled...), or None."""
+        self.skipped = 0
+        """Snapshots left out because a number in them was not finite (not JSON)."""
+        self.skip_reason = ""
 
     def start(self) -> None:
         """Start the recording thread."""
@@ -268,9 +282,15 @@ class Recorder:
             if self.error is not None or self._out.closed:
                 return
             try:
+                line = self._encoder.line(snap)
+            except ValueError as exc:  # a NaN somewhere: this snapshot is left out, the next ones are not
+                self.skipped += 1
+                self.skip_reason = str(exc)
+                return
+            try:
                 if not self._header_written:
                     self._write_header(snap)
-                self._out.write(self._encoder.line(snap))
+                self._out.write(line)
                 self._out.flush()
                 self.lines += 1
             except (OSError, ValueError) as exc:

@@ -106,6 +106,17 @@ def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tm
     assert rec.note == ""
 
 
+def test_a_snapshot_with_a_nan_is_left_out_and_the_rest_still_decode_exactly(snaps, tmp_path):
+    path = tmp_path / "run.jsonl"
+    bad = dataclasses.replace(snaps[5], throughput=float("nan"))
+    recorder = Recorder(FakeSession(snaps), open(path, "w", encoding="utf-8"), [])
+    for s in [*snaps[:5], bad, *snaps[6:12]]:
+        recorder.write(s)
+    recorder.close()
+    assert recorder.skipped == 1 and "JSON" in recorder.skip_reason and recorder.error is None
+    assert list(read_recording(str(path)).snapshots()) == snaps[:5] + snaps[6:12]
+
+
 def test_a_truncated_last_line_is_left_out_with_a_note(snaps, tmp_path):
     path = write_recording(tmp_path / "run.jsonl", snaps[:20])
     data = path.read_bytes()
