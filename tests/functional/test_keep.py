@@ -98,6 +98,27 @@ def test_run_records_the_users_script(tmp_path):
     assert json.loads(path.read_text().split("\n")[0])["command"][:1] == ["run"]
 
 
+def test_attach_records_the_process_it_watches(tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text("import time\nwhile True:\n    time.sleep(0.01)\n")
+    target = subprocess.Popen([sys.executable, str(script)])
+    try:
+        path = tmp_path / "attach.jsonl"
+        proc = run("attach", target.pid, "--headless", "--duration", "2", "--record", path)
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        target.kill()
+        target.wait()
+    snaps = list(read_recording(str(path)).snapshots())
+    assert snaps and all(s.attached and s.child.pid == target.pid for s in snaps)
+    assert any(g.role.value == "frontend (main)" for s in snaps for g in s.thread_groups)
+    out = tmp_path / "attach.json"
+    assert run("export", path, "--perfetto", out).returncode == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    assert not [e for e in events if e.get("cat") == "mode"]  # attached: no mode to show
+    assert any(e["ph"] == "C" and e["name"] == "core 0 load %" for e in events)
+
+
 def _gloo():
     import torch.distributed as dist
 
