@@ -70,7 +70,10 @@ def replay(argv: list[str], parser: argparse.ArgumentParser, trace_replay: Calla
         return trace_replay(args)
     from torchpar_top.session.export import export_summary, read_export
     from torchpar_top.session.playback import RecordingSession
-    from torchpar_top.session.recording import RecordingError, read_recording
+    from torchpar_top.session.recording import RecordingError, headless_output, read_recording
+
+    if kind == "headless":
+        _fail(str(headless_output(args.trace)))
 
     try:
         if kind == "export":

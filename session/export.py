@@ -32,7 +32,7 @@ from typing import IO, Any, Iterable, Iterator
 from torchpar_top.contract.snapshot import (ChildStatus, ExecutorView, GpuView, Snapshot)
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
 from torchpar_top.session.recording import (FORMAT_VERSION, Header, Machine, Recording, RecordingError,
-                                            delta, read_recording)
+                                            delta, headless_output, read_recording)
 from torchpar_top.session.store import CORE_HISTORY, HISTORY
 
 #: ``otherData.format`` of an export.
@@ -113,6 +113,8 @@ def load_source(path: str) -> Source:
         return recording_source(read_recording(path))
     if kind == "export":
         raise RecordingError(f"{path} is an export already: export the recording or trace it came from")
+    if kind == "headless":
+        raise headless_output(path)
     return trace_source(path)
 
 

@@ -55,6 +55,12 @@ class RecordingError(Exception):
     """A file that is not a recording this version reads; ``str(error)`` is one line saying why."""
 
 
+def headless_output(path: str) -> RecordingError:
+    """The error for ``--headless`` output given where a recording is wanted."""
+    return RecordingError(f"{path} is --headless output (one summary object per sample), not a recording: "
+                          "record a run with --record FILE")
+
+
 @dataclass(frozen=True)
 class Machine:
     """Where the recording was made."""
@@ -363,8 +369,8 @@ def gunzip(data: bytes, limit: int = 0) -> bytes:
 
 def sniff(path: str) -> str:
     """What ``path`` holds, from its first bytes: ``"recording"``, ``"export"`` (a trace-event file written
-    by ``torchpar-top export``) or ``"trace"`` (anything else: a profiler trace, or an error for the trace
-    loader to name)."""
+    by ``torchpar-top export``), ``"headless"`` (``--headless`` output: no recording) or ``"trace"``
+    (anything else: a profiler trace, or an error for the trace loader to name)."""
     if os.path.isdir(path):
         return "trace"
     try:
@@ -377,6 +383,8 @@ def sniff(path: str) -> str:
     first = head.split(b"\n", 1)[0].lstrip()
     if first.startswith(b'{"format":') or first.startswith(b'{"format" :'):
         return "recording"
+    if first.startswith(b'{"t":') and b'"experiment":' in first:
+        return "headless"
     if b'"torchpar-top-export"' in head:
         return "export"
     return "trace"

@@ -154,6 +154,8 @@ def bad_version(tmp_path, recorded):
 @pytest.mark.parametrize("args, needle", [
     (["replay", "{tmp}/missing.jsonl"], "missing.jsonl"),
     (["replay", "{v99}"], "recording format version 99"),
+    (["replay", "{headless}"], "is --headless output (one summary object per sample), not a recording"),
+    (["export", "{headless}", "--csv", "{tmp}/o.csv"], "is --headless output"),
     (["replay", "{v99}", "--summary"], "recording format version 99"),
     (["export", "{tmp}/missing.jsonl", "--csv", "{tmp}/o.csv"], "missing.jsonl"),
     (["export", "{rec}"], "export needs --perfetto OUT.json, --csv OUT.csv or both"),
@@ -162,7 +164,9 @@ def bad_version(tmp_path, recorded):
     (["run", "--record", "{tmp}/no/such/dir/r.jsonl", "{script}"], "cannot write"),
 ])
 def test_bad_input_is_one_line_and_status_2(recorded, tmp_path, args, needle):
-    values = {"tmp": tmp_path, "v99": bad_version(tmp_path, recorded), "rec": recorded[0],
+    headless = tmp_path / "out.jsonl"
+    headless.write_text("".join(json.dumps(p) + "\n" for p in recorded[1]))
+    values = {"tmp": tmp_path, "v99": bad_version(tmp_path, recorded), "rec": recorded[0], "headless": headless,
               "script": SCRIPTS / "item_every_step.py"}
     proc = run(*[a.format(**values) for a in args], timeout=120)
     assert proc.returncode == 2
