@@ -74,6 +74,58 @@ def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
     parser.add_argument("--record", metavar="FILE",
                         help="keep the run: write every snapshot to FILE as JSON lines (torchpar-top replay "
                         "FILE plays it back, torchpar-top export FILE converts it)")
+    outputs(parser)
+
+
+def port(text: str) -> int:
+    """A TCP port number, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 65535: {text!r}")
+    return value
+
+
+def outputs(parser: argparse.ArgumentParser) -> None:
+    """``--report`` and ``--metrics-port``/``--metrics-addr``, on every mode (cli/outputs.py)."""
+    parser.add_argument("--report", metavar="FILE.json",
+                        help="when the run ends, write its verdict and figures as JSON (always printed)")
+    parser.add_argument("--metrics-port", type=port, metavar="PORT",
+                        help="serve the live figures for Prometheus on this port (/metrics)")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
+                        help="address for --metrics-port (default: 127.0.0.1; 0.0.0.0 for all)")
+
+
+def compare_parser() -> Parser:
+    """``torchpar-top compare A.json B.json [--tolerance X] [--metric NAME]``: two reports, for CI."""
+    from torchpar_top.session.verdict import METRICS
+
+    parser = Parser(
+        prog="torchpar-top compare",
+        description="Two --report files side by side (figures and verdicts). Exit status 1 when the chosen "
+        "figure fell from A to B by more than the tolerance, 0 otherwise, 2 for bad input.",
+    )
+    parser.add_argument("a", metavar="A.json", help="the reference report")
+    parser.add_argument("b", metavar="B.json", help="the report to check")
+    parser.add_argument("--tolerance", type=share, default=0.05, metavar="X",
+                        help="largest accepted fall, a share of A's value (default: 0.05, 5%%)")
+    parser.add_argument("--metric", choices=METRICS, metavar="NAME",
+                        help="the figure to check: " + ", ".join(METRICS) + " (default: steps_per_s where "
+                        "both runs counted steps, else throughput)")
+    return parser
+
+
+def share(text: str) -> float:
+    """A number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1: {text!r}")
+    return value
 
 
 def main_parser() -> Parser:
@@ -84,8 +136,9 @@ def main_parser() -> Parser:
         "per-core load, the child's threads by role, launch-queue depth per executor, busy lanes and "
         "overlap, and async vs sync throughput. Subcommands: `torchpar-top run SCRIPT.py [ARGS]` "
         "(your code, see `torchpar-top run --help`), `torchpar-top attach PID`, "
-        "`torchpar-top replay FILE` (a recording or a torch.profiler trace, played back) and "
-        "`torchpar-top export FILE` (Perfetto trace events, CSV).",
+        "`torchpar-top replay FILE` (a recording or a torch.profiler trace, played back), "
+        "`torchpar-top export FILE` (Perfetto trace events, CSV) and "
+        "`torchpar-top compare A.json B.json` (two --report files, exit 1 when steps/s fell).",
         epilog=KEYS,
     )
     parser.add_argument(
@@ -156,6 +209,7 @@ def replay_parser() -> Parser:
                         help="no screen: write one JSON object per frame to stdout until the end of the trace")
     parser.add_argument("--duration", type=positive, metavar="SECONDS",
                         help="with --headless: stop after this many seconds, before the end of the trace")
+    outputs(parser)
     return parser
 
 
@@ -181,7 +235,8 @@ def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[st
     token after it is the script, whatever it looks like. ``-m`` without a module gives (ours, None,
     True, []).
     """
-    takes_value = {"--interval", "--duration", "--nproc-per-node", "--sync-scope", "--record"}
+    takes_value = {"--interval", "--duration", "--nproc-per-node", "--sync-scope", "--record", "--report",
+                   "--metrics-port", "--metrics-addr"}
     ours: list[str] = []
     i = 0
     while i < len(argv):

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-import threading
 from typing import Any, Callable, NoReturn, Sequence
 
 from torchpar_top.args import export_parser
@@ -59,9 +57,10 @@ def stop_recorder(recorder: Any) -> None:
 
 
 def replay(argv: list[str], parser: argparse.ArgumentParser, trace_replay: Callable[[argparse.Namespace], int],
-           play: Callable[[Any, argparse.Namespace], int]) -> int:
+           play: Callable[[Any, argparse.Namespace, str], int]) -> int:
     """``torchpar-top replay FILE``: a recording or an export is played here; a trace goes to
-    ``trace_replay``. ``play(session, args)`` runs a session on the screen or headless."""
+    ``trace_replay``. ``play(session, args, note)`` runs a session on the screen or headless (``note`` on
+    stderr there)."""
     from torchpar_top.session.recording import sniff
 
     args = parser.parse_args(argv)
@@ -104,9 +103,7 @@ def replay(argv: list[str], parser: argparse.ArgumentParser, trace_replay: Calla
         session = RecordingSession(rec, interval=args.interval, speed=args.speed or 1.0, snapshots=snaps)
     except RecordingError as exc:
         _fail(str(exc))
-    if rec.note and args.headless:
-        print(f"torchpar-top: note: {rec.note}", file=sys.stderr)
-    return play(session, args)
+    return play(session, args, rec.note)
 
 
 def export(argv: list[str]) -> int:
@@ -146,23 +143,3 @@ def export(argv: list[str]) -> int:
             rows = write_csv(source, csv_out)
         print(f"torchpar-top: wrote {args.csv}: {rows} rows", file=sys.stderr)
     return 0
-
-
-def headless_or_screen(session: Any, args: argparse.Namespace, quit_signals: Any) -> int:
-    """Run a replay session headless (one JSON line per snapshot shown) or on the screen."""
-    import atexit
-
-    atexit.register(session.close)
-    if args.headless:
-        from torchpar_top.session import headless
-
-        stop = threading.Event()
-        signals = quit_signals(stop.set)
-        return signals.status(headless.run(session, args.duration or math.inf, sys.stdout, stop=stop))
-    from torchpar_top.tui.app import TorchparTopApp
-
-    app = TorchparTopApp(session)
-    signals = quit_signals(app.quit_from_signal)
-    app.run()
-    session.close()
-    return signals.status(0)

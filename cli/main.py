@@ -18,11 +18,14 @@ from torchpar_top.args import attach_parser, main_parser, replay_parser, run_par
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["replay"]:  # a recording or an export here, a trace in _replay
-        return keep.replay(argv[1:], replay_parser(), lambda args: _replay(argv[1:]),
-                           lambda session, args: keep.headless_or_screen(session, args, QuitSignals))
+    if argv[:1] == ["replay"]:  # a recording or an export in keep.replay, a trace in _replay
+        return keep.replay(argv[1:], replay_parser(), lambda args: _replay(argv[1:]), _play)
     if argv[:1] == ["export"]:
         return keep.export(argv[1:])
+    if argv[:1] == ["compare"]:
+        from torchpar_top.outputs import compare
+
+        return compare(argv[1:])
     if argv[:1] == ["run"]:
         target, args = _run_target(argv[1:])
     elif argv[:1] == ["attach"]:
@@ -39,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = Session(target, interval=args.interval, sync=getattr(args, "sync", False),
                       gpu_probe=_gpu_probe(), stack_source=_stack_source(), stacks=not args.no_stacks)
     atexit.register(session.close)  # however we leave, the child's process group goes with us
+    outputs = _outputs(session, args)
     recorder = keep.start_recorder(record, session, argv)
     atexit.register(keep.stop_recorder, recorder)  # runs first (last in, first out); idempotent
     if args.headless:
@@ -48,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals = QuitSignals(lambda: stop.set())
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
         keep.stop_recorder(recorder)
+        outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only
         return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp
@@ -57,7 +62,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.run()
     session.close()
     keep.stop_recorder(recorder)
+    outputs.finish(sys.stdout, quit_by="quit", received=signals.received)  # after the alternate screen
     return signals.status(0)
+
+
+def _outputs(session: Any, args: argparse.Namespace) -> Any:
+    """The verdict's tally and ``--metrics-port``'s server (a port in use: exit 2 before anything runs)."""
+    from torchpar_top.outputs import Outputs
+
+    outputs = Outputs(session, args)
+    atexit.register(outputs.close)
+    outputs.start()
+    return outputs
 
 
 class QuitSignals:
@@ -153,16 +169,27 @@ def _replay(argv: list[str]) -> int:
         session = ReplaySession(args.trace, interval=args.interval or 0.1, speed=args.speed or DEFAULT_SPEED)
     except TraceError as exc:
         parser.exit(2, f"torchpar-top: error: {exc}\n")
+    from torchpar_top.analysis import NO_GPU_NOTE
+
+    return _play(session, args, note="" if session.analysis.has_gpu else NO_GPU_NOTE)
+
+
+def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
+    """Play a replay's session (a trace's or a recording's) headless or on the screen, then the verdict;
+    ``note`` goes to stderr in headless mode."""
     atexit.register(session.close)  # the clock's thread stops however we leave
+    outputs = _outputs(session, args)
     if args.headless:
-        from torchpar_top.analysis import NO_GPU_NOTE
         from torchpar_top.session import headless
 
-        if not session.analysis.has_gpu:
-            print(f"torchpar-top: note: {NO_GPU_NOTE}", file=sys.stderr)
+        if note:
+            print(f"torchpar-top: note: {note}", file=sys.stderr)
+
         stop = threading.Event()
         signals = QuitSignals(stop.set)
-        return signals.status(headless.run(session, args.duration or math.inf, sys.stdout, stop=stop))
+        status = headless.run(session, args.duration or math.inf, sys.stdout, stop=stop)
+        outputs.finish(sys.stderr, received=signals.received, duration=args.duration)
+        return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp
 
@@ -170,6 +197,7 @@ def _replay(argv: list[str]) -> int:
     signals = QuitSignals(app.quit_from_signal)
     app.run()
     session.close()
+    outputs.finish(sys.stdout, quit_by="quit", received=signals.received)
     return signals.status(0)
 
 

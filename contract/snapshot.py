@@ -176,6 +176,8 @@ class GpuView:
     process_util_percent: float | None = None
     process_mem: int | None = None
     lost: bool = False
+    uuid: str = ""
+    """NVML's UUID (``GPU-...``), as dcgm-exporter labels the GPU; '' where unknown."""
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,7 @@ class NvmlProbe:
             power_limit_w=None if limit is None else limit / 1000.0,
             temperature_c=None if temp is None else float(temp),
             process_util_percent=None if lost else gpu.proc_util,
-            process_mem=None if lost else gpu.proc_mem, lost=gpu.lost,
+            process_mem=None if lost else gpu.proc_mem, lost=gpu.lost, uuid=gpu.uuid,
         )
 
     def _memory(self, gpu: _Gpu) -> Any:

@@ -223,7 +223,9 @@ def test_replay_headless_plays_to_the_end_and_stops():
     proc = run("replay", os.path.join(TRACES, "a100_event_sync_3_streams.json.gz"), "--headless",
                "--speed", "0.1", "--interval", "0.05", timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""
+    # stdout is JSON lines only; the end-of-run verdict goes to stderr
+    assert proc.stderr.startswith("torchpar-top: replay a100_event_sync_3_streams.json.gz: ")
+    assert "the replay reached the trace's end" in proc.stderr.splitlines()[0]
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(records) == 4
     first, last = records[0], records[-1]
@@ -253,9 +255,12 @@ def test_replay_headless_duration_stops_before_the_end():
 def test_replay_headless_of_a_cpu_only_trace_is_a_note_and_one_line():
     proc = run("replay", os.path.join(TRACES, "cpu_only.json.gz"), "--headless", timeout=60)
     assert proc.returncode == 0
-    assert proc.stderr.strip().splitlines() == [
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == (
         "torchpar-top: note: no GPU activity in this trace (no kernel, memcpy or memset events): no queues or lanes "
-        "to show"]
+        "to show")
+    assert lines[1].startswith("torchpar-top: replay cpu_only.json.gz: ")  # then the end-of-run verdict
+    assert not any("error" in line or "Traceback" in line for line in lines)
     (record,) = [json.loads(line) for line in proc.stdout.splitlines()]
     assert record["executors"] == [] and record["child"]["state"] == "finished"
     assert record["notice"].startswith("no GPU activity in this trace")

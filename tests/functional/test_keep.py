@@ -56,10 +56,14 @@ def test_a_headless_run_records_every_snapshot(recorded):
     assert times == sorted(times)
 
 
-def test_the_recording_replays_headless_to_its_end(recorded):
+def test_the_recording_replays_headless_to_its_end(recorded, tmp_path):
     path, _ = recorded
-    proc = run("replay", path, "--headless", "--speed", "4")
+    report = tmp_path / "report.json"
+    proc = run("replay", path, "--headless", "--speed", "4", "--report", report)
     assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(report.read_text())  # the end-of-run verdict reads a recording as a run
+    assert verdict["seconds_are"] == "recorded wall time"
+    assert verdict["ended_by"] == "the replay reached the recording's end"
     out = [json.loads(line) for line in proc.stdout.splitlines()]
     last_recorded = list(read_recording(str(path)).snapshots())[-1]
     assert out[-1]["replay"]["finished"] and out[-1]["child"]["state"] == "finished"

@@ -1,0 +1,361 @@
+"""``--metrics-port``: the live figures in Prometheus / OpenMetrics text, with the official client.
+
+:class:`SnapshotCollector` is a custom collector: at each scrape it takes the session's current
+:class:`~torchpar_top.contract.snapshot.Snapshot` and yields metric families built from it (nothing is
+kept between scrapes; counters are the snapshot's own cumulative counts). It is registered on a
+:class:`~prometheus_client.CollectorRegistry` of its own, with a :class:`~prometheus_client.ProcessCollector`
+for the monitor's own process, and served by :class:`MetricsServer` (``prometheus_client``'s WSGI
+server), which :meth:`MetricsServer.close` shuts down: nothing is left running at exit.
+
+Names are prefixed ``torchpar_``, in base units (seconds, bytes, ratios 0-1, watts, cores), counters end
+in ``_total``. Labels join with dcgm-exporter's series: ``Hostname`` (the node), ``gpu`` (the NVML
+index), ``UUID`` (``GPU-...``), ``device`` (``nvidiaN``) and ``modelName`` on GPU series; ``rank`` (the
+torchrun rank, empty for a single workload) and ``executor``/``stream``/``kind`` on queue series,
+``core`` on CPU series, ``role`` on thread series.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Callable, Iterator
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.vocab import ChildState, ExecutorKind, Mode
+
+PREFIX = "torchpar_"
+
+
+def _rank(rank: int | None) -> str:
+    return "" if rank is None else str(rank)
+
+
+def _stream(name: str, kind: ExecutorKind) -> str:
+    """The stream part of a CUDA stream executor's name (``cuda:0 s1`` → ``s1``, the default → ``default``)."""
+    if kind != ExecutorKind.CUDA_STREAM:
+        return ""
+    _, _, rest = name.partition(" ")
+    return rest or "default"
+
+
+def _device_of(name: str, kind: ExecutorKind) -> str:
+    """The CUDA device a CUDA stream executor is on, as the workload names it (``cuda:1 s2`` → ``cuda:1``)."""
+    if kind != ExecutorKind.CUDA_STREAM or not name.startswith("cuda:"):
+        return ""
+    return name.split(" ")[0]
+
+
+class SnapshotCollector:
+    """Yields the snapshot's figures as metric families at each scrape."""
+
+    def __init__(
+        self, snapshot: Callable[[], Snapshot], hostname: str | None = None, version: str = ""
+    ) -> None:
+        """``snapshot``: the session's ``snapshot`` method (called once per scrape)."""
+        self._snapshot = snapshot
+        self.hostname = hostname or socket.gethostname()
+        self.version = version
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families of the current snapshot."""
+        snap = self._snapshot()
+        host = self.hostname
+        H = ["Hostname"]
+
+        info = InfoMetricFamily(PREFIX + "monitor", "What torchpar-top watches", labels=H)
+        info.add_metric(
+            [host],
+            {
+                "version": self.version,
+                "target": snap.target,
+                "experiment": snap.experiment,
+                "state": snap.child.state.value,
+                "replay": "" if snap.replay is None else snap.replay.path,
+            },
+        )
+        yield info
+        up = GaugeMetricFamily(
+            PREFIX + "workload_running", "1 while the watched workload (or replay) runs", labels=H
+        )
+        up.add_metric([host], 1.0 if snap.child.state in (ChildState.RUNNING, ChildState.ATTACHED) else 0.0)
+        yield up
+        paused = GaugeMetricFamily(PREFIX + "monitor_paused", "1 while sampling is paused (key p)", labels=H)
+        paused.add_metric([host], 1.0 if snap.paused else 0.0)
+        yield paused
+        yield from self._cpu(snap, host)
+        yield from self._gpus(snap, host)
+        yield from self._queues(snap, host)
+        yield from self._frontend(snap, host)
+        yield from self._ranks(snap, host)
+        yield from self._syncpoints(snap, host)
+
+    # -- families -------------------------------------------------------------------------------------
+
+    def _cpu(self, snap: Snapshot, host: str) -> Iterator[Metric]:
+        load = GaugeMetricFamily(
+            PREFIX + "cpu_load_ratio",
+            "Per-core CPU load over the last sample, 0-1",
+            labels=["Hostname", "core"],
+            unit="ratio",
+        )
+        for i, value in enumerate(snap.cores):
+            load.add_metric([host, str(i)], value / 100.0)
+        yield load
+        cpu = GaugeMetricFamily(
+            PREFIX + "threads_cpu_cores",
+            "CPU used by the workload's threads of a role, in cores (1 = one core busy)",
+            labels=["Hostname", "role", "executor"],
+            unit="cores",
+        )
+        wait = GaugeMetricFamily(
+            PREFIX + "threads_run_queue_wait_cores",
+            "Run-queue wait (runnable, no core) of the workload's threads of a role, in cores",
+            labels=["Hostname", "role", "executor"],
+            unit="cores",
+        )
+        count = GaugeMetricFamily(
+            PREFIX + "threads", "The workload's threads of a role", labels=["Hostname", "role", "executor"]
+        )
+        for g in snap.thread_groups:
+            labels = [host, g.role.value, g.executor]
+            cpu.add_metric(labels, g.cpu_percent / 100.0)
+            wait.add_metric(labels, g.wait_percent / 100.0)
+            count.add_metric(labels, g.count)
+        yield cpu
+        yield wait
+        yield count
+        starved = GaugeMetricFamily(
+            PREFIX + "starved_cores",
+            "Cores' worth of run-queue wait when the threads "
+            "are starved of CPU (torchpar-top's verdict), else 0",
+            labels=["Hostname"],
+            unit="cores",
+        )
+        starved.add_metric([host], snap.starved or 0.0)
+        yield starved
+
+    def _gpus(self, snap: Snapshot, host: str) -> Iterator[Metric]:
+        names = ["Hostname", "gpu", "UUID", "device", "modelName"]
+        util = GaugeMetricFamily(
+            PREFIX + "gpu_utilization_ratio",
+            "Kernel-active share of time (NVML utilization.gpu), 0-1",
+            labels=names,
+            unit="ratio",
+        )
+        used = GaugeMetricFamily(
+            PREFIX + "gpu_memory_used_bytes", "GPU memory used", labels=names, unit="bytes"
+        )
+        total = GaugeMetricFamily(
+            PREFIX + "gpu_memory_total_bytes", "GPU memory in all", labels=names, unit="bytes"
+        )
+        power = GaugeMetricFamily(PREFIX + "gpu_power_watts", "GPU power draw", labels=names, unit="watts")
+        proc = GaugeMetricFamily(
+            PREFIX + "gpu_process_utilization_ratio",
+            "The workload's own kernel-active share of the GPU, 0-1",
+            labels=names,
+            unit="ratio",
+        )
+        for g in snap.gpus:
+            labels = [host, str(g.index), g.uuid, f"nvidia{g.index}", g.name]
+            for family, value in (
+                (util, None if g.util_percent is None else g.util_percent / 100.0),
+                (used, g.mem_used),
+                (total, g.mem_total),
+                (power, g.power_w),
+                (proc, None if g.process_util_percent is None else g.process_util_percent / 100.0),
+            ):
+                if value is not None:
+                    family.add_metric(labels, value)
+        yield from (util, used, total, power, proc)
+
+    def _queues(self, snap: Snapshot, host: str) -> Iterator[Metric]:
+        names = ["Hostname", "rank", "executor", "kind", "quantity", "gpu", "UUID", "stream"]
+        # A CUDA stream's GPU by NVML index and UUID, as dcgm-exporter labels it: the GPU panel's label is
+        # the workload's own ``cuda:N`` (mapped through its CUDA UUIDs or CUDA_VISIBLE_DEVICES).
+        nvml = {g.label: (str(g.index), g.uuid) for g in snap.gpus}
+        depth = GaugeMetricFamily(
+            PREFIX + "queue_depth",
+            "An executor's queue: launched - started (depth) or "
+            "launched - completed (outstanding, the quantity label)",
+            labels=names,
+        )
+        cap = GaugeMetricFamily(
+            PREFIX + "queue_capacity",
+            "Where launching into the executor blocks (bounded executors only)",
+            labels=names,
+        )
+        blocked = GaugeMetricFamily(
+            PREFIX + "queue_blocked_ratio",
+            "Share of the last window the frontend was blocked launching into this executor (full), 0-1",
+            labels=names,
+            unit="ratio",
+        )
+        busy = GaugeMetricFamily(
+            PREFIX + "executor_busy_ratio",
+            "Share of the last window the executor had work in progress, 0-1",
+            labels=names,
+            unit="ratio",
+        )
+        launched = CounterMetricFamily(
+            PREFIX + "queue_launches", "Launches into the executor (L)", labels=names
+        )
+        completed = CounterMetricFamily(
+            PREFIX + "queue_completions", "Completions of the executor (C)", labels=names
+        )
+        for e in snap.executors:
+            gpu, uuid = nvml.get(_device_of(e.name, e.kind), ("", ""))
+            labels = [
+                host,
+                _rank(e.rank),
+                e.name,
+                e.kind.value,
+                e.quantity.value,
+                gpu,
+                uuid,
+                _stream(e.name, e.kind),
+            ]
+            depth.add_metric(labels, e.value)
+            if e.capacity is not None:
+                cap.add_metric(labels, e.capacity)
+            if e.blocked is not None:
+                blocked.add_metric(labels, e.blocked)
+            if e.busy:
+                busy.add_metric(labels, e.busy[-1])
+            launched.add_metric(labels, e.launched)
+            completed.add_metric(labels, e.completed)
+        yield from (depth, cap, blocked, busy, launched, completed)
+
+    def _frontend(self, snap: Snapshot, host: str) -> Iterator[Metric]:
+        H = ["Hostname"]
+        for key, series, text in (
+            ("busy", snap.frontend_busy, "on a core outside its waits"),
+            ("wait", snap.frontend_wait, "blocked: full queue, synchronize, data"),
+            ("core_wait", snap.frontend_core_wait, "runnable but waiting for a core"),
+        ):
+            family = GaugeMetricFamily(
+                PREFIX + f"frontend_{key}_ratio",
+                f"Share of the last window the frontend was {text}, 0-1",
+                labels=H,
+                unit="ratio",
+            )
+            if series:
+                family.add_metric([host], series[-1])
+            yield family
+        overlap = GaugeMetricFamily(
+            PREFIX + "overlap_ratio",
+            "Share of the last window two or more executors ran at once, 0-1",
+            labels=H,
+            unit="ratio",
+        )
+        if snap.overlap:
+            overlap.add_metric([host], snap.overlap[-1])
+        yield overlap
+        sync = GaugeMetricFamily(
+            PREFIX + "sync_mode", "1 in SYNC mode (synchronize after every op or step), 0 in ASYNC", labels=H
+        )
+        if not snap.attached:
+            sync.add_metric([host], 1.0 if snap.mode == Mode.SYNC else 0.0)
+        yield sync
+        unit = snap.throughput_unit.split()[0].removesuffix("/s") if snap.throughput_unit else ""
+        tp = GaugeMetricFamily(
+            PREFIX + "throughput_per_second",
+            "The workload's throughput over the last "
+            "window, in its unit per second (the what label: steps, it, ops, launches)",
+            labels=["Hostname", "what"],
+        )
+        if snap.throughput is not None:
+            tp.add_metric([host, unit], snap.throughput)
+        yield tp
+        done = CounterMetricFamily(
+            PREFIX + "work",
+            "Work done in steady ASYNC or SYNC windows (the "
+            "scoreboard's: throughput × seconds), in the what label's unit",
+            labels=["Hostname", "what"],
+        )
+        seconds = CounterMetricFamily(
+            PREFIX + "mode_seconds",
+            "Seconds measured in each mode",
+            labels=["Hostname", "mode"],
+            unit="seconds",
+        )
+        if snap.scoreboard:
+            done.add_metric(
+                [host, unit], sum(m.throughput * m.seconds for m in snap.scoreboard if m.throughput)
+            )
+            for m in snap.scoreboard:
+                seconds.add_metric([host, m.mode.value], m.seconds)
+        yield done
+        yield seconds
+
+    def _ranks(self, snap: Snapshot, host: str) -> Iterator[Metric]:
+        names = ["Hostname", "rank"]
+        up = GaugeMetricFamily(
+            PREFIX + "rank_running",
+            "1 while an agent process (the workload, or a torchrun rank) runs",
+            labels=names,
+        )
+        tp = GaugeMetricFamily(
+            PREFIX + "rank_throughput_per_second",
+            "A rank's throughput over its last window",
+            labels=names + ["what"],
+        )
+        depth = GaugeMetricFamily(
+            PREFIX + "rank_queue_depth", "Sum of a rank's executor queues", labels=names
+        )
+        data = GaugeMetricFamily(
+            PREFIX + "data_wait_ratio",
+            "Share of the last window the rank's frontend waited for its next batch (DataLoader), 0-1",
+            labels=names,
+            unit="ratio",
+        )
+        for r in snap.ranks:
+            labels = [host, _rank(r.rank)]
+            up.add_metric(labels, 1.0 if r.state == ChildState.RUNNING else 0.0)
+            if r.throughput is not None:
+                tp.add_metric(labels + [r.unit.split()[0].removesuffix("/s")], r.throughput)
+            depth.add_metric(labels, r.depth)
+            if r.data_wait is not None:
+                data.add_metric(labels, r.data_wait)
+        yield from (up, tp, depth, data)
+
+    def _syncpoints(self, snap: Snapshot, host: str) -> Iterator[Metric]:
+        sites = CounterMetricFamily(
+            PREFIX + "sync_points",
+            "Calls that wait for the device, per source line "
+            "(counted in the op counter's slices unless --every-op: sampled=1)",
+            labels=["Hostname", "rank", "where", "call", "sampled"],
+        )
+        for s in snap.syncpoints:
+            sites.add_metric([host, _rank(s.rank), s.where, s.call, "1" if s.sampled else "0"], s.count)
+        yield sites
+
+
+class MetricsError(RuntimeError):
+    """The metrics server could not start (a one-line reason)."""
+
+
+class MetricsServer:
+    """``prometheus_client``'s WSGI server on ``addr:port`` for a :class:`SnapshotCollector`."""
+
+    def __init__(self, collector: Any, port: int, addr: str = "127.0.0.1") -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        ProcessCollector(
+            namespace="torchpar_monitor", registry=self.registry
+        )  # the monitor's own CPU, memory
+        try:
+            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as exc:
+            reason = "in use" if exc.errno in (98, 48) else exc.strerror or str(exc)
+            raise MetricsError(f"--metrics-port {port} on {addr}: {reason}") from None
+        self.port = self._server.server_port
+
+    def close(self) -> None:
+        """Stop serving and close the socket; returns once the server's thread has ended. Idempotent."""
+        server, self._server = getattr(self, "_server", None), None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        self._thread.join(timeout=5)
