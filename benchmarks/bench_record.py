@@ -38,8 +38,12 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _stats(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "p95": _pct(values, 0.95), "max": max(values),
-            "n": len(values)}
+    return {
+        "median": statistics.median(values),
+        "p95": _pct(values, 0.95),
+        "max": max(values),
+        "n": len(values),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         decoder.decode(json.loads(line))
         decode_s.append(time.perf_counter() - t)
-    gz_path = os.path.join(tmp, "run.jsonl.gz")  # --record run.jsonl.gz: the same lines, gzipped, flushed each
+    gz_path = os.path.join(
+        tmp, "run.jsonl.gz"
+    )  # --record run.jsonl.gz: the same lines, gzipped, flushed each
     gz_s = []
     from torchpar_top.session.recording import open_output
 
@@ -116,12 +122,20 @@ def main(argv: list[str] | None = None) -> int:
         return {k: (round(v * scale, 1) if k != "n" else v) for k, v in _stats(values).items()}
 
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "seconds": args.seconds, "interval": args.interval, "snapshots": len(snaps),
-        "history_length_at_end": hist, "file_bytes": os.path.getsize(path),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "seconds": args.seconds,
+        "interval": args.interval,
+        "snapshots": len(snaps),
+        "history_length_at_end": hist,
+        "file_bytes": os.path.getsize(path),
         "live_write_us": part(live),
         "read_recording_us_per_line": round(read_s / max(1, len(snaps)) * 1e6, 1),
-        "gz_write_flush_us": part(gz_s), "gz_bytes_per_line": round(gz_bytes / max(1, len(lines)), 1),
+        "gz_write_flush_us": part(gz_s),
+        "gz_bytes_per_line": round(gz_bytes / max(1, len(lines)), 1),
         "steady": {
             "delta_line_bytes": part([float(b) for b in delta_bytes[steady_from:]], 1),
             "whole_line_bytes": part([float(b) for b in whole_bytes[steady_from:]], 1),
@@ -137,15 +151,25 @@ def main(argv: list[str] | None = None) -> int:
         print()
         return 0
     s = result["steady"]
-    print(f"{len(snaps)} snapshots over {args.seconds:g} s at {args.interval:g} s; histories {hist} long at the end")
-    print(f"live Recorder.write (encode + write + flush): median {result['live_write_us']['median']} µs, "
-          f"p95 {result['live_write_us']['p95']} µs")
-    print(f"steady state, per line: delta {s['delta_line_bytes']['median']:.0f} B "
-          f"(encode {s['delta_encode_us']['median']} µs), whole {s['whole_line_bytes']['median']:.0f} B "
-          f"(encode {s['whole_encode_us']['median']} µs); decode {s['decode_us']['median']} µs")
-    print(f"file: {result['file_bytes']} bytes; read_recording {result['read_recording_us_per_line']} µs a line")
-    print(f"gzipped (.gz): {result['gz_bytes_per_line']} B a line, write + flush "
-          f"{result['gz_write_flush_us']['median']} µs (on top of the encode)")
+    print(
+        f"{len(snaps)} snapshots over {args.seconds:g} s at {args.interval:g} s; histories {hist} long at the end"
+    )
+    print(
+        f"live Recorder.write (encode + write + flush): median {result['live_write_us']['median']} µs, "
+        f"p95 {result['live_write_us']['p95']} µs"
+    )
+    print(
+        f"steady state, per line: delta {s['delta_line_bytes']['median']:.0f} B "
+        f"(encode {s['delta_encode_us']['median']} µs), whole {s['whole_line_bytes']['median']:.0f} B "
+        f"(encode {s['whole_encode_us']['median']} µs); decode {s['decode_us']['median']} µs"
+    )
+    print(
+        f"file: {result['file_bytes']} bytes; read_recording {result['read_recording_us_per_line']} µs a line"
+    )
+    print(
+        f"gzipped (.gz): {result['gz_bytes_per_line']} B a line, write + flush "
+        f"{result['gz_write_flush_us']['median']} µs (on top of the encode)"
+    )
     return 0
 
 

@@ -52,12 +52,19 @@ def stop_recorder(recorder: Any) -> None:
     if recorder.error:
         print(f"torchpar-top: warning: {recorder.error}", file=sys.stderr)
     if recorder.skipped:
-        print(f"torchpar-top: warning: {recorder.skipped} snapshots left out of the recording "
-              f"({recorder.skip_reason})", file=sys.stderr)
+        print(
+            f"torchpar-top: warning: {recorder.skipped} snapshots left out of the recording "
+            f"({recorder.skip_reason})",
+            file=sys.stderr,
+        )
 
 
-def replay(argv: list[str], parser: argparse.ArgumentParser, trace_replay: Callable[[argparse.Namespace], int],
-           play: Callable[[Any, argparse.Namespace, str], int]) -> int:
+def replay(
+    argv: list[str],
+    parser: argparse.ArgumentParser,
+    trace_replay: Callable[[argparse.Namespace], int],
+    play: Callable[[Any, argparse.Namespace, str], int],
+) -> int:
     """``torchpar-top replay FILE``: a recording or an export is played here; a trace goes to
     ``trace_replay``. ``play(session, args, note)`` runs a session on the screen or headless (``note`` on
     stderr there)."""
@@ -136,8 +143,11 @@ def export(argv: list[str]) -> int:
     if perfetto_out is not None:
         with perfetto_out:
             n = write_perfetto(source, perfetto_out)
-        print(f"torchpar-top: wrote {args.perfetto}: {n} trace events from {len(source.samples)} samples "
-              "(open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
+        print(
+            f"torchpar-top: wrote {args.perfetto}: {n} trace events from {len(source.samples)} samples "
+            "(open it in https://ui.perfetto.dev or chrome://tracing)",
+            file=sys.stderr,
+        )
     if csv_out is not None:
         with csv_out:
             rows = write_csv(source, csv_out)

@@ -29,10 +29,18 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterable, Iterator
 
-from torchpar_top.contract.snapshot import (ChildStatus, ExecutorView, GpuView, Snapshot)
+from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
-from torchpar_top.session.recording import (FORMAT_VERSION, Header, Machine, Recording, RecordingError,
-                                            delta, headless_output, read_recording)
+from torchpar_top.session.recording import (
+    FORMAT_VERSION,
+    Header,
+    Machine,
+    Recording,
+    RecordingError,
+    delta,
+    headless_output,
+    read_recording,
+)
 from torchpar_top.session.store import CORE_HISTORY, HISTORY
 
 #: ``otherData.format`` of an export.
@@ -64,12 +72,8 @@ def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[Sample
             prev_ex = {_exec_key(e): e for e in prev.executors}
             for e in snap.executors:
                 p = prev_ex.get(_exec_key(e))
-                for name in ("busy",):
-                    keep, added = delta(getattr(p, name) if p else (), getattr(e, name))
-                    new[f"{_exec_key(e)}.{name}"] = len(added)
-            for name in ("frontend_busy",):
-                keep, added = delta(getattr(prev, name), getattr(snap, name))
-                new[name] = len(added)
+                new[f"{_exec_key(e)}.busy"] = len(delta(p.busy if p else (), e.busy)[1])
+            new["frontend_busy"] = len(delta(prev.frontend_busy, snap.frontend_busy)[1])
         yield Sample(t, snap, new)
         prev = snap
 
@@ -149,10 +153,15 @@ def trace_source(path: str) -> Source:
         name = f"cuda:{s.device} s{s.stream}"
         key = f"r{s.rank} {name}" if multi else name
         lanes[key] = [((b - a.start) / 1e6, (e - a.start) / 1e6) for b, e in zip(s.busy.starts, s.busy.ends)]
-    syncs = [((p.ts - a.start) / 1e6, p.call, p.site, p.rank if multi else None)
-             for r in a.ranks for lane in r.frontend for p in lane.sync_points]
-    return Source(os.fspath(path), "trace", list(samples_of(pairs)), {"trace": os.fspath(path)}, lanes,
-                  sorted(syncs))
+    syncs = [
+        ((p.ts - a.start) / 1e6, p.call, p.site, p.rank if multi else None)
+        for r in a.ranks
+        for lane in r.frontend
+        for p in lane.sync_points
+    ]
+    return Source(
+        os.fspath(path), "trace", list(samples_of(pairs)), {"trace": os.fspath(path)}, lanes, sorted(syncs)
+    )
 
 
 # -- trace events ---------------------------------------------------------------------------------
@@ -172,26 +181,37 @@ class TraceEvents:
         self._threads: dict[tuple[int, str], int] = {}
 
     def process(self, pid: int, name: str, sort: int) -> None:
-        self.events.append({"name": "process_name", "ph": "M", "ts": 0, "pid": pid, "tid": 0,
-                            "args": {"name": name}})
-        self.events.append({"name": "process_sort_index", "ph": "M", "ts": 0, "pid": pid, "tid": 0,
-                            "args": {"sort_index": sort}})
+        self.events.append(
+            {"name": "process_name", "ph": "M", "ts": 0, "pid": pid, "tid": 0, "args": {"name": name}}
+        )
+        self.events.append(
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "ts": 0,
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": sort},
+            }
+        )
 
     def thread(self, pid: int, key: str, name: str, tid: int | None = None) -> int:
         """The thread id for ``key`` in ``pid`` (named the first time)."""
         if (pid, key) not in self._threads:
             tid = tid if tid is not None else LANE_TID + sum(1 for p, _ in self._threads if p == pid)
             self._threads[(pid, key)] = tid
-            self.events.append({"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": tid,
-                                "args": {"name": name}})
+            self.events.append(
+                {"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name}}
+            )
         return self._threads[(pid, key)]
 
     def counter(self, pid: int, name: str, ts: int, key: str, value: float, meta: dict[str, Any]) -> None:
         self.counters.setdefault(name, {"pid": pid, "key": key, **meta})
         self.events.append({"name": name, "ph": "C", "ts": ts, "pid": pid, "args": {key: value}})
 
-    def slice(self, pid: int, tid: int, name: str, ts: int, dur: int, cat: str,
-              args: dict[str, Any] | None = None) -> None:
+    def slice(
+        self, pid: int, tid: int, name: str, ts: int, dur: int, cat: str, args: dict[str, Any] | None = None
+    ) -> None:
         if dur <= 0:
             return
         event = {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid}
@@ -200,8 +220,9 @@ class TraceEvents:
         self.events.append(event)
 
     def instant(self, pid: int, tid: int, name: str, ts: int, cat: str, args: dict[str, Any]) -> None:
-        self.events.append({"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": pid, "tid": tid,
-                            "args": args})
+        self.events.append(
+            {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": pid, "tid": tid, "args": args}
+        )
 
 
 def perfetto(source: Source) -> dict[str, Any]:
@@ -214,10 +235,19 @@ def perfetto(source: Source) -> dict[str, Any]:
     _lanes(ev, source)
     _modes(ev, source)
     _frontend(ev, source)
-    return {"otherData": {"format": EXPORT_FORMAT, "version": FORMAT_VERSION, "source": source.path,
-                          "kind": source.kind, "t0": source.t0, "header": source.header,
-                          "counters": ev.counters},
-            "displayTimeUnit": "ms", "traceEvents": ev.events}
+    return {
+        "otherData": {
+            "format": EXPORT_FORMAT,
+            "version": FORMAT_VERSION,
+            "source": source.path,
+            "kind": source.kind,
+            "t0": source.t0,
+            "header": source.header,
+            "counters": ev.counters,
+        },
+        "displayTimeUnit": "ms",
+        "traceEvents": ev.events,
+    }
 
 
 def _counters(ev: TraceEvents, source: Source) -> None:
@@ -227,20 +257,57 @@ def _counters(ev: TraceEvents, source: Source) -> None:
             ev.counter(HOST_PID, f"core {i} load %", ts, "load", load, {"what": "core", "core": i})
         for g in snap.gpus:
             if g.util_percent is not None:
-                ev.counter(HOST_PID, f"{g.label} util %", ts, "util", g.util_percent,
-                           {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index})
+                ev.counter(
+                    HOST_PID,
+                    f"{g.label} util %",
+                    ts,
+                    "util",
+                    g.util_percent,
+                    {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index},
+                )
             if g.mem_used is not None:
-                ev.counter(HOST_PID, f"{g.label} memory", ts, "bytes", g.mem_used,
-                           {"what": "gpu_mem", "gpu": g.label, "name": g.name, "index": g.index,
-                            "total": g.mem_total})
+                ev.counter(
+                    HOST_PID,
+                    f"{g.label} memory",
+                    ts,
+                    "bytes",
+                    g.mem_used,
+                    {
+                        "what": "gpu_mem",
+                        "gpu": g.label,
+                        "name": g.name,
+                        "index": g.index,
+                        "total": g.mem_total,
+                    },
+                )
         for e in snap.executors:
-            ev.counter(RUN_PID, f"{_exec_key(e)} {e.quantity.value}", ts, e.quantity.value, e.value,
-                       {"what": "executor", "executor": _exec_key(e), "name": e.name, "rank": e.rank,
-                        "kind": e.kind.value, "quantity": e.quantity.value, "counts": e.counts.value,
-                        "capacity": e.capacity, "emulated": e.emulated})
+            ev.counter(
+                RUN_PID,
+                f"{_exec_key(e)} {e.quantity.value}",
+                ts,
+                e.quantity.value,
+                e.value,
+                {
+                    "what": "executor",
+                    "executor": _exec_key(e),
+                    "name": e.name,
+                    "rank": e.rank,
+                    "kind": e.kind.value,
+                    "quantity": e.quantity.value,
+                    "counts": e.counts.value,
+                    "capacity": e.capacity,
+                    "emulated": e.emulated,
+                },
+            )
         if snap.throughput is not None:
-            ev.counter(RUN_PID, f"throughput {snap.throughput_unit}", ts, "rate", snap.throughput,
-                       {"what": "throughput", "unit": snap.throughput_unit})
+            ev.counter(
+                RUN_PID,
+                f"throughput {snap.throughput_unit}",
+                ts,
+                "rate",
+                snap.throughput,
+                {"what": "throughput", "unit": snap.throughput_unit},
+            )
 
 
 def _windows(prev_t: float, t: float, count: int) -> list[tuple[int, int]]:
@@ -302,18 +369,33 @@ def _frontend(ev: TraceEvents, source: Source) -> None:
         return
     for prev, s in zip(source.samples, source.samples[1:]):
         snap = s.snap
-        n = min(s.new.get("frontend_busy", 0), len(snap.frontend_busy), _plausible(prev.t, s.t, snap.interval))
+        n = min(
+            s.new.get("frontend_busy", 0), len(snap.frontend_busy), _plausible(prev.t, s.t, snap.interval)
+        )
         waits = snap.frontend_wait[-n:] if n and len(snap.frontend_wait) >= n else (0.0,) * n
         for (a, b), busy, wait in zip(_windows(prev.t, s.t, n) if n else (), snap.frontend_busy[-n:], waits):
             if busy > 0 or wait > 0:
-                ev.slice(RUN_PID, tid, "waiting" if wait > busy else "launching", a, b - a, "frontend",
-                         {"busy": round(busy, 4), "wait": round(wait, 4)})
+                ev.slice(
+                    RUN_PID,
+                    tid,
+                    "waiting" if wait > busy else "launching",
+                    a,
+                    b - a,
+                    "frontend",
+                    {"busy": round(busy, 4), "wait": round(wait, 4)},
+                )
         before = {(p.rank, p.where, p.call): p.count for p in prev.snap.syncpoints}
         for p in snap.syncpoints:
             gained = p.count - before.get((p.rank, p.where, p.call), 0)
             if gained > 0:
-                ev.instant(RUN_PID, tid, p.call, _us(s.t), "sync",
-                           {"where": p.where, "rank": p.rank, "count": gained, "sampled": p.sampled})
+                ev.instant(
+                    RUN_PID,
+                    tid,
+                    p.call,
+                    _us(s.t),
+                    "sync",
+                    {"where": p.where, "rank": p.rank, "count": gained, "sampled": p.sampled},
+                )
 
 
 def write_perfetto(source: Source, out: IO[str]) -> int:
@@ -329,16 +411,29 @@ def write_perfetto(source: Source, out: IO[str]) -> int:
 
 def csv_rows(source: Source) -> tuple[list[str], list[dict[str, Any]]]:
     """The CSV's header and one row per sample (a column a sample lacks is empty)."""
-    fixed = ["t_s", "time", "mode", "paused", "child_state", "throughput", "throughput_unit", "num_threads",
-             "frontend_busy", "frontend_wait", "overlap"]
+    fixed = [
+        "t_s",
+        "time",
+        "mode",
+        "paused",
+        "child_state",
+        "throughput",
+        "throughput_unit",
+        "num_threads",
+        "frontend_busy",
+        "frontend_wait",
+        "overlap",
+    ]
     extra: dict[str, None] = {}
     rows = []
     for s in source.samples:
         snap = s.snap
         row: dict[str, Any] = {
-            "t_s": round(s.t, 6), "time": round(snap.t, 3),
+            "t_s": round(s.t, 6),
+            "time": round(snap.t, 3),
             "mode": "" if snap.attached or source.kind == "trace" else snap.mode.value,
-            "paused": int(snap.paused), "child_state": snap.child.state.value,
+            "paused": int(snap.paused),
+            "child_state": snap.child.state.value,
             "throughput": "" if snap.throughput is None else snap.throughput,
             "throughput_unit": snap.throughput_unit,
             "num_threads": "" if snap.num_threads is None else snap.num_threads,
@@ -390,8 +485,10 @@ def read_export(path: str) -> tuple[Recording, list[Snapshot]]:
     if not isinstance(other, dict) or other.get("format") != EXPORT_FORMAT:
         raise RecordingError(f"{path}: not a torchpar-top export")
     if other.get("version") != FORMAT_VERSION:
-        raise RecordingError(f"{path}: export version {other.get('version')!r}; this torchpar-top reads "
-                             f"version {FORMAT_VERSION}")
+        raise RecordingError(
+            f"{path}: export version {other.get('version')!r}; this torchpar-top reads "
+            f"version {FORMAT_VERSION}"
+        )
     counters = other.get("counters") or {}
     events = obj.get("traceEvents")
     if not isinstance(events, list) or not isinstance(counters, dict):
@@ -402,8 +499,9 @@ def read_export(path: str) -> tuple[Recording, list[Snapshot]]:
         raise RecordingError(f"{path}: a malformed export ({type(exc).__name__}: {exc})") from None
 
 
-def _rebuild_snapshots(path: str, other: dict[str, Any], counters: dict[str, Any],
-                       events: list[Any]) -> tuple[Recording, list[Snapshot]]:
+def _rebuild_snapshots(
+    path: str, other: dict[str, Any], counters: dict[str, Any], events: list[Any]
+) -> tuple[Recording, list[Snapshot]]:
     by_ts: dict[int, dict[str, float]] = defaultdict(dict)
     # events are read in file order; slices of one thread are written in time order
     busy: dict[str, list[tuple[int, float]]] = defaultdict(list)
@@ -423,15 +521,17 @@ def _rebuild_snapshots(path: str, other: dict[str, Any], counters: dict[str, Any
             name = e["args"]["name"]
         elif ph == "X" and e.get("cat") == "lane":
             lane = thread_names.get((e["pid"], e["tid"]), "")
-            busy[lane.removesuffix(" busy")].append((int(e["ts"]) + int(e["dur"]),
-                                                     float((e.get("args") or {}).get("share", 1.0))))
+            busy[lane.removesuffix(" busy")].append(
+                (int(e["ts"]) + int(e["dur"]), float((e.get("args") or {}).get("share", 1.0)))
+            )
         elif ph == "X" and e.get("cat") == "mode":
             modes.append((int(e["ts"]), int(e["ts"]) + int(e["dur"]), e["name"].lower()))
     header_plain = other.get("header") or {}
     t_start = float(other.get("t0", 0.0))
     interval = float(header_plain.get("interval", 0.1)) if isinstance(header_plain, dict) else 0.1
-    header = Header("torchpar-top-export", FORMAT_VERSION, 0, (), "", t_start, interval,
-                    Machine("", 0, (), None, "", ""))
+    header = Header(
+        "torchpar-top-export", FORMAT_VERSION, 0, (), "", t_start, interval, Machine("", 0, (), None, "", "")
+    )
     histories: dict[str, deque] = defaultdict(lambda: deque(maxlen=HISTORY))
     core_hist: dict[int, deque] = defaultdict(lambda: deque(maxlen=CORE_HISTORY))
     busy_pos = {k: 0 for k in busy}
@@ -453,12 +553,23 @@ def _rebuild_snapshots(path: str, other: dict[str, Any], counters: dict[str, Any
                 while busy_pos.get(key, 0) < len(spans) and spans[busy_pos[key]][0] <= ts:
                     histories[f"{key}.busy"].append(spans[busy_pos[key]][1])
                     busy_pos[key] += 1
-                execs.append(ExecutorView(
-                    name=meta["name"], kind=ExecutorKind(meta["kind"]), quantity=Quantity(meta["quantity"]),
-                    value=int(v), capacity=meta.get("capacity"), launched=0, completed=0,
-                    emulated=bool(meta.get("emulated")), history=tuple(histories[key]),
-                    busy=tuple(histories[f"{key}.busy"]), blocked=None, rank=meta.get("rank"),
-                    counts=Counted(meta.get("counts", "items"))))
+                execs.append(
+                    ExecutorView(
+                        name=meta["name"],
+                        kind=ExecutorKind(meta["kind"]),
+                        quantity=Quantity(meta["quantity"]),
+                        value=int(v),
+                        capacity=meta.get("capacity"),
+                        launched=0,
+                        completed=0,
+                        emulated=bool(meta.get("emulated")),
+                        history=tuple(histories[key]),
+                        busy=tuple(histories[f"{key}.busy"]),
+                        blocked=None,
+                        rank=meta.get("rank"),
+                        counts=Counted(meta.get("counts", "items")),
+                    )
+                )
             elif what == "throughput":
                 throughput, unit = v, meta["unit"]
                 histories["throughput"].append(v)
@@ -469,21 +580,41 @@ def _rebuild_snapshots(path: str, other: dict[str, Any], counters: dict[str, Any
             meta = g["meta"]
             if "gpu_util" in g:
                 histories[f"gpu {label}"].append(g["gpu_util"])
-            gpu_views.append(GpuView(int(meta["index"]), label, meta.get("name", ""), g.get("gpu_util"),
-                                     tuple(histories[f"gpu {label}"]),
-                                     int(g["gpu_mem"]) if "gpu_mem" in g else None, meta.get("total"),
-                                     None, None, None))
+            gpu_views.append(
+                GpuView(
+                    int(meta["index"]),
+                    label,
+                    meta.get("name", ""),
+                    g.get("gpu_util"),
+                    tuple(histories[f"gpu {label}"]),
+                    int(g["gpu_mem"]) if "gpu_mem" in g else None,
+                    meta.get("total"),
+                    None,
+                    None,
+                    None,
+                )
+            )
         mode = next((m for a, _, m in reversed(modes) if a <= ts), "async")  # the period begun last
-        snaps.append(Snapshot(
-            t=t_start + ts / 1e6, experiment="export", description=f"read back from {os.path.basename(path)}",
-            mode=Mode(mode) if mode in ("async", "sync") else Mode.ASYNC, paused=False, interval=interval,
-            child=ChildStatus(None, ChildState.RUNNING), cores=tuple(cores[i] for i in sorted(cores)),
-            core_history=tuple(tuple(core_hist[i]) for i in sorted(cores)),
-            executors=tuple(sorted(execs, key=lambda x: (x.rank or 0, x.name))),
-            throughput=throughput, throughput_unit=unit,
-            throughput_history=tuple(histories["throughput"]) if throughput is not None else (),
-            gpus=tuple(gpu_views), target=name,
-            notice="an export read back: counters and lanes only (no threads, log or stacks)"))
+        snaps.append(
+            Snapshot(
+                t=t_start + ts / 1e6,
+                experiment="export",
+                description=f"read back from {os.path.basename(path)}",
+                mode=Mode(mode) if mode in ("async", "sync") else Mode.ASYNC,
+                paused=False,
+                interval=interval,
+                child=ChildStatus(None, ChildState.RUNNING),
+                cores=tuple(cores[i] for i in sorted(cores)),
+                core_history=tuple(tuple(core_hist[i]) for i in sorted(cores)),
+                executors=tuple(sorted(execs, key=lambda x: (x.rank or 0, x.name))),
+                throughput=throughput,
+                throughput_unit=unit,
+                throughput_history=tuple(histories["throughput"]) if throughput is not None else (),
+                gpus=tuple(gpu_views),
+                target=name,
+                notice="an export read back: counters and lanes only (no threads, log or stacks)",
+            )
+        )
     rec = Recording(path, header, (), tuple(s.t for s in snaps))
     return rec, snaps
 
@@ -493,25 +624,33 @@ def export_summary(rec: Recording) -> dict[str, Any]:
     from torchpar_top.contract.codec import to_plain
 
     snaps = list(rec.snapshots())
-    out: dict[str, Any] = {"header": to_plain(rec.header), "snapshots": len(snaps),
-                           "seconds": round(rec.times[-1] - rec.times[0], 3) if rec.times else 0.0,
-                           "note": rec.note}
+    out: dict[str, Any] = {
+        "header": to_plain(rec.header),
+        "snapshots": len(snaps),
+        "seconds": round(rec.times[-1] - rec.times[0], 3) if rec.times else 0.0,
+        "note": rec.note,
+    }
     if not snaps:
         return out
     last = snaps[-1]
     through = [s.throughput for s in snaps if s.throughput is not None]
     out["target"] = last.target
     out["child"] = to_plain(last.child)
-    out["throughput"] = {"unit": last.throughput_unit, "mean": _mean(through),
-                         "min": min(through, default=None), "max": max(through, default=None)}
+    out["throughput"] = {
+        "unit": last.throughput_unit,
+        "mean": _mean(through),
+        "min": min(through, default=None),
+        "max": max(through, default=None),
+    }
     out["mean_core_load"] = _mean([sum(s.cores) / len(s.cores) for s in snaps if s.cores])
     depth: dict[str, list[int]] = defaultdict(list)
     for s in snaps:
         for e in s.executors:
             depth[_exec_key(e)].append(e.value)
     out["executors"] = {k: {"max": max(v), "mean": _mean(v)} for k, v in depth.items()}
-    out["scoreboard"] = {m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"}
-                         for m in last.scoreboard}
+    out["scoreboard"] = {
+        m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"} for m in last.scoreboard
+    }
     out["ratio"] = last.ratio
     return out
 

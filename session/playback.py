@@ -34,8 +34,15 @@ SHOWN_LOG = 200
 class RecordingSession:
     """Plays a :class:`~torchpar_top.session.recording.Recording` (read from a file, or given)."""
 
-    def __init__(self, source: str | os.PathLike[str] | Recording, *, interval: float | None = None,
-                 speed: float = 1.0, clock: bool = True, snapshots: Sequence[Snapshot] | None = None) -> None:
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Recording,
+        *,
+        interval: float | None = None,
+        speed: float = 1.0,
+        clock: bool = True,
+        snapshots: Sequence[Snapshot] | None = None,
+    ) -> None:
         """Read the recording (nothing plays until :meth:`start`).
 
         Args:
@@ -272,8 +279,11 @@ class RecordingSession:
 
     def switch_experiment(self, name: str) -> None:
         """A replay runs no experiment: says so."""
-        self._say(f"a replay runs no experiment: torchpar-top -e {name} starts one" if name else
-                  "a replay runs no experiment")
+        self._say(
+            f"a replay runs no experiment: torchpar-top -e {name} starts one"
+            if name
+            else "a replay runs no experiment"
+        )
 
     # -- the snapshot -----------------------------------------------------------------------------
 
@@ -286,21 +296,48 @@ class RecordingSession:
 
     def _build(self) -> Snapshot:
         finished = self.finished
-        view = ReplayView(self.path, self._pos, self._duration, self._speed, self.interval * self._speed,
-                          finished, recorded=True)
+        view = ReplayView(
+            self.path,
+            self._pos,
+            self._duration,
+            self._speed,
+            self.interval * self._speed,
+            finished,
+            recorded=True,
+        )
         log = tuple(self._log)[-SHOWN_LOG:]
         base = self._current
         if base is None:
-            return Snapshot(t=self.recording.header.t, experiment="replay", description="nothing recorded",
-                            mode=Mode.ASYNC, paused=self._paused, interval=self.interval,
-                            child=ChildStatus(None, ChildState.FINISHED, message="replay finished"), log=log,
-                            target=self._target(""), notice="the recording has no snapshots", replay=view)
+            return Snapshot(
+                t=self.recording.header.t,
+                experiment="replay",
+                description="nothing recorded",
+                mode=Mode.ASYNC,
+                paused=self._paused,
+                interval=self.interval,
+                child=ChildStatus(None, ChildState.FINISHED, message="replay finished"),
+                log=log,
+                target=self._target(""),
+                notice="the recording has no snapshots",
+                replay=view,
+            )
         child = base.child
         if finished:
-            child = ChildStatus(child.pid, ChildState.FINISHED, None,
-                                "replay finished" + (f" (recorded: {child.message})" if child.message else ""))
-        return dataclasses.replace(base, paused=self._paused, child=child, log=log, replay=view,
-                                   target=self._target(base.target), notice=self._notice(base))
+            child = ChildStatus(
+                child.pid,
+                ChildState.FINISHED,
+                None,
+                "replay finished" + (f" (recorded: {child.message})" if child.message else ""),
+            )
+        return dataclasses.replace(
+            base,
+            paused=self._paused,
+            child=child,
+            log=log,
+            replay=view,
+            target=self._target(base.target),
+            notice=self._notice(base),
+        )
 
     def _target(self, recorded: str) -> str:
         name = os.path.basename(os.path.normpath(self.path))
@@ -309,8 +346,10 @@ class RecordingSession:
     def _notice(self, base: Snapshot) -> str:
         state = "finished: r plays it again" if self.finished else "paused" if self._paused else "playing"
         kept = f" · recorded: {base.notice}" if base.notice else ""
-        return (f"recording t = {self._at()} of {self._at(self._duration)} · {self._speed:g}× · snapshot "
-                f"{self._index + 1}/{len(self.times)} · {state} · {KEYS_HINT}{kept}")
+        return (
+            f"recording t = {self._at()} of {self._at(self._duration)} · {self._speed:g}× · snapshot "
+            f"{self._index + 1}/{len(self.times)} · {state} · {KEYS_HINT}{kept}"
+        )
 
     def _at(self, seconds: float | None = None) -> str:
         value = self._pos if seconds is None else seconds
@@ -332,10 +371,11 @@ class RecordingSession:
         h = self.recording.header
         m = h.machine
         gpus = f", GPUs: {', '.join(m.gpus)}" if m.gpus else ""
-        self._say(f"replay of {self.path}: {len(self.times)} snapshots over {self._duration:.1f} s, recorded "
-                  f"{h.started} on {m.hostname} ({m.cores} cores{gpus}, torch {m.torch or 'not installed'})")
+        self._say(
+            f"replay of {self.path}: {len(self.times)} snapshots over {self._duration:.1f} s, recorded "
+            f"{h.started} on {m.hostname} ({m.cores} cores{gpus}, torch {m.torch or 'not installed'})"
+        )
         if h.command:
             self._say("recorded command: torchpar-top " + " ".join(h.command))
         if self.recording.note:
             self._say(f"note: {self.recording.note}")
-

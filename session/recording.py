@@ -40,8 +40,16 @@ FORMAT = "torchpar-top-recording"
 FORMAT_VERSION = 1
 
 #: Snapshot fields that are rolling histories (oldest first), written as deltas.
-SNAPSHOT_HISTORIES = ("frontend_busy", "frontend_wait", "frontend_core_wait", "overlap", "timing",
-                      "overlap_in_progress", "throughput_history", "log")
+SNAPSHOT_HISTORIES = (
+    "frontend_busy",
+    "frontend_wait",
+    "frontend_core_wait",
+    "overlap",
+    "timing",
+    "overlap_in_progress",
+    "throughput_history",
+    "log",
+)
 #: The same within each executor and each GPU.
 EXECUTOR_HISTORIES = ("history", "busy", "running", "core_wait")
 GPU_HISTORIES = ("util_history",)
@@ -57,8 +65,10 @@ class RecordingError(Exception):
 
 def headless_output(path: str) -> RecordingError:
     """The error for ``--headless`` output given where a recording is wanted."""
-    return RecordingError(f"{path} is --headless output (one summary object per sample), not a recording: "
-                          "record a run with --record FILE")
+    return RecordingError(
+        f"{path} is --headless output (one summary object per sample), not a recording: "
+        "record a run with --record FILE"
+    )
 
 
 @dataclass(frozen=True)
@@ -103,8 +113,9 @@ def machine_info(snap: Snapshot | None) -> Machine:
     except metadata.PackageNotFoundError:
         torch = None
     gpus = tuple(g.name for g in snap.gpus) if snap is not None else ()
-    return Machine(socket.gethostname(), os.cpu_count() or 1, gpus, torch, platform.python_version(),
-                   platform.platform())
+    return Machine(
+        socket.gethostname(), os.cpu_count() or 1, gpus, torch, platform.python_version(), platform.platform()
+    )
 
 
 # -- the line format ------------------------------------------------------------------------------
@@ -118,7 +129,7 @@ def delta(prev: Sequence[Any], cur: Sequence[Any]) -> tuple[int, tuple[Any, ...]
         keep = n - m
         if keep == 0 or keep > p:
             continue
-        if prev[p - keep:] == cur[:keep]:
+        if prev[p - keep :] == cur[:keep]:
             return keep, tuple(cur[keep:])
     return 0, tuple(cur)
 
@@ -128,7 +139,7 @@ def _rebuild(prev: Sequence[Any], keep: int, new: tuple[Any, ...], where: str) -
         return new
     if keep > len(prev):
         raise ProtocolError(f"{where}: keeps {keep} values of a history that had {len(prev)}")
-    return tuple(prev[len(prev) - keep:]) + new
+    return tuple(prev[len(prev) - keep :]) + new
 
 
 def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
@@ -149,10 +160,14 @@ def _with_histories(snap: Snapshot, values: dict[str, tuple[Any, ...]]) -> Snaps
     """``snap`` with its histories replaced by ``values`` (by path)."""
     top = {name: values[name] for name in SNAPSHOT_HISTORIES}
     cores = tuple(values[f"core_history.{i}"] for i in range(len(snap.core_history)))
-    executors = tuple(dataclasses.replace(e, **{n: values[f"executors.{i}.{n}"] for n in EXECUTOR_HISTORIES})
-                      for i, e in enumerate(snap.executors))
-    gpus = tuple(dataclasses.replace(g, **{n: values[f"gpus.{i}.{n}"] for n in GPU_HISTORIES})
-                 for i, g in enumerate(snap.gpus))
+    executors = tuple(
+        dataclasses.replace(e, **{n: values[f"executors.{i}.{n}"] for n in EXECUTOR_HISTORIES})
+        for i, e in enumerate(snap.executors)
+    )
+    gpus = tuple(
+        dataclasses.replace(g, **{n: values[f"gpus.{i}.{n}"] for n in GPU_HISTORIES})
+        for i, g in enumerate(snap.gpus)
+    )
     return dataclasses.replace(snap, core_history=cores, executors=executors, gpus=gpus, **top)
 
 
@@ -209,8 +224,9 @@ class Decoder:
         """
         snap = from_plain(Snapshot, data, where)
         keep = data.get("_keep", {})
-        if not isinstance(keep, dict) or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0
-                                                 for k in keep.values()):
+        if not isinstance(keep, dict) or not all(
+            isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in keep.values()
+        ):
             raise ProtocolError(f"{where}: _keep must map history paths to counts")
         values = {}
         for path, added in _histories(snap):
@@ -244,8 +260,9 @@ class Recorder:
     """Writes a session's snapshots to a file: a small thread takes ``session.snapshot()`` after each
     host sample (as headless mode does), so the TUI and headless mode record the same thing."""
 
-    def __init__(self, session: Any, out: IO[str], command: Sequence[str],
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, session: Any, out: IO[str], command: Sequence[str], clock: Callable[[], float] = time.time
+    ) -> None:
         """Nothing is written until :meth:`start` (or :meth:`write`)."""
         self.session = session
         self._out = out
@@ -303,9 +320,16 @@ class Recorder:
                 self.error = f"recording stopped: {exc}"
 
     def _write_header(self, snap: Snapshot | None) -> None:
-        header = Header(FORMAT, FORMAT_VERSION, PROTOCOL_VERSION, self._command,
-                        datetime.fromtimestamp(self._started, timezone.utc).isoformat(timespec="seconds"),
-                        self._started, self.session.interval, machine_info(snap))
+        header = Header(
+            FORMAT,
+            FORMAT_VERSION,
+            PROTOCOL_VERSION,
+            self._command,
+            datetime.fromtimestamp(self._started, timezone.utc).isoformat(timespec="seconds"),
+            self._started,
+            self.session.interval,
+            machine_info(snap),
+        )
         self._out.write(json.dumps(to_plain(header), separators=(",", ":")) + "\n")
         self._out.flush()
         self._header_written = True
@@ -381,7 +405,7 @@ def sniff(path: str) -> str:
     except (OSError, zlib.error):
         return "trace"  # the trace loader says why it cannot be read
     first = head.split(b"\n", 1)[0].lstrip()
-    if first.startswith(b'{"format":') or first.startswith(b'{"format" :'):
+    if first.startswith((b'{"format":', b'{"format" :')):
         return "recording"
     if first.startswith(b'{"t":') and b'"experiment":' in first:
         return "headless"
@@ -434,12 +458,14 @@ def read_header(first: bytes, path: str) -> Header:
     except ValueError:
         raise RecordingError(f"{path}: not a torchpar-top recording (its first line is not JSON)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise RecordingError(f"{path}: not a torchpar-top recording (no \"format\": \"{FORMAT}\" header)")
+        raise RecordingError(f'{path}: not a torchpar-top recording (no "format": "{FORMAT}" header)')
     version = data.get("version")
     if version != FORMAT_VERSION:
         age = "an older" if isinstance(version, int) and version < FORMAT_VERSION else "a newer"
-        raise RecordingError(f"{path}: recording format version {version!r} ({age} torchpar-top's); this "
-                             f"torchpar-top reads version {FORMAT_VERSION}")
+        raise RecordingError(
+            f"{path}: recording format version {version!r} ({age} torchpar-top's); this "
+            f"torchpar-top reads version {FORMAT_VERSION}"
+        )
     try:
         return from_plain(Header, data, "header")
     except ProtocolError as exc:
@@ -462,8 +488,7 @@ def read_recording(path: str, check: bool = False) -> Recording:
     raw = data.split(b"\n")
     note = ""
     if raw and raw[-1].strip():
-        note = (f"{path}: the last line ({len(raw[-1])} bytes) was cut off while being written and is "
-                "left out")
+        note = f"{path}: the last line ({len(raw[-1])} bytes) was cut off while being written and is left out"
     raw = raw[:-1]
     if not raw or not raw[0].strip():
         raise RecordingError(f"{path}: empty, not a torchpar-top recording")
@@ -477,7 +502,7 @@ def read_recording(path: str, check: bool = False) -> Recording:
         except (ValueError, AttributeError) as exc:
             raise RecordingError(f"{where}: not a JSON object ({exc})") from None
         if isinstance(t, bool) or not isinstance(t, (int, float)):
-            raise RecordingError(f"{where}: no time (\"t\") in the line")
+            raise RecordingError(f'{where}: no time ("t") in the line')
         times.append(float(t))
     rec = Recording(path, header, lines, tuple(times), note)
     if check:

@@ -11,14 +11,37 @@ from torchpar_top.session.store import HISTORY, SessionStore
 
 def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5):
     """A sample message as the agent sends it, read back by the real codec."""
-    return m.decode(json.dumps({
-        "v": m.VERSION, "type": "sample", "t": 1.0, "window": window, "mode": mode, "throughput": throughput,
-        "unit": "it/s", "num_threads": 2, "frontend": {"busy": 1 - wait, "wait": wait}, "overlap": 0.25,
-        "executors": [{"name": "s0", "kind": "emulated-stream", "emulated": True, "quantity": "depth",
-                       "value": depth, "capacity": 1024, "launched": 5 + depth, "completed": 3,
-                       "busy": 0.9, "blocked": 0.4}],
-        "roles": [{"tid": 7, "role": "frontend (main)"}],
-    }))
+    return m.decode(
+        json.dumps(
+            {
+                "v": m.VERSION,
+                "type": "sample",
+                "t": 1.0,
+                "window": window,
+                "mode": mode,
+                "throughput": throughput,
+                "unit": "it/s",
+                "num_threads": 2,
+                "frontend": {"busy": 1 - wait, "wait": wait},
+                "overlap": 0.25,
+                "executors": [
+                    {
+                        "name": "s0",
+                        "kind": "emulated-stream",
+                        "emulated": True,
+                        "quantity": "depth",
+                        "value": depth,
+                        "capacity": 1024,
+                        "launched": 5 + depth,
+                        "completed": 3,
+                        "busy": 0.9,
+                        "blocked": 0.4,
+                    }
+                ],
+                "roles": [{"tid": 7, "role": "frontend (main)"}],
+            }
+        )
+    )
 
 
 def store_snapshots(n=HISTORY + 80, seed=7):
@@ -31,8 +54,9 @@ def store_snapshots(n=HISTORY + 80, seed=7):
         state = (state * 1103515245 + 12345) % 2**31
         for k in range(state % 4):
             mode = "sync" if 300 < i < 400 else "async"
-            st.on_message(sample(mode, depth=(i * 7 + k) % 1025, throughput=50.0 + i % 13,
-                                 wait=(i % 10) / 10))
+            st.on_message(
+                sample(mode, depth=(i * 7 + k) % 1025, throughput=50.0 + i % 13, wait=(i % 10) / 10)
+            )
         for k in range((state >> 3) % 3):
             t += 0.05
             st.on_host(HostSample(t, (float(i % 100), float((3 * i) % 100)), ()))

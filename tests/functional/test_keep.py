@@ -12,7 +12,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from torchpar_top.session.recording import FORMAT, read_recording
 from waiting import running, wait_for
 
@@ -95,7 +94,9 @@ def test_summary_and_export_of_the_recording_and_the_export_replays(recorded, tm
 
 def test_run_records_the_users_script(tmp_path):
     path = tmp_path / "script.jsonl"
-    proc = run("run", "--headless", "--duration", "120", "--record", path, SCRIPTS / "item_every_step.py", "50")
+    proc = run(
+        "run", "--headless", "--duration", "120", "--record", path, SCRIPTS / "item_every_step.py", "50"
+    )
     assert proc.returncode == 0, proc.stderr
     snaps = list(read_recording(str(path)).snapshots())
     assert snaps and snaps[-1].child.state.value == "exited" and snaps[-1].child.exit_code == 0
@@ -132,8 +133,19 @@ def _gloo():
 @pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
 def test_a_torchrun_job_is_recorded_with_its_ranks_and_exports_per_rank(tmp_path):
     path = tmp_path / "ddp.jsonl"
-    proc = run("run", "--nproc-per-node", "2", "--headless", "--duration", "240", "--record", path,
-               SCRIPTS / "ddp_gloo.py", "60", timeout=300)
+    proc = run(
+        "run",
+        "--nproc-per-node",
+        "2",
+        "--headless",
+        "--duration",
+        "240",
+        "--record",
+        path,
+        SCRIPTS / "ddp_gloo.py",
+        "60",
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     snaps = list(read_recording(str(path)).snapshots())
     assert any(sorted(r.rank for r in s.ranks) == [0, 1] for s in snaps)
@@ -155,23 +167,31 @@ def bad_version(tmp_path, recorded):
     return out
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["replay", "{tmp}/missing.jsonl"], "missing.jsonl"),
-    (["replay", "{v99}"], "recording format version 99"),
-    (["replay", "{headless}"], "is --headless output (one summary object per sample), not a recording"),
-    (["export", "{headless}", "--csv", "{tmp}/o.csv"], "is --headless output"),
-    (["replay", "{v99}", "--summary"], "recording format version 99"),
-    (["export", "{tmp}/missing.jsonl", "--csv", "{tmp}/o.csv"], "missing.jsonl"),
-    (["export", "{rec}"], "export needs --perfetto OUT.json, --csv OUT.csv or both"),
-    (["export", "{rec}", "--perfetto", "{tmp}/no/such/dir/o.json"], "cannot write"),
-    (["--headless", "--duration", "1", "--record", "{tmp}/no/such/dir/r.jsonl"], "cannot write"),
-    (["run", "--record", "{tmp}/no/such/dir/r.jsonl", "{script}"], "cannot write"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["replay", "{tmp}/missing.jsonl"], "missing.jsonl"),
+        (["replay", "{v99}"], "recording format version 99"),
+        (["replay", "{headless}"], "is --headless output (one summary object per sample), not a recording"),
+        (["export", "{headless}", "--csv", "{tmp}/o.csv"], "is --headless output"),
+        (["replay", "{v99}", "--summary"], "recording format version 99"),
+        (["export", "{tmp}/missing.jsonl", "--csv", "{tmp}/o.csv"], "missing.jsonl"),
+        (["export", "{rec}"], "export needs --perfetto OUT.json, --csv OUT.csv or both"),
+        (["export", "{rec}", "--perfetto", "{tmp}/no/such/dir/o.json"], "cannot write"),
+        (["--headless", "--duration", "1", "--record", "{tmp}/no/such/dir/r.jsonl"], "cannot write"),
+        (["run", "--record", "{tmp}/no/such/dir/r.jsonl", "{script}"], "cannot write"),
+    ],
+)
 def test_bad_input_is_one_line_and_status_2(recorded, tmp_path, args, needle):
     headless = tmp_path / "out.jsonl"
     headless.write_text("".join(json.dumps(p) + "\n" for p in recorded[1]))
-    values = {"tmp": tmp_path, "v99": bad_version(tmp_path, recorded), "rec": recorded[0], "headless": headless,
-              "script": SCRIPTS / "item_every_step.py"}
+    values = {
+        "tmp": tmp_path,
+        "v99": bad_version(tmp_path, recorded),
+        "rec": recorded[0],
+        "headless": headless,
+        "script": SCRIPTS / "item_every_step.py",
+    }
     proc = run(*[a.format(**values) for a in args], timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

@@ -9,7 +9,6 @@ import dataclasses
 
 import pytest
 from fakes.recordings import store_snapshots, write_recording
-
 from torchpar_top.contract.snapshot import GpuView, ModeStats
 from torchpar_top.contract.vocab import Mode
 from torchpar_top.session.playback import RecordingSession
@@ -40,8 +39,10 @@ async def settle(pilot) -> None:
 def session(tmp_path):
     board = (ModeStats(Mode.ASYNC, 4.0, 123.4, 900.0, 0.1), ModeStats(Mode.SYNC, 2.0, 61.7, 1.0, 0.9))
     gpu = GpuView(0, "cuda:0", "Fake GPU", 42.0, (42.0,), 1 << 30, 8 << 30, 100.0, 300.0, 50.0)
-    snaps = [dataclasses.replace(s, t=10.0 + 0.1 * i, interval=0.1, scoreboard=board, gpus=(gpu,))
-             for i, s in enumerate(store_snapshots(120))]
+    snaps = [
+        dataclasses.replace(s, t=10.0 + 0.1 * i, interval=0.1, scoreboard=board, gpus=(gpu,))
+        for i, s in enumerate(store_snapshots(120))
+    ]
     path = write_recording(tmp_path / "run.jsonl", snaps)
     return RecordingSession(str(path), clock=False)
 

@@ -9,12 +9,17 @@ import json
 from collections import defaultdict
 
 import pytest
-
 from fakes.recordings import store_snapshots, write_recording
 from torchpar_top.contract.snapshot import GpuView, SyncSite
 from torchpar_top.contract.vocab import Mode
-from torchpar_top.session.export import (EXPORT_FORMAT, load_source, perfetto, read_export, write_csv,
-                                         write_perfetto)
+from torchpar_top.session.export import (
+    EXPORT_FORMAT,
+    load_source,
+    perfetto,
+    read_export,
+    write_csv,
+    write_perfetto,
+)
 from torchpar_top.session.playback import RecordingSession
 from torchpar_top.session.recording import RecordingError, sniff
 
@@ -22,8 +27,9 @@ TRACE = "tests/data/hta/a100_event_sync_3_streams.json.gz"
 
 
 def gpu(i):
-    return GpuView(0, "cuda:0", "Fake A100", float(i % 100), (float(i % 100),), 1000 * i, 80_000_000,
-                   None, None, None)
+    return GpuView(
+        0, "cuda:0", "Fake A100", float(i % 100), (float(i % 100),), 1000 * i, 80_000_000, None, None, None
+    )
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +143,9 @@ def test_the_csv_has_a_header_and_one_row_per_sample(recording):
     assert write_csv(load_source(path), out) == len(timed)
     rows = list(csv.DictReader(io.StringIO(out.getvalue())))
     assert len(rows) == len(timed)
-    assert {"t_s", "mode", "throughput", "core0_load_percent", "s0 depth", "cuda:0 util_percent"} <= set(rows[0])
+    assert {"t_s", "mode", "throughput", "core0_load_percent", "s0 depth", "cuda:0 util_percent"} <= set(
+        rows[0]
+    )
     for row, snap in zip(rows, timed):
         assert float(row["t_s"]) == pytest.approx(snap.t - timed[0].t)
         assert row["mode"] == snap.mode.value

@@ -7,18 +7,26 @@ import json
 import threading
 
 import pytest
-
 from fakes.recordings import FakeSession, store_snapshots, write_recording
-from waiting import wait_for
 from torchpar_top.contract.codec import from_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
 from torchpar_top.contract.snapshot import Snapshot, SyncSite
 from torchpar_top.contract.vocab import ChildState, Mode
 from torchpar_top.session import recording as rec_mod
 from torchpar_top.session.playback import RecordingSession
-from torchpar_top.session.recording import (FORMAT, FORMAT_VERSION, Decoder, Encoder, Recorder, RecordingError,
-                                            delta, read_recording, sniff)
+from torchpar_top.session.recording import (
+    FORMAT,
+    FORMAT_VERSION,
+    Decoder,
+    Encoder,
+    Recorder,
+    RecordingError,
+    delta,
+    read_recording,
+    sniff,
+)
 from torchpar_top.session.store import CORE_HISTORY, HISTORY
+from waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +59,11 @@ def test_a_line_alone_is_a_typed_snapshot_with_only_its_new_values(snaps):
     lines = [encoder.encode(s) for s in snaps[:200]]
     alone = from_plain(Snapshot, lines[150])
     assert isinstance(alone, Snapshot) and alone.mode in (Mode.ASYNC, Mode.SYNC)
-    assert alone.executors[0].history == snaps[150].executors[0].history[-len(alone.executors[0].history):]
+    assert alone.executors[0].history == snaps[150].executors[0].history[-len(alone.executors[0].history) :]
     assert len(alone.executors[0].history) <= 3 < len(snaps[150].executors[0].history)
-    assert lines[150]["_keep"]["executors.0.history"] == \
-        len(snaps[150].executors[0].history) - len(alone.executors[0].history)
+    assert lines[150]["_keep"]["executors.0.history"] == len(snaps[150].executors[0].history) - len(
+        alone.executors[0].history
+    )
 
 
 def test_lines_are_far_smaller_than_whole_snapshots(snaps):
@@ -86,7 +95,7 @@ def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tm
     recorder.start()
     for k in range(1, 11):
         session.host_samples = k
-        wait_for(lambda: recorder.lines == k)
+        wait_for(lambda k=k: recorder.lines == k)
         # flushed as taken: another reader sees every line whole, now, while the file is still open
         lines = path.read_text().split("\n")
         assert lines[-1] == "" and len(lines) == k + 2
@@ -154,7 +163,7 @@ def test_a_gz_recording_is_written_gzipped_and_a_kill_loses_at_most_the_last_lin
     assert list(read_recording(str(killed)).snapshots()) == snaps[:25]
     killed.write_bytes(flushed[:-30])  # and cut inside the last line's block
     rec = read_recording(str(killed))
-    assert 20 <= len(rec.lines) < 25 and list(rec.snapshots()) == snaps[:len(rec.lines)]
+    assert 20 <= len(rec.lines) < 25 and list(rec.snapshots()) == snaps[: len(rec.lines)]
 
 
 @pytest.mark.parametrize("version, word", [(0, "older"), (FORMAT_VERSION + 1, "newer")])
@@ -197,8 +206,9 @@ def test_a_line_that_is_no_snapshot_ends_the_replay_before_it(snaps, tmp_path):
     session.seek(1.0)
     assert session.finished and session.index == 4 and len(session.times) == 5
     assert bare(session.snapshot()) == bare(timed[4])
-    assert any("line 7" in line.text and "the replay ends before it" in line.text
-               for line in session.snapshot().log)
+    assert any(
+        "line 7" in line.text and "the replay ends before it" in line.text for line in session.snapshot().log
+    )
 
 
 def test_sniff_tells_recordings_from_traces(snaps, tmp_path):
@@ -270,7 +280,7 @@ def test_a_seek_far_away_decodes_from_a_checkpoint_the_same(played):
 
 
 def test_the_end_says_finished_and_r_plays_again(played):
-    session, timed = played
+    session, _ = played
     session.change_speed(100)
     while session.tick():
         pass
