@@ -14,6 +14,7 @@ Then the recording is read back (the snapshots exactly as recorded) and, per sna
 - **decode** of a delta line back to the snapshot (what ``replay`` and ``export`` pay per line);
 - **gzipped**: the same lines written to ``.jsonl.gz`` (``--record run.jsonl.gz``), flushed each: the
   write + flush time per line (on top of the encode) and the bytes per line on disk;
+- **replay memory**: what the lines take in memory once read (compressed one by one, ``Lines``);
 - **read**: ``read_recording`` (the header, then each line's time), per line: what ``replay`` pays before
   it shows anything.
 
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         "file_bytes": os.path.getsize(path),
         "live_write_us": part(live),
         "read_recording_us_per_line": round(read_s / max(1, len(snaps)) * 1e6, 1),
+        "replay_memory_bytes": rec.lines.stored_bytes(),
         "gz_write_flush_us": part(gz_s),
         "gz_bytes_per_line": round(gz_bytes / max(1, len(lines)), 1),
         "steady": {
@@ -152,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     s = result["steady"]
     print(
-        f"{len(snaps)} snapshots over {args.seconds:g} s at {args.interval:g} s; histories {hist} long at the end"
+        f"{len(snaps)} snapshots over {args.seconds:g} s at {args.interval:g} s; "
+        f"histories {hist} long at the end"
     )
     print(
         f"live Recorder.write (encode + write + flush): median {result['live_write_us']['median']} µs, "

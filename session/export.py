@@ -1,4 +1,4 @@
-"""``torchpar-top export FILE --perfetto OUT.json --csv OUT.csv``: a recording or a profiler trace, for other tools.
+"""``torchpar-top export FILE --perfetto OUT.json --csv OUT.csv``: a recording or a trace, for other tools.
 
 The Perfetto file is Chrome's Trace Event Format (JSON object form), which Perfetto UI and
 ``chrome://tracing`` open:

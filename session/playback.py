@@ -1,7 +1,7 @@
 """Play a recording back through the same screen: ``torchpar-top replay RUN.jsonl``.
 
-A :class:`~torchpar_top.contract.snapshot.SessionLike` like :class:`~torchpar_top.session.replay.ReplaySession`,
-but what it shows is the snapshots recorded, not an analysis: a clock thread moves the position
+A ``SessionLike`` like :class:`~torchpar_top.session.replay.ReplaySession`
+for traces, but what it shows is the snapshots recorded, not an analysis: a clock thread moves the position
 ``interval × speed`` seconds of recording time on each tick, and the snapshot shown is the last one
 recorded at or before the position, exactly as it was recorded (histories included), with the replay's
 own state on top (paused, position, speed, notes in the log). Stepping moves one recorded snapshot.

@@ -1,4 +1,5 @@
-"""Recordings: ``--record FILE`` keeps every snapshot of a run as JSON lines; :func:`read_recording` reads them.
+"""Recordings: ``--record FILE`` keeps every snapshot of a run as JSON lines; :func:`read_recording` reads
+them.
 
 A recording is a header line (:class:`Header`: the format and its version, the protocol version, the
 command line, the machine, the start time), then one line per snapshot, written and flushed as each is
@@ -28,7 +29,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from torchpar_top.contract.codec import ProtocolError, bounded, from_plain, to_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
@@ -211,7 +212,7 @@ class Encoder:
 
 
 class Decoder:
-    """Recording lines back to the snapshots recorded (each line's histories rebuilt on the previous one's)."""
+    """Recording lines back to the snapshots recorded (histories rebuilt on the previous line's)."""
 
     def __init__(self, prev: Snapshot | None = None) -> None:
         self._prev: dict[str, tuple[Any, ...]] = dict(_histories(prev)) if prev is not None else {}
@@ -374,6 +375,45 @@ def _read_bytes(path: str) -> bytes:
     return data
 
 
+def _iter_lines(path: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The file's lines, each with its newline but the last (gzip decompressed as it streams, what a
+    killed writer left of it included), without holding the whole file.
+
+    Raises:
+        RecordingError: it cannot be read, or is no gzip after gzip's first bytes.
+    """
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:
+        raise RecordingError(f"{path} is a folder, not a recording") from None
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with f:
+        first = f.read(chunk)
+        gz = first[:2] == _GZIP_MAGIC
+        d = zlib.decompressobj(wbits=31) if gz else None
+        tail = b""
+        data = first
+        while data:
+            if d is not None:
+                try:
+                    out = d.decompress(data)
+                    while d.eof and d.unused_data:  # another gzip member follows
+                        rest, d = d.unused_data, zlib.decompressobj(wbits=31)
+                        out += d.decompress(rest)
+                except zlib.error as exc:
+                    raise RecordingError(f"{path}: not a readable gzip file ({exc})") from None
+            else:
+                out = data
+            parts = (tail + out).split(b"\n")
+            tail = parts.pop()
+            for part in parts:
+                yield part + b"\n"
+            data = f.read(chunk)
+        if tail:
+            yield tail
+
+
 def gunzip(data: bytes, limit: int = 0) -> bytes:
     """What can be decompressed of gzip ``data``, members one after another, without its end if it was
     cut off (a writer killed mid-stream): at most ``limit`` bytes when given.
@@ -414,13 +454,37 @@ def sniff(path: str) -> str:
     return "trace"
 
 
+class Lines(Sequence[bytes]):
+    """A recording's lines kept compressed in memory (zlib, each on its own: an hour at 10 Hz is about
+    170 MB of text and a tenth of that here), given back whole by index."""
+
+    def __init__(self, lines: Iterable[bytes] = ()) -> None:
+        self._packed = [zlib.compress(line, 1) for line in lines]
+
+    def append(self, line: bytes) -> None:
+        """Keep one more line."""
+        self._packed.append(zlib.compress(line, 1))
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [zlib.decompress(p) for p in self._packed[i]]
+        return zlib.decompress(self._packed[i])
+
+    def stored_bytes(self) -> int:
+        """What the lines take, compressed."""
+        return sum(len(p) for p in self._packed)
+
+
 @dataclass(frozen=True)
 class Recording:
     """A recording read back: its header and every snapshot line (raw, decoded on demand)."""
 
     path: str
     header: Header
-    lines: tuple[bytes, ...]
+    lines: Sequence[bytes]
     times: tuple[float, ...]
     """Each line's snapshot ``t``."""
     note: str = ""
@@ -484,26 +548,36 @@ def read_recording(path: str, check: bool = False) -> Recording:
         RecordingError: one line naming the file, the line and why.
     """
     path = os.fspath(path)
-    data = _read_bytes(path)
-    raw = data.split(b"\n")
+    header: Header | None = None
+    lines = Lines()
+    times: list[float] = []
     note = ""
-    if raw and raw[-1].strip():
-        note = f"{path}: the last line ({len(raw[-1])} bytes) was cut off while being written and is left out"
-    raw = raw[:-1]
-    if not raw or not raw[0].strip():
-        raise RecordingError(f"{path}: empty, not a torchpar-top recording")
-    header = read_header(raw[0], path)
-    lines = tuple(line for line in raw[1:] if line.strip())
-    times = []
-    for i, line in enumerate(lines):
-        where = f"{path} line {i + 2}"
+    for raw in _iter_lines(path):
+        if not raw.endswith(b"\n"):  # the end of the file without a newline: cut off by a kill
+            if raw.strip():
+                note = (
+                    f"{path}: the last line ({len(raw)} bytes) was cut off while being written and is "
+                    "left out"
+                )
+            break
+        if header is None:
+            if not raw.strip():
+                break
+            header = read_header(raw, path)
+            continue
+        if not raw.strip():
+            continue
+        where = f"{path} line {len(lines) + 2}"
         try:
-            t = json.loads(line).get("t")
+            t = json.loads(raw).get("t")
         except (ValueError, AttributeError) as exc:
             raise RecordingError(f"{where}: not a JSON object ({exc})") from None
         if isinstance(t, bool) or not isinstance(t, (int, float)):
             raise RecordingError(f'{where}: no time ("t") in the line')
         times.append(float(t))
+        lines.append(raw[:-1])
+    if header is None:
+        raise RecordingError(f"{path}: empty, not a torchpar-top recording")
     rec = Recording(path, header, lines, tuple(times), note)
     if check:
         for _ in rec.snapshots():

@@ -1,4 +1,5 @@
-"""Keeping a run, end to end: ``--record`` on a headless run and on ``run``, ``replay`` of the recording and of
+"""Keeping a run, end to end: ``--record`` on a headless run and on ``run``, ``replay`` of the recording and
+of
 its export, ``export``, and the command line's errors (one line, status 2)."""
 
 import csv

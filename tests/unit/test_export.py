@@ -46,7 +46,7 @@ def recording(tmp_path_factory):
 
 
 def check_trace_event_rules(obj):
-    """The Trace Event Format's rules that Perfetto and chrome://tracing rely on; returns the events by phase."""
+    """The Trace Event Format's rules that Perfetto and chrome://tracing rely on; the events by phase."""
     json.loads(json.dumps(obj, allow_nan=False))  # valid JSON, no NaN
     assert isinstance(obj["traceEvents"], list) and obj["displayTimeUnit"] in ("ms", "ns")
     by_phase = defaultdict(list)
