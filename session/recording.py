@@ -455,23 +455,43 @@ def sniff(path: str) -> str:
 
 
 class Lines(Sequence[bytes]):
-    """A recording's lines kept compressed in memory (zlib, each on its own: an hour at 10 Hz is about
-    170 MB of text and a tenth of that here), given back whole by index."""
+    """A recording's lines kept compressed in memory, given back whole by index. Consecutive lines share
+    most of their text, so each is compressed (zlib) with the first line of its block of :data:`BLOCK` as
+    the preset dictionary: docs/benchmarks.md has the memory and the cost."""
+
+    BLOCK = 100
 
     def __init__(self, lines: Iterable[bytes] = ()) -> None:
-        self._packed = [zlib.compress(line, 1) for line in lines]
+        self._packed: list[bytes] = []
+        self._head = b""
+        self._cached: tuple[int, bytes] = (-1, b"")
+        for line in lines:
+            self.append(line)
 
     def append(self, line: bytes) -> None:
         """Keep one more line."""
-        self._packed.append(zlib.compress(line, 1))
+        if len(self._packed) % self.BLOCK == 0:
+            self._head = line
+            self._packed.append(zlib.compress(line, 1))
+            return
+        c = zlib.compressobj(1, zdict=self._head)
+        self._packed.append(c.compress(line) + c.flush())
 
     def __len__(self) -> int:
         return len(self._packed)
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
-            return [zlib.decompress(p) for p in self._packed[i]]
-        return zlib.decompress(self._packed[i])
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        first = i - i % self.BLOCK
+        if self._cached[0] != first:
+            self._cached = (first, zlib.decompress(self._packed[first]))
+        if i == first:
+            return self._cached[1]
+        d = zlib.decompressobj(zdict=self._cached[1])
+        return d.decompress(self._packed[i]) + d.flush()
 
     def stored_bytes(self) -> int:
         """What the lines take, compressed."""

@@ -115,6 +115,16 @@ def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tm
     assert rec.note == ""
 
 
+def test_lines_kept_compressed_come_back_whole_in_any_order(snaps):
+    encoder = Encoder()
+    raw = [encoder.line(s).encode()[:-1] for s in snaps[:250]]
+    lines = rec_mod.Lines(raw)
+    assert len(lines) == 250 and lines.stored_bytes() * 3 < sum(map(len, raw))
+    for i in (249, 0, 150, 99, 100, 101, 5, -1):
+        assert lines[i] == raw[i]
+    assert lines[98:102] == raw[98:102]
+
+
 def test_a_snapshot_with_a_nan_is_left_out_and_the_rest_still_decode_exactly(snaps, tmp_path):
     path = tmp_path / "run.jsonl"
     bad = dataclasses.replace(snaps[5], throughput=float("nan"))
