@@ -2,7 +2,8 @@
 
     cd torchpar-top && python benchmarks/gpu_check.py [--out gpu_check_report.json] [--budget 270]
 
-Nothing needs installing beyond torch (with CUDA), nvidia-ml-py and psutil: when ``torchpar_top`` is
+Nothing needs installing beyond torch (with CUDA), nvidia-ml-py and psutil (plus cupti-python for the
+CUPTI check, which reports it absent and skips without it): when ``torchpar_top`` is
 not importable from this checkout (no ``pip install -e .``), the script links the checkout's folders into
 a temporary ``torchpar_top`` package and puts it on ``PYTHONPATH`` for itself and every child. Neither
 Textual nor py-spy nor HTA is needed (HTA is used if importable, else its check says "HTA not
@@ -29,6 +30,10 @@ that hangs is cut off at most 30 s past its limit, so the run stays under 5 minu
    ``torch.compile(mode="reduce-overhead")`` loop, plain and under ``torchpar-top run --headless``: both
    must finish with their own result correct and no error in the log (compile: the same graph breaks,
    unique graphs and cudagraph skips as plain); the report records what the queue rows showed.
+8. ``cupti_run``: the CUPTI path (``probes/agent/cuda_cupti.py``): launches per stream from the real
+   ``cupti`` binding against a torch.profiler trace of the same loop, then a launch-bound loop
+   (``x.add_(1)``) plain and under ``torchpar-top run --headless``, alternating, two rounds: median
+   speed ratio >= 0.97. Needs cupti-python; without it the check is skipped and says so.
 
 Writes ``--out`` (JSON) and a Markdown summary beside it (``.md``); prints one line per check. Exit
 status 0 when nothing failed, 1 otherwise. Without a CUDA device it prints one line saying so, writes a

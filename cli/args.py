@@ -164,7 +164,8 @@ def run_parser() -> Parser:
                         help="in SYNC mode, synchronize after every op (default) or every optimizer step")
     parser.add_argument("--every-op", action="store_true",
                         help="count every torch call exactly (costs about a microsecond per call); by default "
-                             "ops and sync points are counted in slices of 5%% of the time and scaled")
+                             "ops and sync points are counted in slices of 5%% of the time and scaled. On CUDA "
+                             "it also counts launches per torch call instead of reading CUPTI's records")
     parser.add_argument("--nproc-per-node", type=positive_int, metavar="N",
                         help="launch through torchrun with N ranks on this node (Gloo on CPU)")
     return parser

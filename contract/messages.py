@@ -76,6 +76,9 @@ class ExecutorRow:
     core_wait: float | None = bounded(None, lo=0.0, hi=1.0)
     """Share of the window its thread had an item in progress but waited for a core (every core
     taken: the run-queue delay); ``busy - running - core_wait`` is time it was blocked (GIL, a lock)."""
+    note: str | None = None
+    """Where the figures come from when that is not the usual way, e.g. a CUDA stream standing aside
+    while the user's ``torch.profiler`` holds CUPTI ("standing aside: torch.profiler active")."""
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,8 @@ class ExecutorView:
     core_wait: tuple[float, ...] = ()
     """Fraction of each window it had an item in progress but waited for a core; aligned with
     :attr:`running`."""
+    note: str | None = None
+    """The last row's note: figures standing aside (a CUDA stream while ``torch.profiler`` holds CUPTI)."""
 
 
 @dataclass(frozen=True)

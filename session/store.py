@@ -82,6 +82,7 @@ class _Executor:
     blocked: float | None = 0.0
     counts: Counted = Counted.ITEMS
     ready: int | None = None
+    note: str | None = None
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     busy: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     running: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
@@ -94,6 +95,7 @@ class _Executor:
         """One sample's row of this executor."""
         self.capacity, self.value, self.counts, self.ready = row.capacity, row.value, row.counts, row.ready
         self.launched, self.completed, self.blocked = row.launched, row.completed, row.blocked
+        self.note = row.note
         self.history.append(row.value)
         self.busy.append(row.busy)
         self.splits = self.splits or row.running is not None
@@ -109,6 +111,7 @@ class _Executor:
             counts=self.counts, ready=self.ready,
             running=tuple(self.running) if self.splits else (),
             core_wait=tuple(self.core_wait) if self.splits else (),
+            note=self.note,
         )
 
 

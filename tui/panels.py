@@ -53,7 +53,10 @@ PANELS: tuple[Panel, ...] = (
           "calls, not kernels (one call may launch none or several; a CUDA-graph replay is no call), and "
           "cannot see a blocked launch (the row says *blocking not observable here* rather than *never "
           "blocked*). There is one row per stream the frontend used: work under `with "
-          "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Input-bound means the frontend waited for data more than "
+          "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Under `run` with cupti-python a CUDA row "
+          "comes from CUDA's own records instead (`cuda:0 stream 7`): **depth** in kernels, as of the last "
+          "moment every launch's kernel record had arrived; it says *standing aside* while torch.profiler "
+          "or a CUDA graph capture holds CUPTI. Input-bound means the frontend waited for data more than "
           "30 % of the time."),
     Panel("lanes",
           "the last 5 s. The frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
@@ -113,7 +116,9 @@ PANELS: tuple[Panel, ...] = (
           "On the CPU nothing is queued: they are counted as the syncs they *would* be on a GPU.",
           "Indexing with a boolean mask (`x[mask]`, `x[mask] = v`) counts too. Under `run` they are "
           "counted in slices of the time (the title says *sampled* and how much of the time was seen; the "
-          "rate is scaled, the count is what the slices saw); `--every-op` counts every call."),
+          "rate is scaled, the count is what the slices saw); `--every-op` counts every call. On CUDA with "
+          "cupti-python they are CUDA's own synchronising calls (device, stream and event synchronize, "
+          "blocking copies), every one, by the line that made them."),
 )
 
 HOT_CORE_NOTE = ("**A hot core next to a synchronize is waiting, not working**: a thread waiting in a "

@@ -927,6 +927,74 @@ def check_compile(ctx: Context) -> Result:
     return script_check(ctx, CHILDREN / "compile_loop.py", ["400"], 'torch.compile(mode="reduce-overhead")')
 
 
+# -- 8: the CUPTI path: counts against the profiler, and the speed of a launch-bound loop --------------------
+
+#: The least ratio of a launch-bound loop's speed under ``torchpar-top run`` to its plain speed (issue 9).
+CUPTI_TARGET = 0.97
+
+
+def _ops_per_s(lines: Sequence[str]) -> float | None:
+    result = cmp.marker_result(lines) or {}
+    value = result.get("ops_per_s")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def check_cupti(ctx: Context) -> Result:
+    """The CUPTI launch records against a torch.profiler trace of the same loop, then a launch-bound loop
+    plain and under ``torchpar-top run --headless``, alternating, two rounds (median ratio >= 0.97)."""
+    script = CHILDREN / "cupti_loop.py"
+    done = ctx.run([ctx.python, str(script), "counts", "3000"], ctx.remaining() * 0.3)
+    counts = cmp.marker_result(done.stdout.splitlines())
+    details: dict[str, Any] = {"counts": counts, "counts_stderr": done.stderr[-2000:]}
+    if counts is None:
+        return "failed", f"cupti_loop.py counts printed no result (exit {done.returncode})", details
+    if counts.get("skip"):
+        raise Skip(f"CUPTI path not checked: {counts['skip']}")
+    plain_speeds: list[float] = []
+    run_speeds: list[float] = []
+    used_cupti = False
+    for _ in range(2):
+        plain = plain_run(ctx, script, ["speed", "200000"], ctx.remaining() * 0.25)
+        if (plain.get("result") or {}).get("ops_per_s"):
+            plain_speeds.append(float(plain["result"]["ops_per_s"]))
+        run = headless_run(ctx, script, ["speed", "200000"], min(60.0, ctx.remaining(reserve=10) / 2))
+        summary = cmp.summarise_headless(run["records"])
+        texts = [x["text"] for x in summary["log"]]
+        used_cupti = used_cupti or any("from CUPTI activity records" in t for t in texts)
+        speed = _ops_per_s(texts + run["extra_lines"])
+        if speed is not None:
+            run_speeds.append(speed)
+        details.setdefault("runs", []).append({"plain": plain, "summary": summary})
+    if not plain_speeds or not run_speeds:
+        return "failed", "the speed loop printed no result plain or under torchpar-top run", details
+    plain_med = sorted(plain_speeds)[len(plain_speeds) // 2]
+    ratio = sorted(run_speeds)[len(run_speeds) // 2] / plain_med
+    details.update(plain_ops_per_s=plain_speeds, run_ops_per_s=run_speeds, ratio=round(ratio, 3),
+                   used_cupti=used_cupti)
+    details["tables"] = [{
+        "title": "CUPTI path: launches per stream, CUPTI records vs torch.profiler trace",
+        "columns": ["stream", "CUPTI", "profiler"],
+        "rows": [[k, counts.get("cupti", {}).get(k), v]
+                 for k, v in sorted(counts.get("profiler", {}).items())],
+    }, {
+        "title": "launch-bound loop (x.add_(1), 256 floats): ops/s",
+        "columns": ["round", "plain", "under torchpar-top run"],
+        "rows": [[i + 1, p, r] for i, (p, r) in enumerate(zip(plain_speeds, run_speeds))],
+    }]
+    problems = []
+    if not counts.get("ok"):
+        problems.append(f"launches per stream differ: CUPTI {counts.get('cupti')} vs profiler "
+                        f"{counts.get('profiler')}")
+    if not used_cupti:
+        problems.append("the run did not use the CUPTI path (see its log)")
+    if ratio < CUPTI_TARGET:
+        problems.append(f"launch-bound loop at {ratio:.3f}x of plain under run (target {CUPTI_TARGET})")
+    if problems:
+        return "failed", "; ".join(problems), details
+    return "passed", (f"launches per stream equal to the profiler's; launch-bound loop at {ratio:.3f}x of "
+                      f"plain ({plain_med:.0f} ops/s plain)"), details
+
+
 PLAN = (
     Planned("cuda_labels", "cuda:N ↔ NVML labels (UUIDs)", check_labels, 30, 5),
     Planned("nvml_vs_nvidia_smi", "NVML probe vs nvidia-smi (idle, loaded, idle)", check_nvml, 70, 25),
@@ -943,6 +1011,8 @@ PLAN = (
         150,
         40,
     ),
+    Planned("cupti_run", "CUPTI path: launches vs profiler, launch-bound loop speed under run", check_cupti,
+            120, 40),
 )
 
 

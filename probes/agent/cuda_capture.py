@@ -49,6 +49,9 @@ class CaptureGuard:
         self._by_graph: dict[int, tuple[int, int] | None] = {}
         self._current: Callable[[], Any] = lambda: None
         self._wrapped: list[tuple[type, str, Any, Any]] = []
+        self.listeners: list[Callable[[bool], None]] = []
+        """Told ``True`` when a capture begins (after the marker's round), ``False`` when one ends
+        (the CUPTI monitor drops the launches recorded into the graph)."""
 
     def install(self, classes: Iterable[type | None], current_stream: Callable[[], Any]) -> None:
         """Wrap ``capture_begin``/``capture_end`` of each class (None and classes without them skipped);
@@ -100,14 +103,25 @@ class CaptureGuard:
             self.active += 1
             self._by_graph[id(graph)] = key
             self.streams = frozenset(k for k in self._by_graph.values() if k is not None)
+        self._tell(True)
 
     def end(self, graph: Any) -> None:
         """``graph``'s capture ended."""
         with self.lock:
-            if id(graph) in self._by_graph:
+            ended = id(graph) in self._by_graph
+            if ended:
                 del self._by_graph[id(graph)]
                 self.active = max(0, self.active - 1)
                 self.streams = frozenset(k for k in self._by_graph.values() if k is not None)
+        if ended:
+            self._tell(False)
+
+    def _tell(self, active: bool) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(active)
+            except Exception:  # noqa: BLE001 - never fail the user's capture
+                pass
 
 
 def _key(current_stream: Callable[[], Any]) -> tuple[int, int] | None:

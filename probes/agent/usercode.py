@@ -27,6 +27,7 @@ from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
 from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
+from torchpar_top.probes.agent.cuda_cupti import CuptiMonitor, CuptiUnavailable, load_cupti
 from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
@@ -96,6 +97,13 @@ class UserCode:
         self._cuda_asked = False
         self._last_covered = 0.0
         self._flush_lock = threading.Lock()
+        self.cuda: Any = torch.cuda
+        """``torch.cuda`` (tests pass a fake)."""
+        self.load_cupti: Callable[[], Any] = load_cupti
+        """Imports NVIDIA's binding (tests pass a fake); raises CuptiUnavailable when it cannot."""
+        self.cupti: CuptiMonitor | None = None
+        """The CUPTI monitor while it provides the CUDA queues."""
+        self._uuids: list[str] | None = None
         agent.throughput = StepsOrOps(agent, self.eager, self._covered)
         agent.sample_parts.append(self._data_wait)
         agent.sample_parts.append(self._op_coverage)
@@ -169,22 +177,79 @@ class UserCode:
             self.agent.step()
 
     def watch_cuda_streams(self) -> None:
-        """HOOK: CUDA became initialised in the user's code; watch the current device's stream.
+        """HOOK: CUDA became initialised in the user's code; watch its launch queues.
 
-        Runs on the frontend thread (from :meth:`run_soon`): ``Agent.cuda_stream`` enters
-        the CUDA launch counter there. Only the current device is watched (asking another device for
-        its stream would create a context on it).
+        Runs on the frontend thread (from :meth:`run_soon`). By default the queues come from CUPTI's
+        activity records (:mod:`~torchpar_top.probes.agent.cuda_cupti`: no Python per op); with
+        ``--every-op``, or when CUPTI cannot be used (cupti-python missing, another CUPTI client, no
+        permission), the function-mode launch counter counts torch calls instead, and the log says why.
         """
         if self._cuda_watched:
             return
         self._cuda_watched = True
+        if not self.every_op:
+            reason = self._watch_with_cupti()
+            if reason is None:
+                return
+            self.agent.log(f"CUDA launch queues: CUPTI not used ({reason}); counting torch calls with a "
+                           "function mode instead (a Python hook per op, as with --every-op)")
+        self._watch_with_counter()
+
+    def _watch_with_counter(self) -> None:
+        """The launch counter on the current device's stream (a function mode on the frontend)."""
         try:
-            device = torch.cuda.current_device()
+            device = self.cuda.current_device()
             self.agent.cuda_stream(f"cuda:{device}", device)
         except Exception as exc:  # noqa: BLE001 - a failure here must not break the user's code
             self.agent.log(f"CUDA in use, but its stream is not watched: {type(exc).__name__}: {exc}")
             return
         self.agent.log(f"CUDA in use: watching the current stream of cuda:{device}")
+
+    def _watch_with_cupti(self) -> str | None:
+        """Start the CUPTI monitor; None when it runs, else why it could not (one line)."""
+        from torchpar_top.probes.agent.cuda_capture import CaptureGuard, graph_classes
+
+        capture = CaptureGuard()
+        try:
+            cupti = self.load_cupti()
+            capture.install(graph_classes(self.cuda), self.cuda.current_stream)
+            monitor = CuptiMonitor(cupti, add=self.agent.add, log=self.agent.log, syncpoints=self.syncpoints,
+                                   capture=capture, rank=self.agent.rank or 0, uuids=self._cuda_uuids,
+                                   on_lost=self._cupti_lost)
+            monitor.start()
+        except CuptiUnavailable as exc:
+            capture.uninstall()
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - anything else the binding raises: fall back
+            capture.uninstall()
+            return f"CUPTI: {type(exc).__name__}: {exc}"
+        self.cupti = monitor
+        self.agent.cuda = monitor  # closed with the agent; its uuids go in the samples
+        self.agent.sample_parts.insert(0, monitor.sample_part)
+        self.syncpoints.from_runtime = True
+        refused = f" (not recorded: {', '.join(monitor.refused)})" if monitor.refused else ""
+        self.agent.log("CUDA in use: launch queues per stream from CUPTI activity records, in kernels, "
+                       f"no Python per op; sync points from CUDA's synchronising calls{refused}")
+        return None
+
+    def _cupti_lost(self, reason: str) -> None:
+        """CUPTI could not be had again after standing aside: the launch counter takes over."""
+        monitor, self.cupti = self.cupti, None
+        self.syncpoints.from_runtime = False
+        if monitor is not None and self.agent.cuda is monitor:
+            self.agent.cuda = None
+            if monitor.sample_part in self.agent.sample_parts:
+                self.agent.sample_parts.remove(monitor.sample_part)
+        self.agent.log(f"CUDA launch queues: counting torch calls with a function mode from now on "
+                       f"({reason})")
+        if self.counting is not None:
+            self.counting.run_soon(self._watch_with_counter)
+
+    def _cuda_uuids(self) -> list[str]:
+        if self._uuids is None:
+            props = self.cuda.get_device_properties
+            self._uuids = [f"GPU-{props(i).uuid}" for i in range(self.cuda.device_count())]
+        return self._uuids
 
     # -- sampling ------------------------------------------------------------------------------------
 
@@ -223,7 +288,8 @@ class UserCode:
         with self._flush_lock:
             sites = self.syncpoints.take_changed()
             if sites is not None:
-                covered = None if self.every_op or self.counting is None else self.counting.covered_until()
+                exact = self.every_op or self.counting is None or self.syncpoints.from_runtime
+                covered = None if exact else self.counting.covered_until()
                 self.agent.send(SyncPointsMessage(sites=sites, covered=covered))
 
     # -- lifecycle -----------------------------------------------------------------------------------

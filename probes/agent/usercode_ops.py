@@ -87,9 +87,14 @@ class SyncPoints:
         """Bumped on every hit, so the sender knows when something changed."""
         self._sent_version = 0
         self.cuda_in_use = cuda_in_use
+        self.from_runtime = False
+        """True while CUDA's sync points come from the runtime's own calls (the CUPTI path): the
+        function mode's CUDA sync points are then not counted a second time."""
 
     def hit(self, call: str, func: Any, args: tuple, kwargs: dict | None, depth: int = 2) -> None:
         """Count one call of ``func`` if it synchronizes; ``depth`` frames up is the caller's frame."""
+        if self.from_runtime and self.cuda_in_use():
+            return  # CUDA's own synchronising calls are counted (hit_frame), every one of them
         if not self._synchronizes(func, args, kwargs or {}):
             return
         frame: Any = sys._getframe(depth)
@@ -103,6 +108,22 @@ class SyncPoints:
         if frame.f_code.co_filename.startswith(LIBRARY_DIRS) and not self.cuda_in_use():
             return  # a library's own CPU bookkeeping (a sampler's randperm().tolist()): not the user's
         while frame is not None and frame.f_code.co_filename.startswith(LIBRARY_DIRS):
+            frame = frame.f_back
+        if frame is None:
+            return
+        key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, call)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+            self.version += 1
+
+    def hit_frame(self, call: str, frame: Any) -> None:
+        """Count one synchronising call the CUDA runtime reported (a CUPTI callback on the calling
+        thread): ``frame`` is the Python frame that made it; the site is the first frame outside torch
+        and torchpar_top. Not counted when torchpar_top itself made it (SYNC mode's synchronize)."""
+        ours = LIBRARY_DIRS[1]
+        while frame is not None and frame.f_code.co_filename.startswith(LIBRARY_DIRS):
+            if frame.f_code.co_filename.startswith(ours):
+                return
             frame = frame.f_back
         if frame is None:
             return

@@ -115,7 +115,9 @@ def test_malformed_commands_are_refused_with_a_reason(line, why):
     (lambda s: s["executors"][0].update(quantity="backlog"), "quantity: 'backlog'"),
     (lambda s: s["executors"][0].update(busy=1.5), r"busy: 1.5 must be in \[0.0, 1.0\]"),
     (lambda s: s["executors"][0].update(value=-3), "value: -3 must be >= 0"),
-    (lambda s: s.update(executors=[s["executors"][0]] * 4097), "4097 items, at most"),
+    # the row without its null optional fields, so that 4097 of them stay under the 1 MiB line limit
+    (lambda s: s.update(executors=[{k: v for k, v in s["executors"][0].items() if v is not None}] * 4097),
+     "4097 items, at most"),
     (lambda s: s.update(window=0), "window: 0.0 must be > 0.0"),
 ])
 def test_malformed_samples_are_refused(change, why):

@@ -77,8 +77,16 @@ def data_text(snapshot: Snapshot, executor: ExecutorView, short: bool) -> str:
 
 
 def status_text(snapshot: Snapshot, executor: ExecutorView, short: bool) -> str:
-    """What the row ends with: the DataLoader's verdict or data wait, or how often launch blocked."""
-    return data_text(snapshot, executor, short) or blocked_text(executor, short)
+    """What the row ends with: the DataLoader's verdict or data wait, the row's note (a CUDA stream
+    standing aside while torch.profiler holds CUPTI), or how often launch blocked."""
+    return data_text(snapshot, executor, short) or note_text(executor, short) or blocked_text(executor, short)
+
+
+def note_text(executor: ExecutorView, short: bool) -> str:
+    """The row's note (``standing aside: torch.profiler active``; short: ``aside``), '' without one."""
+    if not executor.note:
+        return ""
+    return "aside" if short else executor.note
 
 
 class QueuesPanel(SnapshotPanel):
@@ -142,6 +150,8 @@ class QueuesPanel(SnapshotPanel):
             data = data_text(snapshot, e, short)
             if data:
                 row.add(data, self.style(self._data_style(snapshot, e)))
+            elif e.note:
+                row.add(note_text(e, short), self.style("accent"))
             else:
                 row.add(blocked_text(e, short), self._blocked_style(e))
             out.append(row)

@@ -1,0 +1,101 @@
+"""The CUPTI path on a real GPU, for the GPU check: ``python cupti_loop.py speed|counts [OPS]``.
+
+- ``speed OPS`` (default 200000): a launch-bound loop, ``x.add_(1)`` on a 256-element CUDA tensor
+  (one tiny kernel per op, a synchronize every 1000), timed on its own; run plain and under
+  ``torchpar-top run`` by the check, which compares the two speeds (target >= 0.97).
+- ``counts OPS`` (default 3000): the same loop split over the default stream and a side stream, run
+  twice: once recorded by :class:`~torchpar_top.probes.agent.cuda_cupti.CuptiMonitor` (the real
+  ``cupti`` binding), once under ``torch.profiler`` (Kineto) with the trace analysed by
+  ``torchpar_top.analysis``; the launches per stream must be equal (stream ids are CUPTI's in both).
+
+Ends with one line ``GPU-CHECK {json}``. Without cupti-python, ``counts`` says so (``skip``).
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "speed"
+dev = torch.device("cuda", 0)
+
+
+def loop(ops: int, side: "torch.cuda.Stream | None" = None) -> None:
+    x = torch.zeros(256, device=dev)
+    y = torch.zeros(256, device=dev)
+    for i in range(ops):
+        if side is not None and i % 2:
+            with torch.cuda.stream(side):
+                y.add_(1)
+        else:
+            x.add_(1)
+        if i % 1000 == 999:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+
+
+def speed(ops: int) -> dict:
+    loop(2000)  # warm up: CUDA context, kernels loaded
+    t0 = time.perf_counter()
+    loop(ops)
+    seconds = time.perf_counter() - t0
+    return {"ok": True, "ops": ops, "seconds": round(seconds, 4), "ops_per_s": round(ops / seconds, 1)}
+
+
+def counts(ops: int) -> dict:
+    try:
+        from torchpar_top.probes.agent.cuda_cupti import CuptiMonitor, CuptiUnavailable, load_cupti
+    except ImportError as exc:
+        return {"ok": False, "skip": f"torchpar_top not importable: {exc}"}
+    try:
+        cupti = load_cupti()
+    except CuptiUnavailable as exc:
+        return {"ok": False, "skip": str(exc)}
+    from torchpar_top.analysis import events_from_chrome, queue_series
+
+    side = torch.cuda.Stream()
+    loop(2000, side)  # warm up
+    rows: list = []
+    logs: list = []
+    monitor = CuptiMonitor(cupti, add=rows.append, log=logs.append)
+    try:
+        monitor.start()
+    except CuptiUnavailable as exc:
+        return {"ok": False, "skip": str(exc)}
+    monitor.refresh()  # whatever was before: settled, folded into the base counts
+    before = {key: monitor.queues.launched(key) for key in monitor.queues.keys()}
+    loop(ops, side)
+    time.sleep(0.05)
+    monitor.refresh()
+    q = monitor.queues
+    q.update(now=q.newest + q.orphan_us + 1)
+    ours = {f"{d}:{s}": q.launched((d, s)) - before.get((d, s), 0) for d, s in q.keys()}
+    pending, orphans = q.pending, q.orphans
+    monitor.close()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            loop(ops, side)
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            series = queue_series(list(events_from_chrome(json.load(f))))
+    theirs = {f"{d}:{s}": v.launches for (d, s), v in series.items()}
+    busy = {k: v for k, v in theirs.items() if v >= ops // 4}
+    same = bool(busy) and all(ours.get(k) == v for k, v in busy.items())
+    return {"ok": same, "cupti": ours, "profiler": theirs, "pending": pending, "orphans": orphans,
+            "buffers": monitor.buffers, "ops": ops, "log": logs[-5:]}
+
+
+if mode == "speed":
+    result = speed(int(sys.argv[2]) if len(sys.argv) > 2 else 200000)
+elif mode == "counts":
+    result = counts(int(sys.argv[2]) if len(sys.argv) > 2 else 3000)
+else:
+    sys.exit(f"cupti_loop.py: unknown mode {mode!r} (speed or counts)")
+print("GPU-CHECK " + json.dumps(result), flush=True)
+sys.exit(0 if result.get("ok") or result.get("skip") else 1)

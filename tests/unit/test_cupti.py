@@ -1,0 +1,368 @@
+"""CUDA launch queues from CUPTI activity records, against a fake ``cupti`` replaying real A100 records.
+
+The records come from the Kineto traces in ``tests/data/hta`` (Kineto is a CUPTI client: each trace event
+is one CUPTI record). The monitor's per-stream depth, launches and starts are checked against
+``torchpar_top.analysis`` (which is checked against HTA) on the same trace, at every settled time.
+Untested on hardware.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from fakes.fake_cuda import FakeCuda
+from fakes.fake_cupti import ActivityKind, FakeCupti, Result, Runtime_api_trace_cbid, records_from_trace
+
+from torchpar_top.analysis import events_from_chrome, queue_series
+from torchpar_top.contract.vocab import Counted
+from torchpar_top.probes.agent.agent import Agent
+from torchpar_top.probes.agent.cuda_capture import CaptureGuard
+from torchpar_top.probes.agent.cuda_cupti import (PROFILER_NOTE, CuptiMonitor, CuptiUnavailable,
+                                                  load_cupti)
+from torchpar_top.probes.agent.cuda_launch import LaunchCounter
+from torchpar_top.probes.agent.cupti_records import RecordQueues, cbid_names
+from torchpar_top.probes.agent.usercode import UserCode
+from torchpar_top.probes.agent.usercode_ops import SyncPoints
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
+TRACES = ["a100_event_sync_3_streams.json.gz", "a100_alexnet_2_streams.json.gz",
+          "a100_triton_culaunchkernel.json.gz", "gpu_2_ranks/rank-0.json.gz", "a100_sxm4_5_streams.json.gz"]
+
+
+def _monitor(fake: FakeCupti, **kw) -> tuple[CuptiMonitor, Agent, list[str]]:
+    agent, logs = Agent(None, experiment="test", description="fake CUPTI"), []
+    mon = CuptiMonitor(fake, add=agent.add, log=logs.append, **kw)
+    mon.start()
+    return mon, agent, logs
+
+
+def _expected(path: Path) -> dict:
+    with gzip.open(path, "rt") as f:
+        return queue_series(list(events_from_chrome(json.load(f))))
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> None:
+    """Records played in order, flushed every few hundred: at every settled span, L, S and Q per stream
+    equal the analysis module's (HTA's definition) at each launch and start time within it."""
+    records = records_from_trace(str(DATA / name))
+    expected = _expected(DATA / name)
+    assert expected, "the trace has launches with GPU ops"
+    fake = FakeCupti()
+    mon, agent, _ = _monitor(fake)
+    checked = 0
+    step = max(50, len(records) // 40)
+    try:
+        for i in range(0, len(records), step):
+            fake.play(records[i:i + step])
+            mon.refresh()
+            q = mon.queues
+            for key, exp in expected.items():
+                times = [t for t in exp.launch_times + exp.start_times if q.since <= t <= q.settled]
+                for t in times[:: max(1, len(times) // 50)] + ([q.settled] if q.settled > q.since else []):
+                    assert (q.launched(key, t), q.started(key, t), q.depth(key, t)) == \
+                        (exp.launched_by(t), exp.started_by(t), exp.depth_at(t)), (key, t)
+                    checked += 1
+        q = mon.queues
+        q.update(now=q.newest + q.orphan_us + 1)  # the end: launches never run stop holding time back
+        for key, exp in expected.items():
+            assert q.launched(key) == exp.launches == q.started(key), key
+            assert mon.streams.get(key) is None or mon.streams[key].counts == Counted.KERNELS
+    finally:
+        mon.close()
+    assert checked > 0
+    assert set(expected) <= set(mon.queues.keys())
+
+
+def test_rows_carry_the_settled_depth_in_kernels_and_python_runs_per_buffer() -> None:
+    records = records_from_trace(str(DATA / "a100_sxm4_5_streams.json.gz"))
+    fake = FakeCupti()
+    mon, agent, _ = _monitor(fake)
+    try:
+        for i in range(0, len(records), 2000):
+            fake.play(records[i:i + 2000])
+            mon.refresh()
+            for key, ex in mon.streams.items():
+                assert ex.value() == mon.queues.depth(key)
+                assert ex.launched == mon.queues.launched(key)
+        rows = agent.sample(0.0, 1.0).executors
+    finally:
+        mon.close()
+    assert {r.name for r in rows} >= {f"cuda:0 stream {s}" for s in (7, 25, 27)}
+    assert all(r.counts == Counted.KERNELS and r.note is None for r in rows)
+    # one Python call per buffer, not per record: 42k records, 4 MiB buffers, one forced flush per refresh
+    assert mon.buffers <= fake.flushes + len(records) // ((4 << 20) // 64) + 1 < len(records) // 100
+
+
+def test_a_disabled_kind_produces_no_records_and_is_named() -> None:
+    fake = FakeCupti(refuse={int(ActivityKind.MEMCPY): Result.ERROR_INSUFFICIENT_PRIVILEGES})
+    mon, _, _ = _monitor(fake)
+    try:
+        assert int(ActivityKind.MEMCPY) not in fake.enabled
+        assert mon.refused and "INSUFFICIENT_PRIVILEGES" in mon.refused[0]
+        fake.play(records_from_trace(str(DATA / "a100_alexnet_2_streams.json.gz")))
+        mon.refresh()
+        assert all(e.cat != "gpu_memcpy" for _, op in mon.queues._pairs for e in [op])
+    finally:
+        mon.close()
+
+
+def test_cbid_names_drop_version_and_per_thread_suffixes() -> None:
+    names = cbid_names(Runtime_api_trace_cbid)
+    assert names[211] == "cudaLaunchKernel" and names[214] == "cudaLaunchKernel"
+    assert names[131] == "cudaStreamSynchronize"
+
+
+def test_stands_aside_while_torch_profiler_runs_and_resumes_after() -> None:
+    """A real torch.profiler (CPU) window: CUPTI is given up before Kineto starts, taken back after."""
+    fake = FakeCupti()
+    mon, agent, logs = _monitor(fake)
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            assert mon.aside == PROFILER_NOTE
+            assert not fake.subscribers and not fake.enabled  # Kineto can subscribe now
+            row = agent.sample(0.0, 1.0)
+            assert mon.note() == f"standing aside: {PROFILER_NOTE}"
+        assert mon.aside is None and fake.subscribers and int(ActivityKind.RUNTIME) in fake.enabled
+        assert any("standing aside (torch.profiler active)" in line for line in logs)
+        assert any("recording CUPTI activity again" in line for line in logs)
+        del row
+    finally:
+        mon.close()
+
+
+def test_a_profiler_that_keeps_cupti_makes_the_launch_counter_take_over() -> None:
+    fake, lost = FakeCupti(), []
+    mon, _, logs = _monitor(fake, on_lost=lost.append)
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            fake.other_client = "Kineto"  # it does not give CUPTI back
+        assert lost and "MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" in lost[0]
+        assert mon.note().startswith("CUPTI lost")
+    finally:
+        mon.close()
+
+
+def test_a_profiler_enabled_behind_our_back_is_stood_aside_from_at_the_next_sample() -> None:
+    fake, enabled = FakeCupti(), [False]
+    mon, _, _ = _monitor(fake, profiler_enabled=lambda: enabled[0])
+    try:
+        enabled[0] = True
+        mon.refresh()
+        assert mon.aside and mon.aside.startswith(PROFILER_NOTE) and not fake.enabled
+        enabled[0] = False
+        mon.refresh()
+        assert mon.aside is None and fake.enabled
+    finally:
+        mon.close()
+
+
+def test_stands_aside_during_a_graph_capture_and_drops_its_launches() -> None:
+    cuda = FakeCuda(1)
+    guard = CaptureGuard()
+    guard.install([cuda.CUDAGraph], cuda.current_stream)
+    fake = FakeCupti()
+    mon, _, _ = _monitor(fake, capture=guard)
+    records = records_from_trace(str(DATA / "a100_alexnet_2_streams.json.gz"))
+    launches = [r for r in records if r.kind == int(ActivityKind.RUNTIME) and r.cbid == 211]
+    try:
+        graph = cuda.CUDAGraph()
+        with cuda.graph(graph):
+            assert mon.note() == "standing aside: CUDA graph capture in progress"
+            flushes = fake.flushes
+            mon.refresh()
+            assert fake.flushes == flushes  # nothing flushed during the capture
+            fake.play(launches[:5])  # launched into the graph: no kernel ever runs for them
+            assert mon.queues.pending == 0  # not flushed yet
+        assert mon.queues.pending == 0 and mon.note() is None
+    finally:
+        mon.close()
+
+
+def test_sync_points_come_from_the_runtime_call_with_the_callers_line() -> None:
+    fake, points = FakeCupti(), SyncPoints(lambda: True)
+    mon, _, _ = _monitor(fake, syncpoints=points)
+    mon.api_frames = 1  # the fake's api_call is a Python frame; CUPTI calls from C
+    try:
+        fake.api_call(fake.CallbackDomain.RUNTIME_API, 131)  # cudaStreamSynchronize
+        line = sys._getframe().f_lineno - 1
+        fake.api_call(fake.CallbackDomain.RUNTIME_API, 211)  # a launch: no callback armed
+    finally:
+        mon.close()
+    (site,) = points.sites()
+    assert site.where.endswith(f"test_cupti.py:{line}") and site.call == "cudaStreamSynchronize"
+    assert site.count == 1
+
+
+def _usercode(load) -> tuple[UserCode, list[str]]:
+    uc = UserCode(None, target="script.py")
+    logs: list[str] = []
+    uc.agent.log = logs.append  # type: ignore[method-assign]
+    uc.cuda = FakeCuda(1)
+    uc.load_cupti = load
+    return uc, logs
+
+
+def _modes() -> list:
+    return list(torch.overrides._get_current_function_mode_stack())
+
+
+def test_cupti_path_installs_no_function_mode() -> None:
+    fake = FakeCupti()
+    uc, logs = _usercode(lambda: fake)
+    try:
+        uc.watch_cuda_streams()
+        assert uc.cupti is not None and uc.agent.cuda is uc.cupti
+        assert not _modes(), "no Python hook per torch op on the CUPTI path"
+        assert uc.syncpoints.from_runtime
+        assert any("from CUPTI activity records" in line for line in logs)
+    finally:
+        uc.agent.close()
+    assert not fake.subscribers and not fake.enabled
+
+
+@pytest.mark.parametrize("load, why", [
+    (lambda: (_ for _ in ()).throw(CuptiUnavailable("cupti-python not importable (ModuleNotFoundError)")),
+     "cupti-python not importable"),
+    (lambda: FakeCupti(other_client="Nsight Systems"), "MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"),
+    (lambda: FakeCupti(refuse={int(ActivityKind.RUNTIME): Result.ERROR_INSUFFICIENT_PRIVILEGES}),
+     "INSUFFICIENT_PRIVILEGES"),
+])
+def test_falls_back_to_the_launch_counter_and_says_why(load, why, monkeypatch) -> None:
+    uc, logs = _usercode(load)
+    from torchpar_top.probes.agent.cuda import CudaMonitor
+
+    def cuda_stream(name, device=0, stream=None):  # the agent's CUDA monitor, on the fake torch.cuda
+        fake = uc.cuda
+        uc.agent.cuda = CudaMonitor(fake, clock=fake.clock, device_of=fake.device_of, thread=False)
+        return uc.agent.add(uc.agent.cuda.stream(name, device, stream))
+
+    monkeypatch.setattr(uc.agent, "cuda_stream", cuda_stream)
+    try:
+        uc.watch_cuda_streams()
+        assert uc.cupti is None and not uc.syncpoints.from_runtime
+        assert any(isinstance(m, LaunchCounter) for m in _modes())
+        assert any("CUPTI not used" in line and why in line for line in logs), logs
+    finally:
+        uc.agent.close()
+    assert not _modes()
+
+
+def test_every_op_keeps_the_launch_counter() -> None:
+    fake = FakeCupti()
+    uc, _ = _usercode(lambda: fake)
+    uc.every_op = True
+    called = []
+    uc._watch_with_counter = lambda: called.append(True)  # type: ignore[method-assign]
+    uc.watch_cuda_streams()
+    assert called and uc.cupti is None and not fake.subscribers
+
+
+def test_load_cupti_without_the_package_is_a_clear_one_line_reason(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupti", None)
+    with pytest.raises(CuptiUnavailable, match=r"pip install torchpar-top\[cuda\]"):
+        load_cupti()
+
+
+def test_a_cpu_run_never_imports_cupti() -> None:
+    code = ("import sys; import torchpar_top.probes.agent.usercode, torchpar_top.probes.agent.run; "
+            "print('cupti' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_orphan_launches_stop_holding_the_settled_time_back() -> None:
+    records = records_from_trace(str(DATA / "a100_alexnet_2_streams.json.gz"))
+    launch = next(r for r in records if r.kind == int(ActivityKind.RUNTIME) and r.cbid == 211)
+    fake = FakeCupti()
+    mon, _, _ = _monitor(fake)
+    try:
+        fake.play([launch])  # its kernel never comes
+        mon.refresh()
+        assert mon.queues.settled < launch.start / 1000
+        q: RecordQueues = mon.queues
+        q.update(now=launch.start / 1000 + q.orphan_us + 1)
+        assert q.orphans == 1 and q.pending == 0
+    finally:
+        mon.close()
+
+
+def test_a_rows_note_reaches_the_snapshot_and_headless_json() -> None:
+    """The field that says a CUDA row stands aside travels the wire, the store and the snapshot."""
+    import json as _json
+
+    from torchpar_top.contract import messages as m
+    from torchpar_top.contract.codec import to_plain
+    from torchpar_top.session.store import SessionStore
+
+    def sample(note):
+        return m.decode(_json.dumps({
+            "v": m.VERSION, "type": "sample", "t": 1.0, "window": 0.1, "mode": "async", "throughput": 1.0,
+            "unit": "it/s", "num_threads": 1, "frontend": {"busy": 0.5, "wait": 0.5}, "overlap": 0.0,
+            "executors": [{"name": "cuda:0 stream 7", "kind": "cuda-stream", "quantity": "depth", "value": 3,
+                           "capacity": 1024, "launched": 10, "completed": 7, "busy": 0.5, "blocked": 0.0,
+                           "counts": "kernels", "note": note}],
+            "roles": [{"tid": 7, "role": "frontend (main)"}]}))
+
+    st = SessionStore("run")
+    st.on_message(sample(f"standing aside: {PROFILER_NOTE}"))
+    view = st.snapshot().executors[0]
+    assert view.note == "standing aside: torch.profiler active" and view.counts == Counted.KERNELS
+    assert to_plain(view)["note"] == "standing aside: torch.profiler active"
+    st.on_message(sample(None))
+    assert st.snapshot().executors[0].note is None
+
+
+def test_the_queue_panel_says_a_row_stands_aside() -> None:
+    from dataclasses import replace
+
+    from torchpar_top.contract.snapshot import ExecutorView
+    from torchpar_top.contract.vocab import ExecutorKind, Quantity
+    from torchpar_top.tui.widgets.queues import note_text
+
+    row = ExecutorView(name="cuda:0 stream 7", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH, value=3,
+                       capacity=1024, launched=10, completed=7, emulated=False, history=(3.0,), busy=(0.5,),
+                       blocked=0.0, counts=Counted.KERNELS, note="standing aside: torch.profiler active")
+    assert note_text(row, short=False) == "standing aside: torch.profiler active"
+    assert note_text(row, short=True) == "aside"
+    assert note_text(replace(row, note=None), short=False) == ""
+
+
+def test_the_gpu_checks_cupti_step_skips_and_says_so_without_cupti_python(tmp_path) -> None:
+    """On a machine without cupti-python the step reports it absent (here: no GPU either; the counts
+    child stops at the binding before touching CUDA)."""
+    import time as _time
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from gpu_check_parts import checks
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    assert any(p.name == "cupti_run" for p in checks.PLAN)
+    ctx = checks.Context(info={"device_count": 1}, smi=None, tmp=tmp_path)
+    ctx.deadline = _time.monotonic() + 120
+    with pytest.raises(checks.Skip, match="cupti-python not importable"):
+        checks.check_cupti(ctx)
+
+
+def test_a_profiler_running_at_start_is_waited_for() -> None:
+    """torch.profiler already on when CUDA gets watched: no subscription until it stops."""
+    fake, enabled = FakeCupti(), [True]
+    mon, _, logs = _monitor(fake, profiler_enabled=lambda: enabled[0])
+    try:
+        assert mon.aside == PROFILER_NOTE and not fake.subscribers and not fake.enabled
+        mon.refresh()
+        assert mon.aside == PROFILER_NOTE
+        enabled[0] = False
+        mon.refresh()
+        assert mon.aside is None and fake.subscribers and int(ActivityKind.RUNTIME) in fake.enabled
+        assert any("CUPTI is taken when it ends" in line for line in logs)
+    finally:
+        mon.close()
