@@ -291,6 +291,14 @@ class ReplayView:
     """Seconds of trace time per frame (the interval times the speed)."""
     finished: bool = False
     """The position reached the trace's end."""
+    recorded: bool = False
+    """A recording (``--record``) played back: the snapshots as they were recorded, host readings and
+    scoreboard included, ``position`` and ``duration`` in seconds of the run; not a trace's analysis."""
+
+    @property
+    def trace(self) -> bool:
+        """A profiler trace's analysis (no host readings, trace time), not a recording."""
+        return not self.recorded
 
 
 @dataclass(frozen=True)

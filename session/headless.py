@@ -12,7 +12,7 @@ completed, ready, busy, running, core_wait, blocked, emulated}], ``throughput`` 
 [{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
 or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``replay``
-{path, position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous
+{path, position, duration, speed, frame, finished, recorded} or null, ``log`` [new log lines since the previous
 object, after a ``dropped`` marker when some came and went between two objects]. Every field is a
 :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
 derived here.

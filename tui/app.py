@@ -182,7 +182,7 @@ class TorchparTopApp(App[None]):
                 row.fit()
             if self._main_screen is not None and self._detail is not None:
                 self._main_screen.set_class(self._detail.display, "-detail")
-                self._main_screen.set_class(snapshot.replay is not None, "-replay")
+                self._main_screen.set_class(snapshot.replay is not None and snapshot.replay.trace, "-replay")
         if self.on_frame is not None:
             self.call_after_refresh(self.on_frame, snapshot)
 

@@ -200,7 +200,7 @@ def test_replay_errors_are_one_line_and_status_2(tmp_path):
         ([os.path.join(TRACES, "cpu_only.json.gz"), "--duration", "3"], "--duration only applies with --headless"),
         ([os.path.join(TRACES, "cpu_only.json.gz"), "--summary", "--headless"], "--headless and --duration do not"),
         ([os.path.join(TRACES, "cpu_only.json.gz"), "--speed", "0"], "must be greater than 0"),
-        (["--summary"], "the following arguments are required: TRACE"),
+        (["--summary"], "the following arguments are required: FILE"),
     ]
     for args, needle in cases:
         proc = run("replay", *args, timeout=60)

@@ -41,7 +41,7 @@ class GpusPanel(SnapshotPanel):
     def title(self, snapshot: Snapshot) -> str:
         """``GPU  2 devices (NVML)``."""
         n = len(snapshot.gpus)
-        source = "from the trace, not NVML" if snapshot.replay is not None else "NVML"
+        source = "from the trace, not NVML" if snapshot.replay is not None and snapshot.replay.trace else "NVML"
         return f"GPU  {n} device{'s' if n != 1 else ''} ({source})" if n else "GPU"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:

@@ -81,7 +81,7 @@ class LanesPanel(SnapshotPanel):
         """``lanes, last 5 s`` and the glyphs' legend; in a replay, that much trace time (``lanes, last
         50.0 ms of trace``)."""
         replay = snapshot.replay
-        if replay is not None and snapshot.interval > 0:
+        if replay is not None and replay.trace and snapshot.interval > 0:
             span = render.seconds(WINDOW_SECONDS / snapshot.interval * replay.frame)
             return f"lanes, last {span} of trace  ({LAUNCH} launching  {WAIT} in a sync)"
         return (f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} blocked  {CORE} waiting for "

@@ -46,7 +46,7 @@ class ScoreboardPanel(SnapshotPanel):
     def shown(self, snapshot: Snapshot) -> bool:
         """Not when attached to a process without the agent, nor in a replay (one recorded run, one
         mode): nothing here can be measured then."""
-        return not snapshot.attached and snapshot.replay is None
+        return not snapshot.attached and (snapshot.replay is None or snapshot.replay.recorded)
 
     def title(self, snapshot: Snapshot) -> str:
         """The panel's title."""

@@ -35,7 +35,7 @@ class ThreadsPanel(SnapshotPanel):
 
     def title(self, snapshot: Snapshot) -> str:
         """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
-        if snapshot.replay is not None:
+        if snapshot.replay is not None and snapshot.replay.trace:
             return "threads"
         pid = snapshot.child.pid
         ranks = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
