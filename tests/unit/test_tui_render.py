@@ -95,3 +95,22 @@ def test_wrap_breaks_at_width_and_keeps_every_word() -> None:
     assert all(len(line) <= 20 for line in lines)
     assert "".join(lines).replace(" ", "") == text.replace(" ", "")
     assert render.wrap("", 10) == [] and render.wrap("abc", 0) == []
+
+
+def test_clip_never_splits_a_number():
+    from torchpar_top.tui.render import clip
+
+    assert clip("starved: waited 1.25 cores", 19) == "starved: waited …"
+    assert clip("queue 1024 / 1024", 8) == "queue …"
+    assert clip("cpu-stream:0", 9) == "cpu-stre…"
+    assert clip("intra-op workers ×201", 19) == "intra-op workers ×…"
+    assert clip("abc", 1) == "a" and clip("1024", 1) == "…" and clip("abc", 3) == "abc"
+
+
+def test_squeeze_keeps_a_number_whole_or_leaves_it_out():
+    from torchpar_top.tui.render import squeeze
+
+    assert squeeze(" busy  35%", 10) == " busy  35%"
+    assert squeeze(" busy  35%", 6) == "   35%"
+    assert squeeze("   91%", 3) == "91%"
+    assert squeeze("   91%", 2) == ""
