@@ -61,7 +61,7 @@ class GpusPanel(SnapshotPanel):
         bar_w = max(4, min(20, flex // 2))
         hist_w = max(4, flex - bar_w - 1)
         active = "kernel-active "
-        if label_w + 1 + len(active) + bar_w + 5 + 1 + hist_w > width:  # narrow: the words, then the history go
+        if label_w + 1 + len(active) + bar_w + 5 + 1 + hist_w > width:  # narrow: words, then the history go
             active, bar_w = "", 4
             hist_w = max(0, min(hist_w, width - (label_w + 1 + bar_w + 5 + 1)))
         out = []

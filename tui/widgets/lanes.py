@@ -108,7 +108,8 @@ class LanesPanel(SnapshotPanel):
         name_w = max(0, min(name_w, width - 1 - 1 - right_w))
         lane_w = max(0, width - (name_w + 1 if name_w else 0) - right_w)
 
-        def column(running: Sequence[float], core_wait: Sequence[float] | None, row: Row, word: str = "busy") -> str:
+        def column(running: Sequence[float], core_wait: Sequence[float] | None, row: Row,
+                   word: str = "busy") -> str:
             """The right column for a lane (``core_wait`` None: no split, ``word`` and one percent)."""
             if form == "bare":
                 text = " " + render.pct(render.mean(running), 4)
@@ -121,8 +122,10 @@ class LanesPanel(SnapshotPanel):
         def win(values: Sequence[float]) -> Sequence[float]:
             return render.window(values, WINDOW_SECONDS, snapshot.interval)
 
-        busy, wait, core = win(snapshot.frontend_busy), win(snapshot.frontend_wait), win(snapshot.frontend_core_wait)
-        row = Row().add(render.clip("frontend", name_w).ljust(name_w) + " " if name_w else "", self.style("label"))
+        busy, wait = win(snapshot.frontend_busy), win(snapshot.frontend_wait)
+        core = win(snapshot.frontend_core_wait)
+        name = render.clip("frontend", name_w).ljust(name_w) + " " if name_w else ""
+        row = Row().add(name, self.style("label"))
         text = frontend_lane(busy, wait, lane_w, core)
         accent, dim, warn = self.style("accent"), self.style("dim"), self.style("warn")
         for glyph, run in groupby(text):  # one piece per run of one colour
