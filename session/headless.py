@@ -15,7 +15,7 @@ or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_s
 {path, position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous
 object, after a ``dropped`` marker when some came and went between two objects]. Every field is a
 :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
-derived here.
+derived here but the count of log lines left out.
 """
 
 from __future__ import annotations
