@@ -81,6 +81,7 @@ class Session:
         """Agent connections that closed, by number, until their process is seen to end (or runs on)."""
         self._threads_chosen: int | None = None
         """The intra-op thread count last asked for with ``+``/``-`` (kept by a restart)."""
+        self._snapshot: tuple[tuple[int, Any], Snapshot] | None = None
         self.host_samples = 0
         """How many host readings were stored (headless mode prints one line per reading)."""
 
@@ -181,12 +182,19 @@ class Session:
         self.store.add_log(LogSource.APP, f"{what}: only in a replay of a recorded trace (torchpar-top replay TRACE)")
 
     def snapshot(self) -> Snapshot:
-        """The current state."""
+        """The current state: the same object as last time when nothing changed since (the screen then
+        skips the frame)."""
+        stacks = self._stacks
+        latest = stacks.latest if stacks is not None else None
+        key = (self.store.version, latest)
+        cached = self._snapshot
+        if cached is not None and cached[0][0] == key[0] and cached[0][1] is latest:
+            return cached[1]
         snap = self.store.snapshot()
-        if self._stacks is None:
-            return snap
-        stack, status = self._stacks.latest
-        return _with_stack(snap, stack, status)
+        if latest is not None:
+            snap = _with_stack(snap, *latest)
+        self._snapshot = (key, snap)
+        return snap
 
     # -- the target -------------------------------------------------------------------------------
 

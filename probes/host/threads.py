@@ -219,8 +219,7 @@ def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, 
     out: dict[int, tuple[str, int, int | None, int | None]] = {}
     for name in names:
         try:
-            with open(f"{task}/{name}/stat", encoding="utf-8", errors="replace") as f:
-                comm, state, ticks = parse_stat(f.read())
+            comm, state, ticks = parse_stat(_read_small(f"{task}/{name}/stat").decode("utf-8", "replace"))
         except (FileNotFoundError, ProcessLookupError):
             continue  # the thread ended between listdir and open
         if int(name) == pid and state in ("Z", "X"):
@@ -234,11 +233,20 @@ def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, 
     return out
 
 
+def _read_small(path: str) -> bytes:
+    """A small /proc file's bytes with one ``read`` (no file object: at 10 Hz over every thread, Python's
+    ``open`` cost most of the sampler's time)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
 def _read_schedstat_ns(path: str) -> tuple[int | None, int | None]:
     """``(on CPU, waiting on a run queue)`` in nanoseconds from ``schedstat``; Nones when unavailable."""
     try:
-        with open(path, encoding="ascii") as f:
-            fields = f.read().split()
+        fields = _read_small(path).split()
         return int(fields[0]), int(fields[1])
     except (OSError, ValueError, IndexError):
         return None, None

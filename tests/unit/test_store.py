@@ -295,3 +295,21 @@ def test_the_agents_stack_is_classified_and_can_be_turned_off():
     off.stacks = False  # --no-stacks
     off.on_message(sample(stack={"frames": frames, "idle": True}))
     assert off.snapshot().stack is None
+
+
+def test_threads_show_their_mean_over_the_last_second():
+    st = SessionStore("async", interval=0.25)  # 4 readings make a second
+    for cpu in (90.0, 0.0, 30.0, 40.0, 10.0):
+        st.on_host(HostSample(1.0, (1.0,), (ThreadInfo(7, "python", Role.FRONTEND, cpu, 100.0 - cpu),)))
+    (info,) = st.snapshot().threads
+    assert info.cpu_percent == approx(20.0) and info.wait_percent == approx(80.0)  # 0, 30, 40, 10
+
+
+def test_the_session_serves_the_same_snapshot_until_something_changes():
+    from torchpar_top.session.session import Session
+
+    s = Session("async")  # not started: nothing runs
+    first = s.snapshot()
+    assert s.snapshot() is first  # the screen skips a frame with nothing new
+    s.store.add_log("app", "something new")
+    assert s.snapshot() is not first and s.snapshot().log[-1].text == "something new"

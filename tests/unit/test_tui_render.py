@@ -114,3 +114,20 @@ def test_squeeze_keeps_a_number_whole_or_leaves_it_out():
     assert squeeze(" busy  35%", 6) == "   35%"
     assert squeeze("   91%", 3) == "91%"
     assert squeeze("   91%", 2) == ""
+
+
+def test_the_line_compositor_runs_only_under_the_textual_it_was_tested_with() -> None:
+    """LineCompositor overrides a private Textual method: pyproject pins exactly the version it was checked
+    against, and any other version gets Textual's own screen."""
+    import tomllib
+    from pathlib import Path
+
+    from textual.screen import Screen
+
+    from torchpar_top.tui.compositor import TESTED_TEXTUAL, LineScreen, screen_class, textual_version
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert f"textual=={TESTED_TEXTUAL}" in pyproject["project"]["dependencies"]
+    assert textual_version() == TESTED_TEXTUAL
+    assert screen_class() is LineScreen
+    assert screen_class("8.3.0") is Screen

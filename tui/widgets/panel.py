@@ -145,14 +145,25 @@ class SnapshotPanel(Widget):
         when unknown (then the next change repaints the whole panel)."""
         self._tall = 0
         self._tall_t = 0.0
+        self._redrawn_t = float("-inf")
         self.clock = time.monotonic
         """Time for :data:`SHRINK_AFTER` (tests replace it)."""
 
-    def update_snapshot(self, snapshot: Snapshot) -> None:
+    redraw_every: float = 0.0
+    """Seconds between two redraws on the render timer, for a panel whose figures are means over a
+    second or more (a redraw per frame would repaint their jitter, not news); 0 redraws every frame."""
+
+    def update_snapshot(self, snapshot: Snapshot, timed: bool = False) -> None:
         """Draw ``snapshot`` on the next paint (and relayout when the number of rows changes).
 
-        A panel with nothing to say about ``snapshot`` (:meth:`shown` is false) is hidden.
+        A panel with nothing to say about ``snapshot`` (:meth:`shown` is false) is hidden. On the render
+        timer (``timed``) a panel with :attr:`redraw_every` is redrawn at most that often.
         """
+        if timed and self.redraw_every and self._rows_cache is not None:
+            now = self.clock()
+            if now - self._redrawn_t < self.redraw_every:
+                return
+            self._redrawn_t = now
         self.snapshot = snapshot
         shown = self.shown(snapshot)
         if shown != self._shown:  # only on a change: CSS may hide a panel too (e.g. on short screens)
@@ -166,7 +177,7 @@ class SnapshotPanel(Widget):
             title = inert(title)  # titles carry workload text too (a pid's stack source, rank names...)
         if title is not None and title != self.border_title:
             self.border_title = title
-        width = self.size.width
+        width, lines = self.size
         if width <= 0:  # not laid out yet (or no room at all): build on the first paint
             self._generation += 1
             self._drawn = None
@@ -180,7 +191,6 @@ class SnapshotPanel(Widget):
         self._rows_cache = ((self._generation, width), rows)
         height = len(rows)
         drawn = self._drawn
-        lines = self.size.height
         if height == self._height and drawn is not None and drawn[0] == (width, lines):
             # same size: repaint only the lines that changed (the others stay as Textual cached them)
             fitted = self.fit_rows(rows, lines)

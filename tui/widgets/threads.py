@@ -34,16 +34,19 @@ def narrow_columns(longest_name: int, width: int) -> tuple[int, int, int]:
 
 
 class ThreadsPanel(SnapshotPanel):
-    """One row per role; the bar's scale is 100% per thread of the group."""
+    """One row per role; the bar's scale is 100% per thread of the group. Its figures are means over
+    the last second (``session/store.py``): it redraws twice a second."""
+
+    redraw_every = 0.5
 
     DEFAULT_CSS = """
     ThreadsPanel { height: auto; }
     """
 
-    def update_snapshot(self, snapshot: Snapshot) -> None:
+    def update_snapshot(self, snapshot: Snapshot, timed: bool = False) -> None:
         """Draw ``snapshot``; in a replay (no host readings) the panel shrinks to one borderless line."""
         self.set_class(snapshot.replay is not None and not snapshot.thread_groups, "-empty")
-        super().update_snapshot(snapshot)
+        super().update_snapshot(snapshot, timed)
 
     def title(self, snapshot: Snapshot) -> str:
         """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
