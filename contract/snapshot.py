@@ -356,6 +356,10 @@ class Snapshot:
     """Cores' worth of run-queue wait, when the threads waited for a CPU enough to call it starved."""
     frontend_hot_in_sync: bool = False
     """SYNC, and the frontend runs hot: a thread spinning in a synchronize is waiting, not working."""
+    monitor_cpu: float | None = None
+    """torchpar-top's own footprint: the share of one core its process used over the last second, all
+    its threads (screen, probes, reader), plus py-spy's dumps when attached; None before a second has
+    passed."""
     stack: StackView | None = None
     stack_status: str = ""
     """Why there is no stack (py-spy missing, ptrace not permitted...), or ''."""

@@ -11,9 +11,10 @@ completed, ready, busy, running, core_wait, blocked, emulated}], ``throughput`` 
 ``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling``
 [{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
-or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``replay``
-{path, position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous
-object, after a ``dropped`` marker when some came and went between two objects]. Every field is a
+or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu``
+(torchpar-top's own share of a core over the last second), ``replay`` {path, position, duration, speed,
+frame, finished} or null, ``log`` [new log lines since the previous object, after a ``dropped`` marker
+when some came and went between two objects]. Every field is a
 :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
 derived here but the count of log lines left out.
 """
@@ -90,6 +91,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
             "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
         },
         "stack_status": snap.stack_status,
+        "monitor_cpu": None if snap.monitor_cpu is None else round(snap.monitor_cpu, 4),
         "replay": to_plain(snap.replay),
         "log": log_lines(snap, log_after),
     }

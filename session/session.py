@@ -27,6 +27,9 @@ from torchpar_top.session.targets import AttachTarget, ExperimentTarget, ScriptT
 StackSource = Callable[[int], Any]
 """Given a pid, starts a poller with ``latest -> (StackView | None, status)`` and ``stop()``."""
 
+MONITOR_EVERY = 1.0
+"""Seconds between two readings of torchpar-top's own CPU (shown in the header as ``monitor N%``)."""
+
 ATTACH_NOTICE = "attached: cores, threads, GPU use and stacks only — queue depth needs `torchpar-top run`"
 
 
@@ -359,9 +362,20 @@ class Session:
 
     # -- host probes ------------------------------------------------------------------------------
 
+    def _monitor_cpu(self) -> float:
+        """CPU seconds of this process (every thread), plus reaped children's when attached: then the
+        only children are py-spy's dumps (running a workload, the child's CPU would land here when it is
+        reaped)."""
+        cpu = time.process_time()  # nanosecond clock (os.times counts 10 ms ticks)
+        if isinstance(self.target, AttachTarget):
+            t = os.times()
+            cpu += t.children_user + t.children_system
+        return cpu
+
     def _host_loop(self) -> None:
         cores = CoreSampler()  # psutil compares with the previous call from the same thread
         next_t = time.monotonic()
+        mark = (next_t, self._monitor_cpu())
         while not self._stop.is_set():
             next_t += self.interval
             with self._child_lock:
@@ -376,6 +390,11 @@ class Session:
             if self._gpu_probe is not None:
                 self.store.on_gpus(*self._gpu_probe.sample())
             self.host_samples += 1
+            now = time.monotonic()
+            if now - mark[0] >= MONITOR_EVERY:
+                cpu = self._monitor_cpu()
+                self.store.on_monitor(max(0.0, cpu - mark[1]) / (now - mark[0]))
+                mark = (now, cpu)
             self._stop.wait(max(0.0, next_t - time.monotonic()))
 
     def _report_attach_errors(self, samplers: list[ThreadSampler]) -> None:

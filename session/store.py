@@ -243,6 +243,7 @@ class SessionStore:
         self._gpus: tuple[GpuView, ...] = ()
         self._gpu_status = ""
         self._version = 0
+        self._monitor_cpu: float | None = None
         self.stacks = True
         """Whether the agents' frontend stacks are shown (``--no-stacks`` turns them off)."""
         self.reset(experiment, description)
@@ -356,6 +357,12 @@ class SessionStore:
             self._cores = sample.cores
             self._thread_window.append(sample.threads)
             self._threads = _mean_threads(self._thread_window)
+
+    def on_monitor(self, share: float) -> None:
+        """The monitor's own CPU over the last second, as a share of one core."""
+        with self._lock:
+            self._version += 1
+            self._monitor_cpu = share
 
     def on_gpus(self, gpus: tuple[GpuView, ...], status: str) -> None:
         """A reading of the GPU probe (views carry their own history)."""
@@ -602,6 +609,7 @@ class SessionStore:
                 frontend_hot_in_sync=derive.frontend_hot_in_sync(self._mode, groups),
                 op_coverage=None if primary is None else primary.op_coverage,
                 stack=self._stack,
+                monitor_cpu=self._monitor_cpu,
             )
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:

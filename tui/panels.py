@@ -22,8 +22,11 @@ PANELS: tuple[Panel, ...] = (
           "what runs (an experiment, `run train.py`, `run train.py ×2 ranks`, `attach PID`, `replay "
           "trace.json.gz`), and the mode: **ASYNC** (the frontend enqueues work and returns at once) or "
           "**SYNC** (a `synchronize()` after every op). Then the child's state when it is not running "
-          "(*exited 1*, *attached*, a replay *finished*), throughput and the summed queue depth.",
-          "Throughput is the workload's own count per second: items, mm, chains or optimizer steps."),
+          "(*exited 1*, *attached*, a replay *finished*), throughput, the summed queue depth, and "
+          "**monitor N%**: torchpar-top's own CPU over the last second (all its threads, and py-spy's dumps "
+          "when attached), at 100 columns and more.",
+          "Throughput is the workload's own count per second: items, mm, chains or optimizer steps. To "
+          "lower the monitor's cost: `--interval 0.2` (half the samples and frames), `--no-stacks`."),
     Panel("CPU", "load per core, 0-100% on a fixed scale, with a short history.",
           "From psutil in the monitor; rows up to 8 cores, compact cells up to 64, one glyph per core up "
           "to 256."),

@@ -221,6 +221,7 @@ def make_snapshot(
 
     return typed(Snapshot(
         t=1000.0,
+        monitor_cpu=0.052,
         experiment=experiment,
         description="emulated CPU streams",
         mode=mode,

@@ -49,6 +49,10 @@ def child_failed(snapshot: Snapshot) -> bool:
     return child.state == ChildState.FAILED or (child.state == ChildState.EXITED and child.exit_code != 0)
 
 
+MONITOR_MIN_WIDTH = 100
+"""The header shows ``monitor N%`` (torchpar-top's own CPU) at this many columns and more."""
+
+
 class HeaderBar(SnapshotPanel):
     """One line: ``torchpar-top  run train.py · ASYNC   [exited 1]  12.4 it/s   depth 3/1024``."""
 
@@ -81,10 +85,12 @@ class HeaderBar(SnapshotPanel):
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The one header row: the fullest form that fits. Words give way first (the app's name, the
-        target shrinks, ``depth``'s label), then whole numbers, never part of one."""
-        for name, target_min, numbers in ((True, 8, 3), (False, 8, 3), (False, 8, 2), (False, 4, 2),
-                                          (False, 0, 2), (False, 0, 1), (False, 0, 0)):
-            right = self._right(snapshot, numbers)
+        target shrinks, ``depth``'s label), then whole numbers, never part of one; ``monitor N%`` (the app's
+        own CPU) is shown only at :data:`MONITOR_MIN_WIDTH` columns and more, and goes first."""
+        forms = ((True, 8, 3), (True, 8, 3), (False, 8, 3), (False, 8, 2), (False, 4, 2), (False, 0, 2),
+                 (False, 0, 1), (False, 0, 0))
+        for i, (name, target_min, numbers) in enumerate(forms):
+            right = self._right(snapshot, numbers, monitor=i == 0 and width >= MONITOR_MIN_WIDTH)
             row = self._left(snapshot, width, right.width, name, target_min)
             if row.width + 2 + right.width <= width:
                 break
@@ -93,9 +99,9 @@ class HeaderBar(SnapshotPanel):
         row.width += right.width
         return [row]
 
-    def _right(self, snapshot: Snapshot, numbers: int) -> Row:
+    def _right(self, snapshot: Snapshot, numbers: int, monitor: bool = False) -> Row:
         """Child state, PAUSED, then the throughput and ``depth 4/4`` (3), the throughput and ``4/4`` (2),
-        the throughput alone (1), or neither (0)."""
+        the throughput alone (1), or neither (0); then ``monitor N%`` (``monitor``)."""
         right = Row()
         child = child_text(snapshot)
         if child:
@@ -112,6 +118,8 @@ class HeaderBar(SnapshotPanel):
             if numbers > 1:
                 text = depth_text(snapshot)
                 right.add(text if numbers == 3 else text.removeprefix("depth "), self.style("label"))
+        if monitor and snapshot.monitor_cpu is not None:
+            right.add(f"   monitor {render.pct(snapshot.monitor_cpu, 0)}", self.style("dim"))
         return right.add(" ")
 
     def _left(self, snapshot: Snapshot, width: int, right_w: int, name: bool, target_min: int) -> Row:
