@@ -266,6 +266,7 @@ class SessionStore:
             self._frontend_split = False
             self._overlap: deque = deque(maxlen=HISTORY)
             self._overlap_in_progress: deque = deque(maxlen=HISTORY)
+            self._overlap_high: deque = deque(maxlen=HISTORY)
             self._timing: deque = deque(maxlen=HISTORY)
             self._throughput: deque = deque(maxlen=HISTORY)
             self._unit = "it/s"
@@ -543,6 +544,7 @@ class SessionStore:
             self._frontend_split = self._frontend_split or msg.frontend.core_wait is not None
             self._frontend_core_wait.append(msg.frontend.core_wait or 0.0)
             self._overlap.append(msg.overlap)
+            self._overlap_high.append(msg.overlap if msg.overlap_high is None else msg.overlap_high)
             self._overlap_in_progress.append(msg.overlap if msg.overlap_in_progress is None
                                              else msg.overlap_in_progress)
             self._throughput.append(msg.throughput)
@@ -585,6 +587,7 @@ class SessionStore:
                 frontend_wait=tuple(self._frontend_wait),
                 frontend_core_wait=tuple(self._frontend_core_wait) if self._frontend_split else (),
                 overlap=tuple(self._overlap),
+                overlap_high=tuple(self._overlap_high),
                 overlap_in_progress=tuple(self._overlap_in_progress),
                 timing=tuple(self._timing),
                 throughput=self._last_throughput,

@@ -64,12 +64,14 @@ PANELS: tuple[Panel, ...] = (
           "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "
           "script is not busy). An emulated stream's lane shows how much its thread *ran*, and `░` where it "
           "waited for a core more than it ran: **run N% waits M%**. *overlap on cores* is the share of time "
-          "two or more executors ran at once; *in progress* the share they both had work, running or not "
-          "(on one free core they take turns: 100% in progress, 0% on cores).",
+          "two or more executors ran at once, as a range (at least–at most) where it cannot be exact; *in "
+          "progress* the share they both had work, running or not (on one core they take turns: 100% in "
+          "progress, 0% on cores).",
           "Work in progress comes from busy intervals the agent records as items run (merged across gaps "
           "under 0.2 ms); running and waiting from each thread's own `/proc/self/task/<tid>/schedstat`, "
-          "read by the agent once per sample. Those are window totals, so overlap on cores is a lower bound "
-          "(exact while one of two executors is always on a core; ARCHITECTURE.md). Executors without a "
+          "read by the agent once per sample. Those are window totals, so overlap on cores is bounded, not "
+          "measured: at least (Σ run − time with work)/(n − 1), at most the overlap in progress and Σ run − "
+          "the largest run (ARCHITECTURE.md). Executors without a "
           "thread of their own (CUDA streams, inter-op futures, DataLoader) show **busy N%**: work in "
           "progress."),
     Panel("async vs sync (measured)",

@@ -339,6 +339,7 @@ class Agent:
             stack = self.frontend_stack(idle=frontend.core_wait is not None and frontend.busy < IDLE_RUN_SHARE)
         done, unit = self.throughput.take()
         several = len(per_executor) > 1
+        on_cores = running_overlap(per_executor, running)
         sample = Sample(
             t=time.time(),
             window=window,
@@ -347,7 +348,8 @@ class Agent:
             unit=unit,
             num_threads=self._threads_wanted,
             frontend=frontend,
-            overlap=min(1.0, running_overlap(per_executor, running) / window) if several else 0.0,
+            overlap=min(1.0, on_cores[0] / window),
+            overlap_high=min(1.0, on_cores[1] / window),
             overlap_in_progress=min(1.0, overlap_time(per_executor) / window) if several else 0.0,
             executors=tuple(rows),
             roles=self.roles(),

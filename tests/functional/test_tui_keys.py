@@ -771,7 +771,7 @@ async def test_lanes_split_running_from_waiting_for_a_core() -> None:
         lines = text_of(lanes).splitlines()
         stream1 = next(line for line in lines if line.startswith("cpu-stream:1"))
         assert " run  53% waits  38%" in stream1 and "░" not in stream1  # it ran more than it waited
-        assert "overlap on cores 18% · in progress 37%" in text_of(lanes)
+        assert "overlap on cores 18–29% · in progress 37%" in text_of(lanes)
         assert "waiting for a core" in str(lanes.border_title)
 
 

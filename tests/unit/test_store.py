@@ -257,12 +257,12 @@ def test_running_and_waiting_for_a_core_are_kept_beside_busy():
     row = {"name": "s0", "kind": "emulated-stream", "emulated": True, "quantity": "depth", "value": 3,
            "capacity": 1024, "launched": 5, "completed": 2, "busy": 1.0, "blocked": 0.0}
     st.on_message(sample(executors=[row]))  # the first window: no schedstat span yet
-    st.on_message(sample(executors=[row | {"running": 0.31, "core_wait": 0.69}], overlap=0.0,
+    st.on_message(sample(executors=[row | {"running": 0.31, "core_wait": 0.69}], overlap=0.0, overlap_high=0.3,
                          overlap_in_progress=1.0, frontend={"busy": 0.01, "wait": 0.9, "core_wait": 0.02}))
     snap = st.snapshot()
     (ex,) = snap.executors
     assert ex.busy == (1.0, 1.0) and ex.running == (1.0, 0.31) and ex.core_wait == (0.0, 0.69)
-    assert snap.overlap[-1] == 0.0 and snap.overlap_in_progress[-1] == 1.0
+    assert snap.overlap[-1] == 0.0 and snap.overlap_high[-1] == 0.3 and snap.overlap_in_progress[-1] == 1.0
     assert snap.frontend_busy[-1] == 0.01 and snap.frontend_core_wait[-1] == 0.02
     plain = SessionStore("async")
     plain.on_message(sample())

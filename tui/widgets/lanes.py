@@ -47,16 +47,19 @@ def executor_lane(running: Sequence[float], core_wait: Sequence[float], width: i
 
 def overlap_text(snapshot: Snapshot) -> str:
     """``overlap 43%``: the mean of ``snapshot.overlap`` over the window; with emulated streams whose
-    threads were read, ``overlap on cores 3% · in progress 98%`` (running at once vs work in progress at
-    once); ``—`` with fewer than 2 executors."""
+    threads were read, ``overlap on cores 3–12% · in progress 98%`` (running at once, at least and at
+    most, vs work in progress at once); ``—`` with fewer than 2 executors."""
     if len(snapshot.executors) < 2:
         return "overlap —"
     values = render.window(snapshot.overlap, WINDOW_SECONDS, snapshot.interval)
     if not any(e.running for e in snapshot.executors) or not snapshot.overlap_in_progress:
         return f"overlap {render.pct(render.mean(values), 0)}"
     progress = render.window(snapshot.overlap_in_progress, WINDOW_SECONDS, snapshot.interval)
-    return (f"overlap on cores {render.pct(render.mean(values), 0)} · in progress "
-            f"{render.pct(render.mean(progress), 0)}")
+    low = render.pct(render.mean(values), 0)
+    highs = render.window(snapshot.overlap_high, WINDOW_SECONDS, snapshot.interval)
+    high = render.pct(render.mean(highs), 0)
+    cores = low if high in (low, "—") else f"{low[:-1]}–{high}"
+    return f"overlap on cores {cores} · in progress {render.pct(render.mean(progress), 0)}"
 
 
 def split_text(running: Sequence[float], core_wait: Sequence[float], short: bool) -> str:
