@@ -67,9 +67,9 @@ LOG_LINES = 500
 STDERR_TAIL = 12
 #: Complete rounds of results kept for their median and range.
 ROUNDS_KEPT = 50
-#: Seconds over which the threads panel's CPU and wait shares are averaged: a thread's share of one
-#: 0.1 s window jitters by several points (and the panel with it, repainted every frame); the last
-#: second reads steadier, and *starved* does not flap.
+#: Seconds over which the threads panel's CPU and wait shares, and a DataLoader's data wait, are
+#: averaged: a share of one 0.1 s window jitters by several points (and the panel with it, repainted
+#: every frame); the last second reads steadier, and *starved* and *input-bound* do not flap.
 THREADS_MEAN_S = 1.0
 
 
@@ -161,6 +161,8 @@ class _Source:
     unit: str = "it/s"
     depth: int = 0
     data_wait: float | None = None
+    """Mean share of the last second's windows the frontend waited for its next batch."""
+    data_waits: deque = field(default_factory=lambda: deque(maxlen=10))
     has_dataloader: bool = False
     sites: dict = field(default_factory=dict)  # (where, call) -> (count, per_second)
     sites_t: float | None = None
@@ -483,6 +485,7 @@ class SessionStore:
         src = self._sources.get(number)
         if src is None:
             src = self._sources[number] = _Source(number)
+            src.data_waits = deque(maxlen=max(1, round(THREADS_MEAN_S / self.interval)))
         return src
 
     def _primary(self) -> int:
@@ -514,7 +517,12 @@ class SessionStore:
             self._roles.update({r.tid: r for r in msg.roles})
             src = self._source(source)
             src.throughput, src.unit = msg.throughput, msg.unit
-            src.data_wait = msg.data_wait
+            if msg.data_wait is None:
+                src.data_waits.clear()
+                src.data_wait = None
+            else:  # the verdict and the figure are over the last second: one 0.1 s window flaps
+                src.data_waits.append(msg.data_wait)
+                src.data_wait = sum(src.data_waits) / len(src.data_waits)
             src.depth = sum(row.value for row in msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage

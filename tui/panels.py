@@ -57,8 +57,8 @@ PANELS: tuple[Panel, ...] = (
           "calls, not kernels (one call may launch none or several; a CUDA-graph replay is no call), and "
           "cannot see a blocked launch (the row says *blocking not observable here* rather than *never "
           "blocked*). There is one row per stream the frontend used: work under `with "
-          "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Input-bound means the frontend waited for data more than "
-          "30 % of the time."),
+          "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Input-bound means the frontend waited for "
+          "data more than 30 % of the last second."),
     Panel("lanes",
           "the last 5 s. The frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
           "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "
@@ -66,7 +66,7 @@ PANELS: tuple[Panel, ...] = (
           "waited for a core more than it ran: **run N% waits M%**. *overlap on cores* is the share of time "
           "two or more executors ran at once, as a range (at least–at most) where it cannot be exact; *in "
           "progress* the share they both had work, running or not (on one core they take turns: 100% in "
-          "progress, 0% on cores).",
+          "progress, 0% on cores). Redrawn five times a second.",
           "Work in progress comes from busy intervals the agent records as items run (merged across gaps "
           "under 0.2 ms); running and waiting from each thread's own `/proc/self/task/<tid>/schedstat`, "
           "read by the agent once per sample. Those are window totals, so overlap on cores is bounded, not "

@@ -313,3 +313,18 @@ def test_the_session_serves_the_same_snapshot_until_something_changes():
     assert s.snapshot() is first  # the screen skips a frame with nothing new
     s.store.add_log("app", "something new")
     assert s.snapshot() is not first and s.snapshot().log[-1].text == "something new"
+
+
+def test_the_dataloader_verdict_is_over_the_last_second_of_windows():
+    """Recorded on a loaded machine: one window of waiting, then the loop computes (a core was taken):
+    compute-bound; the same loop with its workers' sleeps dominating: input-bound."""
+    loader = {"name": "dataloader:0", "kind": "dataloader", "emulated": False, "quantity": "outstanding",
+              "value": 4, "capacity": 4, "launched": 40, "completed": 36, "busy": 1.0, "blocked": 0.0, "ready": 0}
+    st = SessionStore("run")
+    for wait in (0.79, 0.196, 0.042, 0.047, 0.067, 0.049, 0.06, 0.05, 0.02, 0.03):
+        st.on_message(sample(executors=[loader], data_wait=wait))
+    assert st.snapshot().data_verdict.bound == DataBound.COMPUTE
+    assert st.snapshot().data_verdict.wait == approx(0.1351)
+    for wait in (0.92, 0.97, 0.80, 0.12, 0.96, 0.97, 0.68, 0.96, 0.72, 0.65):  # one window computed
+        st.on_message(sample(executors=[loader], data_wait=wait))
+    assert st.snapshot().data_verdict.bound == DataBound.INPUT  # a single window does not flip it
