@@ -33,10 +33,9 @@ class GpusPanel(SnapshotPanel):
     GpusPanel { height: auto; }
     """
 
-    def update_snapshot(self, snapshot: Snapshot, timed: bool = False) -> None:
-        """Draw ``snapshot``; without GPUs the panel shrinks to one borderless line (class ``-empty``)."""
-        self.set_class(not snapshot.gpus, "-empty")
-        super().update_snapshot(snapshot, timed)
+    def empty(self, snapshot: Snapshot) -> bool:
+        """Without GPUs the panel shrinks to one borderless line."""
+        return not snapshot.gpus
 
     def title(self, snapshot: Snapshot) -> str:
         """``GPU  2 devices (NVML)``."""

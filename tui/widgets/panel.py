@@ -146,6 +146,7 @@ class SnapshotPanel(Widget):
         self._tall = 0
         self._tall_t = 0.0
         self._redrawn_t = float("-inf")
+        self._empty = False
         self.clock = time.monotonic
         """Time for :data:`SHRINK_AFTER` (tests replace it)."""
 
@@ -153,12 +154,22 @@ class SnapshotPanel(Widget):
     """Seconds between two redraws on the render timer, for a panel whose figures are means over a
     second or more (a redraw per frame would repaint their jitter, not news); 0 redraws every frame."""
 
+    def empty(self, snapshot: Snapshot) -> bool:
+        """Whether the panel shrinks to one borderless line for ``snapshot`` (class ``-empty``, styled by
+        the panel's CSS): no GPU, no host readings in a replay. Never, unless a panel says so."""
+        return False
+
     def update_snapshot(self, snapshot: Snapshot, timed: bool = False) -> None:
         """Draw ``snapshot`` on the next paint (and relayout when the number of rows changes).
 
-        A panel with nothing to say about ``snapshot`` (:meth:`shown` is false) is hidden. On the render
-        timer (``timed``) a panel with :attr:`redraw_every` is redrawn at most that often.
+        A panel with nothing to say about ``snapshot`` (:meth:`shown` is false) is hidden; one that is
+        :meth:`empty` gets the class ``-empty``. On the render timer (``timed``) a panel with
+        :attr:`redraw_every` is redrawn at most that often.
         """
+        empty = self.empty(snapshot)
+        if empty != self._empty:
+            self._empty = empty
+            self.set_class(empty, "-empty")
         if timed and self.redraw_every and self._rows_cache is not None:
             now = self.clock()
             if now - self._redrawn_t < self.redraw_every:

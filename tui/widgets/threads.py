@@ -43,10 +43,9 @@ class ThreadsPanel(SnapshotPanel):
     ThreadsPanel { height: auto; }
     """
 
-    def update_snapshot(self, snapshot: Snapshot, timed: bool = False) -> None:
-        """Draw ``snapshot``; in a replay (no host readings) the panel shrinks to one borderless line."""
-        self.set_class(snapshot.replay is not None and not snapshot.thread_groups, "-empty")
-        super().update_snapshot(snapshot, timed)
+    def empty(self, snapshot: Snapshot) -> bool:
+        """In a replay (no host readings) the panel shrinks to one borderless line."""
+        return snapshot.replay is not None and not snapshot.thread_groups
 
     def title(self, snapshot: Snapshot) -> str:
         """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
