@@ -12,7 +12,7 @@ from typing import Callable, ClassVar
 
 from textual import events
 from textual.app import App, ComposeResult
-from textual.binding import BindingType
+from textual.binding import BindingsMap, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker
@@ -102,6 +102,7 @@ class TorchparTopApp(App[None]):
         self._main_screen: Screen[object] | None = None
         self._session_closed = False
         self._quitting = False
+        self._replay_keys = False
         self._signal_loop: asyncio.AbstractEventLoop | None = None
         self._quit_when_mounted = False
         self._switching: Worker[None] | None = None
@@ -198,8 +199,20 @@ class TorchparTopApp(App[None]):
             if self._main_screen is not None and self._detail is not None:
                 self._main_screen.set_class(self._detail.display, "-detail")
                 self._main_screen.set_class(snapshot.replay is not None, "-replay")
+        self._footer_for(replay=snapshot.replay is not None)
         if self.on_frame is not None:
             self.call_after_refresh(self.on_frame, snapshot)
+
+    def _footer_for(self, replay: bool) -> None:
+        """The footer shows a replay's keys in a replay, a live session's otherwise (every key stays
+        bound: :func:`~torchpar_top.tui.keys.bindings`)."""
+        if replay == self._replay_keys:
+            return
+        self._replay_keys = replay
+        merged = self._bindings.copy()  # Textual's own map (its defaults too), made from BINDINGS
+        merged.key_to_bindings.update(BindingsMap(keys.bindings(replay)).key_to_bindings)
+        self._bindings = merged
+        self.refresh_bindings()
 
     def _frame(self) -> None:
         """The render timer's frame."""
