@@ -135,7 +135,7 @@ class ThreadSampler:
         if self._descendants and now - self._children_t >= CHILDREN_REFRESH_S:
             self._children_t = now
             try:
-                self._children = [c.pid for c in psutil.Process(self.pid).children(recursive=True)]
+                self._children = descendants(self.pid)
             except psutil.Error:
                 self._children = []
         return self._children
@@ -197,8 +197,40 @@ class ThreadSampler:
 
 
 CHILDREN_REFRESH_S = 1.0
-"""How often :meth:`ThreadSampler.children` walks the process tree again (psutil reads every pid's
-ppid; at 10 Hz that would be most of the sampler's cost)."""
+"""How often :meth:`ThreadSampler.children` walks the process tree again."""
+
+
+def descendants(pid: int) -> list[int]:
+    """Pids of every process below ``pid``, parents before their children.
+
+    Read from ``/proc/<pid>/task/<tid>/children`` (each thread's children; Linux 3.5+ with
+    ``CONFIG_PROC_CHILDREN``): a read per thread of the tree, where psutil's ``children()`` reads the
+    ``stat`` of every process on the machine. Where the kernel has no such file, psutil's walk.
+
+    Raises:
+        psutil.Error: the fallback could not read the tree (``pid`` gone).
+    """
+    out: list[int] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop(0)
+        try:
+            tids = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue  # ended while the tree was walked
+        for tid in tids:
+            try:
+                text = _read_all(f"/proc/{parent}/task/{tid}/children")
+            except FileNotFoundError:
+                if parent == pid and tid == str(pid) and os.path.exists(f"/proc/{pid}"):
+                    return [c.pid for c in psutil.Process(pid).children(recursive=True)]  # no such file
+                continue  # the thread ended
+            except OSError:
+                continue
+            kids = [int(k) for k in text.split()]
+            out.extend(kids)
+            queue.extend(kids)
+    return out
 
 
 def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, int | None]]:
@@ -231,6 +263,18 @@ def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, 
     if not out and not os.path.exists(f"/proc/{pid}"):
         raise ProcessLookupError(pid)
     return out
+
+
+def _read_all(path: str) -> bytes:
+    """A /proc file's bytes, read to its end (a list of children may pass one read's 4 KiB)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _read_small(path: str) -> bytes:
