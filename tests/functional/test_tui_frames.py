@@ -138,3 +138,33 @@ def test_a_line_that_comes_and_goes_keeps_the_panel_tall_for_a_while():
             assert threads.rows_at(threads.size.width) == tall - 1  # shrinks once it has lasted
 
     asyncio.run(body())
+
+
+def test_cached_background_and_opacity_follow_a_theme_and_a_class_change():
+    """Panels keep Textual's ancestor-walked background and opacity between style updates; a new theme
+    or a class on the screen restyles them, and the cache with them."""
+    from textual.dom import DOMNode
+    from textual.widget import Widget
+
+    from torchpar_top.tui.widgets.panel import SnapshotPanel
+
+    def truth(panel):
+        return DOMNode.background_colors.fget(panel), Widget.opacity.fget(panel)
+
+    async def body() -> None:
+        app = TorchparTopApp(FakeSession(make_snapshot(executors=2)), render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await _settle(pilot)
+            panels = [p for p in app.query(SnapshotPanel) if p.display]
+            assert panels
+            before = {id(p): p.background_colors for p in panels}
+            assert all((p.background_colors, p.opacity) == truth(p) for p in panels)
+            app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+            await _settle(pilot)
+            assert all((p.background_colors, p.opacity) == truth(p) for p in panels)
+            assert any(p.background_colors != before[id(p)] for p in panels)  # the theme did change them
+            app.screen.set_class(True, "-short")
+            await _settle(pilot)
+            assert all((p.background_colors, p.opacity) == truth(p) for p in panels)
+
+    asyncio.run(body())

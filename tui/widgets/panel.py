@@ -7,6 +7,8 @@ from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.color import Color
+from textual.dom import DOMNode
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
@@ -138,6 +140,7 @@ class SnapshotPanel(Widget):
         self._lines_cache: tuple[tuple[int, int, int], Style, list[Row], list[Strip | None]] | None = None
         self._height = 1
         self._styles: dict[str, Style] = {}
+        self._backgrounds: tuple[tuple[Color, Color], float] | None = None
         self._blank = Strip([])
         self._shown = True
         self._drawn: tuple[tuple[int, int], list[Row]] | None = None
@@ -266,6 +269,31 @@ class SnapshotPanel(Widget):
         super().notify_style_update()
         self._rows_cache = self._lines_cache = self._drawn = None
         self._styles = {}
+        self._backgrounds = None
+
+    def _blend(self) -> tuple[tuple[Color, Color], float]:
+        """Textual's :attr:`background_colors` and :attr:`opacity`, computed once per style update.
+
+        Textual computes both for every widget it renders, each frame, by walking every ancestor's
+        styles (a fifth of the main thread's time at 10 Hz). They change only with the CSS: a theme,
+        a class on this panel or an ancestor (Textual then restyles the subtree, which calls
+        :meth:`notify_style_update` here). Nothing in this app sets an ancestor's background or
+        opacity inline.
+        """
+        cached = self._backgrounds
+        if cached is None:
+            cached = self._backgrounds = (DOMNode.background_colors.fget(self), Widget.opacity.fget(self))
+        return cached
+
+    @property
+    def background_colors(self) -> tuple[Color, Color]:
+        """As Textual's (``(base background, background)``), cached until the next style update."""
+        return self._blend()[0]
+
+    @property
+    def opacity(self) -> float:
+        """As Textual's (the product of every ancestor's opacity), cached until the next style update."""
+        return self._blend()[1]
 
     def fit_rows(self, rows: list[Row], height: int) -> list[Row]:
         """The rows to draw when ``height`` lines are available; here all (the bottom ones get cut).
