@@ -31,7 +31,7 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets._footer import FooterKey
 
-from torchpar_top.contract.snapshot import LogLine, ResultRow, Snapshot
+from torchpar_top.contract.snapshot import LogLine, ReplayView, ResultRow, Snapshot
 from torchpar_top.contract.vocab import Role
 from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.screens.help import HELP, HelpScreen
@@ -794,7 +794,10 @@ def cut_numbers(panel: Widget) -> list[str]:
 @pytest.mark.parametrize("size", [(40, 12), (46, 30), (52, 16), (58, 30), (66, 30), (80, 24)])
 @pytest.mark.parametrize("make", [lambda: make_snapshot(executors=2, gpus=2, child_state="exited", exit_code=1),
                                   make_run_snapshot, make_torchrun_snapshot,
-                                  lambda: make_snapshot(executors=2, paused=True, cores=16)])
+                                  lambda: make_snapshot(executors=2, paused=True, cores=16),
+                                  lambda: dataclasses.replace(  # a replay: its position line, no host panels
+                                      make_snapshot(executors=2), cores=(), thread_groups=(),
+                                      replay=ReplayView("trace.json.gz", 0.0123, 0.0456, 0.01, 0.001))])
 def test_narrow_panels_cut_labels_never_numbers(size, make) -> None:
     """At 40×12 a queue at 1024 / 1024 must not read ``1``: a row too wide loses words, not digits."""
 
