@@ -57,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from torchpar_top.tui.app import TorchparTopApp
 
-    app = TorchparTopApp(session)
+    # a frame per sample: never faster than 10 Hz, slower with a longer --interval (nothing new between)
+    app = TorchparTopApp(session, render_interval=max(0.1, args.interval))
     signals = QuitSignals(app.quit_from_signal)
     app.run()
     session.close()

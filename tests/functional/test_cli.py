@@ -86,6 +86,8 @@ def test_headless_writes_json_lines_with_every_field_and_exits_clean():
     assert not _alive(last["child"]["pid"])
     stacks = [r["stack"] for r in records if r["stack"]]
     assert stacks and stacks[-1]["source"] == "agent"  # the agent reads it: no py-spy for an experiment
+    footprint = [r["monitor_cpu"] for r in records if r["monitor_cpu"] is not None]
+    assert footprint and all(0 < x < 2 for x in footprint)  # its own share of a core, once a second
 
 
 @pytest.mark.slow

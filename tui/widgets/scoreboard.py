@@ -35,6 +35,9 @@ class ScoreboardPanel(SnapshotPanel):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"score--async", "score--sync"}
 
+    redraw_every = 0.5
+    """Means since each mode began and results of whole rounds: twice a second is news enough."""
+
     DEFAULT_CSS = """
     ScoreboardPanel {
         height: auto;
