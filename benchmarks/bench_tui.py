@@ -397,12 +397,16 @@ def footprint(variants: list[str], rounds: int, seconds: float, log: Callable[[s
                 row = footprint_round(variant, seconds, Path(tmp))
                 log(f"round {r + 1} {variant}: {row}")
                 per[variant].append(row)
-    summary = {}
+    summary: dict[str, Any] = {}
     for variant, rows in per.items():
         key = "gflops" if variant.startswith("mm") else "cpu_percent"
         values = [row[key] for row in rows]
         summary[variant] = {key: statistics.median(values), "min": min(values), "max": max(values),
                             "rounds": values}
+    if "mm alone" in per and "mm under run" in per:  # each round's pair ran back to back
+        ratios = [b["gflops"] / a["gflops"] for a, b in zip(per["mm alone"], per["mm under run"])]
+        summary["mm under run / alone"] = {"ratio": statistics.median(ratios), "min": min(ratios),
+                                           "max": max(ratios), "rounds": ratios}
     return summary
 
 
@@ -442,8 +446,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(summary, indent=2))
         else:
             for variant, row in summary.items():
-                key = "gflops" if "gflops" in row else "cpu_percent"
-                unit = "GFLOP/s" if key == "gflops" else "% of a core"
+                key = next(k for k in ("gflops", "ratio", "cpu_percent") if k in row)
+                unit = {"gflops": "GFLOP/s", "ratio": "x", "cpu_percent": "% of a core"}[key]
                 print(f"{variant:22s} median {row[key]:7.2f} {unit}  ({row['min']:.2f}-{row['max']:.2f}; "
                       f"rounds {', '.join(f'{x:.2f}' for x in row['rounds'])})")
         return 0

@@ -72,6 +72,9 @@ def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
                         help="no screen: write one JSON object per sample to stdout, then exit")
     parser.add_argument("--duration", type=positive, metavar="SECONDS",
                         help="with --headless: how long to run (required there)")
+    parser.add_argument("--record", metavar="FILE",
+                        help="keep the run: write every snapshot to FILE as JSON lines (torchpar-top replay "
+                        "FILE plays it back, torchpar-top export FILE converts it)")
     outputs(parser)
 
 
@@ -141,8 +144,9 @@ def main_parser() -> Parser:
         description="top for PyTorch parallelism: runs an experiment in a child process and shows, live, "
         "per-core load, the child's threads by role, launch-queue depth per executor, busy lanes and "
         "overlap, and async vs sync throughput. Subcommands: `torchpar-top run SCRIPT.py [ARGS]` "
-        "(your code, see `torchpar-top run --help`), `torchpar-top attach PID` and "
-        "`torchpar-top replay TRACE` (a recorded torch.profiler trace, played back), "
+        "(your code, see `torchpar-top run --help`), `torchpar-top attach PID`, "
+        "`torchpar-top replay FILE` (a recording or a torch.profiler trace, played back), "
+        "`torchpar-top export FILE` (Perfetto trace events, CSV) and "
         "`torchpar-top compare A.json B.json` (two --report files, exit 1 when steps/s fell).",
         epilog=KEYS,
     )
@@ -193,29 +197,47 @@ def attach_parser() -> Parser:
 
 
 def replay_parser() -> Parser:
-    """``torchpar-top replay TRACE [--speed X] [--summary]``: a recorded profiler trace."""
+    """``torchpar-top replay FILE [--speed X] [--summary]``: a recording, an export or a profiler trace."""
     parser = Parser(
         prog="torchpar-top replay",
-        description="Play a recorded torch.profiler trace (Chrome trace JSON, .json or .json.gz, or a folder "
-        "of rank-N.json.gz) through the same screen: launch-queue depth per stream as Holistic Trace "
-        "Analysis computes it, busy lanes and overlap, kernel-active share per device, the frontend's sync "
-        "points. --summary prints the whole trace's analysis as one JSON object instead.",
+        description="Play a recording (--record FILE, .jsonl or gzipped), an export read back (export "
+        "--perfetto), or a recorded torch.profiler trace (Chrome trace JSON, .json or .json.gz, or a folder "
+        "of rank-N.json.gz) through the same screen; the format is told from the first bytes. A trace shows "
+        "launch-queue depth per stream as Holistic Trace Analysis computes it, busy lanes and overlap, "
+        "kernel-active share per device, the frontend's sync points. --summary prints the whole recording's "
+        "or trace's summary as one JSON object instead.",
         epilog="Keys in a replay: p pause/play, . and , one frame on/back, left/right seek 5%, home the "
         "trace's start, [ and ] half/double speed, r again, ? help, q quit.",
     )
-    parser.add_argument("trace", metavar="TRACE", help="a trace file, or a folder of one trace per rank")
+    parser.add_argument("trace", metavar="FILE", help="a recording, an export, a trace file, or a folder of "
+                        "one trace per rank")
     parser.add_argument("--summary", action="store_true",
                         help="print one JSON object that summarises the trace, then exit")
-    parser.add_argument("--speed", type=positive, default=0.01, metavar="X",
-                        help="seconds of trace time per second on screen (default: 0.01, 100 times slower "
-                        "than the trace ran)")
-    parser.add_argument("--interval", type=positive, default=0.1, metavar="SECONDS",
-                        help="seconds on screen between frames (default: 0.1)")
+    parser.add_argument("--speed", type=positive, metavar="X",
+                        help="seconds of trace time per second on screen (default: 0.01 for a trace, 100 "
+                        "times slower than it ran; 1 for a recording)")
+    parser.add_argument("--interval", type=positive, metavar="SECONDS",
+                        help="seconds on screen between frames (default: 0.1 for a trace; a recording's "
+                        "own sampling interval)")
     parser.add_argument("--headless", action="store_true",
                         help="no screen: write one JSON object per frame to stdout until the end of the trace")
     parser.add_argument("--duration", type=positive, metavar="SECONDS",
                         help="with --headless: stop after this many seconds, before the end of the trace")
     outputs(parser)
+    return parser
+
+
+def export_parser() -> Parser:
+    """``torchpar-top export FILE --perfetto OUT.json --csv OUT.csv``."""
+    parser = Parser(
+        prog="torchpar-top export",
+        description="Convert a recording (--record FILE) or a profiler trace for other tools: --perfetto "
+        "writes Chrome trace-event JSON (Perfetto UI, chrome://tracing) with counter tracks per core, GPU and "
+        "executor, busy lanes, ASYNC/SYNC periods and sync points; --csv writes one row per sample.",
+    )
+    parser.add_argument("file", metavar="FILE", help="a recording, a trace file, or a folder of traces")
+    parser.add_argument("--perfetto", metavar="OUT.json", help="write a trace-event JSON file")
+    parser.add_argument("--csv", metavar="OUT.csv", help="write one row per sample")
     return parser
 
 
@@ -227,8 +249,8 @@ def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[st
     token after it is the script, whatever it looks like. ``-m`` without a module gives (ours, None,
     True, []).
     """
-    takes_value = {"--interval", "--duration", "--nproc-per-node", "--sync-scope", "--report", "--metrics-port",
-                   "--metrics-addr"}
+    takes_value = {"--interval", "--duration", "--nproc-per-node", "--sync-scope", "--record", "--report",
+                   "--metrics-port", "--metrics-addr"}
     ours: list[str] = []
     i = 0
     while i < len(argv):

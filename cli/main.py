@@ -11,14 +11,17 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
+from torchpar_top import keep
 from torchpar_top.args import attach_parser, main_parser, replay_parser, run_parser, split_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["replay"]:
-        return _replay(argv[1:])
+    if argv[:1] == ["replay"]:  # a recording or an export in keep.replay, a trace in _replay
+        return keep.replay(argv[1:], replay_parser(), lambda args: _replay(argv[1:]), _play)
+    if argv[:1] == ["export"]:
+        return keep.export(argv[1:])
     if argv[:1] == ["compare"]:
         from torchpar_top.outputs import compare
 
@@ -32,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _check_headless(parser, args)
         target = args.experiment
+    record = keep.open_record(args.record)  # an unwritable path fails before anything starts
 
     from torchpar_top.session.session import Session
 
@@ -39,21 +43,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                       gpu_probe=_gpu_probe(), stack_source=_stack_source(), stacks=not args.no_stacks)
     atexit.register(session.close)  # however we leave, the child's process group goes with us
     outputs = _outputs(session, args)
+    recorder = keep.start_recorder(record, session, argv)
+    atexit.register(keep.stop_recorder, recorder)  # runs first (last in, first out); idempotent
     if args.headless:
         from torchpar_top.session import headless
 
         stop = threading.Event()
         signals = QuitSignals(lambda: stop.set())
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
+        keep.stop_recorder(recorder)
         outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only
         return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp
 
-    app = TorchparTopApp(session)
+    # a frame per sample: never faster than 10 Hz, slower with a longer --interval (nothing new between)
+    app = TorchparTopApp(session, render_interval=max(0.1, args.interval))
     signals = QuitSignals(app.quit_from_signal)
     app.run()
     session.close()
+    keep.stop_recorder(recorder)
     outputs.finish(sys.stdout, quit_by="quit", received=signals.received)  # after the alternate screen
     return signals.status(0)
 
@@ -155,20 +164,28 @@ def _replay(argv: list[str]) -> int:
     if args.duration is not None and not args.headless:
         parser.error("--duration only applies with --headless")
 
-    from torchpar_top.session.replay import ReplaySession
+    from torchpar_top.session.replay import DEFAULT_SPEED, ReplaySession
 
     try:
-        session = ReplaySession(args.trace, interval=args.interval, speed=args.speed)
+        session = ReplaySession(args.trace, interval=args.interval or 0.1, speed=args.speed or DEFAULT_SPEED)
     except TraceError as exc:
         parser.exit(2, f"torchpar-top: error: {exc}\n")
+    from torchpar_top.analysis import NO_GPU_NOTE
+
+    return _play(session, args, note="" if session.analysis.has_gpu else NO_GPU_NOTE)
+
+
+def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
+    """Play a replay's session (a trace's or a recording's) headless or on the screen, then the verdict;
+    ``note`` goes to stderr in headless mode."""
     atexit.register(session.close)  # the clock's thread stops however we leave
     outputs = _outputs(session, args)
     if args.headless:
-        from torchpar_top.analysis import NO_GPU_NOTE
         from torchpar_top.session import headless
 
-        if not session.analysis.has_gpu:
-            print(f"torchpar-top: note: {NO_GPU_NOTE}", file=sys.stderr)
+        if note:
+            print(f"torchpar-top: note: {note}", file=sys.stderr)
+
         stop = threading.Event()
         signals = QuitSignals(stop.set)
         status = headless.run(session, args.duration or math.inf, sys.stdout, stop=stop)

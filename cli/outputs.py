@@ -96,7 +96,8 @@ class Outputs:
 def _ended_by(final: Any, quit_by: str, received: int | None, duration: float | None) -> str:
     state = final.child.state
     if state == ChildState.FINISHED:
-        return "the replay reached the trace's end"
+        recorded = final.replay is not None and final.replay.recorded
+        return f"the replay reached the {'recording' if recorded else 'trace'}'s end"
     if state in (ChildState.EXITED, ChildState.FAILED) and final.child.message:
         return final.child.message
     if received is not None:

@@ -165,8 +165,11 @@ class Sample(Message):
     num_threads: int = bounded(lo=1)
     frontend: Frontend
     overlap: float = bounded(lo=0.0, hi=1.0)
-    """Share of the window with two or more executors running at once: on a core for executors whose
-    thread the agent reads (a lower bound, see ``activity.running_overlap``), else in progress."""
+    """Share of the window with two or more executors running at once, at least: on a core for
+    executors whose thread the agent reads (bounded from window totals, ``activity.running_overlap``),
+    else their work in progress (exact)."""
+    overlap_high: float | None = bounded(None, lo=0.0, hi=1.0)
+    """The most it can have been (equal to ``overlap`` where it is exact)."""
     overlap_in_progress: float | None = bounded(None, lo=0.0, hi=1.0)
     """Share of the window with two or more executors holding an item in progress (running or not)."""
     executors: tuple[ExecutorRow, ...] = ()

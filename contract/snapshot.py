@@ -291,6 +291,14 @@ class ReplayView:
     """Seconds of trace time per frame (the interval times the speed)."""
     finished: bool = False
     """The position reached the trace's end."""
+    recorded: bool = False
+    """A recording (``--record``) played back: the snapshots as they were recorded, host readings and
+    scoreboard included, ``position`` and ``duration`` in seconds of the run; not a trace's analysis."""
+
+    @property
+    def trace(self) -> bool:
+        """A profiler trace's analysis (no host readings, trace time), not a recording."""
+        return not self.recorded
 
 
 @dataclass(frozen=True)
@@ -319,8 +327,10 @@ class Snapshot:
     """Frontend lane: fraction of each window the frontend was runnable but waited for a core; empty
     where the agent cannot read its thread's ``schedstat`` (then ``frontend_busy`` is ``1 - wait``)."""
     overlap: tuple[float, ...] = ()
-    """Fraction of each window in which two or more executors were running at once (on a core, for
-    emulated streams; a lower bound, ARCHITECTURE.md)."""
+    """Fraction of each window in which two or more executors were running at once, at least (on a
+    core, for emulated streams: bounded from window totals, ARCHITECTURE.md)."""
+    overlap_high: tuple[float, ...] = ()
+    """The most that fraction can have been, per window (equal to :attr:`overlap` where it is exact)."""
     timing: tuple[bool, ...] = ()
     """Per window of the primary agent (aligned with ``frontend_busy``): whether the experiment had
     paused its live loop for a timing round (the async text's table), which launches without regard to
@@ -360,6 +370,10 @@ class Snapshot:
     """Cores' worth of run-queue wait, when the threads waited for a CPU enough to call it starved."""
     frontend_hot_in_sync: bool = False
     """SYNC, and the frontend runs hot: a thread spinning in a synchronize is waiting, not working."""
+    monitor_cpu: float | None = None
+    """torchpar-top's own footprint: the share of one core its process used over the last second, all
+    its threads (screen, probes, reader), plus py-spy's dumps when attached; None before a second has
+    passed."""
     stack: StackView | None = None
     stack_status: str = ""
     """Why there is no stack (py-spy missing, ptrace not permitted...), or ''."""

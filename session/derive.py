@@ -11,7 +11,8 @@ from typing import Sequence
 from torchpar_top.contract.snapshot import DataVerdict, ThreadGroup
 from torchpar_top.contract.vocab import DataBound, Mode, Role
 
-#: A DataLoader-fed frontend waiting for its next batch more than this share of the time is input-bound.
+#: A DataLoader-fed frontend waiting for its next batch more than this share of the time (the store
+#: gives the last second's mean) is input-bound.
 INPUT_BOUND_WAIT = 0.3
 
 #: Run-queue wait summed over every thread above this (percent of one core: half a core) is "starved"...

@@ -6,16 +6,18 @@ Fields of each line (see README, "Headless output"):
 busy, cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null),
 ``frontend_hot_in_sync``, ``executors`` [{name, rank, kind, quantity, counts, value, capacity, launched,
 completed, ready, busy, running, core_wait, blocked, emulated}], ``throughput`` {value, unit},
-``num_threads``, ``frontend`` {busy, wait, core_wait}, ``overlap`` (running at once),
+``num_threads``, ``frontend`` {busy, wait, core_wait}, ``overlap`` and ``overlap_high`` (running at once:
+at least, at most),
 ``overlap_in_progress``, ``timing`` (the live loop paused for a timing round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}},
 ``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling``
 [{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
-or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``replay``
-{path, position, duration, speed, frame, finished} or null, ``log`` [new log lines since the previous
-object, after a ``dropped`` marker when some came and went between two objects]. Every field is a
+or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu``
+(torchpar-top's own share of a core over the last second), ``replay`` {path, position, duration, speed,
+frame, finished, recorded} or null, ``log`` [new log lines since the previous object, after a ``dropped``
+marker when some came and went between two objects]. Every field is a
 :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
-derived here.
+derived here but the count of log lines left out.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "frontend": {"busy": _last(snap.frontend_busy), "wait": _last(snap.frontend_wait),
                      "core_wait": _last(snap.frontend_core_wait)},
         "overlap": _last(snap.overlap),
+        "overlap_high": _last(snap.overlap_high),
         "overlap_in_progress": _last(snap.overlap_in_progress),
         "timing": bool(snap.timing and snap.timing[-1]),
         "scoreboard": {m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"}
@@ -90,6 +93,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
             "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
         },
         "stack_status": snap.stack_status,
+        "monitor_cpu": None if snap.monitor_cpu is None else round(snap.monitor_cpu, 4),
         "replay": to_plain(snap.replay),
         "log": log_lines(snap, log_after),
     }

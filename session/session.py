@@ -27,6 +27,9 @@ from torchpar_top.session.targets import AttachTarget, ExperimentTarget, ScriptT
 StackSource = Callable[[int], Any]
 """Given a pid, starts a poller with ``latest -> (StackView | None, status)`` and ``stop()``."""
 
+MONITOR_EVERY = 1.0
+"""Seconds between two readings of torchpar-top's own CPU (shown in the header as ``monitor N%``)."""
+
 ATTACH_NOTICE = "attached: cores, threads, GPU use and stacks only — queue depth needs `torchpar-top run`"
 
 
@@ -81,6 +84,7 @@ class Session:
         """Agent connections that closed, by number, until their process is seen to end (or runs on)."""
         self._threads_chosen: int | None = None
         """The intra-op thread count last asked for with ``+``/``-`` (kept by a restart)."""
+        self._snapshot: tuple[tuple[int, Any], Snapshot] | None = None
         self.host_samples = 0
         """How many host readings were stored (headless mode prints one line per reading)."""
 
@@ -181,12 +185,19 @@ class Session:
         self.store.add_log(LogSource.APP, f"{what}: only in a replay of a recorded trace (torchpar-top replay TRACE)")
 
     def snapshot(self) -> Snapshot:
-        """The current state."""
+        """The current state: the same object as last time when nothing changed since (the screen then
+        skips the frame)."""
+        stacks = self._stacks
+        latest = stacks.latest if stacks is not None else None
+        key = (self.store.version, latest)
+        cached = self._snapshot
+        if cached is not None and cached[0][0] == key[0] and cached[0][1] is latest:
+            return cached[1]
         snap = self.store.snapshot()
-        if self._stacks is None:
-            return snap
-        stack, status = self._stacks.latest
-        return _with_stack(snap, stack, status)
+        if latest is not None:
+            snap = _with_stack(snap, *latest)
+        self._snapshot = (key, snap)
+        return snap
 
     # -- the target -------------------------------------------------------------------------------
 
@@ -351,9 +362,20 @@ class Session:
 
     # -- host probes ------------------------------------------------------------------------------
 
+    def _monitor_cpu(self) -> float:
+        """CPU seconds of this process (every thread), plus reaped children's when attached: then the
+        only children are py-spy's dumps (running a workload, the child's CPU would land here when it is
+        reaped)."""
+        cpu = time.process_time()  # nanosecond clock (os.times counts 10 ms ticks)
+        if isinstance(self.target, AttachTarget):
+            t = os.times()
+            cpu += t.children_user + t.children_system
+        return cpu
+
     def _host_loop(self) -> None:
         cores = CoreSampler()  # psutil compares with the previous call from the same thread
         next_t = time.monotonic()
+        mark = (next_t, self._monitor_cpu())
         while not self._stop.is_set():
             next_t += self.interval
             with self._child_lock:
@@ -368,6 +390,11 @@ class Session:
             if self._gpu_probe is not None:
                 self.store.on_gpus(*self._gpu_probe.sample())
             self.host_samples += 1
+            now = time.monotonic()
+            if now - mark[0] >= MONITOR_EVERY:
+                cpu = self._monitor_cpu()
+                self.store.on_monitor(max(0.0, cpu - mark[1]) / (now - mark[0]))
+                mark = (now, cpu)
             self._stop.wait(max(0.0, next_t - time.monotonic()))
 
     def _report_attach_errors(self, samplers: list[ThreadSampler]) -> None:

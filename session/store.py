@@ -12,7 +12,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from torchpar_top.contract.messages import (
     Ack,
@@ -41,6 +41,7 @@ from torchpar_top.contract.snapshot import (
     StackFrame,
     StackView,
     SyncSite,
+    ThreadInfo,
 )
 from torchpar_top.contract.vocab import (
     LOG_LINE_KEEP,
@@ -66,6 +67,10 @@ LOG_LINES = 500
 STDERR_TAIL = 12
 #: Complete rounds of results kept for their median and range.
 ROUNDS_KEPT = 50
+#: Seconds over which the threads panel's CPU and wait shares, and a DataLoader's data wait, are
+#: averaged: a share of one 0.1 s window jitters by several points (and the panel with it, repainted
+#: every frame); the last second reads steadier, and *starved* and *input-bound* do not flap.
+THREADS_MEAN_S = 1.0
 
 
 @dataclass
@@ -159,6 +164,8 @@ class _Source:
     unit: str = "it/s"
     depth: int = 0
     data_wait: float | None = None
+    """Mean share of the last second's windows the frontend waited for its next batch."""
+    data_waits: deque = field(default_factory=lambda: deque(maxlen=10))
     has_dataloader: bool = False
     sites: dict = field(default_factory=dict)  # (where, call) -> (count, per_second)
     sites_t: float | None = None
@@ -200,6 +207,32 @@ class _ModeAccumulator:
         )
 
 
+def _mean_threads(window: deque) -> tuple[ThreadInfo, ...]:
+    """The newest reading's threads with CPU and wait shares averaged over ``window`` (the readings of
+    the last :data:`THREADS_MEAN_S`; a thread counts from its first reading, which reads 0)."""
+    newest = window[-1]
+    if len(window) == 1:
+        return newest
+    sums: dict[int, list[float]] = {}
+    for reading in list(window)[:-1]:
+        for t in reading:
+            acc = sums.get(t.tid)
+            if acc is None:
+                sums[t.tid] = [t.cpu_percent, t.wait_percent, 1.0]
+            else:
+                acc[0] += t.cpu_percent
+                acc[1] += t.wait_percent
+                acc[2] += 1.0
+    out = []
+    for t in newest:
+        acc = sums.get(t.tid)
+        if acc is not None:
+            n = acc[2] + 1.0
+            t = replace(t, cpu_percent=(acc[0] + t.cpu_percent) / n, wait_percent=(acc[1] + t.wait_percent) / n)
+        out.append(t)
+    return tuple(out)
+
+
 class SessionStore:
     """The measured state of one session."""
 
@@ -214,13 +247,21 @@ class SessionStore:
         self._threads: tuple = ()
         self._gpus: tuple[GpuView, ...] = ()
         self._gpu_status = ""
+        self._version = 0
+        self._monitor_cpu: float | None = None
         self.stacks = True
         """Whether the agents' frontend stacks are shown (``--no-stacks`` turns them off)."""
         self.reset(experiment, description)
 
+    @property
+    def version(self) -> int:
+        """Grows with every change to what :meth:`snapshot` returns (a screen may skip a frame)."""
+        return self._version
+
     def reset(self, experiment: str, description: str = "") -> None:
         """Forget the previous child's measurements (a new experiment starts)."""
         with self._lock:
+            self._version += 1
             self.experiment, self.description = experiment, description
             self._roles: dict[int, ThreadRole] = {}
             self._executors: dict[tuple[int, str], _Executor] = {}  # (rank or -1, name)
@@ -230,6 +271,7 @@ class SessionStore:
             self._frontend_split = False
             self._overlap: deque = deque(maxlen=HISTORY)
             self._overlap_in_progress: deque = deque(maxlen=HISTORY)
+            self._overlap_high: deque = deque(maxlen=HISTORY)
             self._timing: deque = deque(maxlen=HISTORY)
             self._throughput: deque = deque(maxlen=HISTORY)
             self._unit = "it/s"
@@ -246,6 +288,7 @@ class SessionStore:
             self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
             self._sample_t: float | None = None
             self._threads = ()
+            self._thread_window: deque = deque(maxlen=max(1, round(THREADS_MEAN_S / self.interval)))
             self._sources: dict[int, _Source] = {}
             self._target = experiment
             self._notice = ""
@@ -260,6 +303,7 @@ class SessionStore:
         if len(text) > LOG_LINE_MAX:
             text = f"{text[:LOG_LINE_KEEP]} … [{len(text) - LOG_LINE_KEEP} more characters left out]"
         with self._lock:
+            self._version += 1
             self._seq += 1
             self._log.append(LogLine(self._seq, LogSource(source), text))
             if source == LogSource.STDERR:
@@ -268,16 +312,19 @@ class SessionStore:
     def set_target(self, label: str, notice: str = "") -> None:
         """What runs (``run train.py``, ``attach 1234``...) and a standing notice about it."""
         with self._lock:
+            self._version += 1
             self._target, self._notice = label, notice
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume taking samples (log lines are kept either way)."""
         with self._lock:
+            self._version += 1
             self._paused = paused
 
     def threads_requested(self, n: int) -> None:
         """The thread count asked of the child (shown until its next sample says what it uses)."""
         with self._lock:
+            self._version += 1
             self._num_threads = n
 
     @property
@@ -306,6 +353,7 @@ class SessionStore:
     def on_host(self, sample: HostSample) -> None:
         """A reading of the host probes."""
         with self._lock:
+            self._version += 1
             if self._paused:
                 return
             if len(self._core_history) != len(sample.cores):
@@ -313,17 +361,26 @@ class SessionStore:
             for hist, load in zip(self._core_history, sample.cores):
                 hist.append(load)
             self._cores = sample.cores
-            self._threads = sample.threads
+            self._thread_window.append(sample.threads)
+            self._threads = _mean_threads(self._thread_window)
+
+    def on_monitor(self, share: float) -> None:
+        """The monitor's own CPU over the last second, as a share of one core."""
+        with self._lock:
+            self._version += 1
+            self._monitor_cpu = share
 
     def on_gpus(self, gpus: tuple[GpuView, ...], status: str) -> None:
         """A reading of the GPU probe (views carry their own history)."""
         with self._lock:
+            self._version += 1
             if not self._paused:
                 self._gpus, self._gpu_status = gpus, status
 
     def on_child(self, child: ChildStatus) -> None:
         """The child's state changed."""
         with self._lock:
+            self._version += 1
             if child.state in (ChildState.EXITED, ChildState.FAILED) and not child.last_stderr:
                 child = ChildStatus(child.pid, child.state, child.exit_code, child.message, tuple(self._stderr))
             self._child = child
@@ -343,12 +400,14 @@ class SessionStore:
             self._on_syncpoints(msg, source)
         elif isinstance(msg, Result):
             with self._lock:
+                self._version += 1
                 if msg.round is None:
                     self._results[msg.label] = ResultRow(msg.label, msg.value, msg.unit)
                 else:
                     self._rounds.add(msg)
         elif isinstance(msg, Scaling):
             with self._lock:
+                self._version += 1
                 self._scaling[msg.threads] = ScalingPoint(msg.threads, msg.gflops, msg.samples)
         elif isinstance(msg, Log):
             self.add_log(LogSource.CHILD, msg.text)
@@ -356,11 +415,13 @@ class SessionStore:
             self.add_log(LogSource.CHILD, f"{'ok' if msg.ok else 'refused'}: {msg.detail}")
         elif isinstance(msg, Exit):
             with self._lock:  # a report, not a fact: shown once the process has ended (on_source_closed)
+                self._version += 1
                 self._source(source).reported = (msg.status, msg.reason)
 
     def _on_hello(self, msg: Hello, source: int) -> None:
         """An agent introduced itself; a second hello on the same connection is ignored."""
         with self._lock:
+            self._version += 1
             src = self._source(source)
             if src.pid is not None:
                 second = True
@@ -386,6 +447,7 @@ class SessionStore:
         in an ``exit`` message, if it got to send one (a rank killed by a signal cannot) and did not run
         on after its connection closed. The log says how the code ended when the report agrees."""
         with self._lock:
+            self._version += 1
             src = self._sources.get(source)
             if src is None or src.state == ChildState.EXITED:
                 return
@@ -407,6 +469,7 @@ class SessionStore:
             src = self._sources.get(source)
             if src is None or src.state != ChildState.RUNNING or src.reported is not None or src.lost:
                 return False
+            self._version += 1
             src.lost = True
             text = (f"monitoring lost: {src.who} (pid {src.pid}) closed its connection to torchpar-top and "
                     "runs on; queues, lanes and throughput stop here (cores, threads and stacks go on)")
@@ -425,6 +488,7 @@ class SessionStore:
         src = self._sources.get(number)
         if src is None:
             src = self._sources[number] = _Source(number)
+            src.data_waits = deque(maxlen=max(1, round(THREADS_MEAN_S / self.interval)))
         return src
 
     def _primary(self) -> int:
@@ -436,6 +500,7 @@ class SessionStore:
         # Rates are counts over the time they could be seen: all of it, or the op counter's slices.
         now = time.monotonic() if msg.covered is None else msg.covered
         with self._lock:
+            self._version += 1
             src = self._source(source)
             if src.sites_sampled != (msg.covered is not None):
                 src.sites_t = None  # the clock changed: no rate from this pair of reports
@@ -451,10 +516,16 @@ class SessionStore:
 
     def _on_sample(self, msg: Sample, source: int = 0) -> None:
         with self._lock:
+            self._version += 1
             self._roles.update({r.tid: r for r in msg.roles})
             src = self._source(source)
             src.throughput, src.unit = msg.throughput, msg.unit
-            src.data_wait = msg.data_wait
+            if msg.data_wait is None:
+                src.data_waits.clear()
+                src.data_wait = None
+            else:  # the verdict and the figure are over the last second: one 0.1 s window flaps
+                src.data_waits.append(msg.data_wait)
+                src.data_wait = sum(src.data_waits) / len(src.data_waits)
             src.depth = sum(row.value for row in msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage
@@ -484,6 +555,7 @@ class SessionStore:
             self._frontend_split = self._frontend_split or msg.frontend.core_wait is not None
             self._frontend_core_wait.append(msg.frontend.core_wait or 0.0)
             self._overlap.append(msg.overlap)
+            self._overlap_high.append(msg.overlap if msg.overlap_high is None else msg.overlap_high)
             self._overlap_in_progress.append(msg.overlap if msg.overlap_in_progress is None
                                              else msg.overlap_in_progress)
             self._throughput.append(msg.throughput)
@@ -526,6 +598,7 @@ class SessionStore:
                 frontend_wait=tuple(self._frontend_wait),
                 frontend_core_wait=tuple(self._frontend_core_wait) if self._frontend_split else (),
                 overlap=tuple(self._overlap),
+                overlap_high=tuple(self._overlap_high),
                 overlap_in_progress=tuple(self._overlap_in_progress),
                 timing=tuple(self._timing),
                 throughput=self._last_throughput,
@@ -550,6 +623,7 @@ class SessionStore:
                 frontend_hot_in_sync=derive.frontend_hot_in_sync(self._mode, groups),
                 op_coverage=None if primary is None else primary.op_coverage,
                 stack=self._stack,
+                monitor_cpu=self._monitor_cpu,
             )
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:

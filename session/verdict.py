@@ -257,7 +257,8 @@ class RunTally:
                 "ended_by": ended_by,
                 "exit_code": snap.child.exit_code if snap else None,
                 "seconds": round(self.seconds, 3),
-                "seconds_are": "trace time" if snap is not None and snap.replay is not None else "wall time",
+                "seconds_are": "wall time" if snap is None or snap.replay is None else
+                "recorded wall time" if snap.replay.recorded else "trace time",
                 "snapshots": self.snapshots,
                 "figures": figures,
                 "by_mode": modes,

@@ -12,7 +12,7 @@ from typing import Callable, ClassVar
 
 from textual import events
 from textual.app import App, ComposeResult
-from textual.binding import BindingType
+from textual.binding import BindingsMap, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker
@@ -20,6 +20,7 @@ from textual.worker import Worker
 from torchpar_top.contract.snapshot import SessionLike, Snapshot
 from torchpar_top.tui import keys
 from torchpar_top.tui.commands import TorchparCommands
+from torchpar_top.tui.compositor import screen_class
 from torchpar_top.tui.screens.help import HelpScreen
 from torchpar_top.tui.screens.picker import PickerScreen
 from torchpar_top.tui.widgets.cores import CoresPanel
@@ -101,9 +102,15 @@ class TorchparTopApp(App[None]):
         self._main_screen: Screen[object] | None = None
         self._session_closed = False
         self._quitting = False
+        self._replay_keys = False
         self._signal_loop: asyncio.AbstractEventLoop | None = None
         self._quit_when_mounted = False
         self._switching: Worker[None] | None = None
+
+    def get_default_screen(self) -> Screen[object]:
+        """The main screen, drawn with :class:`~torchpar_top.tui.compositor.LineCompositor` (a frame renders
+        the lines that changed, not every line of every panel) under the Textual version it was tested with."""
+        return screen_class()(id="_default")
 
     def compose(self) -> ComposeResult:
         """Header; cores | threads (| ranks); queues; lanes | scoreboard; GPUs; stack | sync points; log."""
@@ -148,7 +155,7 @@ class TorchparTopApp(App[None]):
         self.refresh_from_session()
         self.paused = bool(self.last_snapshot and self.last_snapshot.paused)
         if self.render_interval is not None:
-            self.set_interval(self.render_interval, self.refresh_from_session)
+            self.set_interval(self.render_interval, self._frame)
 
     def on_resize(self, event: events.Resize) -> None:
         """Short terminals get shorter panels; narrow ones a footer without the palette hint."""
@@ -159,22 +166,31 @@ class TorchparTopApp(App[None]):
         """Close the session (once)."""
         self._close_session()
 
-    def refresh_from_session(self, force: bool = False) -> None:
+    def refresh_from_session(self, force: bool = False, timed: bool = False) -> None:
         """Take one snapshot and push it to every panel in one batch.
 
         Args:
             force: Redraw even when the session returns the snapshot drawn last (a display setting
                 changed, e.g. ``k``).
+            timed: Called by the render timer: panels that redraw less often may skip this frame.
         """
         if self._session_closed or self._log_panel is None:
             return
         snapshot = self.session.snapshot()
+        panels = self._panels
         if snapshot is self.last_snapshot and not force:
-            return  # nothing new (e.g. paused): nothing to redraw
+            # nothing new (e.g. paused): nothing to redraw, but for a panel that skipped it on the timer
+            panels = [p for p in panels if p.redraw_every and p.snapshot is not snapshot]
+            if not panels:
+                return
+            with self.batch_update():
+                for panel in panels:
+                    panel.update_snapshot(snapshot, timed)
+            return
         self.last_snapshot = snapshot
         with self.batch_update():
-            for panel in self._panels:
-                panel.update_snapshot(snapshot)
+            for panel in panels:
+                panel.update_snapshot(snapshot, timed)
             self._log_panel.update_snapshot(snapshot)
             if self._top is not None:
                 self._top.set_class(shows_ranks(snapshot), "-ranks")
@@ -182,9 +198,25 @@ class TorchparTopApp(App[None]):
                 row.fit()
             if self._main_screen is not None and self._detail is not None:
                 self._main_screen.set_class(self._detail.display, "-detail")
-                self._main_screen.set_class(snapshot.replay is not None, "-replay")
+                self._main_screen.set_class(snapshot.replay is not None and snapshot.replay.trace, "-replay")
+        self._footer_for(replay=snapshot.replay is not None)
         if self.on_frame is not None:
             self.call_after_refresh(self.on_frame, snapshot)
+
+    def _footer_for(self, replay: bool) -> None:
+        """The footer shows a replay's keys in a replay, a live session's otherwise (every key stays
+        bound: :func:`~torchpar_top.tui.keys.bindings`)."""
+        if replay == self._replay_keys:
+            return
+        self._replay_keys = replay
+        merged = self._bindings.copy()  # Textual's own map (its defaults too), made from BINDINGS
+        merged.key_to_bindings.update(BindingsMap(keys.bindings(replay)).key_to_bindings)
+        self._bindings = merged
+        self.refresh_bindings()
+
+    def _frame(self) -> None:
+        """The render timer's frame."""
+        self.refresh_from_session(timed=True)
 
     # actions: each one is a session call, then a redraw so its effect shows at once
 

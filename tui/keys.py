@@ -3,7 +3,8 @@ palette are all made from :data:`KEYS` (``tests/unit/test_docs.py`` checks the R
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from textual.binding import Binding
 
@@ -26,19 +27,27 @@ class Key:
     does: str
     bindings: tuple[Binding, ...] = ()
     commands: tuple[Command, ...] = ()
+    footer: Literal["both", "live", "replay"] = "both"
+    """Where its first binding is shown in the footer (if shown at all): in both, only in a live session
+    (``s``, ``+/-``, ``w``: nothing to do in a replay), or only in a replay (stepping, seeking, speed).
+    The key itself works everywhere (a live session answers a replay key in the log, and back)."""
+    replay_display: str | None = None
+    """The footer's key for a replay key (``./,`` for step and step back)."""
 
 
 KEYS: tuple[Key, ...] = (
     Key("`s`", "toggle ASYNC / SYNC",
         (Binding("s", "toggle_sync", "sync"),),
-        (Command("Toggle sync (ASYNC / SYNC)", "toggle_sync", "synchronize after every op, or not (key s)"),)),
+        (Command("Toggle sync (ASYNC / SYNC)", "toggle_sync", "synchronize after every op, or not (key s)"),),
+        footer="live"),
     Key("`+` `=` / `-`", "one more / one fewer intra-op thread (`torch.set_num_threads`)",
         (Binding("plus,equals_sign", "more_threads", "threads", key_display="+/-"),
          Binding("minus", "fewer_threads", "fewer threads", key_display="-", show=False)),
         (Command("More threads", "more_threads", "torch.set_num_threads(n + 1) in the child (key +)"),
-         Command("Fewer threads", "fewer_threads", "torch.set_num_threads(n - 1) in the child (key -)"))),
+         Command("Fewer threads", "fewer_threads", "torch.set_num_threads(n - 1) in the child (key -)")),
+        footer="live"),
     Key("`w`", "pick an experiment to run",
-        (Binding("w", "pick_experiment", "experiment"),)),
+        (Binding("w", "pick_experiment", "experiment"),), footer="live"),
     Key("`r`", "restart: run the same script or experiment again (e.g. after it ended); an experiment keeps "
                "the thread count of `+`/`-`, set before any of its threads start; a replay plays again from "
                "its first launch",
@@ -46,7 +55,8 @@ KEYS: tuple[Key, ...] = (
         (Command("Restart", "restart", "run the same script or experiment again (key r)"),)),
     Key("`k`", "show / hide the frontend stack panel",
         (Binding("k", "toggle_stack", "stack"),),
-        (Command("Toggle stack panel", "toggle_stack", "the frontend's Python stack, from py-spy (key k)"),)),
+        (Command("Toggle stack panel", "toggle_stack", "the frontend's Python stack (key k)"),),
+        footer="live"),
     Key("`h`", "a 1 s `torch.profiler` window, analysed the way Holistic Trace Analysis computes queue length: "
                "exact depth per CUDA stream and time at the 1024 cap, in the log (CUDA only)",
         (Binding("h", "profile", "profile", show=False),),
@@ -59,20 +69,23 @@ KEYS: tuple[Key, ...] = (
         (Binding("full_stop", "step_forward", "step", key_display=".", show=False),
          Binding("comma", "step_back", "step back", key_display=",", show=False)),
         (Command("Step one frame", "step_forward", "replay: pause and show the next frame (key .)"),
-         Command("Step one frame back", "step_back", "replay: pause and show the previous frame (key ,)"))),
+         Command("Step one frame back", "step_back", "replay: pause and show the previous frame (key ,)")),
+        footer="replay", replay_display="./,"),
     Key("`←` / `→`", "replay: seek back / forward by 5 % of the trace",
         (Binding("left", "seek_back", "seek", key_display="←", show=False),
          Binding("right", "seek_forward", "seek", key_display="→", show=False)),
         (Command("Seek back", "seek_back", "replay: 5 % of the trace back (key ←)"),
-         Command("Seek forward", "seek_forward", "replay: 5 % of the trace on (key →)"))),
+         Command("Seek forward", "seek_forward", "replay: 5 % of the trace on (key →)")),
+        footer="replay", replay_display="←/→"),
     Key("`home`", "replay: go to the trace's start",
         (Binding("home", "seek_start", "start", show=False),),
-        (Command("Go to the trace's start", "seek_start", "replay: t = 0 (key home)"),)),
+        (Command("Go to the trace's start", "seek_start", "replay: t = 0 (key home)"),), footer="replay"),
     Key("`[` / `]`", "replay: half / double speed (trace time per second on screen)",
-        (Binding("left_square_bracket", "slower", "slower", key_display="[", show=False),
+        (Binding("left_square_bracket", "slower", "speed", key_display="[", show=False),
          Binding("right_square_bracket", "faster", "faster", key_display="]", show=False)),
         (Command("Slower replay", "slower", "replay: half the speed (key [)"),
-         Command("Faster replay", "faster", "replay: double the speed (key ])"))),
+         Command("Faster replay", "faster", "replay: double the speed (key ])")),
+        footer="replay", replay_display="[/]"),
     Key("`?`", "this help",
         (Binding("question_mark", "help", "help", key_display="?"),),
         (Command("Help", "help", "what each panel means (key ?)"),)),
@@ -84,9 +97,23 @@ KEYS: tuple[Key, ...] = (
 )
 
 
-def bindings() -> list[Binding]:
-    """The main screen's bindings, in table order."""
-    return [b for key in KEYS for b in key.bindings]
+def bindings(replay: bool = False) -> list[Binding]:
+    """The main screen's bindings, in table order; the footer shows a live session's keys, or with
+    ``replay`` a replay's (every key is bound either way)."""
+    out = []
+    for key in KEYS:
+        for i, b in enumerate(key.bindings):
+            if key.footer == "live" and replay:
+                b = replace(b, show=False)
+            elif key.footer == "replay" and i == 0:
+                b = replace(b, show=replay, key_display=key.replay_display or b.key_display)
+            out.append(b)
+    return out
+
+
+def footer_keys(replay: bool = False) -> list[str]:
+    """The footer's keys, as it writes them, in order (tests and docs)."""
+    return [b.key_display or b.key for b in bindings(replay) if b.show]
 
 
 def commands() -> list[Command]:

@@ -22,8 +22,11 @@ PANELS: tuple[Panel, ...] = (
           "what runs (an experiment, `run train.py`, `run train.py ×2 ranks`, `attach PID`, `replay "
           "trace.json.gz`), and the mode: **ASYNC** (the frontend enqueues work and returns at once) or "
           "**SYNC** (a `synchronize()` after every op). Then the child's state when it is not running "
-          "(*exited 1*, *attached*, a replay *finished*), throughput and the summed queue depth.",
-          "Throughput is the workload's own count per second: items, mm, chains or optimizer steps."),
+          "(*exited 1*, *attached*, a replay *finished*), throughput, the summed queue depth, and "
+          "**monitor N%**: torchpar-top's own CPU over the last second (all its threads, and py-spy's dumps "
+          "when attached), at 100 columns and more.",
+          "Throughput is the workload's own count per second: items, mm, chains or optimizer steps. To "
+          "lower the monitor's cost: `--interval 0.2` (half the samples and frames), `--no-stacks`."),
     Panel("CPU", "load per core, 0-100% on a fixed scale, with a short history.",
           "From psutil in the monitor; rows up to 8 cores, compact cells up to 64, one glyph per core up "
           "to 256."),
@@ -34,6 +37,7 @@ PANELS: tuple[Panel, ...] = (
           "group. **waits N%**: time runnable but with every core taken (the kernel's run-queue delay); "
           "above half a core in all (and a fifth of the threads' runnable time), the panel says "
           "**starved** — more runnable threads than cores.",
+          "Means over the last second, redrawn twice a second. "
           "From `/proc/<pid>/task/*/{stat,schedstat}` (nanosecond CPU time). The agent names its own "
           "threads (frontend, stream executors, pin-memory threads, agent) and lists the other Python "
           "threads (`threading.enumerate()`); `PTThreadPool` is the inter-op pool, `pt_autograd_*` autograd, "
@@ -58,19 +62,20 @@ PANELS: tuple[Panel, ...] = (
           "moment every launch's kernel record had arrived; it says *standing aside* while torch.profiler "
           "or a CUDA graph capture holds CUPTI, and *sampled* when CUPTI records in windows "
           "(`--cupti-duty`, one sample interval in 20 by default). Input-bound means the frontend waited "
-          "for data more than "
-          "30 % of the time."),
+          "for data more than 30 % of the last second."),
     Panel("lanes",
           "the last 5 s. The frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
           "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "
           "script is not busy). An emulated stream's lane shows how much its thread *ran*, and `░` where it "
           "waited for a core more than it ran: **run N% waits M%**. *overlap on cores* is the share of time "
-          "two or more executors ran at once; *in progress* the share they both had work, running or not "
-          "(on one free core they take turns: 100% in progress, 0% on cores).",
+          "two or more executors ran at once, as a range (at least–at most) where it cannot be exact; *in "
+          "progress* the share they both had work, running or not (on one core they take turns: 100% in "
+          "progress, 0% on cores). Redrawn five times a second.",
           "Work in progress comes from busy intervals the agent records as items run (merged across gaps "
           "under 0.2 ms); running and waiting from each thread's own `/proc/self/task/<tid>/schedstat`, "
-          "read by the agent once per sample. Those are window totals, so overlap on cores is a lower bound "
-          "(exact while one of two executors is always on a core; ARCHITECTURE.md). Executors without a "
+          "read by the agent once per sample. Those are window totals, so overlap on cores is bounded, not "
+          "measured: at least (Σ run − time with work)/(n − 1), at most the overlap in progress and Σ run − "
+          "the largest run (ARCHITECTURE.md). Executors without a "
           "thread of their own (CUDA streams, inter-op futures, DataLoader) show **busy N%**: work in "
           "progress."),
     Panel("async vs sync (measured)",

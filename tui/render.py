@@ -8,6 +8,7 @@ like 0-100%.
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from typing import Sequence
 
@@ -161,12 +162,47 @@ def inert(text: str) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    """``text`` cut to ``width`` cells, with ``…`` when something was cut."""
+    """``text`` cut to ``width`` cells, with ``…`` when something was cut; a number the cut would split
+    goes whole (``waited 1.2 cores`` never reads ``waited 1.…``: a number cut short reads as another)."""
     if width <= 0:
         return ""
     if len(text) <= width:
         return text
-    return text[: width - 1] + "…" if width > 1 else text[:1]
+    head = text[: width - 1]
+    if _NUMBER_TAIL.search(head) and text[width - 1] in _NUMBER_CHARS:
+        head = _NUMBER_TAIL.sub("", head)
+    if width == 1:
+        return "…" if text[0] in _NUMBER_CHARS else text[:1]
+    return head + "…"
+
+
+_NUMBER_CHARS = frozenset("0123456789.,")
+_NUMBER_TAIL = re.compile(r"\d[\d.,]*$")
+
+
+def squeeze(text: str, width: int) -> str:
+    """``text`` (a right-aligned number, maybe after a word) in at most ``width`` cells: its leading spaces
+    give way, then a leading word (``" busy  35%"`` → ``"35%"``); ``""`` when even the number does not
+    fit (a number is shown whole or not at all)."""
+    if len(text) <= width:
+        return text
+    text = text.lstrip()
+    if len(text) <= width:
+        return text.rjust(width)
+    last = text.split()[-1]
+    return last.rjust(width) if len(last) <= width else ""
+
+
+def fields(text: str, width: int, sep: str = "  ") -> str:
+    """The leading ``sep``-separated fields of ``text`` that fit in ``width`` cells, each whole (``mem
+    31.0G/80.0G  312/400 W  61°C`` loses its temperature, then its power, never half a number)."""
+    out = ""
+    for part in text.split(sep):
+        candidate = f"{out}{sep}{part}" if out else part
+        if len(candidate) > width:
+            break
+        out = candidate
+    return out
 
 
 def wrap(text: str, width: int) -> list[str]:

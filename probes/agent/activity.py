@@ -156,29 +156,34 @@ def split_busy(busy: float, run: float, wait: float) -> tuple[float, float]:
     return running, min(busy - running, max(0.0, wait))
 
 
-def running_overlap(per_executor: Sequence[Sequence[Interval]], running: Sequence[float | None]) -> float:
-    """Time during which two or more executors were *running on a core* at once: a lower bound.
+def running_overlap(per_executor: Sequence[Sequence[Interval]],
+                    running: Sequence[float | None]) -> tuple[float, float]:
+    """Time during which two or more executors were *running on a core* at once: ``(least, most)``.
 
     ``per_executor`` are the executors' in-progress intervals; ``running`` their running time in the
     window in seconds (``None`` where the intervals are themselves running time: a CUDA stream's
-    kernels run on the device). With nothing measured this is :func:`overlap_time` exactly.
+    kernels run on the device). With nothing measured both are :func:`overlap_time`, exactly.
 
-    Otherwise only window totals are known, not *when* in its intervals a thread ran, so the exact
-    overlap cannot be had; this is the least it can be. With ``R_i`` each executor's running time, ``U``
-    the time at least one was in progress and ``n`` executors, ``sum(R_i) <= U + (n - 1) * T2`` where
-    ``T2`` is the time two or more ran at once, so ``T2 >= (sum(R_i) - U) / (n - 1)``; it is also at
-    most the in-progress overlap. For two executors the bound is exact whenever, while either had work,
-    at least one of them was on a core (e.g. both competing for the cores with other processes: every
-    moment one of them is not running, the other is); it underestimates when both were off a core at
-    once (both blocked on the GIL, both waiting behind other work).
+    Otherwise only window totals are known, not *when* in its intervals a thread ran, so the overlap
+    is bounded, not measured. With ``R_i`` each executor's running time, ``U`` the time at least one
+    had work in progress, ``B`` the time two or more had (:func:`overlap_time`) and ``n`` executors:
+
+    - least: ``sum(R) <= U + (n - 1) * T2`` gives ``T2 >= (sum(R) - U) / (n - 1)``. For two executors
+      it is exact whenever, while either had work, at least one of them was on a core (both competing
+      for the cores with other processes: every moment one is off a core, the other is on it); it
+      underestimates when both were off a core at once (both blocked on the GIL, both behind other
+      work).
+    - most: ``T2 <= B``, and every moment two run at once one of them is not the one that ran most, so
+      ``T2 <= sum(R) - max(R)``. Exact when the executors ran whenever they could at the same moments.
     """
     n = len(per_executor)
     if n < 2:
-        return 0.0
+        return 0.0, 0.0
     in_progress = overlap_time(per_executor)
     if all(r is None for r in running):
-        return in_progress
+        return in_progress, in_progress
     merged = [union(intervals) for intervals in per_executor]
     runs = [busy_time(m) if r is None else min(r, busy_time(m)) for m, r in zip(merged, running)]
     either = busy_time([iv for m in merged for iv in m])
-    return min(in_progress, max(0.0, (sum(runs) - either) / (n - 1)))
+    least = min(in_progress, max(0.0, (sum(runs) - either) / (n - 1)))
+    return least, max(least, min(in_progress, sum(runs) - max(runs)))

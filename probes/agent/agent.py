@@ -115,6 +115,7 @@ class Agent:
         self.running = True
         """False once torchpar-top asked the workload to stop; loops should check it."""
         self.executors: list[Executor] = []
+        self._side: list[EmulatedStream] = []
         self.cuda: Any = None
         """The :class:`~torchpar_top.probes.agent.cuda.CudaMonitor`, created by the first ``cuda_stream``."""
         self.frontend_wait = ActivityRecorder()
@@ -142,11 +143,11 @@ class Agent:
         self._agent_tids: list[int] = []
         self._threads: list[threading.Thread] = []
         self._drain_target: dict[int, int] = {}
+        """After a switch to SYNC: per executor, the launches made before it (the ASYNC backlog)."""
         self.clock = ThreadClock()
         """Run and wait time of the frontend and executor threads (``schedstat``), read by the sampler."""
         self.timing = ActivityRecorder()
         """When an experiment paused its live loop for a timing round (:meth:`timing_round`)."""
-        """After a switch to SYNC: per executor, the launches made before it (the ASYNC backlog)."""
         self.hard_exit: Callable[[], None] = _kill_own_group
         """Called when the workload ignores a stop for :data:`AGENT_STOP_GRACE` seconds (tests replace it)."""
 
@@ -157,6 +158,13 @@ class Agent:
         return self.add(
             EmulatedStream(name, capacity, wait=self.frontend_wait, threads=lambda: self._threads_wanted)
         )
+
+    def side_stream(self, name: str, capacity: int = DEFAULT_CAPACITY) -> EmulatedStream:
+        """An emulated stream the experiment uses for itself (a timing round), not shown as an executor:
+        its thread is named in the threads panel, its queue and lanes are not drawn."""
+        stream = EmulatedStream(name, capacity, threads=lambda: self._threads_wanted)
+        self._side.append(stream)
+        return stream
 
     def eager_device(self, name: str = "cpu (eager)") -> EagerDevice:
         """The CPU running eager ops on the frontend thread (depth 0)."""
@@ -277,7 +285,7 @@ class Agent:
     def close(self) -> None:
         """Stop the executors (the process is about to exit)."""
         self.running = False
-        for ex in self.executors:
+        for ex in (*self.executors, *self._side):
             ex.close()
         if self.cuda is not None:
             self.cuda.close()
@@ -288,7 +296,8 @@ class Agent:
         most what one message may carry."""
         roles = [ThreadRole(self.frontend_tid, Role.FRONTEND)]
         roles += [ThreadRole(tid, Role.AGENT) for tid in self._agent_tids]
-        roles += [ThreadRole(tid, ex.thread_role, ex.name) for ex in self.executors for tid in ex.tids]
+        roles += [ThreadRole(tid, ex.thread_role, ex.name) for ex in (*self.executors, *self._side)
+                  for tid in ex.tids]
         known = {r.tid for r in roles}
         for thread in threading.enumerate():
             tid = thread.native_id
@@ -339,6 +348,7 @@ class Agent:
             stack = self.frontend_stack(idle=frontend.core_wait is not None and frontend.busy < IDLE_RUN_SHARE)
         done, unit = self.throughput.take()
         several = len(per_executor) > 1
+        on_cores = running_overlap(per_executor, running)
         sample = Sample(
             t=time.time(),
             window=window,
@@ -347,7 +357,8 @@ class Agent:
             unit=unit,
             num_threads=self._threads_wanted,
             frontend=frontend,
-            overlap=min(1.0, running_overlap(per_executor, running) / window) if several else 0.0,
+            overlap=min(1.0, on_cores[0] / window),
+            overlap_high=min(1.0, on_cores[1] / window),
             overlap_in_progress=min(1.0, overlap_time(per_executor) / window) if several else 0.0,
             executors=tuple(rows),
             roles=self.roles(),
@@ -393,7 +404,7 @@ class Agent:
         if cpu is None:
             return Frontend(busy=1.0 - wait, wait=wait)
         busy = min(1.0 - wait, cpu[0] / window)
-        return Frontend(busy=busy, wait=wait, core_wait=min(1.0 - wait - busy, cpu[1] / window))
+        return Frontend(busy=busy, wait=wait, core_wait=max(0.0, min(1.0 - wait - busy, cpu[1] / window)))
 
     def draining(self) -> bool:
         """True while work launched before the switch to SYNC is still completing."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -55,6 +56,8 @@ class EmulatedStream(Executor):
         self._threads = threads
         self._errors = 0
         self.last_error: str | None = None
+        self._go = threading.Event()
+        self._go.set()
         self._thread = threading.Thread(target=self._run, name=f"tpt-{name}", daemon=True)
         self._ready = threading.Event()
         self._thread.start()
@@ -78,6 +81,19 @@ class EmulatedStream(Executor):
             while self.completed < self.launched and self._thread.is_alive():
                 self._done.wait(0.5)
 
+    @contextmanager
+    def hold(self, timeout: float = 5.0) -> Iterator[None]:
+        """Pause the executor: it finishes the item it runs and takes no other until the block ends.
+        Launches still queue (and block when full): the backlog waits, as it was."""
+        self._go.clear()
+        try:
+            deadline = time.monotonic() + timeout
+            while self.started > self.completed and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            yield
+        finally:
+            self._go.set()
+
     def close(self) -> None:
         """Drop queued work and stop the thread."""
         try:
@@ -86,6 +102,7 @@ class EmulatedStream(Executor):
         except queue.Empty:
             pass
         self._queue.put(_STOP)
+        self._go.set()
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
@@ -93,6 +110,7 @@ class EmulatedStream(Executor):
         self._ready.set()
         applied = None
         while True:
+            self._go.wait()
             item = self._queue.get()
             if item is _STOP:
                 return

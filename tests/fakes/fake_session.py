@@ -221,6 +221,7 @@ def make_snapshot(
 
     return typed(Snapshot(
         t=1000.0,
+        monitor_cpu=0.052,
         experiment=experiment,
         description="emulated CPU streams",
         mode=mode,
@@ -242,6 +243,7 @@ def make_snapshot(
         frontend_wait=frontend_wait,
         frontend_core_wait=frontend_core_wait,
         overlap=overlap,
+        overlap_high=tuple(round(0.8 * x, 3) for x in in_progress),
         overlap_in_progress=in_progress,
         throughput=9.1 if sync else 12.4,
         throughput_history=tuple(12.0 + 0.1 * (i % 5) for i in range(n_hist)),

@@ -86,6 +86,8 @@ def test_headless_writes_json_lines_with_every_field_and_exits_clean():
     assert not _alive(last["child"]["pid"])
     stacks = [r["stack"] for r in records if r["stack"]]
     assert stacks and stacks[-1]["source"] == "agent"  # the agent reads it: no py-spy for an experiment
+    footprint = [r["monitor_cpu"] for r in records if r["monitor_cpu"] is not None]
+    assert footprint and all(0 < x < 2 for x in footprint)  # its own share of a core, once a second
 
 
 @pytest.mark.slow
@@ -200,7 +202,7 @@ def test_replay_errors_are_one_line_and_status_2(tmp_path):
         ([os.path.join(TRACES, "cpu_only.json.gz"), "--duration", "3"], "--duration only applies with --headless"),
         ([os.path.join(TRACES, "cpu_only.json.gz"), "--summary", "--headless"], "--headless and --duration do not"),
         ([os.path.join(TRACES, "cpu_only.json.gz"), "--speed", "0"], "must be greater than 0"),
-        (["--summary"], "the following arguments are required: TRACE"),
+        (["--summary"], "the following arguments are required: FILE"),
     ]
     for args, needle in cases:
         proc = run("replay", *args, timeout=60)

@@ -31,7 +31,7 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets._footer import FooterKey
 
-from torchpar_top.contract.snapshot import LogLine, ResultRow, Snapshot
+from torchpar_top.contract.snapshot import LogLine, ReplayView, ResultRow, Snapshot
 from torchpar_top.contract.vocab import Role
 from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.screens.help import HELP, HelpScreen
@@ -771,5 +771,42 @@ async def test_lanes_split_running_from_waiting_for_a_core() -> None:
         lines = text_of(lanes).splitlines()
         stream1 = next(line for line in lines if line.startswith("cpu-stream:1"))
         assert " run  53% waits  38%" in stream1 and "░" not in stream1  # it ran more than it waited
-        assert "overlap on cores 18% · in progress 37%" in text_of(lanes)
+        assert "overlap on cores 18–29% · in progress 37%" in text_of(lanes)
         assert "waiting for a core" in str(lanes.border_title)
+
+
+NUMBER = re.compile(r"\d[\d.,]*(?:\s?/\s?[\d∞][\d.,]*)?[%kMG]?")
+"""A number as the panels draw it: ``1024``, ``29.6``, ``97%``, ``1.23k``, ``1024 / 1024``, ``3/4``."""
+
+
+def cut_numbers(panel: Widget) -> list[str]:
+    """The rows of ``panel`` whose right edge would cut a number in two (the screen crops what is too wide)."""
+    width = panel.size.width
+    bad = []
+    for row in panel._rows(width):
+        text = "".join(seg.text for seg in row.segments)
+        for match in NUMBER.finditer(text):
+            if match.start() < width < match.end():
+                bad.append(f"{text[:width]}|{text[width:]}")
+    return bad
+
+
+@pytest.mark.parametrize("size", [(40, 12), (46, 30), (52, 16), (58, 30), (66, 30), (80, 24)])
+@pytest.mark.parametrize("make", [lambda: make_snapshot(executors=2, gpus=2, child_state="exited", exit_code=1),
+                                  make_run_snapshot, make_torchrun_snapshot,
+                                  lambda: make_snapshot(executors=2, paused=True, cores=16),
+                                  lambda: dataclasses.replace(  # a replay: its position line, no host panels
+                                      make_snapshot(executors=2), cores=(), thread_groups=(),
+                                      replay=ReplayView("trace.json.gz", 0.0123, 0.0456, 0.01, 0.001))])
+def test_narrow_panels_cut_labels_never_numbers(size, make) -> None:
+    """At 40×12 a queue at 1024 / 1024 must not read ``1``: a row too wide loses words, not digits."""
+
+    async def body() -> None:
+        app, _ = app_on(make())
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            bad = [line for panel in app.query(SnapshotPanel) if panel.display and panel.size.width > 0
+                   for line in cut_numbers(panel)]
+            assert not bad, bad
+
+    asyncio.run(body())

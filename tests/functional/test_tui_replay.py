@@ -14,10 +14,12 @@ from fakes.fake_session import FakeSession, make_snapshot
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 from textual.widget import Widget
+from textual.widgets._footer import FooterKey
 
 from torchpar_top.analysis import NO_GPU_NOTE
 from torchpar_top.contract.snapshot import ReplayView, Snapshot
 from torchpar_top.session.replay import ReplaySession
+from torchpar_top.tui import keys
 from torchpar_top.tui.app import SEEK_SHARE, TorchparTopApp
 from torchpar_top.tui.screens.picker import PickerScreen
 from torchpar_top.tui.widgets.cores import CoresPanel
@@ -170,3 +172,32 @@ async def test_a_trace_without_gpu_work_is_a_clear_message_on_screen() -> None:
         assert NO_GPU_NOTE[:60] in text_of(app.query_one(QueuesPanel)).replace("\n  ", " ")
         assert "finished" in text_of(app.query_one(HeaderBar))
         assert "no GPU activity in this trace" in text_of(app.query_one(GpusPanel))
+
+
+def _footer_keys(app: TorchparTopApp) -> list[str]:
+    return [k.key_display for k in app.query(FooterKey) if k.action != "command_palette"]
+
+
+@run_async
+async def test_a_replays_footer_shows_the_replay_keys_and_every_key_still_works() -> None:
+    session = FakeSession(replay_snapshot())
+    app = TorchparTopApp(session, render_interval=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        shown = _footer_keys(app)
+        assert shown == keys.footer_keys(replay=True)
+        assert {"./,", "←/→", "[/]", "p", "r", "q"} <= set(shown)
+        assert not {"s", "+/-", "w"} & set(shown)  # nothing to do in a replay: not offered
+        await pilot.press("s", "right")  # still bound: the session answers (a replay says why not)
+        await pilot.pause()
+    assert [c[0] for c in session.calls if c[0] in ("toggle_sync", "seek")] == ["toggle_sync", "seek"]
+
+
+@run_async
+async def test_a_live_footer_shows_the_live_keys() -> None:
+    app = TorchparTopApp(FakeSession(make_snapshot()), render_interval=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        shown = _footer_keys(app)
+        assert shown == keys.footer_keys(replay=False)
+        assert {"s", "+/-", "w", "p", "q"} <= set(shown) and not {"./,", "←/→", "[/]"} & set(shown)

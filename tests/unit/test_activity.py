@@ -58,25 +58,33 @@ def test_two_streams_sharing_one_core_never_run_at_once():
     on a core half the time (they take turns on one core, another process has the other)."""
     both = [[(0.0, 1.0)], [(0.0, 1.0)]]
     assert overlap_time(both) == 1.0
-    assert activity.running_overlap(both, [0.5, 0.5]) == 0.0
+    assert activity.running_overlap(both, [0.5, 0.5]) == (0.0, 0.5)  # at least 0 (the truth), at most 0.5
 
 
 def test_three_threads_on_two_cores_overlap_a_third():
     # two executors and one hog on two saturated cores, fairly shared: each ran 2/3 of the window;
     # whenever the hog ran one executor waited, so both ran at once exactly 1/3 of it
     both = [[(0.0, 1.0)], [(0.0, 1.0)]]
-    assert activity.running_overlap(both, [2 / 3, 2 / 3]) == approx(1 / 3)
+    assert activity.running_overlap(both, [2 / 3, 2 / 3]) == approx((1 / 3, 2 / 3))
 
 
 def test_free_cores_overlap_is_the_interval_overlap():
     a, b = [(0.0, 0.6)], [(0.2, 1.0)]
-    assert activity.running_overlap([a, b], [0.6, 0.8]) == approx(0.4)  # both ran all their intervals
-    assert activity.running_overlap([a, b], [None, None]) == approx(0.4)  # nothing read: the sweep
+    assert activity.running_overlap([a, b], [0.6, 0.8]) == approx((0.4, 0.4))  # ran all their intervals
+    assert activity.running_overlap([a, b], [None, None]) == approx((0.4, 0.4))  # nothing read: the sweep
     # a CUDA stream (its kernels' intervals are running time) beside an emulated stream that ran half
-    assert activity.running_overlap([a, b], [None, 0.4]) == approx(0.0)
-    assert activity.running_overlap([a], [0.6]) == 0.0  # one executor overlaps nothing
+    assert activity.running_overlap([a, b], [None, 0.4]) == approx((0.0, 0.4))
+    assert activity.running_overlap([a], [0.6]) == (0.0, 0.0)  # one executor overlaps nothing
 
 
 def test_the_bound_never_exceeds_work_in_progress_at_once():
     a, b = [(0.0, 0.5)], [(0.5, 1.0)]  # never in progress together
-    assert activity.running_overlap([a, b], [0.5, 0.5]) == 0.0
+    assert activity.running_overlap([a, b], [0.5, 0.5]) == (0.0, 0.0)
+
+
+def test_both_waiting_behind_other_work_is_a_range_not_a_zero():
+    """Both streams in progress all window, each on a core a quarter of it (other processes took the
+    cores): they may have run together up to a quarter of the window, or never; the speed-up of the
+    phase, not this window, says which."""
+    both = [[(0.0, 1.0)], [(0.0, 1.0)]]
+    assert activity.running_overlap(both, [0.25, 0.25]) == (0.0, 0.25)

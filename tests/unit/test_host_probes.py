@@ -309,3 +309,27 @@ def test_core_sampler_sees_a_pinned_spinning_process() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_descendants_are_read_from_each_threads_children_file_as_psutil_walks_them() -> None:
+    """A child started from a second thread (since ended): /proc's per-thread ``children`` lists find
+    it, as psutil's walk of every process does; a process without children has none."""
+    from torchpar_top.probes.host.threads import descendants
+
+    script = ("import subprocess, sys, threading, time\n"
+              "def grand():\n"
+              "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              "t = threading.Thread(target=grand); t.start(); t.join()\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        walked = [c.pid for c in psutil.Process(parent.pid).children(recursive=True)]
+        assert len(walked) == 1
+        assert sorted(descendants(parent.pid)) == sorted(walked)
+        assert descendants(walked[0]) == []
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()

@@ -257,12 +257,12 @@ def test_running_and_waiting_for_a_core_are_kept_beside_busy():
     row = {"name": "s0", "kind": "emulated-stream", "emulated": True, "quantity": "depth", "value": 3,
            "capacity": 1024, "launched": 5, "completed": 2, "busy": 1.0, "blocked": 0.0}
     st.on_message(sample(executors=[row]))  # the first window: no schedstat span yet
-    st.on_message(sample(executors=[row | {"running": 0.31, "core_wait": 0.69}], overlap=0.0,
+    st.on_message(sample(executors=[row | {"running": 0.31, "core_wait": 0.69}], overlap=0.0, overlap_high=0.3,
                          overlap_in_progress=1.0, frontend={"busy": 0.01, "wait": 0.9, "core_wait": 0.02}))
     snap = st.snapshot()
     (ex,) = snap.executors
     assert ex.busy == (1.0, 1.0) and ex.running == (1.0, 0.31) and ex.core_wait == (0.0, 0.69)
-    assert snap.overlap[-1] == 0.0 and snap.overlap_in_progress[-1] == 1.0
+    assert snap.overlap[-1] == 0.0 and snap.overlap_high[-1] == 0.3 and snap.overlap_in_progress[-1] == 1.0
     assert snap.frontend_busy[-1] == 0.01 and snap.frontend_core_wait[-1] == 0.02
     plain = SessionStore("async")
     plain.on_message(sample())
@@ -295,3 +295,36 @@ def test_the_agents_stack_is_classified_and_can_be_turned_off():
     off.stacks = False  # --no-stacks
     off.on_message(sample(stack={"frames": frames, "idle": True}))
     assert off.snapshot().stack is None
+
+
+def test_threads_show_their_mean_over_the_last_second():
+    st = SessionStore("async", interval=0.25)  # 4 readings make a second
+    for cpu in (90.0, 0.0, 30.0, 40.0, 10.0):
+        st.on_host(HostSample(1.0, (1.0,), (ThreadInfo(7, "python", Role.FRONTEND, cpu, 100.0 - cpu),)))
+    (info,) = st.snapshot().threads
+    assert info.cpu_percent == approx(20.0) and info.wait_percent == approx(80.0)  # 0, 30, 40, 10
+
+
+def test_the_session_serves_the_same_snapshot_until_something_changes():
+    from torchpar_top.session.session import Session
+
+    s = Session("async")  # not started: nothing runs
+    first = s.snapshot()
+    assert s.snapshot() is first  # the screen skips a frame with nothing new
+    s.store.add_log("app", "something new")
+    assert s.snapshot() is not first and s.snapshot().log[-1].text == "something new"
+
+
+def test_the_dataloader_verdict_is_over_the_last_second_of_windows():
+    """Recorded on a loaded machine: one window of waiting, then the loop computes (a core was taken):
+    compute-bound; the same loop with its workers' sleeps dominating: input-bound."""
+    loader = {"name": "dataloader:0", "kind": "dataloader", "emulated": False, "quantity": "outstanding",
+              "value": 4, "capacity": 4, "launched": 40, "completed": 36, "busy": 1.0, "blocked": 0.0, "ready": 0}
+    st = SessionStore("run")
+    for wait in (0.79, 0.196, 0.042, 0.047, 0.067, 0.049, 0.06, 0.05, 0.02, 0.03):
+        st.on_message(sample(executors=[loader], data_wait=wait))
+    assert st.snapshot().data_verdict.bound == DataBound.COMPUTE
+    assert st.snapshot().data_verdict.wait == approx(0.1351)
+    for wait in (0.92, 0.97, 0.80, 0.12, 0.96, 0.97, 0.68, 0.96, 0.72, 0.65):  # one window computed
+        st.on_message(sample(executors=[loader], data_wait=wait))
+    assert st.snapshot().data_verdict.bound == DataBound.INPUT  # a single window does not flip it

@@ -95,3 +95,39 @@ def test_wrap_breaks_at_width_and_keeps_every_word() -> None:
     assert all(len(line) <= 20 for line in lines)
     assert "".join(lines).replace(" ", "") == text.replace(" ", "")
     assert render.wrap("", 10) == [] and render.wrap("abc", 0) == []
+
+
+def test_clip_never_splits_a_number():
+    from torchpar_top.tui.render import clip
+
+    assert clip("starved: waited 1.25 cores", 19) == "starved: waited …"
+    assert clip("queue 1024 / 1024", 8) == "queue …"
+    assert clip("cpu-stream:0", 9) == "cpu-stre…"
+    assert clip("intra-op workers ×201", 19) == "intra-op workers ×…"
+    assert clip("abc", 1) == "a" and clip("1024", 1) == "…" and clip("abc", 3) == "abc"
+
+
+def test_squeeze_keeps_a_number_whole_or_leaves_it_out():
+    from torchpar_top.tui.render import squeeze
+
+    assert squeeze(" busy  35%", 10) == " busy  35%"
+    assert squeeze(" busy  35%", 6) == "   35%"
+    assert squeeze("   91%", 3) == "91%"
+    assert squeeze("   91%", 2) == ""
+
+
+def test_the_line_compositor_runs_only_under_the_textual_it_was_tested_with() -> None:
+    """LineCompositor overrides a private Textual method: pyproject pins exactly the version it was checked
+    against, and any other version gets Textual's own screen."""
+    import tomllib
+    from pathlib import Path
+
+    from textual.screen import Screen
+
+    from torchpar_top.tui.compositor import TESTED_TEXTUAL, LineScreen, screen_class, textual_version
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert f"textual=={TESTED_TEXTUAL}" in pyproject["project"]["dependencies"]
+    assert textual_version() == TESTED_TEXTUAL
+    assert screen_class() is LineScreen
+    assert screen_class("8.3.0") is Screen

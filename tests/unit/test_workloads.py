@@ -17,17 +17,21 @@ def _agent() -> tuple[Agent, list]:
     return agent, sent
 
 
-def test_a_text_round_reports_its_three_timings_together_and_pauses_the_live_loop():
+def test_a_text_round_reports_its_three_timings_together_and_holds_the_live_queue():
     agent, sent = _agent()
     stream = agent.emulated_stream("s")
     counted = [0]
     try:
-        for _ in range(50):  # a live backlog: the round drains it before timing anything
-            stream.launch(time.sleep, 0.001)
-        t0 = time.perf_counter()
+        for _ in range(50):  # a live backlog of 0.5 s: held through the round, not drained
+            stream.launch(time.sleep, 0.01)
+        t0, before = time.perf_counter(), stream.completed
         times = async_compute.text_round(agent, stream, 4, "cpu", counted, repeats=3, n=64)
         t1 = time.perf_counter()
-        assert stream.completed == stream.launched == 56 and counted == [6]  # 2 × 3 text items
+        # the text's 2 × 3 items ran on a stream of their own while the live backlog stayed queued: the
+        # live executor finished at most the item it was running (and one as it resumed)
+        assert counted == [6] and stream.launched == 50 and stream.completed <= before + 2 < 50
+        text = next(r for r in agent.roles() if r.executor == "text")
+        assert text.role == "executor" and "text" not in [e.name for e in agent.executors]
         results = [msg for msg in sent if isinstance(msg, m.Result)]
         assert [r.label for r in results] == ["numpy", "torch launch", "torch + sync", "launch/complete"]
         assert [(r.round, r.closes_round) for r in results] == [(4, False)] * 3 + [(4, True)]

@@ -34,10 +34,9 @@ class CoresPanel(SnapshotPanel):
     """Rows before the panel switches to more columns or a more compact cell (the app lowers it on
     short terminals)."""
 
-    def update_snapshot(self, snapshot: Snapshot) -> None:
-        """Draw ``snapshot``; in a replay (no host readings) the panel shrinks to one borderless line."""
-        self.set_class(snapshot.replay is not None and not snapshot.cores, "-empty")
-        super().update_snapshot(snapshot)
+    def empty(self, snapshot: Snapshot) -> bool:
+        """In a replay (no host readings) the panel shrinks to one borderless line."""
+        return snapshot.replay is not None and not snapshot.cores
 
     def title(self, snapshot: Snapshot) -> str:
         """``CPU  N cores``; just ``CPU`` until the first reading."""

@@ -33,15 +33,14 @@ class GpusPanel(SnapshotPanel):
     GpusPanel { height: auto; }
     """
 
-    def update_snapshot(self, snapshot: Snapshot) -> None:
-        """Draw ``snapshot``; without GPUs the panel shrinks to one borderless line (class ``-empty``)."""
-        self.set_class(not snapshot.gpus, "-empty")
-        super().update_snapshot(snapshot)
+    def empty(self, snapshot: Snapshot) -> bool:
+        """Without GPUs the panel shrinks to one borderless line."""
+        return not snapshot.gpus
 
     def title(self, snapshot: Snapshot) -> str:
         """``GPU  2 devices (NVML)``."""
         n = len(snapshot.gpus)
-        source = "from the trace, not NVML" if snapshot.replay is not None else "NVML"
+        source = "from the trace, not NVML" if snapshot.replay is not None and snapshot.replay.trace else "NVML"
         return f"GPU  {n} device{'s' if n != 1 else ''} ({source})" if n else "GPU"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
@@ -60,6 +59,10 @@ class GpusPanel(SnapshotPanel):
             flex = 12
         bar_w = max(4, min(20, flex // 2))
         hist_w = max(4, flex - bar_w - 1)
+        active = "kernel-active "
+        if label_w + 1 + len(active) + bar_w + 5 + 1 + hist_w > width:  # narrow: words, then the history go
+            active, bar_w = "", 4
+            hist_w = max(0, min(hist_w, width - (label_w + 1 + bar_w + 5 + 1)))
         out = []
         for gpu, detail in zip(gpus, details):
             row = Row().add(gpu.label.ljust(label_w) + " ", self.style("value"))
@@ -68,12 +71,15 @@ class GpusPanel(SnapshotPanel):
             if gpu.lost:
                 out.append(row.add("lost: NVML no longer answers for this device", self.style("hot")))
                 continue
-            row.add("kernel-active ", self.style("dim"))
+            row.add(active, self.style("dim"))
             util = gpu.util_percent
             frac = render.fraction(util or 0.0, 100.0)
             row.add(render.bar(frac, bar_w), self.level_style(frac))
             row.add(render.pct(None if util is None else frac, 5), self.style("value"))
-            row.add(" ").add(render.spark(gpu.util_history, hist_w, 100.0), self.style("track"))
-            row.add("  " + detail, self.style("label"))
+            if hist_w:
+                row.add(" ").add(render.spark(gpu.util_history, hist_w, 100.0), self.style("track"))
+            detail = render.fields(detail, width - row.width - 2)
+            if detail:
+                row.add("  " + detail, self.style("label"))
             out.append(row)
         return out

@@ -49,6 +49,10 @@ def child_failed(snapshot: Snapshot) -> bool:
     return child.state == ChildState.FAILED or (child.state == ChildState.EXITED and child.exit_code != 0)
 
 
+MONITOR_MIN_WIDTH = 100
+"""The header shows ``monitor N%`` (torchpar-top's own CPU) at this many columns and more."""
+
+
 class HeaderBar(SnapshotPanel):
     """One line: ``torchpar-top  run train.py · ASYNC   [exited 1]  12.4 it/s   depth 3/1024``."""
 
@@ -80,9 +84,24 @@ class HeaderBar(SnapshotPanel):
         """Shown after the name (e.g. the script a user runs)."""
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
-        """The one header row."""
-        watching = snapshot.attached
-        mode = "SYNC" if snapshot.mode == Mode.SYNC else "ASYNC"
+        """The one header row: the fullest form that fits. Words give way first (the app's name, the
+        target shrinks, ``depth``'s label), then whole numbers, never part of one; ``monitor N%`` (the app's
+        own CPU) is shown only at :data:`MONITOR_MIN_WIDTH` columns and more, and goes first."""
+        forms = ((True, 8, 3), (True, 8, 3), (False, 8, 3), (False, 8, 2), (False, 4, 2), (False, 0, 2),
+                 (False, 0, 1), (False, 0, 0))
+        for i, (name, target_min, numbers) in enumerate(forms):
+            right = self._right(snapshot, numbers, monitor=i == 0 and width >= MONITOR_MIN_WIDTH)
+            row = self._left(snapshot, width, right.width, name, target_min)
+            if row.width + 2 + right.width <= width:
+                break
+        row.to(max(row.width + 2, width - right.width))
+        row.segments.extend(right.segments)
+        row.width += right.width
+        return [row]
+
+    def _right(self, snapshot: Snapshot, numbers: int, monitor: bool = False) -> Row:
+        """Child state, PAUSED, then the throughput and ``depth 4/4`` (3), the throughput and ``4/4`` (2),
+        the throughput alone (1), or neither (0); then ``monitor N%`` (``monitor``)."""
         right = Row()
         child = child_text(snapshot)
         if child:
@@ -92,27 +111,37 @@ class HeaderBar(SnapshotPanel):
             right.add(" PAUSED ", self.style("header--paused")).add("  ")
         if snapshot.timing and snapshot.timing[-1] and not snapshot.paused:
             right.add(" timing round ", self.style("header--state")).add("  ")
-        if not watching:
+        if not snapshot.attached and numbers:
             right.add(render.num(snapshot.throughput), self.style("value"))
-            right.add(f" {unit_text(snapshot)}   ", self.style("dim"))
-            right.add(depth_text(snapshot), self.style("label"))
-        right.add(" ")
+            unit = unit_text(snapshot) if numbers == 3 else snapshot.throughput_unit
+            right.add(f" {unit}" + ("   " if numbers > 1 else ""), self.style("dim"))
+            if numbers > 1:
+                text = depth_text(snapshot)
+                right.add(text if numbers == 3 else text.removeprefix("depth "), self.style("label"))
+        if monitor and snapshot.monitor_cpu is not None:
+            right.add(f"   monitor {render.pct(snapshot.monitor_cpu, 0)}", self.style("dim"))
+        return right.add(" ")
 
-        row = Row().add(" torchpar-top", self.style("header--name"))
-        if self.title_extra:
-            row.add(f" {self.title_extra}", self.style("dim"))
-        row.add("  ")
-        target = target_text(snapshot)
-        row.add(render.clip(target, max(8, width - right.width - 24)), self.style("value"))
-        mode_badge = "" if watching else f" {mode} "
-        room = width - row.width - right.width - len(mode_badge) - 3 - 3 - 2
+    def _left(self, snapshot: Snapshot, width: int, right_w: int, name: bool, target_min: int) -> Row:
+        """The app's name (``name``), what runs (at least ``target_min`` cells, 0: left out), the
+        description where there is room, and the mode."""
+        mode = "SYNC" if snapshot.mode == Mode.SYNC else "ASYNC"
+        row = Row()
+        if name:
+            row.add(" torchpar-top", self.style("header--name"))
+            if self.title_extra:
+                row.add(f" {self.title_extra}", self.style("dim"))
+        row.add("  " if name else " ")
+        if target_min:
+            target = render.clip(target_text(snapshot), max(target_min, width - right_w - 24))
+            row.add(target, self.style("value"))
+        mode_badge = "" if snapshot.attached else f" {mode} "
+        room = width - row.width - right_w - len(mode_badge) - 3 - 3 - 2
         description = snapshot.description
-        if description and room > 3:
+        if description and room > 3 and target_min:
             row.add(" · ", self.style("dim")).add(render.clip(description, room), self.style("label"))
         if mode_badge:
-            row.add(" · ", self.style("dim"))
+            if target_min:
+                row.add(" · ", self.style("dim"))
             row.add(mode_badge, self.style("header--sync" if mode == "SYNC" else "header--async"))
-        row.to(max(row.width + 2, width - right.width))
-        row.segments.extend(right.segments)
-        row.width += right.width
-        return [row]
+        return row

@@ -7,6 +7,8 @@ from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.color import Color
+from textual.dom import DOMNode
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
@@ -138,6 +140,7 @@ class SnapshotPanel(Widget):
         self._lines_cache: tuple[tuple[int, int, int], Style, list[Row], list[Strip | None]] | None = None
         self._height = 1
         self._styles: dict[str, Style] = {}
+        self._backgrounds: tuple[tuple[Color, Color], float] | None = None
         self._blank = Strip([])
         self._shown = True
         self._drawn: tuple[tuple[int, int], list[Row]] | None = None
@@ -145,14 +148,36 @@ class SnapshotPanel(Widget):
         when unknown (then the next change repaints the whole panel)."""
         self._tall = 0
         self._tall_t = 0.0
+        self._redrawn_t = float("-inf")
+        self._empty = False
         self.clock = time.monotonic
         """Time for :data:`SHRINK_AFTER` (tests replace it)."""
 
-    def update_snapshot(self, snapshot: Snapshot) -> None:
+    redraw_every: float = 0.0
+    """Seconds between two redraws on the render timer, for a panel whose figures are means over a
+    second or more (a redraw per frame would repaint their jitter, not news); 0 redraws every frame."""
+
+    def empty(self, snapshot: Snapshot) -> bool:
+        """Whether the panel shrinks to one borderless line for ``snapshot`` (class ``-empty``, styled by
+        the panel's CSS): no GPU, no host readings in a replay. Never, unless a panel says so."""
+        return False
+
+    def update_snapshot(self, snapshot: Snapshot, timed: bool = False) -> None:
         """Draw ``snapshot`` on the next paint (and relayout when the number of rows changes).
 
-        A panel with nothing to say about ``snapshot`` (:meth:`shown` is false) is hidden.
+        A panel with nothing to say about ``snapshot`` (:meth:`shown` is false) is hidden; one that is
+        :meth:`empty` gets the class ``-empty``. On the render timer (``timed``) a panel with
+        :attr:`redraw_every` is redrawn at most that often.
         """
+        empty = self.empty(snapshot)
+        if empty != self._empty:
+            self._empty = empty
+            self.set_class(empty, "-empty")
+        if timed and self.redraw_every and self._rows_cache is not None:
+            now = self.clock()
+            if now - self._redrawn_t < self.redraw_every:
+                return
+            self._redrawn_t = now
         self.snapshot = snapshot
         shown = self.shown(snapshot)
         if shown != self._shown:  # only on a change: CSS may hide a panel too (e.g. on short screens)
@@ -166,7 +191,7 @@ class SnapshotPanel(Widget):
             title = inert(title)  # titles carry workload text too (a pid's stack source, rank names...)
         if title is not None and title != self.border_title:
             self.border_title = title
-        width = self.size.width
+        width, lines = self.size
         if width <= 0:  # not laid out yet (or no room at all): build on the first paint
             self._generation += 1
             self._drawn = None
@@ -180,7 +205,6 @@ class SnapshotPanel(Widget):
         self._rows_cache = ((self._generation, width), rows)
         height = len(rows)
         drawn = self._drawn
-        lines = self.size.height
         if height == self._height and drawn is not None and drawn[0] == (width, lines):
             # same size: repaint only the lines that changed (the others stay as Textual cached them)
             fitted = self.fit_rows(rows, lines)
@@ -245,6 +269,31 @@ class SnapshotPanel(Widget):
         super().notify_style_update()
         self._rows_cache = self._lines_cache = self._drawn = None
         self._styles = {}
+        self._backgrounds = None
+
+    def _blend(self) -> tuple[tuple[Color, Color], float]:
+        """Textual's :attr:`background_colors` and :attr:`opacity`, computed once per style update.
+
+        Textual computes both for every widget it renders, each frame, by walking every ancestor's
+        styles (a fifth of the main thread's time at 10 Hz). They change only with the CSS: a theme,
+        a class on this panel or an ancestor (Textual then restyles the subtree, which calls
+        :meth:`notify_style_update` here). Nothing in this app sets an ancestor's background or
+        opacity inline.
+        """
+        cached = self._backgrounds
+        if cached is None:
+            cached = self._backgrounds = (DOMNode.background_colors.fget(self), Widget.opacity.fget(self))
+        return cached
+
+    @property
+    def background_colors(self) -> tuple[Color, Color]:
+        """As Textual's (``(base background, background)``), cached until the next style update."""
+        return self._blend()[0]
+
+    @property
+    def opacity(self) -> float:
+        """As Textual's (the product of every ancestor's opacity), cached until the next style update."""
+        return self._blend()[1]
 
     def fit_rows(self, rows: list[Row], height: int) -> list[Row]:
         """The rows to draw when ``height`` lines are available; here all (the bottom ones get cut).

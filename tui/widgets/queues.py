@@ -6,6 +6,8 @@ attached: no queue depth) is shown here, where the queues would be.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.style import Style
 
 from torchpar_top.contract.snapshot import DataVerdict, ExecutorView, Snapshot
@@ -92,6 +94,38 @@ def note_text(executor: ExecutorView, short: bool) -> str:
     return executor.note
 
 
+@dataclass(frozen=True)
+class Layout:
+    """The columns of the queue rows at one width (a width of 0 leaves a column out)."""
+
+    name_w: int
+    tag_w: int
+    qty_w: int
+    hist_w: int
+    status: str | None
+    """``long``, ``short`` or None (no status column)."""
+
+
+def layout(snapshot: Snapshot, rows: list[tuple[str, ExecutorView]], width: int, value_w: int) -> Layout:
+    """The most telling columns that fit: words go first (the status, then the kind tag, the quantity's
+    name, then the executor's name shrinks), the strip narrows, and the value (``1024 / 1024``) is never
+    cut: a number cut short would read as another number."""
+    executors = [e for _, e in rows]
+    name_w = min(max(len(label) for label, _ in rows), 18)
+    tag_w = max(len(kind_tag(e)) for e in executors)
+    qty_w = max(len(e.quantity) for e in executors)
+    status_w = {s: max(len(status_text(snapshot, e, s == "short")) for e in executors) for s in ("long", "short")}
+    for tag, qty, status, min_hist in ((True, True, "long", 16), (True, True, "short", 16), (True, True, None, 8),
+                                       (False, True, None, 8), (False, False, None, 4)):
+        fixed = (name_w + 2 + (tag_w + 2 if tag else 0) + (qty_w + 1 if qty else 0) + 1 + value_w
+                 + (2 + status_w[status] if status else 0))
+        if width - fixed >= min_hist:
+            return Layout(name_w, tag_w if tag else 0, qty_w if qty else 0, width - fixed, status)
+    hist_w = max(0, min(4, width - 1 - value_w))
+    name_w = max(0, min(name_w, width - 1 - value_w - hist_w - 2))
+    return Layout(name_w, 0, 0, hist_w, None)
+
+
 class QueuesPanel(SnapshotPanel):
     """One row per executor: ``cpu-stream:0  emulated  depth ▁▂▄▆██ 1024 / 1024  full: launch blocks 61%...``."""
 
@@ -120,43 +154,43 @@ class QueuesPanel(SnapshotPanel):
         executors = [e for _, e in rows]
         if not executors:
             return []
-        name_w = min(max(len(label) for label, _ in rows), 18)
-        tag_w = max(len(kind_tag(e)) for e in executors)
-        qty_w = max(len(e.quantity) for e in executors)
         value_w = max(len(self._value(e)) for e in executors)
-        short = False
-        for short in (False, True):
-            status_w = max(len(status_text(snapshot, e, short)) for e in executors)
-            fixed = name_w + 2 + tag_w + 2 + qty_w + 1 + 1 + value_w + 2 + status_w
-            if width - fixed >= 16:
-                break
-        hist_w = max(4, width - fixed)
+        lay = layout(snapshot, rows, width, value_w)
         exited = exited_ranks(snapshot)
         out = []
         for label, e in rows:
             name_style = self.style("dim" if e.rank in exited else "value")
-            row = Row().add(render.clip(label, name_w).ljust(name_w) + "  ", name_style)
-            row.add(kind_tag(e).ljust(tag_w) + "  ", self.style("accent" if e.emulated else "dim"))
+            row = Row()
+            if lay.name_w:
+                row.add(render.clip(label, lay.name_w).ljust(lay.name_w) + "  ", name_style)
+            if lay.tag_w:
+                row.add(kind_tag(e).ljust(lay.tag_w) + "  ", self.style("accent" if e.emulated else "dim"))
             if e.kind == ExecutorKind.EAGER:
-                row.add("synchronous: depth 0", self.style("label"))
+                sync = "synchronous: depth 0"
+                row.add(sync if row.width + len(sync) <= width else "depth 0", self.style("label"))
                 for note in ("  (L = S = C: every op finishes before the launch returns)", "  (L = S = C)"):
                     if row.width + len(note) <= width:
                         row.add(note, self.style("dim"))
                         break
                 out.append(row)
                 continue
-            row.add(e.quantity.ljust(qty_w) + " ", self.style("label"))
+            if lay.qty_w:
+                row.add(e.quantity.ljust(lay.qty_w) + " ", self.style("label"))
             scale = history_scale(e)
             frac = render.fraction(e.value, scale)
-            row.add(render.spark(e.history, hist_w, scale), self._fill_style(e, frac))
-            row.add(" " + self._value(e).rjust(value_w) + "  ", self.style("value"))
-            data = data_text(snapshot, e, short)
+            row.add(render.spark(e.history, lay.hist_w, scale), self._fill_style(e, frac))
+            row.add(" " + self._value(e).rjust(value_w), self.style("value"))
+            if lay.status is None:
+                out.append(row)
+                continue
+            data = data_text(snapshot, e, lay.status == "short")
+            row.add("  ", self.style("value"))
             if data:
                 row.add(data, self.style(self._data_style(snapshot, e)))
             elif e.note:
                 row.add(note_text(e, short), self.style("accent"))
             else:
-                row.add(blocked_text(e, short), self._blocked_style(e))
+                row.add(blocked_text(e, lay.status == "short"), self._blocked_style(e))
             out.append(row)
         return out
 

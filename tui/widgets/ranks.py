@@ -85,7 +85,8 @@ class RanksPanel(SnapshotPanel):
         return f"ranks · {running} of {len(snapshot.ranks)} running"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
-        """A header row and a row per rank; pid and data-wait columns go first when narrow."""
+        """A header row and a row per rank; the data-wait, pid and depth columns go first when narrow (a
+        column goes whole: never part of a number)."""
         ranks = snapshot.ranks
         unit = ranks[0].unit if ranks else snapshot.throughput_unit
         state_w = max([7, *(len(rank_state(r)) for r in ranks)])
@@ -93,7 +94,7 @@ class RanksPanel(SnapshotPanel):
         thr_w = max(len(unit), 6)
         # rank, pid, state, throughput, depth, data wait: drop data wait, then pid, when narrow
         cols = {"rank": 5, "pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
-        for drop in ((), ("data",), ("data", "pid")):
+        for drop in ((), ("data",), ("data", "pid"), ("data", "pid", "depth"), ("data", "pid", "depth", "thr")):
             if sum(w for k, w in cols.items() if k not in drop) <= width:
                 break
         for key in drop:
@@ -101,8 +102,11 @@ class RanksPanel(SnapshotPanel):
         head = Row().add("rank".ljust(cols["rank"]), self.style("dim"))
         if "pid" in cols:
             head.add("pid".ljust(cols["pid"]), self.style("dim"))
-        head.add("state".ljust(cols["state"]), self.style("dim")).add(unit.rjust(cols["thr"]), self.style("dim"))
-        head.add("depth".rjust(cols["depth"]), self.style("dim"))
+        head.add("state".ljust(cols["state"]), self.style("dim"))
+        if "thr" in cols:
+            head.add(unit.rjust(cols["thr"]), self.style("dim"))
+        if "depth" in cols:
+            head.add("depth".rjust(cols["depth"]), self.style("dim"))
         if "data" in cols:
             head.add("data".rjust(cols["data"]), self.style("dim"))
         out = [head]
@@ -115,8 +119,10 @@ class RanksPanel(SnapshotPanel):
             state = rank_state(r)
             style = "ranks--dead" if state.startswith("✗") else "ranks--done" if exited else "accent"
             row.add(state.ljust(cols["state"]), self.style(style))
-            row.add(render.num(r.throughput).rjust(cols["thr"]), number)
-            row.add(str(r.depth).rjust(cols["depth"]), number)
+            if "thr" in cols:
+                row.add(render.num(r.throughput).rjust(cols["thr"]), number)
+            if "depth" in cols:
+                row.add(str(r.depth).rjust(cols["depth"]), number)
             if "data" in cols:
                 row.add(render.pct(r.data_wait, cols["data"]), number)
             out.append(row)

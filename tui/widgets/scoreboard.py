@@ -35,6 +35,9 @@ class ScoreboardPanel(SnapshotPanel):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"score--async", "score--sync"}
 
+    redraw_every = 0.5
+    """Means since each mode began and results of whole rounds: twice a second is news enough."""
+
     DEFAULT_CSS = """
     ScoreboardPanel {
         height: auto;
@@ -46,7 +49,7 @@ class ScoreboardPanel(SnapshotPanel):
     def shown(self, snapshot: Snapshot) -> bool:
         """Not when attached to a process without the agent, nor in a replay (one recorded run, one
         mode): nothing here can be measured then."""
-        return not snapshot.attached and snapshot.replay is None
+        return not snapshot.attached and (snapshot.replay is None or snapshot.replay.recorded)
 
     def title(self, snapshot: Snapshot) -> str:
         """The panel's title."""

@@ -57,6 +57,9 @@ class StackPanel(SnapshotPanel):
     enabled: bool = True
     """Off when the user hid the panel (key ``k``)."""
 
+    redraw_every = 0.5
+    """A stack arrives about twice a second."""
+
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._head = 0

@@ -21,21 +21,35 @@ def starved_note(snapshot: Snapshot) -> str | None:
     return None if snapshot.starved is None else f"starved: waited {snapshot.starved:.1f} cores for a CPU"
 
 
+def narrow_columns(longest_name: int, width: int) -> tuple[int, int, int]:
+    """``(name, bar, busy)`` widths for a narrow panel (0: left out). The CPU percent (6 cells) always
+    fits whole; the name shrinks to 4, then the bar goes, then the busy count, then the name shrinks."""
+    room = width - 6
+    if room >= 4 + 1 + 7 + 1 + 4:  # a short name, the busy count, a short bar
+        name_w = min(longest_name, room - 1 - 7 - 1 - 4)
+        return name_w, room - name_w - 1 - 7 - 1, 7
+    if room >= 4 + 1 + 7 + 1:
+        return room - 1 - 7 - 1, 0, 7
+    return max(0, room - 1), 0, 0
+
+
 class ThreadsPanel(SnapshotPanel):
-    """One row per role; the bar's scale is 100% per thread of the group."""
+    """One row per role; the bar's scale is 100% per thread of the group. Its figures are means over
+    the last second (``session/store.py``): it redraws twice a second."""
+
+    redraw_every = 0.5
 
     DEFAULT_CSS = """
     ThreadsPanel { height: auto; }
     """
 
-    def update_snapshot(self, snapshot: Snapshot) -> None:
-        """Draw ``snapshot``; in a replay (no host readings) the panel shrinks to one borderless line."""
-        self.set_class(snapshot.replay is not None and not snapshot.thread_groups, "-empty")
-        super().update_snapshot(snapshot)
+    def empty(self, snapshot: Snapshot) -> bool:
+        """In a replay (no host readings) the panel shrinks to one borderless line."""
+        return snapshot.replay is not None and not snapshot.thread_groups
 
     def title(self, snapshot: Snapshot) -> str:
         """``threads (pid 4242) · intra-op 2``; under torchrun ``threads (2 ranks)`` (the running ones)."""
-        if snapshot.replay is not None:
+        if snapshot.replay is not None and snapshot.replay.trace:
             return "threads"
         pid = snapshot.child.pid
         ranks = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
@@ -62,14 +76,19 @@ class ThreadsPanel(SnapshotPanel):
         wait_w = 11 if width >= WAIT_COLUMN_MIN_WIDTH else 0  # " waits 156%" (run-queue wait; blank when small)
         name_w = min(max(len(s) for s in names), max(8, width - busy_w - 1 - 6 - 6 - wait_w))
         bar_w = max(4, min(30, width - name_w - 1 - busy_w - 1 - 6 - wait_w))
+        if name_w + 1 + busy_w + 1 + bar_w + 6 > width:  # narrow: the name, then the bar, then "busy" give way
+            name_w, bar_w, busy_w = narrow_columns(max(len(s) for s in names), width)
         out = []
         for group, name in zip(groups, names):
             frac = render.fraction(group.cpu_percent, 100.0 * max(1, group.count))
-            row = Row().add(render.clip(name, name_w).ljust(name_w) + " ", self.style("label"))
+            row = Row()
+            if name_w:
+                row.add(render.clip(name, name_w).ljust(name_w) + " ", self.style("label"))
             busy = f"{group.busy} busy" if group.count > 1 else ("busy" if group.busy else "idle")
-            row.add(busy.rjust(busy_w) + " ", self.style("dim"))
+            if busy_w:
+                row.add(busy.rjust(busy_w) + " ", self.style("dim"))
             row.add(render.bar(frac, bar_w), self.level_style(frac))
-            row.add(f"{round(group.cpu_percent):5d}%", self.style("value"))
+            row.add(render.squeeze(f"{round(group.cpu_percent):5d}%", width - row.width), self.style("value"))
             if wait_w and group.wait_percent >= SHOWN_WAIT_PERCENT:
                 row.add(f" waits{round(group.wait_percent):4d}%", self.style("warn"))
             out.append(row)

@@ -1,0 +1,659 @@
+"""``torchpar-top export FILE --perfetto OUT.json --csv OUT.csv``: a recording or a trace, for other tools.
+
+The Perfetto file is Chrome's Trace Event Format (JSON object form), which Perfetto UI and
+``chrome://tracing`` open:
+
+- process ``host``: counter tracks (``ph: "C"``) per core (``core N load %``) and per GPU (``GPU util %``,
+  ``GPU memory``);
+- process ``run``: counter tracks per executor (its queue value, ``depth`` or ``outstanding``) and for the
+  throughput; a thread per executor lane with a slice (``ph: "X"``) per window it was busy (recordings:
+  the share busy in ``args``; traces: the exact busy intervals of each stream); a ``mode`` thread with a
+  slice per ASYNC or SYNC period; a ``frontend`` thread with its windows and an instant (``ph: "i"``,
+  thread scope) per sync point; process and thread names (``ph: "M"``).
+
+Timestamps are microseconds from the first sample (recordings) or from the trace's start, whole numbers,
+so slices of a thread tile without overlapping. ``otherData`` says what the file is (``format``:
+``torchpar-top-export``) and describes every counter track, which is how ``replay`` reads an export back
+(:func:`read_export`).
+
+The CSV has one row per sample: time, mode, throughput, then per core, executor and GPU columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterable, Iterator
+
+from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
+from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
+from torchpar_top.session.recording import (
+    FORMAT_VERSION,
+    Header,
+    Machine,
+    Recording,
+    RecordingError,
+    delta,
+    headless_output,
+    read_recording,
+)
+from torchpar_top.session.store import CORE_HISTORY, HISTORY
+
+#: ``otherData.format`` of an export.
+EXPORT_FORMAT = "torchpar-top-export"
+HOST_PID, RUN_PID = 1, 2
+MODE_TID, FRONTEND_TID = 1, 2
+#: The first thread id of the executor lanes.
+LANE_TID = 10
+#: Frames a trace is cut into for its counters (each frame one sample).
+TRACE_FRAMES = 2000
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One snapshot at a time (seconds from the first), and how many values each history gained."""
+
+    t: float
+    snap: Snapshot
+    new: dict[str, int]
+    """History path (``executors.0.busy``...) → values added since the previous sample."""
+
+
+def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[Sample]:
+    """Samples with the values each history gained (:func:`~torchpar_top.session.recording.delta`)."""
+    prev: Snapshot | None = None
+    for t, snap in times_snaps:
+        new = {}
+        if prev is not None:
+            prev_ex = {_exec_key(e): e for e in prev.executors}
+            for e in snap.executors:
+                p = prev_ex.get(_exec_key(e))
+                new[f"{_exec_key(e)}.busy"] = len(delta(p.busy if p else (), e.busy)[1])
+            new["frontend_busy"] = len(delta(prev.frontend_busy, snap.frontend_busy)[1])
+        yield Sample(t, snap, new)
+        prev = snap
+
+
+def _exec_key(e: ExecutorView) -> str:
+    return f"r{e.rank} {e.name}" if e.rank is not None else e.name
+
+
+# -- sources --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Source:
+    """What an export is made of: samples in time order, and for a trace its exact intervals."""
+
+    path: str
+    kind: str
+    """``recording`` or ``trace``."""
+    samples: list[Sample]
+    header: dict[str, Any] = field(default_factory=dict)
+    lanes: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    """Traces: per stream lane, its busy intervals in seconds from the start."""
+    syncs: list[tuple[float, str, str, int | None]] = field(default_factory=list)
+    """Traces: (seconds, call, site, rank) per sync point."""
+    t0: float = 0.0
+    """``time.time()`` of the first sample (recordings; 0 for a trace): timestamps count from it."""
+    note: str = ""
+    """What the reader left out (a recording's truncated last line), or ''."""
+
+
+def load_source(path: str) -> Source:
+    """A recording (by its header) or a profiler trace.
+
+    Raises:
+        RecordingError, TraceError: the file is neither (one line).
+    """
+    from torchpar_top.session.recording import sniff
+
+    kind = sniff(path)
+    if kind == "recording":
+        return recording_source(read_recording(path))
+    if kind == "export":
+        raise RecordingError(f"{path} is an export already: export the recording or trace it came from")
+    if kind == "headless":
+        raise headless_output(path)
+    return trace_source(path)
+
+
+def recording_source(rec: Recording) -> Source:
+    """Every snapshot of a recording, at its time from the first."""
+    from torchpar_top.contract.codec import to_plain
+
+    t0 = rec.times[0] if rec.times else rec.header.t
+    samples = list(samples_of((s.t - t0, s) for s in rec.snapshots()))
+    return Source(rec.path, "recording", samples, to_plain(rec.header), t0=t0, note=rec.note)
+
+
+def trace_source(path: str) -> Source:
+    """A trace cut into :data:`TRACE_FRAMES` frames by the trace replay (same figures as on its screen),
+    plus the exact busy intervals of its streams and its sync points."""
+    from torchpar_top.session.replay import ReplaySession
+
+    session = ReplaySession(path, clock=False, interval=1.0)
+    a = session.analysis
+    duration_s = max((a.end - a.start) / 1e6, 1e-6)
+    session.change_speed(duration_s / TRACE_FRAMES / session.frame_us * 1e6)
+    session.seek_start()
+    pairs = []
+    while True:
+        snap = session.snapshot()
+        pairs.append(((session.position - a.start) / 1e6, snap))
+        if not session.tick():
+            break
+    lanes = {}
+    multi = len(a.ranks) > 1
+    for s in a.streams():
+        name = f"cuda:{s.device} s{s.stream}"
+        key = f"r{s.rank} {name}" if multi else name
+        lanes[key] = [((b - a.start) / 1e6, (e - a.start) / 1e6) for b, e in zip(s.busy.starts, s.busy.ends)]
+    syncs = [
+        ((p.ts - a.start) / 1e6, p.call, p.site, p.rank if multi else None)
+        for r in a.ranks
+        for lane in r.frontend
+        for p in lane.sync_points
+    ]
+    return Source(
+        os.fspath(path), "trace", list(samples_of(pairs)), {"trace": os.fspath(path)}, lanes, sorted(syncs)
+    )
+
+
+# -- trace events ---------------------------------------------------------------------------------
+
+
+def _us(seconds: float) -> int:
+    return int(round(seconds * 1e6))
+
+
+class TraceEvents:
+    """Trace-event JSON being built: names, counters, slices, instants."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.counters: dict[str, dict[str, Any]] = {}
+        """Counter name → what it measures (for :func:`read_export`)."""
+        self._threads: dict[tuple[int, str], int] = {}
+
+    def process(self, pid: int, name: str, sort: int) -> None:
+        self.events.append(
+            {"name": "process_name", "ph": "M", "ts": 0, "pid": pid, "tid": 0, "args": {"name": name}}
+        )
+        self.events.append(
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "ts": 0,
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": sort},
+            }
+        )
+
+    def thread(self, pid: int, key: str, name: str, tid: int | None = None) -> int:
+        """The thread id for ``key`` in ``pid`` (named the first time)."""
+        if (pid, key) not in self._threads:
+            tid = tid if tid is not None else LANE_TID + sum(1 for p, _ in self._threads if p == pid)
+            self._threads[(pid, key)] = tid
+            self.events.append(
+                {"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name}}
+            )
+        return self._threads[(pid, key)]
+
+    def counter(self, pid: int, name: str, ts: int, key: str, value: float, meta: dict[str, Any]) -> None:
+        self.counters.setdefault(name, {"pid": pid, "key": key, **meta})
+        self.events.append({"name": name, "ph": "C", "ts": ts, "pid": pid, "args": {key: value}})
+
+    def slice(
+        self, pid: int, tid: int, name: str, ts: int, dur: int, cat: str, args: dict[str, Any] | None = None
+    ) -> None:
+        if dur <= 0:
+            return
+        event = {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid}
+        if args:
+            event["args"] = args
+        self.events.append(event)
+
+    def instant(self, pid: int, tid: int, name: str, ts: int, cat: str, args: dict[str, Any]) -> None:
+        self.events.append(
+            {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": pid, "tid": tid, "args": args}
+        )
+
+
+def perfetto(source: Source) -> dict[str, Any]:
+    """The trace-event JSON object for ``source``."""
+    ev = TraceEvents()
+    ev.process(HOST_PID, "host", 0)
+    last = source.samples[-1].snap if source.samples else None
+    ev.process(RUN_PID, (last.target or last.experiment) if last else "run", 1)
+    _counters(ev, source)
+    _lanes(ev, source)
+    _modes(ev, source)
+    _frontend(ev, source)
+    return {
+        "otherData": {
+            "format": EXPORT_FORMAT,
+            "version": FORMAT_VERSION,
+            "source": source.path,
+            "kind": source.kind,
+            "t0": source.t0,
+            "header": source.header,
+            "counters": ev.counters,
+        },
+        "displayTimeUnit": "ms",
+        "traceEvents": ev.events,
+    }
+
+
+def _counters(ev: TraceEvents, source: Source) -> None:
+    for s in source.samples:
+        ts, snap = _us(s.t), s.snap
+        for i, load in enumerate(snap.cores):
+            ev.counter(HOST_PID, f"core {i} load %", ts, "load", load, {"what": "core", "core": i})
+        for g in snap.gpus:
+            if g.util_percent is not None:
+                ev.counter(
+                    HOST_PID,
+                    f"{g.label} util %",
+                    ts,
+                    "util",
+                    g.util_percent,
+                    {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index},
+                )
+            if g.mem_used is not None:
+                ev.counter(
+                    HOST_PID,
+                    f"{g.label} memory",
+                    ts,
+                    "bytes",
+                    g.mem_used,
+                    {
+                        "what": "gpu_mem",
+                        "gpu": g.label,
+                        "name": g.name,
+                        "index": g.index,
+                        "total": g.mem_total,
+                    },
+                )
+        for e in snap.executors:
+            ev.counter(
+                RUN_PID,
+                f"{_exec_key(e)} {e.quantity.value}",
+                ts,
+                e.quantity.value,
+                e.value,
+                {
+                    "what": "executor",
+                    "executor": _exec_key(e),
+                    "name": e.name,
+                    "rank": e.rank,
+                    "kind": e.kind.value,
+                    "quantity": e.quantity.value,
+                    "counts": e.counts.value,
+                    "capacity": e.capacity,
+                    "emulated": e.emulated,
+                },
+            )
+        if snap.throughput is not None:
+            ev.counter(
+                RUN_PID,
+                f"throughput {snap.throughput_unit}",
+                ts,
+                "rate",
+                snap.throughput,
+                {"what": "throughput", "unit": snap.throughput_unit},
+            )
+
+
+def _windows(prev_t: float, t: float, count: int) -> list[tuple[int, int]]:
+    """``count`` equal windows tiling ``[prev_t, t]``, in whole µs."""
+    bounds = [_us(prev_t + (t - prev_t) * k / count) for k in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _plausible(prev_t: float, t: float, interval: float) -> int:
+    """The most windows of ``interval`` that can have ended between two samples (a history that was reset
+    in between, a new run, gains its whole length at once: only the newest ones are placed)."""
+    return max(1, math.ceil((t - prev_t) / interval * 1.5)) if interval > 0 else 1
+
+
+def _lanes(ev: TraceEvents, source: Source) -> None:
+    if source.kind == "trace":  # the exact intervals
+        for key, intervals in source.lanes.items():
+            tid = ev.thread(RUN_PID, key, f"{key} busy")
+            for b, e in intervals:
+                ev.slice(RUN_PID, tid, "busy", _us(b), _us(e) - _us(b), "lane")
+        return
+    for prev, s in zip(source.samples, source.samples[1:]):
+        for e in s.snap.executors:
+            key = _exec_key(e)
+            n = min(s.new.get(f"{key}.busy", 0), len(e.busy), _plausible(prev.t, s.t, s.snap.interval))
+            if not n:
+                continue
+            tid = ev.thread(RUN_PID, key, f"{key} busy")
+            for (a, b), share in zip(_windows(prev.t, s.t, n), e.busy[-n:]):
+                if share > 0:
+                    ev.slice(RUN_PID, tid, "busy", a, b - a, "lane", {"share": round(share, 4)})
+
+
+def _modes(ev: TraceEvents, source: Source) -> None:
+    if source.kind != "recording":
+        return  # a trace has no mode: the program ran as it ran
+    runs: list[tuple[Mode, float, float]] = []
+    for s in source.samples:
+        if s.snap.attached:
+            continue
+        if runs and runs[-1][0] == s.snap.mode:
+            runs[-1] = (runs[-1][0], runs[-1][1], s.t)
+        else:
+            if runs:
+                runs[-1] = (runs[-1][0], runs[-1][1], s.t)
+            runs.append((s.snap.mode, s.t, s.t))
+    if not runs:
+        return
+    tid = ev.thread(RUN_PID, "mode", "mode (ASYNC / SYNC)", MODE_TID)
+    for mode, a, b in runs:
+        ev.slice(RUN_PID, tid, mode.value.upper(), _us(a), _us(b) - _us(a), "mode")
+
+
+def _frontend(ev: TraceEvents, source: Source) -> None:
+    tid = ev.thread(RUN_PID, "frontend", "frontend", FRONTEND_TID)
+    if source.kind == "trace":
+        for t, call, site, rank in source.syncs:
+            ev.instant(RUN_PID, tid, call, _us(t), "sync", {"where": site, "rank": rank})
+        return
+    for prev, s in zip(source.samples, source.samples[1:]):
+        snap = s.snap
+        n = min(
+            s.new.get("frontend_busy", 0), len(snap.frontend_busy), _plausible(prev.t, s.t, snap.interval)
+        )
+        waits = snap.frontend_wait[-n:] if n and len(snap.frontend_wait) >= n else (0.0,) * n
+        for (a, b), busy, wait in zip(_windows(prev.t, s.t, n) if n else (), snap.frontend_busy[-n:], waits):
+            if busy > 0 or wait > 0:
+                ev.slice(
+                    RUN_PID,
+                    tid,
+                    "waiting" if wait > busy else "launching",
+                    a,
+                    b - a,
+                    "frontend",
+                    {"busy": round(busy, 4), "wait": round(wait, 4)},
+                )
+        before = {(p.rank, p.where, p.call): p.count for p in prev.snap.syncpoints}
+        for p in snap.syncpoints:
+            gained = p.count - before.get((p.rank, p.where, p.call), 0)
+            if gained > 0:
+                ev.instant(
+                    RUN_PID,
+                    tid,
+                    p.call,
+                    _us(s.t),
+                    "sync",
+                    {"where": p.where, "rank": p.rank, "count": gained, "sampled": p.sampled},
+                )
+
+
+def write_perfetto(source: Source, out: IO[str]) -> int:
+    """Write the trace-event JSON; returns the number of events."""
+    obj = perfetto(source)
+    json.dump(obj, out, separators=(",", ":"), allow_nan=False)
+    out.write("\n")
+    return len(obj["traceEvents"])
+
+
+# -- CSV ------------------------------------------------------------------------------------------
+
+
+def csv_rows(source: Source) -> tuple[list[str], list[dict[str, Any]]]:
+    """The CSV's header and one row per sample (a column a sample lacks is empty)."""
+    fixed = [
+        "t_s",
+        "time",
+        "mode",
+        "paused",
+        "child_state",
+        "throughput",
+        "throughput_unit",
+        "num_threads",
+        "frontend_busy",
+        "frontend_wait",
+        "overlap",
+    ]
+    extra: dict[str, None] = {}
+    rows = []
+    for s in source.samples:
+        snap = s.snap
+        row: dict[str, Any] = {
+            "t_s": round(s.t, 6),
+            "time": round(snap.t, 3),
+            "mode": "" if snap.attached or source.kind == "trace" else snap.mode.value,
+            "paused": int(snap.paused),
+            "child_state": snap.child.state.value,
+            "throughput": "" if snap.throughput is None else snap.throughput,
+            "throughput_unit": snap.throughput_unit,
+            "num_threads": "" if snap.num_threads is None else snap.num_threads,
+            "frontend_busy": snap.frontend_busy[-1] if snap.frontend_busy else "",
+            "frontend_wait": snap.frontend_wait[-1] if snap.frontend_wait else "",
+            "overlap": snap.overlap[-1] if snap.overlap else "",
+        }
+        for i, load in enumerate(snap.cores):
+            row[f"core{i}_load_percent"] = load
+        for e in snap.executors:
+            row[f"{_exec_key(e)} {e.quantity.value}"] = e.value
+            row[f"{_exec_key(e)} busy"] = e.busy[-1] if e.busy else ""
+        for g in snap.gpus:
+            row[f"{g.label} util_percent"] = "" if g.util_percent is None else g.util_percent
+            row[f"{g.label} mem_used_bytes"] = "" if g.mem_used is None else g.mem_used
+        for k in row:
+            if k not in fixed:
+                extra[k] = None
+        rows.append(row)
+    return fixed + list(extra), rows
+
+
+def write_csv(source: Source, out: IO[str]) -> int:
+    """Write the CSV; returns the number of rows."""
+    header, rows = csv_rows(source)
+    writer = csv.DictWriter(out, fieldnames=header, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return len(rows)
+
+
+# -- reading an export back -----------------------------------------------------------------------
+
+
+def read_export(path: str) -> tuple[Recording, list[Snapshot]]:
+    """An export read back as snapshots: per sample time, the cores, GPUs, executors (value, busy
+    windows), throughput and mode it holds; histories rebuilt from the samples before.
+
+    Raises:
+        RecordingError: not an export this version reads (one line).
+    """
+    from torchpar_top.session.recording import _read_bytes
+
+    try:
+        obj = json.loads(_read_bytes(path))
+    except ValueError as exc:
+        raise RecordingError(f"{path}: not valid JSON ({exc})") from None
+    other = obj.get("otherData") if isinstance(obj, dict) else None
+    if not isinstance(other, dict) or other.get("format") != EXPORT_FORMAT:
+        raise RecordingError(f"{path}: not a torchpar-top export")
+    if other.get("version") != FORMAT_VERSION:
+        raise RecordingError(
+            f"{path}: export version {other.get('version')!r}; this torchpar-top reads "
+            f"version {FORMAT_VERSION}"
+        )
+    counters = other.get("counters") or {}
+    events = obj.get("traceEvents")
+    if not isinstance(events, list) or not isinstance(counters, dict):
+        raise RecordingError(f"{path}: an export without traceEvents")
+    try:
+        return _rebuild_snapshots(path, other, counters, events)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordingError(f"{path}: a malformed export ({type(exc).__name__}: {exc})") from None
+
+
+def _rebuild_snapshots(
+    path: str, other: dict[str, Any], counters: dict[str, Any], events: list[Any]
+) -> tuple[Recording, list[Snapshot]]:
+    by_ts: dict[int, dict[str, float]] = defaultdict(dict)
+    # events are read in file order; slices of one thread are written in time order
+    busy: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    modes: list[tuple[int, int, str]] = []
+    thread_names: dict[tuple[int, int], str] = {}
+    name = "export"
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        ph = e.get("ph")
+        if ph == "C" and e.get("name") in counters:
+            key = counters[e["name"]]["key"]
+            by_ts[int(e["ts"])][e["name"]] = float(e["args"][key])
+        elif ph == "M" and e.get("name") == "thread_name":
+            thread_names[(e["pid"], e["tid"])] = e["args"]["name"]
+        elif ph == "M" and e.get("name") == "process_name" and e.get("pid") == RUN_PID:
+            name = e["args"]["name"]
+        elif ph == "X" and e.get("cat") == "lane":
+            lane = thread_names.get((e["pid"], e["tid"]), "")
+            busy[lane.removesuffix(" busy")].append(
+                (int(e["ts"]) + int(e["dur"]), float((e.get("args") or {}).get("share", 1.0)))
+            )
+        elif ph == "X" and e.get("cat") == "mode":
+            modes.append((int(e["ts"]), int(e["ts"]) + int(e["dur"]), e["name"].lower()))
+    header_plain = other.get("header") or {}
+    t_start = float(other.get("t0", 0.0))
+    interval = float(header_plain.get("interval", 0.1)) if isinstance(header_plain, dict) else 0.1
+    header = Header(
+        "torchpar-top-export", FORMAT_VERSION, 0, (), "", t_start, interval, Machine("", 0, (), None, "", "")
+    )
+    histories: dict[str, deque] = defaultdict(lambda: deque(maxlen=HISTORY))
+    core_hist: dict[int, deque] = defaultdict(lambda: deque(maxlen=CORE_HISTORY))
+    busy_pos = {k: 0 for k in busy}
+    snaps = []
+    for ts in sorted(by_ts):
+        values = by_ts[ts]
+        cores, gpus, execs, throughput, unit = {}, {}, [], None, "it/s"
+        for cname, v in values.items():
+            meta = counters[cname]
+            what = meta.get("what")
+            if what == "core":
+                cores[int(meta["core"])] = v
+            elif what in ("gpu_util", "gpu_mem"):
+                gpus.setdefault(meta["gpu"], {"meta": meta})[what] = v
+            elif what == "executor":
+                key = meta["executor"]
+                histories[key].append(v)
+                spans = busy.get(key, [])
+                while busy_pos.get(key, 0) < len(spans) and spans[busy_pos[key]][0] <= ts:
+                    histories[f"{key}.busy"].append(spans[busy_pos[key]][1])
+                    busy_pos[key] += 1
+                execs.append(
+                    ExecutorView(
+                        name=meta["name"],
+                        kind=ExecutorKind(meta["kind"]),
+                        quantity=Quantity(meta["quantity"]),
+                        value=int(v),
+                        capacity=meta.get("capacity"),
+                        launched=0,
+                        completed=0,
+                        emulated=bool(meta.get("emulated")),
+                        history=tuple(histories[key]),
+                        busy=tuple(histories[f"{key}.busy"]),
+                        blocked=None,
+                        rank=meta.get("rank"),
+                        counts=Counted(meta.get("counts", "items")),
+                    )
+                )
+            elif what == "throughput":
+                throughput, unit = v, meta["unit"]
+                histories["throughput"].append(v)
+        for i, load in cores.items():
+            core_hist[i].append(load)
+        gpu_views = []
+        for label, g in gpus.items():
+            meta = g["meta"]
+            if "gpu_util" in g:
+                histories[f"gpu {label}"].append(g["gpu_util"])
+            gpu_views.append(
+                GpuView(
+                    int(meta["index"]),
+                    label,
+                    meta.get("name", ""),
+                    g.get("gpu_util"),
+                    tuple(histories[f"gpu {label}"]),
+                    int(g["gpu_mem"]) if "gpu_mem" in g else None,
+                    meta.get("total"),
+                    None,
+                    None,
+                    None,
+                )
+            )
+        mode = next((m for a, _, m in reversed(modes) if a <= ts), "async")  # the period begun last
+        snaps.append(
+            Snapshot(
+                t=t_start + ts / 1e6,
+                experiment="export",
+                description=f"read back from {os.path.basename(path)}",
+                mode=Mode(mode) if mode in ("async", "sync") else Mode.ASYNC,
+                paused=False,
+                interval=interval,
+                child=ChildStatus(None, ChildState.RUNNING),
+                cores=tuple(cores[i] for i in sorted(cores)),
+                core_history=tuple(tuple(core_hist[i]) for i in sorted(cores)),
+                executors=tuple(sorted(execs, key=lambda x: (x.rank or 0, x.name))),
+                throughput=throughput,
+                throughput_unit=unit,
+                throughput_history=tuple(histories["throughput"]) if throughput is not None else (),
+                gpus=tuple(gpu_views),
+                target=name,
+                notice="an export read back: counters and lanes only (no threads, log or stacks)",
+            )
+        )
+    rec = Recording(path, header, (), tuple(s.t for s in snaps))
+    return rec, snaps
+
+
+def export_summary(rec: Recording) -> dict[str, Any]:
+    """``replay RUN.jsonl --summary``: the recording's header and what its snapshots measured, whole."""
+    from torchpar_top.contract.codec import to_plain
+
+    snaps = list(rec.snapshots())
+    out: dict[str, Any] = {
+        "header": to_plain(rec.header),
+        "snapshots": len(snaps),
+        "seconds": round(rec.times[-1] - rec.times[0], 3) if rec.times else 0.0,
+        "note": rec.note,
+    }
+    if not snaps:
+        return out
+    last = snaps[-1]
+    through = [s.throughput for s in snaps if s.throughput is not None]
+    out["target"] = last.target
+    out["child"] = to_plain(last.child)
+    out["throughput"] = {
+        "unit": last.throughput_unit,
+        "mean": _mean(through),
+        "min": min(through, default=None),
+        "max": max(through, default=None),
+    }
+    out["mean_core_load"] = _mean([sum(s.cores) / len(s.cores) for s in snaps if s.cores])
+    depth: dict[str, list[int]] = defaultdict(list)
+    for s in snaps:
+        for e in s.executors:
+            depth[_exec_key(e)].append(e.value)
+    out["executors"] = {k: {"max": max(v), "mean": _mean(v)} for k, v in depth.items()}
+    out["scoreboard"] = {
+        m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"} for m in last.scoreboard
+    }
+    out["ratio"] = last.ratio
+    return out
+
+
+def _mean(values: list[float] | list[int]) -> float | None:
+    return round(sum(values) / len(values), 6) if values else None

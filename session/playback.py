@@ -1,0 +1,381 @@
+"""Play a recording back through the same screen: ``torchpar-top replay RUN.jsonl``.
+
+A ``SessionLike`` like :class:`~torchpar_top.session.replay.ReplaySession`
+for traces, but what it shows is the snapshots recorded, not an analysis: a clock thread moves the position
+``interval × speed`` seconds of recording time on each tick, and the snapshot shown is the last one
+recorded at or before the position, exactly as it was recorded (histories included), with the replay's
+own state on top (paused, position, speed, notes in the log). Stepping moves one recorded snapshot.
+Every :data:`CHECKPOINT` snapshots one is kept whole, so a seek decodes at most that many lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections import deque
+from typing import Sequence
+
+from torchpar_top.contract.snapshot import ChildStatus, Experiment, LogLine, ReplayView, Snapshot
+from torchpar_top.contract.vocab import ChildState, LogSource, Mode
+from torchpar_top.session.recording import Decoder, Recording, RecordingError, decode_line, read_recording
+from torchpar_top.session.replay import KEYS_HINT, MAX_SPEED, MIN_SPEED
+from torchpar_top.session.store import LOG_LINES
+
+#: Snapshots between two kept whole (a seek decodes at most this many lines).
+CHECKPOINT = 100
+#: The log lines a snapshot carries (as the live store's).
+SHOWN_LOG = 200
+
+
+class RecordingSession:
+    """Plays a :class:`~torchpar_top.session.recording.Recording` (read from a file, or given)."""
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Recording,
+        *,
+        interval: float | None = None,
+        speed: float = 1.0,
+        clock: bool = True,
+        snapshots: Sequence[Snapshot] | None = None,
+    ) -> None:
+        """Read the recording (nothing plays until :meth:`start`).
+
+        Args:
+            source: a recording's path, or a :class:`Recording` already read.
+            interval: seconds on screen between ticks (default: the recording's sampling interval).
+            speed: seconds of recording per second on screen.
+            clock: tick on a thread after :meth:`start`; ``False`` leaves :meth:`tick` to the caller.
+            snapshots: the snapshots themselves, for a source that is not a file of lines (an export read
+                back); the recording's lines are then not used.
+
+        Raises:
+            RecordingError: the file is not a recording this version reads (one line).
+        """
+        self.recording = source if isinstance(source, Recording) else read_recording(os.fspath(source))
+        rec = self.recording
+        self._given = tuple(snapshots) if snapshots is not None else None
+        self.times = tuple(s.t for s in self._given) if self._given is not None else rec.times
+        self.path = rec.path
+        self.interval = interval or rec.header.interval
+        self.host_samples = 0
+        """Ticks that showed another snapshot (headless mode prints one line each)."""
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._speed = min(max(speed, MIN_SPEED), MAX_SPEED)
+        self._paused = False
+        self._t0 = self.times[0] if self.times else rec.header.t
+        self._duration = (self.times[-1] - self._t0) if self.times else 0.0
+        self._checkpoints: dict[int, Snapshot] = {}
+        self._index = -1
+        self._current: Snapshot | None = None
+        self._pos = 0.0
+        self._log: deque[LogLine] = deque(maxlen=LOG_LINES)
+        self._seq = 0
+        self._recorded_seq = 0
+        """The newest recorded log line shown."""
+        self._snap: Snapshot | None = None
+        self._announced_end = False
+        self._ticked = False
+        self._intro()
+        if self.times:
+            self._show(0)  # RecordingError: not even the first line decodes
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the clock (unless built with ``clock=False``)."""
+        if self._clock and self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._loop, name="tpt-playback", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the clock and wait for its thread. Idempotent."""
+        self._closed = True
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            next_t += self.interval
+            self.tick()
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+
+    # -- playing ----------------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        """At the last snapshot (or nothing recorded)."""
+        return self._index >= len(self.times) - 1
+
+    @property
+    def index(self) -> int:
+        """The snapshot shown (0-based line after the header)."""
+        return self._index
+
+    def tick(self) -> bool:
+        """Move ``interval × speed`` on, unless paused or finished; returns whether the snapshot changed."""
+        with self._lock:
+            first, self._ticked = not self._ticked, True
+            moved = False
+            if not self._paused and not self.finished:
+                self._pos = min(self._pos + self.interval * self._speed, self._duration)
+                moved = self._show(self._index_at(self._pos))
+            if moved or first:
+                self.host_samples += 1
+            return moved
+
+    def _index_at(self, pos: float) -> int:
+        return max(0, bisect_right(self.times, self._t0 + pos + 1e-9) - 1)
+
+    def _show(self, index: int) -> bool:
+        """Make snapshot ``index`` the one shown; returns whether it changed."""
+        index = min(max(index, 0), len(self.times) - 1)
+        if index == self._index:
+            return False
+        back = index < self._index
+        self._current, index = self._snapshot_at(index)
+        self._index = index
+        self._take_log(self._current, back)
+        if self.finished and not self._announced_end:
+            self._announced_end = True
+            self._say(f"replay finished at t = {self._at()}: r plays it again, home or ← goes back")
+        elif not self.finished:
+            self._announced_end = False
+        self._changed()
+        return True
+
+    def _snapshot_at(self, index: int) -> tuple[Snapshot, int]:
+        """Snapshot ``index`` (and ``index``); a line that does not decode ends the recording before it
+        (said in the log), and the last one before it is returned with its index."""
+        if self._given is not None:
+            return self._given[index], index
+        if self._current is not None and self._index < index <= self._index + CHECKPOINT:
+            start, prev = self._index + 1, self._current
+        else:
+            base = max((c for c in self._checkpoints if c <= index), default=None)
+            if base is None:
+                start, prev = 0, None
+            else:
+                start, prev = base + 1, self._checkpoints[base]
+                if base == index:
+                    return prev, index
+        decoder = Decoder(prev)
+        snap = prev
+        for i in range(start, index + 1):
+            try:
+                snap = decode_line(decoder, self.recording.lines[i], f"{self.path} line {i + 2}")
+            except RecordingError as exc:
+                if i == 0:
+                    raise
+                self._cut(i, str(exc))
+                return (snap, i - 1) if snap is not None else self._snapshot_at(i - 1)
+            if i % CHECKPOINT == 0:
+                self._checkpoints[i] = snap
+        assert snap is not None
+        return snap, index
+
+    def _cut(self, i: int, why: str) -> None:
+        """Line ``i`` (0-based after the header) cannot be read: the recording ends before it."""
+        self.times = self.times[:i]
+        self._duration = self.times[-1] - self._t0
+        self._pos = min(self._pos, self._duration)
+        self._say(f"{why}: the replay ends before it")
+
+    def _take_log(self, snap: Snapshot, back: bool) -> None:
+        """The recorded log lines that are new at this snapshot join the replay's log (after a jump back,
+        they are taken as seen)."""
+        if back:
+            self._recorded_seq = snap.log[-1].seq if snap.log else 0
+            return
+        for line in snap.log:
+            if line.seq > self._recorded_seq:
+                self._seq += 1
+                self._log.append(LogLine(self._seq, line.source, line.text))
+        if snap.log:
+            self._recorded_seq = max(self._recorded_seq, snap.log[-1].seq)
+
+    def _jump(self, pos: float) -> None:
+        self._pos = min(max(pos, 0.0), self._duration)
+        self._show(self._index_at(self._pos))
+        self._changed()
+
+    # -- commands ---------------------------------------------------------------------------------
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or play; playing again at the end replays from the start."""
+        with self._lock:
+            if not paused and self.finished and len(self.times) > 1:
+                self._jump(0.0)
+                self._say("replaying from the start")
+            self._paused = paused
+            self._say(f"paused at t = {self._at()}" if paused else f"playing from t = {self._at()}")
+
+    def step(self, frames: int) -> None:
+        """Pause, then move ``frames`` recorded snapshots forward (negative: back)."""
+        with self._lock:
+            if not self._paused:
+                self._paused = True
+                self._say(f"paused at t = {self._at()} to step")
+            target = min(max(self._index + frames, 0), len(self.times) - 1)
+            if self.times:
+                self._pos = self.times[target] - self._t0
+                self._show(target)
+            self._changed()
+
+    def seek(self, share: float) -> None:
+        """Move the position by ``share`` of the recording (negative: back)."""
+        with self._lock:
+            self._jump(self._pos + share * self._duration)
+            self._say(f"seek to t = {self._at()}")
+
+    def seek_start(self) -> None:
+        """Go to the first snapshot."""
+        with self._lock:
+            self._jump(0.0)
+            self._say("back to the recording's start, t = 0")
+
+    def change_speed(self, factor: float) -> None:
+        """Multiply the speed by ``factor`` (within the trace replay's bounds)."""
+        with self._lock:
+            speed = min(max(self._speed * factor, MIN_SPEED), MAX_SPEED)
+            if speed == self._speed:
+                self._say(f"speed stays at {self._speed:g}× ({MIN_SPEED:g}× .. {MAX_SPEED:g}×)")
+                return
+            self._speed = speed
+            self._say(f"speed {speed:g}×")
+
+    def restart(self) -> None:
+        """Play again from the start."""
+        with self._lock:
+            self._jump(0.0)
+            self._say("replaying from the start")
+
+    def toggle_sync(self) -> None:
+        """A recording cannot be switched: says so."""
+        self._say("a recording cannot be switched: it shows what the run did (ASYNC or SYNC)")
+
+    def change_threads(self, delta: int) -> None:
+        """A recording has no threads to change: says so."""
+        self._say("a recording has no threads to change: + and - act on a live run")
+
+    def profile(self, seconds: float = 1.0) -> None:
+        """No profiler in a recording: says so."""
+        self._say("a recording cannot be profiled: h acts on a live run")
+
+    def experiments(self) -> Sequence[Experiment]:
+        """None: a replay runs no experiment."""
+        return ()
+
+    def switch_experiment(self, name: str) -> None:
+        """A replay runs no experiment: says so."""
+        self._say(
+            f"a replay runs no experiment: torchpar-top -e {name} starts one"
+            if name
+            else "a replay runs no experiment"
+        )
+
+    # -- the snapshot -----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot shown, with the replay's state; the same object until something changes."""
+        with self._lock:
+            if self._snap is None:
+                self._snap = self._build()
+            return self._snap
+
+    def _build(self) -> Snapshot:
+        finished = self.finished
+        view = ReplayView(
+            self.path,
+            self._pos,
+            self._duration,
+            self._speed,
+            self.interval * self._speed,
+            finished,
+            recorded=True,
+        )
+        log = tuple(self._log)[-SHOWN_LOG:]
+        base = self._current
+        if base is None:
+            return Snapshot(
+                t=self.recording.header.t,
+                experiment="replay",
+                description="nothing recorded",
+                mode=Mode.ASYNC,
+                paused=self._paused,
+                interval=self.interval,
+                child=ChildStatus(None, ChildState.FINISHED, message="replay finished"),
+                log=log,
+                target=self._target(""),
+                notice="the recording has no snapshots",
+                replay=view,
+            )
+        child = base.child
+        if finished:
+            child = ChildStatus(
+                child.pid,
+                ChildState.FINISHED,
+                None,
+                "replay finished" + (f" (recorded: {child.message})" if child.message else ""),
+            )
+        return dataclasses.replace(
+            base,
+            paused=self._paused,
+            child=child,
+            log=log,
+            replay=view,
+            target=self._target(base.target),
+            notice=self._notice(base),
+        )
+
+    def _target(self, recorded: str) -> str:
+        name = os.path.basename(os.path.normpath(self.path))
+        return f"replay {name}" + (f": {recorded}" if recorded else "")
+
+    def _notice(self, base: Snapshot) -> str:
+        state = "finished: r plays it again" if self.finished else "paused" if self._paused else "playing"
+        kept = f" · recorded: {base.notice}" if base.notice else ""
+        return (
+            f"recording t = {self._at()} of {self._at(self._duration)} · {self._speed:g}× · snapshot "
+            f"{self._index + 1}/{len(self.times)} · {state} · {KEYS_HINT}{kept}"
+        )
+
+    def _at(self, seconds: float | None = None) -> str:
+        value = self._pos if seconds is None else seconds
+        decimals = max(1, math.ceil(-math.log10(self.interval))) if self.interval > 0 else 1
+        return f"{value:.{decimals}f} s"
+
+    # -- the log ----------------------------------------------------------------------------------
+
+    def _say(self, text: str) -> None:
+        with self._lock:
+            self._seq += 1
+            self._log.append(LogLine(self._seq, LogSource.APP, text))
+            self._changed()
+
+    def _changed(self) -> None:
+        self._snap = None
+
+    def _intro(self) -> None:
+        h = self.recording.header
+        m = h.machine
+        gpus = f", GPUs: {', '.join(m.gpus)}" if m.gpus else ""
+        self._say(
+            f"replay of {self.path}: {len(self.times)} snapshots over {self._duration:.1f} s, recorded "
+            f"{h.started} on {m.hostname} ({m.cores} cores{gpus}, torch {m.torch or 'not installed'})"
+        )
+        if h.command:
+            self._say("recorded command: torchpar-top " + " ".join(h.command))
+        if self.recording.note:
+            self._say(f"note: {self.recording.note}")

@@ -1,0 +1,91 @@
+"""Recordings for tests: snapshots of a real store fed irregularly, and files written by the real recorder."""
+
+import json
+
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.snapshot import ChildStatus, HostSample
+from torchpar_top.contract.vocab import ChildState, LogSource
+from torchpar_top.session.recording import Recorder
+from torchpar_top.session.store import HISTORY, SessionStore
+
+
+def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5):
+    """A sample message as the agent sends it, read back by the real codec."""
+    return m.decode(
+        json.dumps(
+            {
+                "v": m.VERSION,
+                "type": "sample",
+                "t": 1.0,
+                "window": window,
+                "mode": mode,
+                "throughput": throughput,
+                "unit": "it/s",
+                "num_threads": 2,
+                "frontend": {"busy": 1 - wait, "wait": wait},
+                "overlap": 0.25,
+                "executors": [
+                    {
+                        "name": "s0",
+                        "kind": "emulated-stream",
+                        "emulated": True,
+                        "quantity": "depth",
+                        "value": depth,
+                        "capacity": 1024,
+                        "launched": 5 + depth,
+                        "completed": 3,
+                        "busy": 0.9,
+                        "blocked": 0.4,
+                    }
+                ],
+                "roles": [{"tid": 7, "role": "frontend (main)"}],
+            }
+        )
+    )
+
+
+def store_snapshots(n=HISTORY + 80, seed=7):
+    """``n`` snapshots of a real store fed irregularly: 0 to 3 child samples and 0 to 2 host samples between
+    two snapshots, a mode switch, log lines, a restart (histories emptied) and histories past their caps."""
+    st = SessionStore("async")
+    st.on_child(ChildStatus(42, ChildState.RUNNING))
+    snaps, t, state = [], 1000.0, seed
+    for i in range(n):
+        state = (state * 1103515245 + 12345) % 2**31
+        for k in range(state % 4):
+            mode = "sync" if 300 < i < 400 else "async"
+            st.on_message(
+                sample(mode, depth=(i * 7 + k) % 1025, throughput=50.0 + i % 13, wait=(i % 10) / 10)
+            )
+        for k in range((state >> 3) % 3):
+            t += 0.05
+            st.on_host(HostSample(t, (float(i % 100), float((3 * i) % 100)), ()))
+        if state % 5 == 0:
+            st.add_log(LogSource.STDOUT, f"line {i}")
+        if i == 500:
+            st.reset("async", "again")
+        snaps.append(st.snapshot())
+    return snaps
+
+
+class FakeSession:
+    """Serves snapshots one host sample at a time (a test moves it on)."""
+
+    interval = 0.02
+
+    def __init__(self, snaps):
+        self.snaps = snaps
+        self.host_samples = 0
+
+    def snapshot(self):
+        return self.snaps[min(self.host_samples, len(self.snaps)) - 1]
+
+
+def write_recording(path, snaps, command=("--headless",), interval=0.1):
+    session = FakeSession(snaps)
+    session.interval = interval
+    recorder = Recorder(session, open(path, "w", encoding="utf-8"), list(command))
+    for s in snaps:
+        recorder.write(s)
+    recorder.close()
+    return path

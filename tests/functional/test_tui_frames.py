@@ -1,0 +1,170 @@
+"""What a frame costs, kept honest: the line compositor writes what Textual's own would, panels with
+means redraw twice a second on the timer, a line that comes and goes does not relayout every frame.
+
+Driven through Pilot against a FakeSession with the render timer off: each test draws when it wants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot
+from textual._compositor import Compositor
+
+from torchpar_top.contract.snapshot import ThreadGroup
+from torchpar_top.tui.app import TorchparTopApp
+from torchpar_top.tui.compositor import LineCompositor
+from torchpar_top.tui.widgets.panel import SHRINK_AFTER, Pad
+from torchpar_top.tui.widgets.threads import ThreadsPanel
+
+SIZE = (120, 36)
+
+
+async def _settle(pilot) -> None:
+    for _ in range(2):
+        await pilot.pause()
+        pilot.app.refresh_from_session(force=True)
+    await pilot.pause()
+
+
+def _moved(snap, k: int):
+    """``snap`` with what changes from one frame to the next: loads, histories, the log."""
+    def rot(values):
+        return values[k:] + values[:k]
+
+    return dataclasses.replace(
+        snap,
+        cores=tuple((c + 17 * k) % 100 for c in snap.cores),
+        executors=tuple(dataclasses.replace(e, value=(e.value + 100 * k) % 1024, history=rot(e.history),
+                                            busy=rot(e.busy), running=rot(e.running)) for e in snap.executors),
+        frontend_busy=rot(snap.frontend_busy),
+        throughput=(snap.throughput or 0) + k,
+        log=snap.log + tuple(dataclasses.replace(snap.log[-1], seq=snap.log[-1].seq + i + 1, text=f"line {i}")
+                             for i in range(k)),
+    )
+
+
+def test_a_partial_update_writes_what_textuals_own_would():
+    async def body() -> None:
+        base = make_snapshot(executors=2)
+        session = FakeSession(base)
+        app = TorchparTopApp(session, render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await _settle(pilot)
+            screen = app.screen
+            comp = screen._compositor
+            assert isinstance(comp, LineCompositor)
+            for k in (1, 2, 3):
+                session.snapshot_value = _moved(base, k)
+                app.refresh_from_session()  # no await: the screen's own update cannot run in between
+                comp.update_widgets({w for w in screen.walk_children(with_self=True) if w._repaint_regions})
+                dirty = set(comp._dirty_regions)
+                assert dirty, "nothing changed"
+                ours = comp.render_partial_update()
+                comp._dirty_regions.update(dirty)
+                theirs = Compositor.render_partial_update(comp)  # Textual's, rendering every line
+                assert ours is not None and theirs is not None
+                assert ours.spans == theirs.spans
+                assert ours.render_segments(app.console) == theirs.render_segments(app.console)
+                screen._dirty_widgets.clear()
+                await pilot.pause()
+
+    asyncio.run(body())
+
+
+def test_panels_of_means_redraw_twice_a_second_on_the_timer():
+    async def body() -> None:
+        snap = make_snapshot()
+        session = FakeSession(snap)
+        app = TorchparTopApp(session, render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await _settle(pilot)
+            threads = app.query_one(ThreadsPanel)
+            now = [100.0]
+            threads.clock = lambda: now[0]
+
+            def frontend_text() -> str:
+                return next(threads.render_line(y).text for y in range(threads.size.height)
+                            if "frontend" in threads.render_line(y).text)
+
+            def with_frontend(percent: float):
+                groups = tuple(dataclasses.replace(g, cpu_percent=percent) if g.role == "frontend (main)" else g
+                               for g in snap.thread_groups)
+                return dataclasses.replace(snap, thread_groups=groups)
+
+            session.snapshot_value = with_frontend(55.0)
+            app.refresh_from_session(timed=True)
+            await pilot.pause()
+            assert "55%" in frontend_text()
+            now[0] += 0.2
+            session.snapshot_value = with_frontend(66.0)
+            app.refresh_from_session(timed=True)  # a frame 0.2 s later: the panel keeps its figures
+            await pilot.pause()
+            assert "55%" in frontend_text()
+            now[0] += 0.4
+            app.refresh_from_session(timed=True)  # 0.6 s after its last redraw: redrawn
+            await pilot.pause()
+            assert "66%" in frontend_text()
+            session.snapshot_value = with_frontend(77.0)
+            app.refresh_from_session()  # not the timer (a key, a test): at once
+            await pilot.pause()
+            assert "77%" in frontend_text()
+
+    asyncio.run(body())
+
+
+def test_a_line_that_comes_and_goes_keeps_the_panel_tall_for_a_while():
+    async def body() -> None:
+        starved = make_run_snapshot()  # the threads panel's "starved" note is one more line
+        calm = dataclasses.replace(starved, starved=None)
+        session = FakeSession(starved)
+        app = TorchparTopApp(session, render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await _settle(pilot)
+            threads = app.query_one(ThreadsPanel)
+            now = [10.0]
+            threads.clock = lambda: now[0]
+            app.refresh_from_session(force=True)
+            tall = threads.rows_at(threads.size.width)
+            session.snapshot_value = calm
+            now[0] += 1.0
+            app.refresh_from_session()
+            rows = threads._rows_cache[1]
+            assert len(rows) == tall and isinstance(rows[-1], Pad)  # kept: no relayout
+            now[0] += SHRINK_AFTER
+            session.snapshot_value = dataclasses.replace(calm)  # the next sample, the same figures
+            app.refresh_from_session()
+            assert threads.rows_at(threads.size.width) == tall - 1  # shrinks once it has lasted
+
+    asyncio.run(body())
+
+
+def test_cached_background_and_opacity_follow_a_theme_and_a_class_change():
+    """Panels keep Textual's ancestor-walked background and opacity between style updates; a new theme
+    or a class on the screen restyles them, and the cache with them."""
+    from textual.dom import DOMNode
+    from textual.widget import Widget
+
+    from torchpar_top.tui.widgets.panel import SnapshotPanel
+
+    def truth(panel):
+        return DOMNode.background_colors.fget(panel), Widget.opacity.fget(panel)
+
+    async def body() -> None:
+        app = TorchparTopApp(FakeSession(make_snapshot(executors=2)), render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await _settle(pilot)
+            panels = [p for p in app.query(SnapshotPanel) if p.display]
+            assert panels
+            before = {id(p): p.background_colors for p in panels}
+            assert all((p.background_colors, p.opacity) == truth(p) for p in panels)
+            app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+            await _settle(pilot)
+            assert all((p.background_colors, p.opacity) == truth(p) for p in panels)
+            assert any(p.background_colors != before[id(p)] for p in panels)  # the theme did change them
+            app.screen.set_class(True, "-short")
+            await _settle(pilot)
+            assert all((p.background_colors, p.opacity) == truth(p) for p in panels)
+
+    asyncio.run(body())

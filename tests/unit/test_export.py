@@ -1,0 +1,191 @@
+"""Export: the Perfetto file keeps the Trace Event Format's rules (fields per phase, µs timestamps, one
+track per counter name, slices nested per thread), the CSV has a row per sample, and replay reads an
+export back."""
+
+import csv
+import dataclasses
+import io
+import json
+from collections import defaultdict
+
+import pytest
+from fakes.recordings import store_snapshots, write_recording
+from torchpar_top.contract.snapshot import GpuView, SyncSite
+from torchpar_top.contract.vocab import Mode
+from torchpar_top.session.export import (
+    EXPORT_FORMAT,
+    load_source,
+    perfetto,
+    read_export,
+    write_csv,
+    write_perfetto,
+)
+from torchpar_top.session.playback import RecordingSession
+from torchpar_top.session.recording import RecordingError, sniff
+
+TRACE = "tests/data/hta/a100_event_sync_3_streams.json.gz"
+
+
+def gpu(i):
+    return GpuView(
+        0, "cuda:0", "Fake A100", float(i % 100), (float(i % 100),), 1000 * i, 80_000_000, None, None, None
+    )
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    """200 snapshots 0.1 s apart: an ASYNC, SYNC, ASYNC run, a GPU, and a sync point counted up."""
+    snaps = store_snapshots(450)[250:]
+    timed = []
+    for i, s in enumerate(snaps):
+        sites = (SyncSite("train.py:12", "item", i // 20, 2.0, None, True),) if i >= 20 else ()
+        timed.append(dataclasses.replace(s, t=50.0 + 0.1 * i, interval=0.1, gpus=(gpu(i),), syncpoints=sites))
+    path = tmp_path_factory.mktemp("rec") / "run.jsonl"
+    write_recording(path, timed)
+    return str(path), timed
+
+
+def check_trace_event_rules(obj):
+    """The Trace Event Format's rules that Perfetto and chrome://tracing rely on; the events by phase."""
+    json.loads(json.dumps(obj, allow_nan=False))  # valid JSON, no NaN
+    assert isinstance(obj["traceEvents"], list) and obj["displayTimeUnit"] in ("ms", "ns")
+    by_phase = defaultdict(list)
+    counter_keys, counter_last = {}, {}
+    for e in obj["traceEvents"]:
+        ph = e["ph"]
+        by_phase[ph].append(e)
+        assert isinstance(e["name"], str) and e["name"]
+        assert isinstance(e["pid"], int)
+        assert isinstance(e["ts"], int) and e["ts"] >= 0  # whole microseconds
+        if ph == "X":
+            assert isinstance(e["tid"], int) and isinstance(e["dur"], int) and e["dur"] > 0
+        elif ph == "C":
+            assert isinstance(e["args"], dict) and e["args"]
+            assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in e["args"].values())
+            key = (e["pid"], e["name"])
+            keys = tuple(sorted(e["args"]))
+            assert counter_keys.setdefault(key, keys) == keys  # one track per name, the same series
+            assert e["ts"] >= counter_last.get(key, 0)  # monotone per track
+            counter_last[key] = e["ts"]
+        elif ph == "i":
+            assert e["s"] in ("g", "p", "t")
+            if e["s"] == "t":
+                assert isinstance(e["tid"], int)
+        elif ph == "M":
+            assert e["name"] in ("process_name", "thread_name", "process_sort_index", "thread_sort_index")
+            assert isinstance(e["args"], dict)
+            if e["name"].endswith("_name"):
+                assert isinstance(e["args"]["name"], str)
+        else:
+            pytest.fail(f"unexpected phase {ph}")
+    # slices of one thread nest properly: each one inside the open one, or after it ended
+    slices = defaultdict(list)
+    for e in by_phase["X"]:
+        slices[(e["pid"], e["tid"])].append((e["ts"], -e["dur"], e["ts"] + e["dur"]))
+    for spans in slices.values():
+        stack = []
+        for start, _, end in sorted(spans):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            assert not stack or end <= stack[-1], "slices overlap partially on one thread"
+            stack.append(end)
+    names = {(e["pid"], e.get("tid")) for e in by_phase["M"] if e["name"] == "thread_name"}
+    assert {(e["pid"], e["tid"]) for e in by_phase["X"] + by_phase["i"]} <= names  # every thread named
+    return by_phase
+
+
+def test_a_recording_exports_under_the_trace_event_rules(recording):
+    path, timed = recording
+    obj = perfetto(load_source(path))
+    assert list(obj)[0] == "otherData" and obj["otherData"]["format"] == EXPORT_FORMAT
+    by_phase = check_trace_event_rules(obj)
+    counters = {e["name"] for e in by_phase["C"]}
+    assert {"core 0 load %", "core 1 load %", "cuda:0 util %", "cuda:0 memory", "s0 depth"} <= counters
+    # every sample's per-core load is there, at its time in µs from the first sample
+    core0 = [(e["ts"], e["args"]["load"]) for e in by_phase["C"] if e["name"] == "core 0 load %"]
+    expected = [(round(0.1 * i * 1e6), s.cores[0]) for i, s in enumerate(timed) if s.cores]
+    assert core0 == expected
+    depth = [e["args"]["depth"] for e in by_phase["C"] if e["name"] == "s0 depth"]
+    assert depth == [s.executors[0].value for s in timed if s.executors]
+    # ASYNC, SYNC, ASYNC periods as slices on the mode thread, tiling the run
+    modes = [(e["name"], e["ts"], e["ts"] + e["dur"]) for e in by_phase["X"] if e["cat"] == "mode"]
+    assert [m[0] for m in modes] == ["ASYNC", "SYNC", "ASYNC"]
+    assert all(a[2] == b[1] for a, b in zip(modes, modes[1:]))
+    # busy windows carry their measured share
+    lane = [e for e in by_phase["X"] if e["cat"] == "lane"]
+    assert lane and all(0 < e["args"]["share"] <= 1 for e in lane)
+    # a sync-point instant each time the count went up, with how many
+    syncs = [e for e in by_phase["i"] if e["cat"] == "sync"]
+    assert sum(e["args"]["count"] for e in syncs) == timed[-1].syncpoints[0].count
+    assert all(e["name"] == "item" and e["args"]["where"] == "train.py:12" for e in syncs)
+
+
+def test_a_profiler_trace_exports_its_exact_busy_intervals_and_sync_points():
+    source = load_source(TRACE)
+    obj = perfetto(source)
+    by_phase = check_trace_event_rules(obj)
+    from torchpar_top.analysis import analyse_path
+
+    a = analyse_path(TRACE)
+    lanes = [e for e in by_phase["X"] if e["cat"] == "lane"]
+    assert len(lanes) == sum(len(s.busy.starts) for s in a.streams())
+    first = a.streams()[0]
+    assert lanes[0]["ts"] == round(first.busy.starts[0] - a.start)
+    syncs = [e for e in by_phase["i"] if e["cat"] == "sync"]
+    assert len(syncs) == sum(len(lane.sync_points) for r in a.ranks for lane in r.frontend) > 0
+    assert any(e["name"].endswith("depth") for e in by_phase["C"])
+    assert not [e for e in by_phase["X"] if e["cat"] == "mode"]  # a trace has no ASYNC/SYNC switch
+
+
+def test_the_csv_has_a_header_and_one_row_per_sample(recording):
+    path, timed = recording
+    out = io.StringIO()
+    assert write_csv(load_source(path), out) == len(timed)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert len(rows) == len(timed)
+    assert {"t_s", "mode", "throughput", "core0_load_percent", "s0 depth", "cuda:0 util_percent"} <= set(
+        rows[0]
+    )
+    for row, snap in zip(rows, timed):
+        assert float(row["t_s"]) == pytest.approx(snap.t - timed[0].t)
+        assert row["mode"] == snap.mode.value
+        assert row["core0_load_percent"] == (str(snap.cores[0]) if snap.cores else "")
+        assert row["s0 depth"] == (str(snap.executors[0].value) if snap.executors else "")
+        assert float(row["cuda:0 util_percent"]) == snap.gpus[0].util_percent
+
+
+def test_replay_reads_an_export_back(recording, tmp_path):
+    path, timed = recording
+    out = tmp_path / "run.perfetto.json"
+    with open(out, "w") as f:
+        write_perfetto(load_source(path), f)
+    assert sniff(str(out)) == "export"
+    rec, snaps = read_export(str(out))
+    with_samples = [s for s in timed if s.cores or s.executors]
+    assert len(snaps) == len(with_samples)
+    for back, snap in zip(snaps, with_samples):
+        assert back.t == pytest.approx(snap.t)
+        assert back.cores == snap.cores
+        assert [e.value for e in back.executors] == [e.value for e in snap.executors]
+        assert back.gpus[0].util_percent == snap.gpus[0].util_percent
+        if snap.executors:
+            assert back.mode == snap.mode
+    session = RecordingSession(rec, clock=False, snapshots=snaps)
+    session.seek(1.0)
+    last = session.snapshot()
+    assert last.replay.finished and last.cores == with_samples[-1].cores
+    assert len(last.executors[0].history) > 1 and last.core_history  # histories rebuilt from the samples
+    assert Mode.SYNC in {s.mode for s in snaps}
+
+
+def test_an_export_is_not_exported_again_and_other_json_is_not_an_export(recording, tmp_path):
+    path, _ = recording
+    out = tmp_path / "e.json"
+    with open(out, "w") as f:
+        write_perfetto(load_source(path), f)
+    with pytest.raises(RecordingError, match="an export already"):
+        load_source(str(out))
+    other = tmp_path / "o.json"
+    other.write_text('{"traceEvents": []}')
+    with pytest.raises(RecordingError, match="not a torchpar-top export"):
+        read_export(str(other))
