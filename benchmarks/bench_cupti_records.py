@@ -1,21 +1,34 @@
-"""The Python cost per CUPTI record of the CUDA path's conversion and analysis, on the CPU.
+"""The Python cost per CUDA launch of the CUPTI path's record handling, before and after, on the CPU.
 
-    python benchmarks/bench_cupti_records.py [--repeats 5]
+    python benchmarks/bench_cupti_records.py [--repeats 15]
 
-On a GPU the CUPTI path runs Python once per buffer of records (the completed-buffer callback) and once
-per sample; what that Python costs grows with the records: two per launch (the runtime call and its
-kernel). This times, over the real A100 records of ``tests/data/hta/a100_sxm4_5_streams.json.gz``
-(42k records, 6k kernels: the fake binding's record objects, ``SimpleNamespace``; the real binding's are
-Cython objects whose attribute reads may cost differently), ``RecordConverter.events`` and
-``RecordQueues.add`` per buffer of 4096 records, and ``RecordQueues.update`` at every 10th buffer (a
-sample), and prints µs per record (the fastest and the median of the repeats: on a loaded machine the
-fastest is the cost, the median includes waiting for a core). That time holds the GIL on CUPTI's or the
-sampler's thread: at 100k launches/s it is 200k records/s times this figure of a core's time.
+On a GPU the CUPTI path runs Python once per buffer of records and once per sample; that Python holds
+the GIL (on the sampler thread) and grows with the records: per launch, its API record and its GPU op's
+record, plus every other API call CUPTI records unless told not to. This times, over the real A100
+records of ``tests/data/hta/a100_sxm4_5_streams.json.gz`` (42k records, 6.5k launches: the fake
+binding's record objects, ``SimpleNamespace``; the real binding's are Cython objects whose attribute
+reads may cost differently), buffers of 4096 records with the queue settled at every 10th (a sample):
+
+- ``before``: main's path before the incremental queue (``cupti_records_before.py``): an
+  ``analysis.Event`` per record, pairing, ``analysis.queue_series`` over the open pairs per sample;
+- ``after``: ``RecordQueues.add_records`` + ``update`` (the package's path).
+
+Each on two record sets: every record (what CUPTI delivers when every runtime call is recorded: the
+path before, or a binding without ``activity_enable_runtime_api``), and only the launch calls and GPU
+ops (what CUPTI delivers with the other calls switched off, the path after). Old and new alternate
+within each repeat; the fastest repeat is the cost, the median includes waiting for a core (the load
+average is printed).
+
+Then the average with recording windows (``--cupti-duty``): the whole ``CuptiMonitor`` on the fake
+binding (with the per-API switch), the trace played in stretches of 20 ms of its own time with a sample
+(``refresh``) after each (5x the live 10 Hz, so per-sample costs weigh 5x more than live), the CPU time
+of the samples divided by every launch of the trace, for a duty of 1 (always recording) and the default.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -23,23 +36,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import cupti_records_before as before  # noqa: E402
 from fakes.fake_cupti import FakeCupti, records_from_trace  # noqa: E402
 
+from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor  # noqa: E402
 from torchpar_top.probes.agent.cupti_records import RecordConverter, RecordQueues  # noqa: E402
 
 TRACE = ROOT / "tests" / "data" / "hta" / "a100_sxm4_5_streams.json.gz"
 BUFFER = 4096
+SAMPLE_NS = 20_000_000
 
 
-def launches(records: list, converter: RecordConverter) -> int:
-    """Launch calls among the records (what a loop of tiny ops makes one of per op)."""
-    return sum(1 for e in converter.events(records) if e.stream is None)
-
-
-def once(records: list, converter: RecordConverter) -> tuple[float, float]:
-    """Seconds converting + adding, and seconds updating, for all ``records``."""
-    queues = RecordQueues()
+def run_before(records: list, converter: "before.RecordConverter") -> tuple[float, float]:
+    """Seconds converting + pairing, and seconds analysing, for all ``records`` (the old path)."""
+    queues = before.RecordQueues()
     add = update = 0.0
     for n, i in enumerate(range(0, len(records), BUFFER)):
         t0 = time.perf_counter()
@@ -51,36 +63,92 @@ def once(records: list, converter: RecordConverter) -> tuple[float, float]:
             update += time.perf_counter() - t1
     t1 = time.perf_counter()
     queues.update(records[-1].end / 1000)
-    update += time.perf_counter() - t1
-    return add, update
+    return add, update + time.perf_counter() - t1
+
+
+def run_after(records: list, converter: RecordConverter) -> tuple[float, float]:
+    """Seconds reading records, and seconds settling, for all ``records`` (the package's path)."""
+    queues = RecordQueues(converter)
+    add = update = 0.0
+    for n, i in enumerate(range(0, len(records), BUFFER)):
+        t0 = time.perf_counter()
+        queues.add_records(records[i:i + BUFFER])
+        t1 = time.perf_counter()
+        add += t1 - t0
+        if n % 10 == 9:
+            queues.update(records[min(i + BUFFER, len(records)) - 1].end / 1000)
+            update += time.perf_counter() - t1
+    t1 = time.perf_counter()
+    queues.update(records[-1].end / 1000)
+    return add, update + time.perf_counter() - t1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
-    converter = RecordConverter(FakeCupti())
+    fake = FakeCupti()
+    old_conv, new_conv = before.RecordConverter(fake), RecordConverter(fake)
     every = records_from_trace(str(TRACE))
-    wanted = {e.correlation for e in converter.events(every)}
-    # as the trace recorded it; then only the launch calls and GPU ops (a loop of tiny ops: two records
-    # per op, no other API call in between)
-    for label, records in (("all records", every),
-                           ("launches and GPU ops only", [r for r in every if r.correlation_id in wanted
-                                                           and (r.kind != 5 or r.cbid in (211, 41, 51))])):
-        print(label + ":")
-        measure(records, converter, args.repeats)
+    launch_cbids = {c for cbids in new_conv.launch_cbids.values() for c in cbids}
+    launches_only = [r for r in every if r.kind in new_conv.gpu_cats or r.cbid in launch_cbids]
+    n_launch = sum(1 for r in every if r.kind not in new_conv.gpu_cats and r.cbid in launch_cbids)
+    sets = {"every record": every, "launches and GPU ops only": launches_only}
+    runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    load0 = os.getloadavg()[0]
+    for _ in range(args.repeats):
+        for label, records in sets.items():  # old and new alternate
+            runs.setdefault(("before", label), []).append(run_before(records, old_conv))
+            runs.setdefault(("after", label), []).append(run_after(records, new_conv))
+    load1 = os.getloadavg()[0]
+    print(f"{TRACE.name}: {n_launch} launches; {args.repeats} repeats, old and new alternating; "
+          f"load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'path':7} {'records':28} {'µs/record min/med':>18} {'µs/launch min/med':>18}  "
+          f"{'share: read+pair / settle (min)':>32}")
+    for (path, label), rs in runs.items():
+        n = len(sets[label])
+        totals = [a + u for a, u in rs]
+        best = min(range(len(rs)), key=lambda k: totals[k])
+        lo, med = totals[best], statistics.median(totals)
+        add, upd = rs[best]
+        print(f"{path:7} {label + f' ({n})':28} {lo / n * 1e6:8.2f} / {med / n * 1e6:5.2f}    "
+              f"{lo / n_launch * 1e6:8.2f} / {med / n_launch * 1e6:5.2f}   "
+              f"{add / lo * 100:5.0f} % / {upd / lo * 100:3.0f} %")
+    windows(every, n_launch, args.repeats)
 
 
-def measure(records: list, converter: RecordConverter, repeats: int) -> None:
-    runs = [once(records, converter) for _ in range(repeats)]
-    n_launch = launches(records, converter)
-    print(f"  {len(records)} records ({n_launch} launches), {repeats} repeats")
-    for how, pick in (("min", min), ("median", statistics.median)):
-        add, update = pick(r[0] for r in runs), pick(r[1] for r in runs)
-        total = add + update
-        print(f"    {how}: convert + pair {add / len(records) * 1e6:.2f} µs/record, analyse (queue_series per "
-              f"sample) {update / len(records) * 1e6:.2f} µs/record; total {total / len(records) * 1e6:.2f} "
-              f"µs/record = {total / n_launch * 1e6:.2f} µs per launch")
+def run_monitor(records: list, duty: float) -> float:
+    """CPU seconds of the monitor's samples over the whole trace, records played in stretches."""
+    fake = FakeCupti()
+    monitor = CuptiMonitor(fake, add=lambda ex: ex, log=lambda line: None, duty=duty, drain_s=0.0,
+                           profiler_enabled=lambda: False)
+    monitor.start()
+    spent, i, n, tick = 0.0, 0, len(records), records[0].end + SAMPLE_NS
+    try:
+        while i < n:
+            j = i
+            while j < n and records[j].end < tick:
+                j += 1
+            fake.play(records[i:j])
+            i, tick = j, tick + SAMPLE_NS
+            t0 = time.thread_time()
+            monitor.refresh()
+            spent += time.thread_time() - t0
+    finally:
+        monitor.close()
+    return spent
+
+
+def windows(every: list, n_launch: int, repeats: int) -> None:
+    runs: dict[float, list[float]] = {}
+    for _ in range(repeats):
+        for duty in (1.0, DEFAULT_DUTY):
+            runs.setdefault(duty, []).append(run_monitor(every, duty))
+    print(f"monitor, a sample every {SAMPLE_NS / 1e6:g} ms of the trace, CPU time per launch of the trace "
+          f"({repeats} repeats):")
+    for duty, rs in runs.items():
+        print(f"  duty {duty:<4}: min {min(rs) / n_launch * 1e6:.2f} µs, median "
+              f"{statistics.median(rs) / n_launch * 1e6:.2f} µs")
 
 
 if __name__ == "__main__":

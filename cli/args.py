@@ -9,6 +9,7 @@ import math
 from typing import NoReturn, Sequence
 
 from torchpar_top import __version__, workloads
+from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY as DEFAULT_CUPTI_DUTY
 
 KEYS = "Keys in the TUI: s sync on/off, +/- intra-op threads, w experiment, r restart, k stack, p pause, " \
        "? help, q quit."
@@ -117,6 +118,14 @@ def compare_parser() -> Parser:
     return parser
 
 
+def duty(text: str) -> float:
+    """A share above 0, at most 1."""
+    value = share(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
+
+
 def share(text: str) -> float:
     """A number from 0 to 1."""
     try:
@@ -166,6 +175,10 @@ def run_parser() -> Parser:
                         help="count every torch call exactly (costs about a microsecond per call); by default "
                              "ops and sync points are counted in slices of 5%% of the time and scaled. On CUDA "
                              "it also counts launches per torch call instead of reading CUPTI's records")
+    parser.add_argument("--cupti-duty", type=duty, default=DEFAULT_CUPTI_DUTY, metavar="SHARE",
+                        help="on CUDA, the share of sample intervals in which CUPTI records launches and "
+                             "GPU ops (default %(default)s: one interval in 20; 1 records all the time). The "
+                             "queue rows show the latest window's depth, labelled sampled")
     parser.add_argument("--nproc-per-node", type=positive_int, metavar="N",
                         help="launch through torchrun with N ranks on this node (Gloo on CPU)")
     return parser

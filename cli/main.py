@@ -126,7 +126,7 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
     if args.sync_scope != "op" and not args.sync:
         parser.error("--sync-scope only applies with --sync")
     target = ScriptTarget(what, tuple(user_args), module=is_module, nproc=args.nproc_per_node,
-                          sync_scope=args.sync_scope, every_op=args.every_op)
+                          sync_scope=args.sync_scope, every_op=args.every_op, cupti_duty=args.cupti_duty)
     return target, args
 
 

@@ -53,6 +53,8 @@ class ScriptTarget:
     """In SYNC mode, synchronize after every ``op`` or every optimizer ``step``."""
     every_op: bool = False
     """Count every torch call (exact, about a microsecond per call) instead of slices of the time."""
+    cupti_duty: float | None = None
+    """On CUDA, the share of sample intervals CUPTI records in (None: the agent's default)."""
 
     @property
     def label(self) -> str:
@@ -69,6 +71,7 @@ class ScriptTarget:
         """The child's argv (torchrun's when ``nproc`` is set; then ``fd`` is None)."""
         agent = ["--interval", str(interval), "--sync-scope", self.sync_scope] + (["--sync"] if sync else [])
         agent += ["--every-op"] if self.every_op else []
+        agent += ["--cupti-duty", repr(self.cupti_duty)] if self.cupti_duty is not None else []
         user = (["-m", self.path] if self.module else [self.path]) + list(self.args)
         if self.nproc:
             return [sys.executable, "-m", "torch.distributed.run", "--standalone",

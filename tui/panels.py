@@ -60,8 +60,9 @@ PANELS: tuple[Panel, ...] = (
           "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Under `run` with cupti-python a CUDA row "
           "comes from CUDA's own records instead (`cuda:0 stream 7`): **depth** in kernels, as of the last "
           "moment every launch's kernel record had arrived; it says *standing aside* while torch.profiler "
-          "or a CUDA graph capture holds CUPTI. Input-bound means the frontend waited for data more than "
-          "30 % of the last second."),
+          "or a CUDA graph capture holds CUPTI, and *sampled* when CUPTI records in windows "
+          "(`--cupti-duty`, one sample interval in 20 by default). Input-bound means the frontend waited "
+          "for data more than 30 % of the last second."),
     Panel("lanes",
           "the last 5 s. The frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
           "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "

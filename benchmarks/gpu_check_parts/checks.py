@@ -969,8 +969,11 @@ def check_cupti(ctx: Context) -> Result:
         return "failed", "the speed loop printed no result plain or under torchpar-top run", details
     plain_med = sorted(plain_speeds)[len(plain_speeds) // 2]
     ratio = sorted(run_speeds)[len(run_speeds) // 2] / plain_med
+    # records that reached Python per launch of the counts loop: ~2 when CUPTI's per-API switch held
+    per_launch = counts.get("records", 0) / max(1, int(counts.get("ops", 0)))
     details.update(plain_ops_per_s=plain_speeds, run_ops_per_s=run_speeds, ratio=round(ratio, 3),
-                   used_cupti=used_cupti)
+                   used_cupti=used_cupti, records_per_launch=round(per_launch, 2),
+                   cbids_off=counts.get("cbids_off"))
     details["tables"] = [{
         "title": "CUPTI path: launches per stream, CUPTI records vs torch.profiler trace",
         "columns": ["stream", "CUPTI", "profiler"],
@@ -992,7 +995,8 @@ def check_cupti(ctx: Context) -> Result:
     if problems:
         return "failed", "; ".join(problems), details
     return "passed", (f"launches per stream equal to the profiler's; launch-bound loop at {ratio:.3f}x of "
-                      f"plain ({plain_med:.0f} ops/s plain)"), details
+                      f"plain ({plain_med:.0f} ops/s plain); {per_launch:.2f} CUPTI records per launch "
+                      f"reached Python ({counts.get('cbids_off')} API cbids switched off)"), details
 
 
 PLAN = (

@@ -3,14 +3,29 @@
 The default CUDA path of ``torchpar-top run`` (``--every-op`` keeps the function-mode
 :class:`~torchpar_top.probes.agent.cuda_launch.LaunchCounter`). NVIDIA's ``cupti-python`` binding
 (optional: ``pip install torchpar-top[cuda]``, imported only here and only once the user's code has
-initialised CUDA) asks CUPTI for activity records of runtime (and driver) API calls, kernels, memcpys and
-memsets. CUPTI writes them in C into buffers; the completed-buffer callback only keeps each buffer, and
-the sampler thread, once per sample, flushes, converts the records
-(:mod:`~torchpar_top.probes.agent.cupti_records`) in chunks with a GIL yield between them, and analyses:
-no Python runs on the frontend per op. The records go to the same analysis as
-``replay`` (:func:`~torchpar_top.analysis.queue_series`): ``L`` runtime launches, ``S`` GPU starts,
-joined by correlation id, per ``(device, stream)``. The depth is exact up to the settled time (see
-:mod:`cupti_records`), which trails the present by about the queue's drain time.
+initialised CUDA) asks CUPTI for activity records of the launching runtime (and driver) API calls,
+kernels, memcpys and memsets; every other API call is switched off in CUPTI (``activity_enable_runtime_api``
+/ ``activity_enable_driver_api``), so its records are never made. CUPTI writes them in C into buffers;
+the completed-buffer callback only keeps each buffer, and the sampler thread, once per sample, flushes,
+reads the records into per-stream launch and start times
+(:mod:`~torchpar_top.probes.agent.cupti_records`) in chunks with a GIL yield between them, and settles:
+no Python runs on the frontend per op. The definition is the one ``replay`` uses
+(:func:`~torchpar_top.analysis.queue_series`, HTA's): ``L`` launches, ``S`` GPU starts, joined by
+correlation id, per ``(device, stream)``, kept incrementally and checked equal to it by test. The depth
+is exact up to the settled time (see :mod:`cupti_records`), which trails the present by about the
+queue's drain time.
+
+Recording windows (``duty`` < 1, ``run --cupti-duty``, :data:`DEFAULT_DUTY`): the Python per record is
+what remains of the cost, so CUPTI records during one sample interval in ``cycle``. A window opens at a
+sample (the queues start over: nothing before it is known; GPU op kinds enabled before the launch kinds,
+then the per-API switch again) and closes at the next: launch records stop (``end_window``: nothing
+after it settles), their GPU ops' records are waited for up to ``drain_s`` (sleeping, GIL released),
+then GPU op records stop and launches still without one are dropped. Within a window a stream's depth is
+exact from the GPU start of one of the window's launches on: a stream runs its work in launch order, so
+every launch made before the window has started by then and adds as much to ``S`` as to ``L``
+(``RecordQueues.valid_from``; checked against ``queue_series`` of the whole trace by test). The rows show
+the latest window's depth, say *sampled*, and their counts carry on from window to window (they count
+the launches seen in windows). Sync points come from the callback API and are not windowed.
 
 Why CUPTI activity and not torch's Kineto in rolling windows (``torch.profiler`` started and stopped every
 second or so). Both see the same thing: Kineto is itself a CUPTI activity client, and its trace events
@@ -40,12 +55,15 @@ launches made during the capture are dropped (recorded into the graph, never run
 said in the log and in each CUDA row's ``note``. If CUPTI cannot be had again (another client kept
 it), ``on_lost`` is called: the agent falls back to the launch counter and says so.
 
-Overhead: CUPTI's own, in C, per API call and kernel; the binding's, one Python object per record (made
-by ``cupti-python`` before our callback sees the list); ours, the conversion and analysis on the sampler
-thread, measured by ``benchmarks/bench_cupti_records.py`` over the A100 records (about 1 µs per record,
-several µs per launch counting the API records skipped, on this project's CPU). That Python holds the
-GIL while it runs, so in a launch-bound loop it can still slow the frontend, though not per op and not on
-its thread; ``benchmarks/gpu_check.py`` measures a launch-bound loop under ``run`` against plain.
+Overhead: CUPTI's own, in C, per launch call and GPU op; the binding's, one Python object per record
+(made by ``cupti-python`` before our callback sees the list: two per launch once the other API calls are
+switched off); ours, reading and settling on the sampler thread, measured by
+``benchmarks/bench_cupti_records.py`` over the A100 records (docs/benchmarks.md: about 2.3 µs per
+recorded launch for reading and settling, 3-4.4 µs for the whole monitor, on this project's loaded CPU,
+from about 7.6 µs before the per-API switch and the incremental queue; ~0.3 µs per launch on average
+with the default windows). That Python holds the GIL while it runs, so in a launch-bound loop it can
+still slow the frontend, though not per op and not on its thread; ``benchmarks/gpu_check.py`` measures
+a launch-bound loop under ``run`` against plain, and reports the records per launch that reached Python.
 Untested on hardware: verified against ``tests/fakes/fake_cupti.py``, whose records are real A100 ones.
 """
 
@@ -61,6 +79,7 @@ from typing import Any, Callable
 from torchpar_top.analysis import QUEUE_CAP
 from torchpar_top.contract.messages import ExecutorRow
 from torchpar_top.contract.vocab import Counted, ExecutorKind, Quantity
+from torchpar_top.probes.agent.activity import MERGE_GAP
 from torchpar_top.probes.agent.cupti_records import Key, RecordConverter, RecordQueues
 from torchpar_top.probes.agent.executor import Executor
 
@@ -72,9 +91,14 @@ SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
 ESSENTIAL_KINDS = ("RUNTIME", "CONCURRENT_KERNEL")
 #: Kinds that add launches (driver: Triton's cuLaunchKernel) and copies; refused ones are named.
 OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
+#: Share of sample intervals CUPTI records in by default (``run --cupti-duty``), from the measured Python
+#: cost per recorded launch of the whole monitor (``benchmarks/bench_cupti_records.py``: 3-4.4 µs on this
+#: project's loaded CPU) against the issue's budget, 3 % of a launch-bound frontend's 5 µs per launch:
+#: 0.15 / 3-4.4 = 0.034-0.05. One interval in 20 (the rows' depth refreshes every 2 s at 10 Hz).
+DEFAULT_DUTY = 0.05
 #: Bytes per activity buffer asked of CUPTI (``buffer_requested``); 0 = no record limit.
 BUFFER_BYTES = 4 << 20
-#: Records converted between two GIL yields (about 0.3-0.6 ms of Python on this project's machine).
+#: Records read between two GIL yields (about 0.2-0.5 ms of Python on this project's machine).
 CHUNK = 512
 
 PROFILER_NOTE = "torch.profiler active"
@@ -204,12 +228,23 @@ class CuptiMonitor:
                  clock: Callable[[], float] = time.perf_counter,
                  uuids: Callable[[], list[str]] | None = None,
                  on_lost: Callable[[str], None] | None = None,
-                 profiler_enabled: Callable[[], bool] = _torch_profiler_enabled) -> None:
+                 profiler_enabled: Callable[[], bool] = _torch_profiler_enabled,
+                 duty: float = 1.0, drain_s: float = 0.02) -> None:
+        if not 0 < duty <= 1:
+            raise ValueError(f"CUPTI duty must be in (0, 1], not {duty}")
         self.cupti, self._add, self._log, self.syncpoints = cupti, add, log, syncpoints
+        self.cycle = max(1, round(1 / duty))
+        """Samples per recording cycle: records are taken during one sample interval in ``cycle``
+        (1: always)."""
+        self.drain_s = drain_s
+        """Seconds a window's end waits for the GPU op records of its last launches."""
+        self._recording = False
+        self._phase = 0
+        self._offsets: dict[Key, int] = {}
         self.capture = capture
         """Anything with ``active`` (captures in progress) and ``listeners``; a CaptureGuard."""
         self.converter = RecordConverter(cupti)
-        self.queues = RecordQueues(rank=rank)
+        self.queues = RecordQueues(self.converter, rank=rank)
         self.streams: dict[Key, CuptiStream] = {}
         self.aside: str | None = None
         """Why the monitor stands aside now (None while it records)."""
@@ -232,6 +267,11 @@ class CuptiMonitor:
         self._guard = ProfilerGuard()
         self.buffers = 0
         """Buffers of records received."""
+        self.records = 0
+        """Records read (every record CUPTI delivered: launch calls and GPU ops when the per-API
+        filter holds, :attr:`filtered`)."""
+        self.filtered = 0
+        """API cbids CUPTI was told not to record (0: the binding lacks the per-API switch)."""
         self.closed = False
         self._inbox: deque[list] = deque()
         """Buffers received and not yet converted (CUPTI's thread appends, the sampler drains)."""
@@ -278,9 +318,34 @@ class CuptiMonitor:
                     self.kinds.append(kind)
                 except Exception as exc:  # noqa: BLE001 - the binding's cuptiError, or no such kind
                     self.refused.append(f"{name} ({describe(exc)})")
+            self.filtered = self._record_launches_only()
+            if self.cycle > 1:
+                self._start_over(c.get_timestamp() / 1000)
+                self._recording, self._phase = True, 0
         except Exception as exc:  # noqa: BLE001 - cuptiError from any step
             self._unsubscribe()
             raise CuptiUnavailable(describe(exc)) from exc
+
+    def _record_launches_only(self) -> int:
+        """Tell CUPTI not to record the runtime and driver calls that are not launches
+        (``activity_enable_runtime_api``/``activity_enable_driver_api``, cuptiActivityEnableRuntimeApi
+        and cuptiActivityEnableDriverApi, CUPTI 12.x on; torch's ``_cupti_monitor`` does the same for a
+        few cbids). Done after ``activity_enable``, which is reported to reset the per-API filter. Their
+        records never reach Python then; without the switch they are skipped by cbid. The callback API
+        (sync points) is separate and unaffected. Returns the cbids switched off."""
+        c, conv, off = self.cupti, self.converter, 0
+        for kind, switch in ((conv.runtime, "activity_enable_runtime_api"),
+                             (conv.driver, "activity_enable_driver_api")):
+            toggle = getattr(c, switch, None)
+            if toggle is None or kind not in self.kinds:
+                continue
+            for cbid in conv.other_cbids(kind):
+                try:
+                    toggle(cbid, 0)
+                    off += 1
+                except Exception:  # noqa: BLE001 - INVALID/SIZE sentinels, cbids this CUPTI lacks
+                    pass
+        return off
 
     def _unsubscribe(self) -> None:
         """Disable our kinds and give CUPTI up (each step tolerates what is already undone)."""
@@ -338,18 +403,18 @@ class CuptiMonitor:
             self.buffers += 1
 
     def _drain(self) -> None:
-        """Convert the buffers received into the queues, :data:`CHUNK` records at a time, letting other
+        """Read the buffers received into the queues, :data:`CHUNK` records at a time, letting other
         threads (the frontend) have the GIL between chunks, so that no thread waits long for it."""
         while self._inbox:
             records = self._inbox.popleft()
+            self.records += len(records)
             for i in range(0, len(records), CHUNK):
                 try:
-                    events = self.converter.events(records[i:i + CHUNK])
-                except Exception as exc:  # noqa: BLE001 - a record the converter cannot read
+                    with self._lock:
+                        self.queues.add_records(records[i:i + CHUNK])
+                except Exception as exc:  # noqa: BLE001 - a record the queue cannot read
                     self._log(f"CUPTI records dropped: {type(exc).__name__}: {exc}")
                     break
-                with self._lock:
-                    self.queues.add(events)
                 time.sleep(0)
 
     def _on_api(self, userdata: Any, domain: Any, cbid: Any, data: Any) -> None:
@@ -423,6 +488,8 @@ class CuptiMonitor:
             return f"standing aside: {self.aside}"
         if self.capture is not None and getattr(self.capture, "active", 0):
             return f"standing aside: {CAPTURE_NOTE}"
+        if self.cycle > 1:
+            return f"sampled: CUPTI records 1 sample interval in {self.cycle}"
         return None
 
     # -- sampling ---------------------------------------------------------------------------------
@@ -451,7 +518,14 @@ class CuptiMonitor:
             self.resume()
         if self.aside is not None or (self.capture is not None and getattr(self.capture, "active", 0)):
             return
+        if self.cycle > 1 and not self._recording:
+            self._phase += 1
+            if self._phase >= self.cycle - 1:
+                self._open_window()
+            return
         now = self.cupti.get_timestamp() / 1000
+        if self.cycle > 1:
+            self._end_window(now)
         self._flush()
         self._drain()
         with self._lock:
@@ -459,15 +533,71 @@ class CuptiMonitor:
             since = max(q.settled, q.since)
             q.update(now)
             for key in q.keys():
+                if q.settled < q.valid_from(key):
+                    continue  # launches from before the window may still be queued: depth not known yet
                 ex = self.streams.get(key)
                 if ex is None:
                     ex = self.streams[key] = self._add(CuptiStream(self._name(key), key, self))
-                ex.launched, ex.started = q.launched(key), q.started(key)
+                off = self._offsets.get(key, 0)
+                ex.launched, ex.started = off + q.launched(key), off + q.started(key)
                 ex.completed = ex.started
                 span = q.settled - q.since
                 ex.at_cap = q.time_at_cap(key) / span if span > 0 else 0.0
-                for a, b in sorted(q.busy(key, since, q.settled)):
+                for a, b in q.busy(key, since, q.settled, gap=MERGE_GAP * 1e6):
                     ex.activity.add(self.host_time(a), self.host_time(b))
+
+        if self.cycle > 1:
+            with self._lock:
+                self.queues.close_window()
+            self._recording, self._phase = False, 0
+
+    # -- recording windows (``duty`` < 1) ----------------------------------------------------------
+
+    def _open_window(self) -> None:
+        """Recording starts again: the queues start over (the counts shown carry on from the rows')."""
+        c = self.cupti
+        self._start_over(c.get_timestamp() / 1000)
+        api = (self.converter.runtime, self.converter.driver)
+        try:
+            for kind in sorted(self.kinds, key=lambda k: k in api):  # GPU ops first, then launches
+                c.activity_enable(kind)
+            self.filtered = self._record_launches_only()  # enabling the API kinds reset the switch
+        except Exception as exc:  # noqa: BLE001 - CUPTI refused: another client took it meanwhile
+            self._log(f"CUDA launch queues: CUPTI refused a recording window ({describe(exc)})")
+            return
+        self._recording = True
+
+    def _start_over(self, t0: float) -> None:
+        """A window begins at ``t0`` (µs): the queues start over, the rows' counts carry on from theirs."""
+        self._offsets = {key: ex.launched for key, ex in self.streams.items()}
+        with self._lock:
+            self.queues.new_window(t0)
+
+    def _end_window(self, now: float) -> None:
+        """Launch records stop at ``now``; their GPU ops' records are waited for (up to ``drain_s``),
+        then those stop too. What settles is exact up to ``now``."""
+        api = (self.converter.runtime, self.converter.driver)
+        for kind in self.kinds:
+            if kind in api:
+                self._disable(kind)
+        with self._lock:
+            self.queues.end_window(now)
+        deadline = time.monotonic() + self.drain_s
+        while True:
+            self._flush()
+            self._drain()
+            if self.queues.pending == 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.002)
+        for kind in self.kinds:
+            if kind not in api:
+                self._disable(kind)
+
+    def _disable(self, kind: int) -> None:
+        try:
+            self.cupti.activity_disable(kind)
+        except Exception:  # noqa: BLE001
+            pass
 
     def _name(self, key: Key) -> str:
         device, stream = key

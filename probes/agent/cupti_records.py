@@ -1,37 +1,48 @@
-"""CUPTI activity records as the analysis' events, and the launch queue they give, live.
+"""CUPTI activity records read straight into the launch queue per stream, live.
 
 CUPTI hands its activity records over in buffers (``cupti-python``: a list of record objects per
-completed buffer). :class:`RecordConverter` turns each into the :class:`~torchpar_top.analysis.Event`
-a Kineto trace gives for the same record (Kineto is itself a CUPTI client): a runtime or driver API
-record (``RUNTIME``/``DRIVER``: ``cbid``, ``start``/``end`` in ns, ``correlation_id``, ``process_id``,
-``thread_id``) becomes a host call named by its cbid, and a kernel, memcpy or memset record
-(``device_id``, ``stream_id``, ``correlation_id``) a GPU op on its stream. Times become microseconds
-of CUPTI's clock, as in a trace.
+completed buffer). Only two sorts matter for the queue, the same two a Kineto trace gives HTA (Kineto is
+itself a CUPTI client): a runtime or driver API record (``RUNTIME``/``DRIVER``: ``cbid``,
+``correlation_id``, ``start``/``end`` in ns) whose cbid names a call in
+:data:`~torchpar_top.analysis.LAUNCH_NAMES`, and a kernel, memcpy or memset record (``device_id``,
+``stream_id``, ``correlation_id``, ``start``/``end``). :class:`RecordConverter` knows the binding's
+kinds and cbids (and the monitor asks CUPTI not to record the other API calls at all, see
+:mod:`~torchpar_top.probes.agent.cuda_cupti`).
 
-:class:`RecordQueues` feeds them, buffer by buffer, to :func:`~torchpar_top.analysis.queue_series`,
-the HTA-checked definition ``replay`` uses (+1 at a runtime launch, -1 when its GPU op starts, both
-ends joined by correlation id). A live process has a difficulty a finished trace has not: a GPU op's
-record arrives only after the op completed, and a runtime launch record does not name the stream. So
-the depth is exact only up to the **settled time**: the moment before the oldest launch whose GPU op
-has not been seen yet (or the flush itself when none is pending). Every launch made before it has its
-stream and start, so the depth there is HTA's depth, in kernels; the screen shows the queue as of that
-time (``lag`` says how far behind the present it is: about the time the queue takes to drain).
+:class:`RecordQueues` reads those fields and nothing else (no event objects are made): a launch's
+start (µs of CUPTI's clock, as in a trace) waits in a dict by correlation id until its GPU op's record
+names the stream; then the pair ``(launch time, GPU start)`` goes to that stream. The definition is
+HTA's, as :func:`~torchpar_top.analysis.queue_series` implements it for ``replay`` (+1 at a launch, -1
+when its GPU op starts, both ends joined by correlation id, launches without a GPU op not counted), in
+its incremental form: per ``(device, stream)``,
 
-Only the pairs that can still change a depth at or after the previous settled time are kept (a pair
-whose GPU op started before it is folded into per-stream base counts), so each update analyses one
-sample's worth of launches plus the queue, not the whole run. A launch still unpaired ``orphan_us``
-after the newest record (its op never ran: recorded into a CUDA graph being captured, or a lost
-record) stops holding the settled time back and is counted in :attr:`RecordQueues.orphans`.
+    L(t) = launches paired so far made at or before t,   S(t) = their GPU ops started at or before t,
+    Q(t) = L(t) - S(t),
+
+kept as a base count plus the sorted times after the previous settled time. ``tests/unit/test_cupti.py``
+checks L, S, Q and the time at the cap equal to ``queue_series`` (itself checked against HTA) on every
+shipped A100 trace at every launch and start time of every settled span.
+
+A live process has a difficulty a finished trace has not: a GPU op's record arrives only after the op
+completed, and a launch record does not name the stream. So the depth is exact only up to the
+**settled time**: the moment before the oldest launch whose GPU op has not been seen yet (or the flush
+less ``margin_us`` when none is pending). Every launch made before it has its stream and start, so the
+depth there is HTA's depth, in kernels; the screen shows the queue as of that time (``lag`` says how far
+behind the present it is: about the time the queue takes to drain). A launch still unpaired
+``orphan_us`` after the newest record (its op never ran: recorded into a CUDA graph being captured, or a
+lost record) stops holding the settled time back and is counted in :attr:`RecordQueues.orphans`.
 """
 
 from __future__ import annotations
 
 import re
-from math import inf, nextafter
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from math import inf, nextafter
+from operator import gt
 from typing import Any, Iterable
 
-from torchpar_top.analysis import LAUNCH_NAMES, QUEUE_CAP, Event, QueueSeries, queue_series
+from torchpar_top.analysis import LAUNCH_NAMES, QUEUE_CAP
 
 Key = tuple[int, int]
 """``(device, stream)``: CUPTI's device ordinal and stream id."""
@@ -54,7 +65,7 @@ def cbid_names(enum_cls: Any) -> dict[int, str]:
 
 
 class RecordConverter:
-    """Turns cupti-python activity records into analysis events (one converter per cupti module)."""
+    """The binding's activity kinds and API cbids, as the queue reads them (one per cupti module)."""
 
     def __init__(self, cupti: Any) -> None:
         kind = cupti.ActivityKind
@@ -80,99 +91,137 @@ class RecordConverter:
         names = self.runtime_names if kind == self.runtime else self.driver_names
         return names.get(cbid) or f"cbid_{cbid}"
 
-    def events(self, records: Iterable[Any]) -> list[Event]:
-        """The records the queue needs, as events: launch calls (runtime or driver API records whose
-        cbid names a call in :data:`~torchpar_top.analysis.LAUNCH_NAMES`) and GPU ops; the rest are
-        skipped unread. A GPU op is named by its category (its kernel name is not read: converting it
-        from C is the costliest field, and the queue does not use it).
+    def other_cbids(self, kind: int) -> list[int]:
+        """The cbids of ``kind`` (RUNTIME or DRIVER) that are not launches: records not needed."""
+        names = self.runtime_names if kind == self.runtime else self.driver_names
+        return [c for c in names if c not in self.launch_cbids[kind]]
 
-        This loop is the CUDA path's Python per record (``benchmarks/bench_cupti_records.py``).
-        """
-        out: list[Event] = []
-        append, new = out.append, tuple.__new__  # Event(...) without its Python-level __new__
-        runtime, launch_cbids, gpu_cats = self.runtime, self.launch_cbids, self.gpu_cats
-        for r in records:
-            kind = r.kind
-            cat = gpu_cats.get(kind)
-            if cat is None:
-                names = launch_cbids.get(kind)
-                if names is None:
-                    continue
-                name = names.get(r.cbid)
-                if name is None:
-                    continue  # not a launch: nothing the queue needs
-                start = r.start / 1000  # int ns / int: correctly rounded µs (epoch ns exceed 53 bits)
-                append(new(Event, (name, "cuda_runtime" if kind == runtime else "cuda_driver", start,
-                                   r.end / 1000 - start, r.process_id, r.thread_id, r.correlation_id,
-                                   None, None)))
-            else:
-                start = r.start / 1000
-                device, stream = r.device_id, r.stream_id
-                append(new(Event, (cat, cat, start, r.end / 1000 - start, device, stream,
-                                   r.correlation_id, device, stream)))
-        return out
+
+class _Stream:
+    """One stream's launch and start times: a base count, and the sorted times after it."""
+
+    __slots__ = ("base_l", "base_s", "launches", "starts", "ops", "at_cap", "valid_from")
+
+    def __init__(self, valid_from: float) -> None:
+        self.valid_from = valid_from
+        """The depth is exact from here on (``-inf`` when recording never stopped; in a window, the start
+        of one of its launches' GPU ops: a stream runs in launch order, so every launch made before the
+        window has started by then and adds as much to S as to L)."""
+        self.base_l = self.base_s = 0
+        """Launches (GPU starts) folded away: made (started) before the previous settled time."""
+        self.launches: list[float] = []
+        self.starts: list[float] = []
+        self.ops: list[tuple[float, float]] = []
+        """``(start, end)`` of the paired GPU ops that may still overlap a span to come."""
+        self.at_cap = 0.0
 
 
 class RecordQueues:
-    """Launch queue depth per ``(device, stream)`` from events that arrive in buffers, in any order."""
+    """Launch queue depth per ``(device, stream)`` from CUPTI records that arrive in buffers, in any order."""
 
-    def __init__(self, rank: int = 0, cap: int = QUEUE_CAP, orphan_us: float = 2e6,
-                 margin_us: float = 10_000.0) -> None:
+    def __init__(self, converter: RecordConverter, rank: int = 0, cap: int = QUEUE_CAP,
+                 orphan_us: float = 2e6, margin_us: float = 10_000.0) -> None:
         self.rank, self.cap, self.orphan_us, self.margin_us = rank, cap, orphan_us, margin_us
-        self._launches: dict[int, Event] = {}
-        """Launch records whose GPU op has not been seen yet, by correlation id."""
-        self._gpu: dict[int, Event] = {}
-        """GPU op records whose launch record has not been seen yet (buffers come in any order)."""
-        self._pairs: list[tuple[Event, Event]] = []
-        self._base: dict[Key, int] = defaultdict(int)
-        """Per stream, pairs folded away: launched and started before :attr:`since`."""
+        self._gpu_kinds = frozenset(converter.gpu_cats)
+        self._launch_cbids = {kind: frozenset(cbids) for kind, cbids in converter.launch_cbids.items()}
+        self._launches: dict[int, float] = {}
+        """Launch times (µs) whose GPU op has not been seen yet, by correlation id."""
+        self._gpu: dict[int, tuple[float, float, Key]] = {}
+        """GPU ops ``(start, end, key)`` whose launch record has not been seen yet (buffers come in any
+        order), by correlation id."""
+        self._new: defaultdict[Key, list[tuple[float, float, float]]] = defaultdict(list)
+        """Pairs ``(launch, start, end)`` made since the last update, per stream."""
+        self._streams: dict[Key, _Stream] = {}
         self.newest = float("-inf")
-        """The latest record end seen (µs)."""
+        """The latest end of a GPU op record seen (µs)."""
         self.since = float("-inf")
-        """The previous settled time: the series is exact from here to :attr:`settled`."""
+        """The previous settled time: the counts are exact from here to :attr:`settled`."""
         self.settled = float("-inf")
         """The settled time of the last update (µs): every launch before it has its GPU op."""
-        self.series: dict[Key, QueueSeries] = {}
-        """The last update's series over the kept pairs."""
         self.orphans = 0
         """Launches given up on: no GPU op ``orphan_us`` after the newest record."""
         self.launch_records = 0
         """Launch records seen (the launches CUPTI recorded, paired or not)."""
+        self.window = -inf
+        """When the current recording window began (``-inf``: recording never stopped)."""
+        self.until = inf
+        """When launch recording stopped in the current window (``inf``: it goes on)."""
+        self.window_drops = 0
+        """Launches of closed windows whose GPU op was never recorded."""
 
-    def add(self, events: Iterable[Event]) -> None:
-        """Take one buffer's events (launches and GPU ops are kept, the rest only move :attr:`newest`)."""
-        launches, gpu, pairs = self._launches, self._gpu, self._pairs
-        newest = self.newest
-        for e in events:
-            name, _cat, ts, dur, _pid, _tid, c, _device, stream = e
-            if ts + dur > newest:
-                newest = ts + dur
-            if c is None:
-                continue
-            if stream is not None:
-                launch = launches.pop(c, None)
-                if launch is not None:
-                    pairs.append((launch, e))
-                elif c not in gpu:
-                    gpu[c] = e
-            elif name in LAUNCH_NAMES:
-                self.launch_records += 1
-                op = gpu.pop(c, None)
-                if op is not None:
-                    pairs.append((e, op))
+    def add_records(self, records: Iterable[Any]) -> None:
+        """Take one buffer's records: launch calls and GPU ops are read (their kind is the first field
+        looked at, a launch's cbid the second), anything else is skipped.
+
+        This loop is the CUDA path's Python per record (``benchmarks/bench_cupti_records.py``).
+        """
+        gpu_kinds, launch_cbids = self._gpu_kinds, self._launch_cbids
+        launches, early, new = self._launches, self._gpu, self._new
+        newest, n_launch = self.newest, 0
+        for r in records:
+            kind = r.kind
+            if kind in gpu_kinds:
+                c = r.correlation_id
+                end = r.end / 1000  # int ns / int: correctly rounded µs
+                if end > newest:
+                    newest = end
+                ts = launches.pop(c, None)
+                if ts is None:
+                    if c not in early:
+                        early[c] = (r.start / 1000, end, (r.device_id, r.stream_id))
                 else:
-                    launches.setdefault(c, e)
+                    new[(r.device_id, r.stream_id)].append((ts, r.start / 1000, end))
+            else:
+                cbids = launch_cbids.get(kind)
+                if cbids is None or r.cbid not in cbids:
+                    continue  # not a launch: nothing the queue needs
+                n_launch += 1
+                c = r.correlation_id
+                op = early.pop(c, None)
+                if op is None:
+                    if c not in launches:
+                        launches[c] = r.start / 1000
+                else:
+                    start, end, key = op
+                    new[key].append((r.start / 1000, start, end))
         self.newest = newest
+        self.launch_records += n_launch
+
+    def new_window(self, t0: float) -> None:
+        """Recording (re)starts at ``t0`` (µs) after a pause: nothing earlier is known, so every stream
+        starts over (L and S count from the window on; their difference is the depth from each stream's
+        :attr:`_Stream.valid_from`)."""
+        self._launches.clear()
+        self._gpu.clear()
+        self._new = defaultdict(list)
+        self._streams = {}
+        self.window, self.until = t0, inf
+        self.since = self.settled = t0
+
+    def end_window(self, t1: float) -> None:
+        """Launch records stop at ``t1`` (µs): nothing after it is settled in this window."""
+        self.until = t1
+
+    def close_window(self) -> None:
+        """The GPU ops stop too: launches still waiting for theirs are dropped (counted)."""
+        self.window_drops += len(self._launches)
+        self._launches.clear()
+        self._gpu.clear()
+
+    def valid_from(self, key: Key) -> float:
+        """From when the stream's depth is exact (``-inf`` when recording never stopped)."""
+        s = self._streams.get(key)
+        return s.valid_from if s is not None else inf
 
     def drop_launches_between(self, t0: float, t1: float) -> int:
         """Forget pending launches made within ``[t0, t1]`` (recorded into a CUDA graph, not run)."""
-        gone = [c for c, e in self._launches.items() if t0 <= e.ts <= t1]
+        gone = [c for c, ts in self._launches.items() if t0 <= ts <= t1]
         for c in gone:
             del self._launches[c]
         return len(gone)
 
-    def update(self, now: float | None = None) -> dict[Key, QueueSeries]:
-        """Analyse what is settled: the series per stream, exact in ``[since, settled]``.
+    def update(self, now: float | None = None) -> None:
+        """Settle what can be: the counts per stream become exact in ``[since, settled]``.
 
         ``now`` (µs, CUPTI's clock) is when the records were flushed. A call still in progress then
         has no record yet, so nothing later than ``now - margin_us`` is settled: a launch call that
@@ -181,57 +230,131 @@ class RecordQueues:
         """
         now = (self.newest if now is None else now) - self.margin_us
         horizon = max(now + self.margin_us, self.newest) - self.orphan_us
-        stale = [c for c, e in self._launches.items() if e.ts < horizon]
+        launches, oldest, stale = self._launches, inf, []
+        for c, ts in launches.items():
+            if ts < horizon:
+                stale.append(c)
+            elif ts < oldest:
+                oldest = ts
         for c in stale:
-            del self._launches[c]
+            del launches[c]
         self.orphans += len(stale)
-        for c in [c for c, e in self._gpu.items() if e.ts < horizon]:
-            del self._gpu[c]
-        pending = min((e.ts for e in self._launches.values()), default=None)
-        settled = now if pending is None else min(now, nextafter(pending, -inf))  # just before it
-        self.since, self.settled = self.settled, max(self.settled, settled)
-        kept: list[tuple[Event, Event]] = []
-        for launch, op in self._pairs:
-            if op.ts < self.since:
-                self._base[(op.device, op.stream)] += 1  # launched and started before since
-            else:
-                kept.append((launch, op))
-        self._pairs = kept
-        self.series = queue_series([e for pair in kept for e in pair], rank=self.rank, cap=self.cap,
-                                   trace_span=max(0.0, self.settled - self.since))
-        return self.series
+        early, old = self._gpu, []
+        for c, op in early.items():  # in about the order they came: stop at the first young one
+            if op[0] >= horizon:
+                break
+            old.append(c)
+        for c in old:
+            del early[c]
+        settled = now if oldest == inf else min(now, nextafter(oldest, -inf))  # just before it
+        settled = min(settled, self.until)
+        since = self.since = self.settled
+        settled = self.settled = max(since, settled)
+
+        streams = self._streams
+        for key, pairs in self._new.items():
+            s = streams.get(key)
+            launched, started, ended = zip(*pairs)
+            if s is None:
+                s = streams[key] = _Stream(-inf if self.window == -inf else min(started))
+            s.launches += launched
+            s.launches.sort()  # timsort: a run per buffer, nearly in order
+            s.starts += started
+            s.starts.sort()
+            s.ops += zip(started, ended)
+            s.ops.sort()  # by start: a stream runs in launch order, so this is nearly sorted already
+        self._new = defaultdict(list)
+        for s in streams.values():
+            i = bisect_left(s.launches, since)  # fold what is before since: [since, settled] stays exact
+            if i:
+                s.base_l += i
+                del s.launches[:i]
+            i = bisect_left(s.starts, since)
+            if i:
+                s.base_s += i
+                del s.starts[:i]
+            ops, i = s.ops, 0
+            while i < len(ops) and ops[i][1] <= since:  # ended before since: no span to come needs it
+                i += 1
+            if i:
+                del ops[:i]
+            s.at_cap = self._time_at_cap(s, since, settled)
+
+    def _time_at_cap(self, s: _Stream, t0: float, t1: float) -> float:
+        """µs within ``[t0, t1]`` with the depth at or above the cap (walked only when it can get there)."""
+        if t1 <= t0:
+            return 0.0
+        cap, launches, starts = self.cap, s.launches, s.starts
+        lo, hi = bisect_right(launches, t0), bisect_right(launches, t1)
+        depth = s.base_l + lo - s.base_s - bisect_right(starts, t0)
+        if depth < cap:
+            # the depth only rises at launches: the k-th launch (0-based, counting the folded ones) leaves
+            # it at the cap or above iff fewer than k + 2 - cap GPU ops started by then, i.e. iff start
+            # number k + 1 - cap is later than the launch; compared for the whole span at once, in C
+            off = s.base_l - cap + 1 - s.base_s
+            first = max(lo, -off)
+            if first >= hi or not any(map(gt, starts[first + off:hi + off], launches[first:hi])):
+                return 0.0
+        steps = sorted([(t, 1) for t in s.launches[lo:hi]]
+                       + [(t, -1) for t in s.starts[bisect_right(s.starts, t0):bisect_right(s.starts, t1)]])
+        total, prev = 0.0, t0
+        for t, delta in steps:
+            if depth >= self.cap:
+                total += t - prev
+            prev, depth = t, depth + delta
+        if depth >= self.cap:
+            total += t1 - prev
+        return total
 
     def keys(self) -> list[Key]:
-        """Every stream seen so far."""
-        return sorted(set(self._base) | set(self.series))
+        """Every stream seen so far (paired launches settled at least once)."""
+        return sorted(self._streams)
 
     def launched(self, key: Key, t: float | None = None) -> int:
-        """``L`` of a stream at ``t`` (default: the settled time)."""
-        t = self.settled if t is None else t
-        s = self.series.get(key)
-        return self._base.get(key, 0) + (s.launched_by(t) if s is not None else 0)
+        """``L`` of a stream at ``t`` in ``[since, settled]`` (default: the settled time)."""
+        s = self._streams.get(key)
+        if s is None:
+            return 0
+        return s.base_l + bisect_right(s.launches, self.settled if t is None else t)
 
     def started(self, key: Key, t: float | None = None) -> int:
-        """``S`` of a stream at ``t`` (default: the settled time)."""
-        t = self.settled if t is None else t
-        s = self.series.get(key)
-        return self._base.get(key, 0) + (s.started_by(t) if s is not None else 0)
+        """``S`` of a stream at ``t`` in ``[since, settled]`` (default: the settled time)."""
+        s = self._streams.get(key)
+        if s is None:
+            return 0
+        return s.base_s + bisect_right(s.starts, self.settled if t is None else t)
 
     def depth(self, key: Key, t: float | None = None) -> int:
-        """``Q = L - S`` of a stream at ``t`` (default: the settled time)."""
-        t = self.settled if t is None else t
-        s = self.series.get(key)
-        return s.depth_at(t) if s is not None else 0
+        """``Q = L - S`` of a stream at ``t`` in ``[since, settled]`` (default: the settled time)."""
+        return self.launched(key, t) - self.started(key, t)
 
-    def busy(self, key: Key, t0: float, t1: float) -> list[tuple[float, float]]:
-        """Intervals (µs) of the kept GPU ops of one stream that overlap ``[t0, t1]``."""
-        return [(max(op.ts, t0), min(op.ts + op.dur, t1)) for _, op in self._pairs
-                if (op.device, op.stream) == key and op.ts < t1 and op.ts + op.dur > t0]
+    def busy(self, key: Key, t0: float, t1: float, gap: float = 0.0) -> list[tuple[float, float]]:
+        """Intervals (µs) of the stream's paired GPU ops within ``[t0, t1]`` (``t0 >= since``), in order,
+        those less than ``gap`` µs apart merged."""
+        s = self._streams.get(key)
+        out: list[tuple[float, float]] = []
+        if s is None:
+            return out
+        for a, b in s.ops:
+            if a >= t1:
+                break
+            if b <= t0:
+                continue
+            if a < t0:
+                a = t0
+            if b > t1:
+                b = t1
+            if out and a - out[-1][1] <= gap:
+                if b > out[-1][1]:
+                    out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+        return out
 
     def time_at_cap(self, key: Key) -> float:
         """µs the stream spent at the cap in ``[since, settled]`` (a launch would have blocked)."""
-        s = self.series.get(key)
-        return s.time_at_cap_between(self.since, self.settled) if s is not None else 0.0
+        s = self._streams.get(key)
+        return s.at_cap if s is not None else 0.0
 
     @property
     def pending(self) -> int:

@@ -30,7 +30,7 @@ __all__ = ["check_target", "main"]
 #: Exit status for a target that cannot run or a bad command line (the user's code never ran).
 EXIT_CANNOT_RUN = 2
 USAGE = "usage: python -m torchpar_top.probes.agent.run [--fd N] [--interval S] [--sync] " \
-        "[--sync-scope op|step] [--every-op] (-m MODULE | SCRIPT) [ARGS...]"
+        "[--sync-scope op|step] [--every-op] [--cupti-duty SHARE] (-m MODULE | SCRIPT) [ARGS...]"
 
 
 class UsageError(Exception):
@@ -49,6 +49,7 @@ class Options:
     sync: bool = False
     sync_scope: str = "op"
     every_op: bool = False
+    cupti_duty: float | None = None
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -57,7 +58,7 @@ def parse_args(argv: list[str]) -> Options:
     while i < len(argv):
         arg = argv[i]
         name, eq, inline = arg.partition("=")
-        if name in ("--fd", "--interval", "--sync-scope"):
+        if name in ("--fd", "--interval", "--sync-scope", "--cupti-duty"):
             if not eq:
                 if i + 1 >= len(argv):
                     raise UsageError(f"{name} needs a value")
@@ -68,6 +69,10 @@ def parse_args(argv: list[str]) -> Options:
                 elif name == "--interval":
                     opts.interval = float(inline)
                     if not opts.interval > 0:
+                        raise ValueError
+                elif name == "--cupti-duty":
+                    opts.cupti_duty = float(inline)
+                    if not 0 < opts.cupti_duty <= 1:
                         raise ValueError
                 elif inline in ("op", "step"):
                     opts.sync_scope = inline
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     label = f"-m {opts.target}" if opts.is_module else opts.target
     agent = UserCode(sock, target=label, interval=opts.interval, sync=opts.sync,
                      sync_scope=SyncScope(opts.sync_scope), rank=_env_int("RANK"),
-                     world_size=_env_int("WORLD_SIZE"), every_op=opts.every_op)
+                     world_size=_env_int("WORLD_SIZE"), every_op=opts.every_op, cupti_duty=opts.cupti_duty)
     agent.start()
     status: int | None = 0  # None: die of SIGINT, as python does after an uncaught KeyboardInterrupt
     reported: tuple[int, str] = (0, "")  # the status and why, for torchpar-top (ranks are not its children)

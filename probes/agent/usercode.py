@@ -27,7 +27,7 @@ from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
 from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
-from torchpar_top.probes.agent.cuda_cupti import CuptiMonitor, CuptiUnavailable, load_cupti
+from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor, CuptiUnavailable, load_cupti
 from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
@@ -73,7 +73,8 @@ class UserCode:
 
     def __init__(self, sock: socket.socket | None, *, target: str, interval: float = 0.1, sync: bool = False,
                  sync_scope: SyncScope = SyncScope.OP, rank: int | None = None,
-                 world_size: int | None = None, every_op: bool = False) -> None:
+                 world_size: int | None = None, every_op: bool = False,
+                 cupti_duty: float | None = None) -> None:
         agent = self.agent = Agent(sock, experiment="run", description=f"your code: {target}",
                                    device="cuda" if torch.cuda.is_available() else "cpu",
                                    interval=interval, sync=sync, sync_scope=sync_scope)
@@ -84,6 +85,8 @@ class UserCode:
         """Switches the op counter on for slices of the frontend's time (always on with ``every_op``)."""
         self.switch_signal: SwitchSignal | None = None
         self.every_op = every_op
+        self.cupti_duty = cupti_duty
+        """On CUDA, the share of sample intervals CUPTI records in (None: ``cuda_cupti.DEFAULT_DUTY``)."""
         self.syncpoints = SyncPoints(cuda_in_use)
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
@@ -215,7 +218,8 @@ class UserCode:
             capture.install(graph_classes(self.cuda), self.cuda.current_stream)
             monitor = CuptiMonitor(cupti, add=self.agent.add, log=self.agent.log, syncpoints=self.syncpoints,
                                    capture=capture, rank=self.agent.rank or 0, uuids=self._cuda_uuids,
-                                   on_lost=self._cupti_lost)
+                                   on_lost=self._cupti_lost,
+                                   duty=DEFAULT_DUTY if self.cupti_duty is None else self.cupti_duty)
             monitor.start()
         except CuptiUnavailable as exc:
             capture.uninstall()

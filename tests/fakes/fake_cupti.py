@@ -11,6 +11,11 @@ Modelled on NVIDIA's binding (docs.nvidia.com/cupti-python, "bindings"; its samp
 - ``activity_enable(kind)`` / ``activity_disable(kind)``: records of a disabled kind are not produced;
   a kind listed in ``refuse`` raises ``cuptiError`` (e.g. ``ERROR_INSUFFICIENT_PRIVILEGES``, or
   ``ERROR_NOT_COMPATIBLE`` on a too-new driver).
+- ``activity_enable_runtime_api(cbid, enable)`` / ``activity_enable_driver_api(cbid, enable)``
+  (cuptiActivityEnableRuntimeApi/DriverApi, CUPTI 12.x on): records of a switched-off cbid are not
+  produced. ``activity_enable(kind)`` of RUNTIME/DRIVER turns every cbid of that kind back on (as
+  reported by users of the binding: the per-API filter must be set after enabling the kind). A value
+  not in the cbid enum raises ``cuptiError(ERROR_INVALID_PARAMETER)``.
 - ``subscribe(callback, userdata)`` returns a handle; while another client (``other_client``, e.g.
   Kineto, Nsight Systems) holds CUPTI it raises ``cuptiError`` with status
   ``ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED`` (CUPTI docs: legacy single-subscriber mode, CUDA <= 13.2).
@@ -68,6 +73,7 @@ class ApiCallbackSite(enum.IntEnum):
 class Result(enum.IntEnum):
     """CUptiResult values (cupti_result.h)."""
     SUCCESS = 0
+    ERROR_INVALID_PARAMETER = 1
     ERROR_INVALID_OPERATION = 7
     ERROR_NOT_COMPATIBLE = 14
     ERROR_NOT_INITIALIZED = 15
@@ -93,15 +99,19 @@ RUNTIME_CBIDS = {
     "cudaStreamWaitEvent_v3020": 147, "cudaDeviceSynchronize_v3020": 165,
     "cudaStreamCreateWithFlags_v5000": 198, "cudaDeviceGetAttribute_v5000": 200,
     "cudaStreamGetPriority_v5050": 203, "cudaDeviceGetStreamPriorityRange_v5050": 205,
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessor_v6000": 210,
     "cudaLaunchKernel_v7000": 211, "cudaLaunchKernel_ptsz_v7000": 214,
     "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000": 251,
     "cudaFuncSetAttribute_v9000": 273, "cudaGraphLaunch_v10000": 311, "cudaStreamIsCapturing_v10000": 317,
+    "cudaStreamGetCaptureInfo_v2_v11030": 409,
 }
 DRIVER_CBIDS = {"cuLaunchKernel": 307}
 
 Runtime_api_trace_cbid = enum.IntEnum("Runtime_api_trace_cbid", RUNTIME_CBIDS)
 Driver_api_trace_cbid = enum.IntEnum("Driver_api_trace_cbid", DRIVER_CBIDS)
 
+_VALUES = {enum_cls: frozenset(int(m) for m in enum_cls)
+           for enum_cls in (Runtime_api_trace_cbid, Driver_api_trace_cbid)}
 _GPU_KINDS = {"kernel": ActivityKind.CONCURRENT_KERNEL, "gpu_memcpy": ActivityKind.MEMCPY,
               "gpu_memset": ActivityKind.MEMSET}
 
@@ -160,6 +170,9 @@ class FakeCupti:
         self.refuse = dict(refuse or {})
         """``{kind: status}``: enabling ``kind`` raises ``cuptiError(status)``."""
         self.enabled: set[int] = set()
+        self.api_off: dict[int, set[int]] = {int(ActivityKind.RUNTIME): set(),
+                                             int(ActivityKind.DRIVER): set()}
+        """Per API kind, the cbids whose records are switched off."""
         self.requested: Callable[[], tuple[int, int]] | None = None
         self.completed: Callable[[list], None] | None = None
         self.subscribers: dict[int, tuple[Callable, Any]] = {}
@@ -205,6 +218,19 @@ class FakeCupti:
         if self.other_client is not None:
             raise cuptiError(Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
         self.enabled.add(kind)
+        if kind in self.api_off:
+            self.api_off[kind].clear()
+
+    def activity_enable_runtime_api(self, cbid: int, enable: int) -> None:
+        self._api_switch(ActivityKind.RUNTIME, Runtime_api_trace_cbid, cbid, enable)
+
+    def activity_enable_driver_api(self, cbid: int, enable: int) -> None:
+        self._api_switch(ActivityKind.DRIVER, Driver_api_trace_cbid, cbid, enable)
+
+    def _api_switch(self, kind: int, cbids: Any, cbid: int, enable: int) -> None:
+        if int(cbid) not in _VALUES[cbids]:
+            raise cuptiError(Result.ERROR_INVALID_PARAMETER)
+        (self.api_off[int(kind)].discard if enable else self.api_off[int(kind)].add)(int(cbid))
 
     def activity_disable(self, kind: int) -> None:
         self.enabled.discard(int(kind))
@@ -229,6 +255,9 @@ class FakeCupti:
         for r in records:
             self.now_ns = max(self.now_ns, r.end)
             if r.kind not in self.enabled or self.completed is None:
+                continue
+            off = self.api_off.get(r.kind)
+            if off and r.cbid in off:
                 continue
             with self._lock:
                 if not self._capacity:

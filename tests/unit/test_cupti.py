@@ -50,13 +50,18 @@ def _expected(path: Path) -> dict:
 @pytest.mark.parametrize("name", TRACES)
 def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> None:
     """Records played in order, flushed every few hundred: at every settled span, L, S and Q per stream
-    equal the analysis module's (HTA's definition) at each launch and start time within it."""
+    equal the analysis module's (HTA's definition) at every launch and start time within it, and the
+    time at the cap within it too (with a cap low enough for these traces to reach it)."""
     records = records_from_trace(str(DATA / name))
     expected = _expected(DATA / name)
     assert expected, "the trace has launches with GPU ops"
+    cap = 4
+    with gzip.open(DATA / name, "rt") as f:
+        capped = queue_series(list(events_from_chrome(json.load(f))), cap=cap)
     fake = FakeCupti()
     mon, agent, _ = _monitor(fake)
-    checked = 0
+    mon.queues.cap = cap
+    checked = at_cap = 0
     step = max(50, len(records) // 40)
     try:
         for i in range(0, len(records), step):
@@ -65,10 +70,14 @@ def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> No
             q = mon.queues
             for key, exp in expected.items():
                 times = [t for t in exp.launch_times + exp.start_times if q.since <= t <= q.settled]
-                for t in times[:: max(1, len(times) // 50)] + ([q.settled] if q.settled > q.since else []):
+                for t in times + ([q.settled] if q.settled > q.since else []):
                     assert (q.launched(key, t), q.started(key, t), q.depth(key, t)) == \
                         (exp.launched_by(t), exp.started_by(t), exp.depth_at(t)), (key, t)
                     checked += 1
+                if q.settled > q.since:
+                    want = capped[key].time_at_cap_between(q.since, q.settled)
+                    assert q.time_at_cap(key) == pytest.approx(want, abs=1e-6), key
+                    at_cap += want > 0
         q = mon.queues
         q.update(now=q.newest + q.orphan_us + 1)  # the end: launches never run stop holding time back
         for key, exp in expected.items():
@@ -78,6 +87,109 @@ def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> No
         mon.close()
     assert checked > 0
     assert set(expected) <= set(mon.queues.keys())
+    if name == "a100_sxm4_5_streams.json.gz":
+        assert at_cap > 0, "the check of the time at the cap saw a queue at the cap"
+
+
+def _spy(fake: FakeCupti, kinds: list) -> None:
+    """Note ``(kind, cbid)`` of every record the fake delivers to the registered callback."""
+    completed = fake.completed
+    fake.completed = lambda buf: (kinds.extend((r.kind, getattr(r, "cbid", None)) for r in buf),
+                                  completed(buf))
+
+
+def test_only_launch_calls_and_gpu_ops_are_recorded_and_the_switch_survives_standing_aside() -> None:
+    """The other API calls are switched off in CUPTI (after enabling their kind, which resets the
+    switch): only launch records and GPU ops reach Python, before and after standing aside."""
+    records = records_from_trace(str(DATA / "a100_sxm4_5_streams.json.gz"))
+    fake, kinds = FakeCupti(), []
+    mon, _, _ = _monitor(fake)
+    launch_cbids = {c for cbids in mon.converter.launch_cbids.values() for c in cbids}
+    try:
+        assert mon.filtered > 0 and 131 in fake.api_off[int(ActivityKind.RUNTIME)]  # cudaStreamSynchronize
+        _spy(fake, kinds)
+        fake.play(records[: len(records) // 2])
+        mon.refresh()
+        mon.stand_aside("test")
+        assert not fake.enabled
+        mon.resume()
+        assert 131 in fake.api_off[int(ActivityKind.RUNTIME)]
+        _spy(fake, kinds)  # subscribing again registered the monitor's callback again
+        fake.play(records[len(records) // 2:])
+        mon.refresh()
+    finally:
+        mon.close()
+    api = [cbid for kind, cbid in kinds if kind in (int(ActivityKind.RUNTIME), int(ActivityKind.DRIVER))]
+    assert api and set(api) <= launch_cbids
+    assert mon.records == len(kinds) < len(records) // 2
+
+
+def test_without_the_per_api_switch_other_calls_are_skipped_and_the_queue_is_the_same() -> None:
+    """An older binding without ``activity_enable_runtime_api``: every API record arrives, the queue
+    skips the non-launches by cbid and counts the same launches."""
+    name = "a100_event_sync_3_streams.json.gz"
+    records = records_from_trace(str(DATA / name))
+    expected = _expected(DATA / name)
+    fake = FakeCupti()
+    fake.activity_enable_runtime_api = None  # type: ignore[assignment] - getattr finds no switch
+    fake.activity_enable_driver_api = None  # type: ignore[assignment]
+    mon, _, _ = _monitor(fake)
+    try:
+        assert mon.filtered == 0
+        fake.play(records)
+        mon.refresh()
+        q = mon.queues
+        q.update(now=q.newest + q.orphan_us + 1)
+        assert mon.records == sum(r.kind in fake.enabled for r in records)
+        for key, exp in expected.items():
+            assert q.launched(key) == exp.launches == q.started(key), key
+    finally:
+        mon.close()
+
+
+@pytest.mark.parametrize("name", ["a100_sxm4_5_streams.json.gz", "a100_alexnet_2_streams.json.gz"])
+def test_in_recording_windows_the_depth_equals_the_analysis_where_it_is_known(name: str) -> None:
+    """duty 1/2: records are taken in every other stretch. Within each window, from the stream's first
+    GPU start of a window launch to the window's settled time, Q per stream equals the analysis module's
+    depth of the whole trace (a stream runs in launch order: launches from before the window have all
+    started by then); the rows say they are sampled and their counts only grow."""
+    records = records_from_trace(str(DATA / name))
+    expected = _expected(DATA / name)
+    fake = FakeCupti()
+    mon, agent, _ = _monitor(fake, duty=0.5, drain_s=0.0)
+    checked, windows, seen = 0, 0, {}
+    step = max(50, len(records) // 30)
+    try:
+        assert mon.cycle == 2 and mon._recording
+        for i in range(0, len(records), step):
+            recording = mon._recording
+            if not recording:  # between windows nothing is recorded
+                assert not (fake.enabled & {int(ActivityKind.RUNTIME), int(ActivityKind.CONCURRENT_KERNEL)})
+            fake.play(records[i:i + step])
+            mon.refresh()
+            q = mon.queues
+            if not recording:
+                continue
+            windows += 1
+            assert q.settled <= q.until
+            for key, exp in expected.items():
+                t0 = max(q.since, q.valid_from(key))
+                for t in [t for t in exp.launch_times + exp.start_times if t0 <= t <= q.settled]:
+                    assert q.depth(key, t) == exp.depth_at(t), (key, t)
+                    checked += 1
+            for key, ex in mon.streams.items():
+                assert ex.launched >= seen.get(key, (0, 0))[0] and ex.started >= seen.get(key, (0, 0))[1]
+                seen[key] = (ex.launched, ex.started)
+        rows = agent.sample(0.0, 1.0).executors
+    finally:
+        mon.close()
+    assert windows >= 5 and checked > 0
+    assert rows and all(r.note and r.note.startswith("sampled") for r in rows)
+
+
+def test_duty_must_be_a_share() -> None:
+    with pytest.raises(ValueError, match="duty"):
+        CuptiMonitor(FakeCupti(), add=lambda x: x, log=lambda s: None, duty=0)
 
 
 def test_rows_carry_the_settled_depth_in_kernels_and_python_runs_per_buffer() -> None:
@@ -106,9 +218,11 @@ def test_a_disabled_kind_produces_no_records_and_is_named() -> None:
     try:
         assert int(ActivityKind.MEMCPY) not in fake.enabled
         assert mon.refused and "INSUFFICIENT_PRIVILEGES" in mon.refused[0]
+        completed, kinds = fake.completed, set()
+        fake.completed = lambda buf: (kinds.update(r.kind for r in buf), completed(buf))
         fake.play(records_from_trace(str(DATA / "a100_alexnet_2_streams.json.gz")))
         mon.refresh()
-        assert all(e.cat != "gpu_memcpy" for _, op in mon.queues._pairs for e in [op])
+        assert int(ActivityKind.CONCURRENT_KERNEL) in kinds and int(ActivityKind.MEMCPY) not in kinds
     finally:
         mon.close()
 
@@ -366,3 +480,41 @@ def test_a_profiler_running_at_start_is_waited_for() -> None:
         assert any("CUPTI is taken when it ends" in line for line in logs)
     finally:
         mon.close()
+
+
+def test_cupti_duty_goes_from_the_command_line_to_the_monitor(capsys) -> None:
+    from torchpar_top.args import run_parser
+    from torchpar_top.probes.agent.run import UsageError, parse_args
+    from torchpar_top.session.targets import ScriptTarget
+
+    assert run_parser().parse_args(["--cupti-duty", "0.25"]).cupti_duty == 0.25
+    with pytest.raises(SystemExit) as exit_:
+        run_parser().parse_args(["--cupti-duty", "0"])
+    assert exit_.value.code == 2 and "must be above 0" in capsys.readouterr().err
+    cmd = ScriptTarget("x.py", cupti_duty=0.25).command(3, 0.1, False)
+    assert cmd[cmd.index("--cupti-duty") + 1] == "0.25"
+    assert parse_args(cmd[cmd.index("--fd"):]).cupti_duty == 0.25
+    with pytest.raises(UsageError, match="--cupti-duty"):
+        parse_args(["--cupti-duty", "2", "x.py"])
+    for duty, cycle in ((None, 20), (0.25, 4), (1.0, 1)):
+        fake = FakeCupti()
+        uc, _ = _usercode(lambda: fake)
+        uc.cupti_duty = duty
+        try:
+            uc.watch_cuda_streams()
+            assert uc.cupti.cycle == cycle
+            assert (uc.cupti.note() or "").startswith("sampled") == (cycle > 1)
+        finally:
+            uc.agent.close()
+
+
+def test_a_sampled_row_says_so_in_short() -> None:
+    from torchpar_top.contract.snapshot import ExecutorView
+    from torchpar_top.contract.vocab import ExecutorKind, Quantity
+    from torchpar_top.tui.widgets.queues import note_text
+
+    row = ExecutorView(name="cuda:0 stream 7", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH,
+                       value=3, capacity=1024, launched=10, completed=7, emulated=False, history=(3.0,),
+                       busy=(0.5,), blocked=0.0, counts=Counted.KERNELS,
+                       note="sampled: CUPTI records 1 sample interval in 20")
+    assert note_text(row, short=True) == "sampled"

@@ -85,10 +85,13 @@ def status_text(snapshot: Snapshot, executor: ExecutorView, short: bool) -> str:
 
 
 def note_text(executor: ExecutorView, short: bool) -> str:
-    """The row's note (``standing aside: torch.profiler active``; short: ``aside``), '' without one."""
+    """The row's note (``standing aside: torch.profiler active``; short: ``aside``, or ``sampled`` for
+    CUPTI recording windows), '' without one."""
     if not executor.note:
         return ""
-    return "aside" if short else executor.note
+    if short:
+        return "sampled" if executor.note.startswith("sampled") else "aside"
+    return executor.note
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@
   twice: once recorded by :class:`~torchpar_top.probes.agent.cuda_cupti.CuptiMonitor` (the real
   ``cupti`` binding), once under ``torch.profiler`` (Kineto) with the trace analysed by
   ``torchpar_top.analysis``; the launches per stream must be equal (stream ids are CUPTI's in both).
+  ``records`` (what reached Python) near 2 x OPS and ``cbids_off`` > 0 say CUPTI's per-API switch held.
 
 Ends with one line ``GPU-CHECK {json}``. Without cupti-python, ``counts`` says so (``skip``).
 """
@@ -88,7 +89,8 @@ def counts(ops: int) -> dict:
     busy = {k: v for k, v in theirs.items() if v >= ops // 4}
     same = bool(busy) and all(ours.get(k) == v for k, v in busy.items())
     return {"ok": same, "cupti": ours, "profiler": theirs, "pending": pending, "orphans": orphans,
-            "buffers": monitor.buffers, "ops": ops, "log": logs[-5:]}
+            "buffers": monitor.buffers, "records": monitor.records, "cbids_off": monitor.filtered,
+            "ops": ops, "log": logs[-5:]}
 
 
 if mode == "speed":
