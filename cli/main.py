@@ -55,11 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only
         return signals.status(status)
 
-    from torchpar_top.tui.app import TorchparTopApp
+    from torchpar_top.tui.app import TorchparTopApp, quiet_gc
 
     # a frame per sample: never faster than 10 Hz, slower with a longer --interval (nothing new between)
     app = TorchparTopApp(session, render_interval=max(0.1, args.interval))
     signals = QuitSignals(app.quit_from_signal)
+    quiet_gc()
     app.run()
     session.close()
     keep.stop_recorder(recorder)
@@ -192,10 +193,11 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
         outputs.finish(sys.stderr, received=signals.received, duration=args.duration)
         return signals.status(status)
 
-    from torchpar_top.tui.app import TorchparTopApp
+    from torchpar_top.tui.app import TorchparTopApp, quiet_gc
 
     app = TorchparTopApp(session)
     signals = QuitSignals(app.quit_from_signal)
+    quiet_gc()
     app.run()
     session.close()
     outputs.finish(sys.stdout, quit_by="quit", received=signals.received)

@@ -131,3 +131,30 @@ def test_the_line_compositor_runs_only_under_the_textual_it_was_tested_with() ->
     assert textual_version() == TESTED_TEXTUAL
     assert screen_class() is LineScreen
     assert screen_class("8.3.0") is Screen
+
+
+def test_quiet_gc_still_collects_cycles_made_after_it() -> None:
+    """The screen's collector settings freeze what exists and collect less often, never not at all."""
+    import gc
+    import weakref
+
+    from torchpar_top.tui.app import GC_THRESHOLDS, quiet_gc
+
+    before = gc.get_threshold()
+    try:
+        quiet_gc()
+        assert gc.isenabled() and gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
+
+        class Node:
+            pass
+
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only the collector frees it
+        gone = weakref.ref(a)
+        del a, b
+        kept = [[] for _ in range(3 * GC_THRESHOLDS[0])]  # net allocations alone trigger a collection
+        assert gone() is None
+        del kept
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
