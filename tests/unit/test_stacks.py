@@ -430,7 +430,10 @@ def test_describe_self_and_errors():
 def test_describe_a_non_python_process_and_require_python():
     p = subprocess.Popen(["sleep", "30"])
     try:
-        wait_for(lambda: isinstance(describe_pid(p.pid), ProcessInfo) and describe_pid(p.pid).name == "sleep")
+        # Mid-exec the kernel has the new name before the new argv (``/proc/PID/cmdline`` reads empty
+        # for a moment; seen on a loaded CI machine): wait for both.
+        wait_for(lambda: isinstance(info := describe_pid(p.pid), ProcessInfo) and info.name == "sleep"
+                 and bool(info.cmdline))
         info = describe_pid(p.pid)
         assert not info.is_python and info.cmdline == ("sleep", "30")
         assert check_attach(p.pid) is None
