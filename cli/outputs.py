@@ -26,7 +26,8 @@ class Outputs:
         self.session = session
         self.report_path: str | None = args.report
         self.tally = RunTally()
-        self.watch = TallyWatch(session.snapshot, self.tally, session.interval)
+        self.watch = TallyWatch(session.snapshot, self.tally, session.interval,
+                                getattr(session, "recent_snapshot", None))
         self.metrics = None
         if args.report:
             _check_writable(args.report)

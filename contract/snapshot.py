@@ -69,8 +69,9 @@ class HostSample:
     """``time.time()`` when the reading was taken."""
     cores: tuple[float, ...]
     """Per-core load, percent, in core order."""
-    threads: tuple[ThreadInfo, ...]
-    """The child's threads (empty when no child is running)."""
+    threads: tuple[ThreadInfo, ...] | None
+    """The child's threads (empty when no child is running); ``None`` when they were not read this time
+    (they are read every few samples: ``session.store.THREAD_SAMPLE_S``)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler
 from torchpar_top.session.child import ChildProcess
 from torchpar_top.session.listener import AgentListener
-from torchpar_top.session.store import SessionStore
+from torchpar_top.session.store import SessionStore, thread_every
 from torchpar_top.session.targets import AttachTarget, ExperimentTarget, ScriptTarget, Target
 
 StackSource = Callable[[int], Any]
@@ -198,6 +198,15 @@ class Session:
             snap = _with_stack(snap, *latest)
         self._snapshot = (key, snap)
         return snap
+
+    def recent_snapshot(self, max_age: float) -> Snapshot:
+        """The snapshot built last when it is at most ``max_age`` seconds old, else a new one: a reader
+        that samples on its own clock (the verdict's tally) then shares the screen's builds instead of
+        making its own."""
+        cached = self._snapshot
+        if cached is not None and time.time() - cached[1].t <= max_age:
+            return cached[1]
+        return self.snapshot()
 
     # -- the target -------------------------------------------------------------------------------
 
@@ -376,14 +385,21 @@ class Session:
         cores = CoreSampler()  # psutil compares with the previous call from the same thread
         next_t = time.monotonic()
         mark = (next_t, self._monitor_cpu())
+        every, tick = thread_every(self.interval), 0
+        read: list[ThreadSampler] = []
         while not self._stop.is_set():
             next_t += self.interval
             with self._child_lock:
                 samplers = list(self._samplers.values())
-            roles = self.store.roles()
-            threads: tuple = ()
-            for sampler in samplers:
-                threads += sampler.sample(roles)
+            threads: tuple | None = None
+            # the threads every few samples, and at once for a process not read yet (a new child)
+            if tick % every == 0 or any(s not in read for s in samplers):
+                roles = self.store.roles()
+                threads = ()
+                for sampler in samplers:
+                    threads += sampler.sample(roles)
+                read = samplers
+            tick += 1
             self.store.on_host(HostSample(time.time(), cores.sample(), threads))
             self._report_attach_errors(samplers)
             self._resolve_closing()

@@ -71,6 +71,16 @@ ROUNDS_KEPT = 50
 #: averaged: a share of one 0.1 s window jitters by several points (and the panel with it, repainted
 #: every frame); the last second reads steadier, and *starved* and *input-bound* do not flap.
 THREADS_MEAN_S = 1.0
+#: Seconds between two readings of the child's threads (two ``/proc`` files per thread): their shares
+#: are shown as means over :data:`THREADS_MEAN_S`, which two readings half a second apart give as well
+#: as ten (the kernel's counters are cumulative); at the default 10 Hz this took most of the host
+#: probes' CPU (``benchmarks/bench_tui.py --footprint``).
+THREAD_SAMPLE_S = 0.5
+
+
+def thread_every(interval: float) -> int:
+    """Read the threads once every this many host samples (at least once per sample)."""
+    return max(1, round(THREAD_SAMPLE_S / interval))
 
 
 @dataclass
@@ -288,7 +298,8 @@ class SessionStore:
             self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
             self._sample_t: float | None = None
             self._threads = ()
-            self._thread_window: deque = deque(maxlen=max(1, round(THREADS_MEAN_S / self.interval)))
+            self._thread_window: deque = deque(
+                maxlen=max(1, round(THREADS_MEAN_S / (self.interval * thread_every(self.interval)))))
             self._sources: dict[int, _Source] = {}
             self._target = experiment
             self._notice = ""
@@ -361,8 +372,9 @@ class SessionStore:
             for hist, load in zip(self._core_history, sample.cores):
                 hist.append(load)
             self._cores = sample.cores
-            self._thread_window.append(sample.threads)
-            self._threads = _mean_threads(self._thread_window)
+            if sample.threads is not None:
+                self._thread_window.append(sample.threads)
+                self._threads = _mean_threads(self._thread_window)
 
     def on_monitor(self, share: float) -> None:
         """The monitor's own CPU over the last second, as a share of one core."""

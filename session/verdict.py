@@ -621,8 +621,12 @@ def _cell(value: Any) -> str:
 class TallyWatch:
     """A thread that feeds ``tally`` a snapshot every ``interval`` seconds until :meth:`stop`."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], tally: RunTally, interval: float) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], tally: RunTally, interval: float,
+                 recent: Callable[[float], Snapshot] | None = None) -> None:
+        """``recent(max_age)``, where the source has one, gives a snapshot already built within
+        ``max_age`` seconds (by the screen or the headless loop) rather than building another."""
         self._snapshot, self.tally, self.interval = snapshot, tally, interval
+        self._recent = recent
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tpt-verdict", daemon=True)
 
@@ -631,7 +635,7 @@ class TallyWatch:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            self.tally.feed(self._snapshot())
+            self.tally.feed(self._snapshot() if self._recent is None else self._recent(self.interval))
 
     def stop(self) -> None:
         """Stop feeding (one last snapshot is fed first); returns once the thread has ended."""

@@ -56,24 +56,51 @@ class LineCompositor(Compositor):
 
     def _get_renders(self, crop: Region | None = None) -> Iterable[tuple[Region, Region, list[Strip]]]:
         """As Textual's, except during a partial update: widgets no changed region overlaps are skipped,
-        and a widget renders only the lines changed regions cover (blank strips stand in for the rest)."""
+        a widget renders only the lines changed regions cover (blank strips stand in for the rest), and a
+        widget is skipped when the widgets in front of it already cover every changed cell it overlaps
+        (a container behind its children, the screen behind its panels: Textual paints front to back and
+        the first strip for a cell wins, so theirs would never be written)."""
         changed = self._changed
         if changed is None:
             yield from super()._get_renders(crop)
             return
+        covered: dict[int, list[tuple[int, int]]] = {}  # screen line -> x spans of the widgets yielded
         for widget, (region, clip) in self.visible_widgets.items():
             visible = region.intersection(clip)
             if not visible.width or not visible.height:
                 continue
             top, bottom = visible.bottom, visible.y
+            hidden = True  # every changed cell of this widget is behind a widget already yielded
             for r in changed:
                 if r.overlaps(visible):
-                    top, bottom = min(top, max(r.y, visible.y)), max(bottom, min(r.bottom, visible.bottom))
-            if top >= bottom:
+                    part = r.intersection(visible)
+                    top, bottom = min(top, part.y), max(bottom, part.bottom)
+                    if hidden:
+                        hidden = _covered(covered, part)
+            if top >= bottom or hidden:
                 continue
+            x0, x1 = visible.x, visible.right
+            for y in range(visible.y, visible.bottom):
+                covered.setdefault(y, []).append((x0, x1))
             blank = Strip.blank(visible.width)
             strips = widget.render_lines(Region(visible.x - region.x, top - region.y, visible.width, bottom - top))
             yield region, clip, [blank] * (top - visible.y) + list(strips) + [blank] * (visible.bottom - bottom)
+
+
+def _covered(covered: dict[int, list[tuple[int, int]]], part: Region) -> bool:
+    """Whether every cell of ``part`` lies in the x spans ``covered`` holds for its line."""
+    x0, x1 = part.x, part.right
+    for y in range(part.y, part.bottom):
+        x = x0
+        for a, b in sorted(covered.get(y, ())):
+            if a > x:
+                break
+            x = max(x, b)
+            if x >= x1:
+                break
+        if x < x1:
+            return False
+    return True
 
 
 class LineScreen(Screen):

@@ -37,7 +37,7 @@ PANELS: tuple[Panel, ...] = (
           "group. **waits N%**: time runnable but with every core taken (the kernel's run-queue delay); "
           "above half a core in all (and a fifth of the threads' runnable time), the panel says "
           "**starved** — more runnable threads than cores.",
-          "Means over the last second, redrawn twice a second. "
+          "Means over the last second, read and redrawn twice a second. "
           "From `/proc/<pid>/task/*/{stat,schedstat}` (nanosecond CPU time). The agent names its own "
           "threads (frontend, stream executors, pin-memory threads, agent) and lists the other Python "
           "threads (`threading.enumerate()`); `PTThreadPool` is the inter-op pool, `pt_autograd_*` autograd, "

@@ -8,7 +8,7 @@ from torchpar_top.contract import messages as m
 from torchpar_top.contract.snapshot import ChildStatus, HostSample, ThreadInfo
 from torchpar_top.contract.vocab import ChildState, DataBound, Role
 from torchpar_top.session import store as store_mod
-from torchpar_top.session.store import SessionStore
+from torchpar_top.session.store import SessionStore, thread_every
 
 
 def wire(**plain):
@@ -298,11 +298,16 @@ def test_the_agents_stack_is_classified_and_can_be_turned_off():
 
 
 def test_threads_show_their_mean_over_the_last_second():
-    st = SessionStore("async", interval=0.25)  # 4 readings make a second
+    st = SessionStore("async", interval=0.25)  # threads read every other sample: 2 readings make a second
     for cpu in (90.0, 0.0, 30.0, 40.0, 10.0):
         st.on_host(HostSample(1.0, (1.0,), (ThreadInfo(7, "python", Role.FRONTEND, cpu, 100.0 - cpu),)))
+        st.on_host(HostSample(1.0, (1.0,), None))  # a sample without a thread reading keeps the last one
     (info,) = st.snapshot().threads
-    assert info.cpu_percent == approx(20.0) and info.wait_percent == approx(80.0)  # 0, 30, 40, 10
+    assert info.cpu_percent == approx(25.0) and info.wait_percent == approx(75.0)  # 40, 10
+
+
+def test_threads_are_read_every_half_second_whatever_the_interval():
+    assert [thread_every(i) for i in (0.02, 0.1, 0.25, 0.5, 1.0, 5.0)] == [25, 5, 2, 1, 1, 1]
 
 
 def test_the_session_serves_the_same_snapshot_until_something_changes():
@@ -328,3 +333,57 @@ def test_the_dataloader_verdict_is_over_the_last_second_of_windows():
     for wait in (0.92, 0.97, 0.80, 0.12, 0.96, 0.97, 0.68, 0.96, 0.72, 0.65):  # one window computed
         st.on_message(sample(executors=[loader], data_wait=wait))
     assert st.snapshot().data_verdict.bound == DataBound.INPUT  # a single window does not flip it
+
+
+def test_the_host_loop_reads_threads_every_few_samples_and_a_new_process_at_once():
+    import threading
+    import time
+
+    from torchpar_top.session.session import Session
+
+    class CountingSampler:
+        error = None
+
+        def __init__(self) -> None:
+            self.reads = 0
+            self.first_at: int | None = None  # the host sample it was first read in
+
+        def sample(self, roles):
+            self.reads += 1
+            if self.first_at is None:
+                self.first_at = s.host_samples
+            return (ThreadInfo(7, "python", Role.FRONTEND, 50.0),)
+
+    s = Session("async", interval=0.02)  # threads every 25th sample; never started: no child
+    first = CountingSampler()
+    s._samplers[1] = first
+    loop = threading.Thread(target=s._host_loop)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while s.host_samples < 60 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second = CountingSampler()
+        with s._child_lock:
+            s._samplers[2] = second  # a new process: read on the next sample, not 25 samples later
+        seen = s.host_samples
+        while second.reads == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert second.first_at is not None and second.first_at <= seen + 1
+    finally:
+        s._stop.set()
+        loop.join(timeout=5)
+    assert 1 <= first.reads <= s.host_samples // 25 + 2
+    assert s.snapshot().threads and s.snapshot().threads[0].cpu_percent == approx(50.0)
+
+
+def test_a_reader_on_its_own_clock_shares_a_recent_snapshot():
+    from torchpar_top.session.session import Session
+
+    s = Session("async")  # not started: nothing runs
+    first = s.snapshot()
+    s.store.add_log("app", "something new")
+    assert s.recent_snapshot(60.0) is first  # built within a minute: shared, not built again
+    fresh = s.recent_snapshot(0.0)  # too old for this reader: a new build, with what changed
+    assert fresh is not first and fresh.log[-1].text == "something new"
+    assert s.snapshot() is fresh

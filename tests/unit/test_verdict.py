@@ -260,3 +260,29 @@ def test_a_report_path_that_cannot_be_written_is_one_line_and_status_2_before_th
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [f"torchpar-top: error: --report {path}: {needle}" + (
         f" {tmp_path / 'missing'}" if needle == "no such folder" else "")]
+
+
+def test_the_watch_feeds_recent_snapshots_and_a_fresh_last_one():
+    import time
+
+    from torchpar_top.session.verdict import TallyWatch
+
+    ages: list[float] = []
+    built: list[str] = []
+
+    def recent(max_age: float):
+        ages.append(max_age)
+        return make_snapshot()
+
+    def fresh():
+        built.append("fresh")
+        return make_snapshot()
+
+    watch = TallyWatch(fresh, RunTally(), 0.01, recent)
+    watch.start()
+    deadline = time.monotonic() + 30
+    while len(ages) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    watch.stop()
+    assert len(ages) >= 3 and set(ages) == {0.01}  # on its clock, a snapshot at most one interval old
+    assert built == ["fresh"]  # only the last one is built for it: the end of the run, as it is

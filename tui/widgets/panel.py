@@ -141,6 +141,7 @@ class SnapshotPanel(Widget):
         self._height = 1
         self._styles: dict[str, Style] = {}
         self._backgrounds: tuple[tuple[Color, Color], float] | None = None
+        self._base: Style | None = None
         self._blank = Strip([])
         self._shown = True
         self._drawn: tuple[tuple[int, int], list[Row]] | None = None
@@ -270,6 +271,7 @@ class SnapshotPanel(Widget):
         self._rows_cache = self._lines_cache = self._drawn = None
         self._styles = {}
         self._backgrounds = None
+        self._base = None
 
     def _blend(self) -> tuple[tuple[Color, Color], float]:
         """Textual's :attr:`background_colors` and :attr:`opacity`, computed once per style update.
@@ -289,6 +291,16 @@ class SnapshotPanel(Widget):
     def background_colors(self) -> tuple[Color, Color]:
         """As Textual's (``(base background, background)``), cached until the next style update."""
         return self._blend()[0]
+
+    @property
+    def rich_style(self) -> Style:
+        """As Textual's (this panel's text style over every ancestor's background), cached until the next
+        style update as :meth:`_blend` is: Textual walks the ancestors on every call, and each repaint
+        of a panel asked for it once."""
+        base = self._base
+        if base is None:
+            base = self._base = DOMNode.rich_style.fget(self)
+        return base
 
     @property
     def opacity(self) -> float:
