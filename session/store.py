@@ -41,6 +41,7 @@ from torchpar_top.contract.snapshot import (
     StackFrame,
     StackView,
     SyncSite,
+    ThreadGroup,
     ThreadInfo,
 )
 from torchpar_top.contract.vocab import (
@@ -298,6 +299,7 @@ class SessionStore:
             self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
             self._sample_t: float | None = None
             self._threads = ()
+            self._groups: tuple[tuple[ThreadInfo, ...], tuple[ThreadGroup, ...]] = ((), ())
             self._thread_window: deque = deque(
                 maxlen=max(1, round(THREADS_MEAN_S / (self.interval * thread_every(self.interval)))))
             self._sources: dict[int, _Source] = {}
@@ -589,7 +591,9 @@ class SessionStore:
         """Everything the screen shows, now."""
         with self._lock:
             executors = tuple(e.view() for _, e in sorted(self._executors.items()))
-            groups = group(self._threads)
+            if self._groups[0] is not self._threads:  # threads are read twice a second, frames come at 10 Hz
+                self._groups = (self._threads, group(self._threads))
+            groups = self._groups[1]
             ranks = tuple(s.view() for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
                           if s.pid is not None)
             primary = self._sources.get(self._primary())
