@@ -274,6 +274,10 @@ class StackView:
     source: str = "py-spy"
     """Who read it: ``agent`` (the agent in the workload, ``sys._current_frames()``; its ``idle`` is the
     thread's run share) or ``py-spy`` (``dump --nonblocking`` from outside, for ``attach``)."""
+    python_tids: tuple[int, ...] = ()
+    """Native ids of every thread py-spy found running Python (``attach``: with no agent to name them,
+    the threads panel shows these as the script's Python threads, not as OpenMP workers); empty from
+    the agent, which names its threads itself."""
 
 
 @dataclass(frozen=True)

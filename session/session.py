@@ -14,9 +14,11 @@ from typing import Any, Callable, Sequence
 import psutil
 
 from torchpar_top import workloads
-from torchpar_top.contract.messages import Hello, Message, Profile, Sample, SetSync, SetThreads
+from torchpar_top.contract.messages import (
+    Hello, Message, Profile, Sample, SetSync, SetThreads, Stop, ThreadRole,
+)
 from torchpar_top.contract.snapshot import ChildStatus, Experiment, HostSample, Snapshot, StackView
-from torchpar_top.contract.vocab import ENV_SOCKET, PARENT_STOP_GRACE, ChildState, LogSource
+from torchpar_top.contract.vocab import ENV_SOCKET, PARENT_STOP_GRACE, ChildState, LogSource, Role
 from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler
 from torchpar_top.session.child import ChildProcess
@@ -290,6 +292,10 @@ class Session:
             self._closing = {}
             if self._gpu_probe is not None:
                 self._gpu_probe.cuda_uuids = None
+        if listener is not None and grace > 0:
+            # torchrun ranks: each agent gets the stop (interrupted as Ctrl-C would: their finally blocks
+            # run), then the launcher's group is stopped as for one child, and waits for them
+            listener.broadcast(Stop())
         if child is not None:
             child.stop(grace)
         if listener is not None:
@@ -394,7 +400,7 @@ class Session:
             threads: tuple | None = None
             # the threads every few samples, and at once for a process not read yet (a new child)
             if tick % every == 0 or any(s not in read for s in samplers):
-                roles = self.store.roles()
+                roles = self._python_roles(self.store.roles())
                 threads = ()
                 for sampler in samplers:
                     threads += sampler.sample(roles)
@@ -412,6 +418,18 @@ class Session:
                 self.store.on_monitor(max(0.0, cpu - mark[1]) / (now - mark[0]))
                 mark = (now, cpu)
             self._stop.wait(max(0.0, next_t - time.monotonic()))
+
+    def _python_roles(self, roles: dict[int, ThreadRole]) -> dict[int, ThreadRole]:
+        """``roles``, plus (attached: no agent names the threads) the Python threads of py-spy's last dump
+        other than the main one: unnamed, they would otherwise be taken for OpenMP workers."""
+        stacks = self._stacks
+        latest = stacks.latest[0] if stacks is not None else None
+        if latest is None or not latest.python_tids:
+            return roles
+        for tid in latest.python_tids:
+            if tid != latest.pid and tid not in roles:
+                roles[tid] = ThreadRole(tid=tid, role=Role.PYTHON)
+        return roles
 
     def _report_attach_errors(self, samplers: list[ThreadSampler]) -> None:
         """An attached process that exits is shown as exited; we keep running."""

@@ -48,7 +48,7 @@ NO_STACK_HINT = "no Python stack here: stacks are sampled for `torchpar-top run`
 """Said when ``k`` is pressed where there is no stack to show."""
 
 SEEK_SHARE = 0.05
-"""How far ``left`` and ``right`` move a replay, as a share of the trace."""
+"""How far ``left`` and ``right`` move a replay, as a share of the trace or recording."""
 
 FrameHook = Callable[[Snapshot], None]
 """Called with each snapshot once it is on screen (see ``on_frame``)."""
@@ -304,11 +304,11 @@ class TorchparTopApp(App[None]):
         self._replay_call(self.session.step, -1)
 
     def action_seek_back(self) -> None:
-        """``left``: 5 % of the trace back."""
+        """``left``: 5 % of the trace or recording back."""
         self._replay_call(self.session.seek, -SEEK_SHARE)
 
     def action_seek_forward(self) -> None:
-        """``right``: 5 % of the trace on."""
+        """``right``: 5 % of the trace or recording on."""
         self._replay_call(self.session.seek, SEEK_SHARE)
 
     def action_seek_start(self) -> None:

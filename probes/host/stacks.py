@@ -118,7 +118,8 @@ def classify_wait(frames: tuple[StackFrame, ...], source: Callable[[str, int], s
 def parse_dump(
     text: str, pid: int, t: float, source: Callable[[str, int], str] = _source_line
 ) -> StackView | None:
-    """Turn py-spy's JSON into the main thread's :class:`StackView`; None when it lists no thread."""
+    """Turn py-spy's JSON into the main thread's :class:`StackView` (with the ids of every Python thread it
+    lists); None when it lists no thread."""
     threads: list[dict[str, Any]] = json.loads(text)
     if not threads:
         return None
@@ -131,7 +132,10 @@ def parse_dump(
     )
     tid = main.get("os_thread_id")
     name = main.get("thread_name") or ("MainThread" if tid == pid else f"thread {tid or main['thread_id']}")
-    return StackView(pid, name, frames, not main.get("active", True), t, classify_wait(frames, source))
+    python_tids = tuple(sorted({int(th["os_thread_id"]) for th in threads
+                                if isinstance(th.get("os_thread_id"), int) and th["os_thread_id"] > 0}))
+    return StackView(pid, name, frames, not main.get("active", True), t, classify_wait(frames, source),
+                     python_tids=python_tids)
 
 
 def _process(pid: int) -> tuple[bool, bool]:

@@ -127,7 +127,10 @@ def test_attach_to_a_dead_pid_is_one_clear_line():
 @pytest.mark.slow
 def test_attach_headless_shows_threads_and_stack_then_the_exit(tmp_path):
     script = tmp_path / "sleeper.py"
-    script.write_text("import time\nwhile True:\n    time.sleep(0.01)\n")
+    script.write_text("import threading, time\n"
+                      "for _ in range(3):\n"
+                      "    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+                      "while True:\n    time.sleep(0.01)\n")
     target = subprocess.Popen([sys.executable, str(script)])
     try:
         watcher = subprocess.Popen([*CMD, "attach", str(target.pid), "--headless", "--duration", "8"],
@@ -146,6 +149,9 @@ def test_attach_headless_shows_threads_and_stack_then_the_exit(tmp_path):
     assert early["mode"] is None and "queue depth needs" in early["notice"]
     assert early["child"]["state"] == "attached" and early["executors"] == []
     assert any(t["role"] == "frontend (main)" for t in early["threads"])
+    # no agent names the threads: py-spy's dump says which run Python (not OpenMP workers)
+    groups = [{g["role"]: g["count"] for g in r["threads"]} for r in records[:30]]
+    assert any(g.get("Python threads") == 3 and "intra-op workers" not in g for g in groups), groups[-1]
     stacks = [r["stack"] for r in records[:30] if r["stack"]]
     assert stacks and stacks[-1]["waiting_in"] == "sleep"
     assert records[-1]["child"]["state"] == "exited"

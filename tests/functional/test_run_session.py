@@ -107,6 +107,15 @@ def test_torchrun_ranks_are_shown_and_a_dead_rank_is_marked(run_session):
     wait_for(lambda: not running(survivor) and not running(launcher), timeout=15)
 
 
+def test_stopping_torchrun_lets_every_rank_clean_up(run_session, tmp_path):
+    """Closing a torchrun session sends each rank's agent the stop first (as Ctrl-C would), so the
+    ranks' finally blocks run before anything is signalled."""
+    s = run_session("ranks_clean_up.py", str(tmp_path), nproc=2)
+    wait_for(lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.pid for x in r), timeout=120)
+    s.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0", "rank1"]
+
+
 def test_a_rank_that_raises_shows_its_status_and_why(run_session):
     s = run_session("ddp_gloo.py", "1000000", "1", nproc=2)
     rank1 = wait_for(lambda: (r := [x for x in s.snapshot().ranks if x.rank == 1]) and r[0].state == "exited"

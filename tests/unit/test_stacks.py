@@ -205,6 +205,16 @@ def test_main_thread_found_by_name_or_position_when_tid_differs():
     assert view.frames[-1].function == "Condition.wait"  # the last listed thread is the oldest: main
 
 
+def test_the_dump_lists_every_python_thread_by_native_id():
+    threads = json.loads(EMU_FULL)
+    tids = {t["os_thread_id"] for t in threads}
+    assert len(tids) >= 2 and 21169 in tids
+    assert parse_dump(EMU_FULL, 21169, 0.0, source).python_tids == tuple(sorted(tids))
+    for t in threads:
+        t["os_thread_id"] = None  # no native ids: nothing to name
+    assert parse_dump(json.dumps(threads), 21169, 0.0, source).python_tids == ()
+
+
 def test_running_python_and_empty_dump():
     spin = ITEM.replace('"line": 5', '"line": 6')  # same process, a line that only does torch.mm
     assert parse_dump(spin, 20997, 0.0, lambda f, n: "torch.mm(a, a)").waiting_in == ""

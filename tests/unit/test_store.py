@@ -387,3 +387,19 @@ def test_a_reader_on_its_own_clock_shares_a_recent_snapshot():
     fresh = s.recent_snapshot(0.0)  # too old for this reader: a new build, with what changed
     assert fresh is not first and fresh.log[-1].text == "something new"
     assert s.snapshot() is fresh
+
+
+def test_attached_python_threads_are_named_from_the_last_dump():
+    from torchpar_top.contract.messages import ThreadRole
+    from torchpar_top.contract.snapshot import StackView
+    from torchpar_top.session.session import Session
+
+    class Poller:
+        latest = (StackView(100, "MainThread", (), False, 0.0, python_tids=(100, 101, 102)), "")
+
+    s = Session("async")  # not started
+    assert s._python_roles({}) == {}  # no stacks: nothing added
+    s._stacks = Poller()
+    agent = ThreadRole(tid=102, role=Role.STREAM_EXECUTOR, executor="cpu-stream:0")
+    roles = s._python_roles({102: agent})
+    assert roles == {101: ThreadRole(tid=101, role=Role.PYTHON), 102: agent}  # main stays the frontend
