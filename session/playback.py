@@ -13,17 +13,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import threading
-import time
 from bisect import bisect_right
-from collections import deque
 from typing import Sequence
 
-from torchpar_top.contract.snapshot import ChildStatus, Experiment, LogLine, ReplayView, Snapshot
-from torchpar_top.contract.vocab import ChildState, LogSource, Mode
+from torchpar_top.contract.snapshot import ChildStatus, LogLine, ReplayView, Snapshot
+from torchpar_top.contract.vocab import ChildState, Mode
+from torchpar_top.session.player import Player
 from torchpar_top.session.recording import Decoder, Recording, RecordingError, decode_line, read_recording
-from torchpar_top.session.replay import KEYS_HINT, MAX_SPEED, MIN_SPEED
-from torchpar_top.session.store import LOG_LINES
+from torchpar_top.session.replay import KEYS_HINT
 
 #: Snapshots between two kept whole (a seek decodes at most this many lines).
 CHECKPOINT = 100
@@ -31,8 +28,10 @@ CHECKPOINT = 100
 SHOWN_LOG = 200
 
 
-class RecordingSession:
+class RecordingSession(Player):
     """Plays a :class:`~torchpar_top.session.recording.Recording` (read from a file, or given)."""
+
+    THING, SOURCE, SHORT, THREAD = "a recording", "the run", "recording", "tpt-playback"
 
     def __init__(
         self,
@@ -61,55 +60,21 @@ class RecordingSession:
         self._given = tuple(snapshots) if snapshots is not None else None
         self.times = tuple(s.t for s in self._given) if self._given is not None else rec.times
         self.path = rec.path
-        self.interval = interval or rec.header.interval
+        self._init_player(interval or rec.header.interval, speed, clock)
         self.host_samples = 0
         """Ticks that showed another snapshot (headless mode prints one line each)."""
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._speed = min(max(speed, MIN_SPEED), MAX_SPEED)
-        self._paused = False
         self._t0 = self.times[0] if self.times else rec.header.t
         self._duration = (self.times[-1] - self._t0) if self.times else 0.0
         self._checkpoints: dict[int, Snapshot] = {}
         self._index = -1
         self._current: Snapshot | None = None
         self._pos = 0.0
-        self._log: deque[LogLine] = deque(maxlen=LOG_LINES)
-        self._seq = 0
         self._recorded_seq = 0
         """The newest recorded log line shown."""
-        self._snap: Snapshot | None = None
-        self._announced_end = False
         self._ticked = False
         self._intro()
         if self.times:
             self._show(0)  # RecordingError: not even the first line decodes
-
-    # -- lifecycle --------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the clock (unless built with ``clock=False``)."""
-        if self._clock and self._thread is None and not self._closed:
-            self._thread = threading.Thread(target=self._loop, name="tpt-playback", daemon=True)
-            self._thread.start()
-
-    def close(self) -> None:
-        """Stop the clock and wait for its thread. Idempotent."""
-        self._closed = True
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            next_t += self.interval
-            self.tick()
-            self._stop.wait(max(0.0, next_t - time.monotonic()))
 
     # -- playing ----------------------------------------------------------------------------------
 
@@ -147,11 +112,7 @@ class RecordingSession:
         self._current, index = self._snapshot_at(index)
         self._index = index
         self._take_log(self._current, back)
-        if self.finished and not self._announced_end:
-            self._announced_end = True
-            self._say(f"replay finished at t = {self._at()}: r plays it again, home or ← goes back")
-        elif not self.finished:
-            self._announced_end = False
+        self._announce_end()
         self._changed()
         return True
 
@@ -212,48 +173,24 @@ class RecordingSession:
 
     # -- commands ---------------------------------------------------------------------------------
 
-    def set_paused(self, paused: bool) -> None:
-        """Pause or play; playing again at the end replays from the start."""
-        with self._lock:
-            if not paused and self.finished and len(self.times) > 1:
-                self._jump(0.0)
-                self._say("replaying from the start")
-            self._paused = paused
-            self._say(f"paused at t = {self._at()}" if paused else f"playing from t = {self._at()}")
+    def _span(self) -> float:
+        return self._duration
+
+    def _origin(self) -> float:
+        return 0.0
+
+    def _replayable(self) -> bool:
+        return len(self.times) > 1
 
     def step(self, frames: int) -> None:
         """Pause, then move ``frames`` recorded snapshots forward (negative: back)."""
         with self._lock:
-            if not self._paused:
-                self._paused = True
-                self._say(f"paused at t = {self._at()} to step")
+            self._pause_to_step()
             target = min(max(self._index + frames, 0), len(self.times) - 1)
             if self.times:
                 self._pos = self.times[target] - self._t0
                 self._show(target)
             self._changed()
-
-    def seek(self, share: float) -> None:
-        """Move the position by ``share`` of the recording (negative: back)."""
-        with self._lock:
-            self._jump(self._pos + share * self._duration)
-            self._say(f"seek to t = {self._at()}")
-
-    def seek_start(self) -> None:
-        """Go to the first snapshot."""
-        with self._lock:
-            self._jump(0.0)
-            self._say("back to the recording's start, t = 0")
-
-    def change_speed(self, factor: float) -> None:
-        """Multiply the speed by ``factor`` (within the trace replay's bounds)."""
-        with self._lock:
-            speed = min(max(self._speed * factor, MIN_SPEED), MAX_SPEED)
-            if speed == self._speed:
-                self._say(f"speed stays at {self._speed:g}× ({MIN_SPEED:g}× .. {MAX_SPEED:g}×)")
-                return
-            self._speed = speed
-            self._say(f"speed {speed:g}×")
 
     def restart(self) -> None:
         """Play again from the start."""
@@ -261,38 +198,11 @@ class RecordingSession:
             self._jump(0.0)
             self._say("replaying from the start")
 
-    def toggle_sync(self) -> None:
-        """A recording cannot be switched: says so."""
-        self._say("a recording cannot be switched: it shows what the run did (ASYNC or SYNC)")
-
-    def change_threads(self, delta: int) -> None:
-        """A recording has no threads to change: says so."""
-        self._say("a recording has no threads to change: + and - act on a live run")
-
     def profile(self, seconds: float = 1.0) -> None:
         """No profiler in a recording: says so."""
         self._say("a recording cannot be profiled: h acts on a live run")
 
-    def experiments(self) -> Sequence[Experiment]:
-        """None: a replay runs no experiment."""
-        return ()
-
-    def switch_experiment(self, name: str) -> None:
-        """A replay runs no experiment: says so."""
-        self._say(
-            f"a replay runs no experiment: torchpar-top -e {name} starts one"
-            if name
-            else "a replay runs no experiment"
-        )
-
     # -- the snapshot -----------------------------------------------------------------------------
-
-    def snapshot(self) -> Snapshot:
-        """The snapshot shown, with the replay's state; the same object until something changes."""
-        with self._lock:
-            if self._snap is None:
-                self._snap = self._build()
-            return self._snap
 
     def _build(self) -> Snapshot:
         finished = self.finished
@@ -357,15 +267,6 @@ class RecordingSession:
         return f"{value:.{decimals}f} s"
 
     # -- the log ----------------------------------------------------------------------------------
-
-    def _say(self, text: str) -> None:
-        with self._lock:
-            self._seq += 1
-            self._log.append(LogLine(self._seq, LogSource.APP, text))
-            self._changed()
-
-    def _changed(self) -> None:
-        self._snap = None
 
     def _intro(self) -> None:
         h = self.recording.header

@@ -25,33 +25,31 @@ from __future__ import annotations
 
 import math
 import os
-from bisect import bisect_left
-import threading
 import time
+from bisect import bisect_left
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from torchpar_top.analysis import (NO_GPU_NOTE, QUEUE_CAP, Analysis, FrontendLane, Intervals, Window, analyse,
                                    at_least, load_trace, summary)
 from torchpar_top.contract.snapshot import (
     ChildStatus,
     ExecutorView,
-    Experiment,
     GpuView,
-    LogLine,
     RankView,
     ReplayView,
     Snapshot,
     SyncSite,
 )
-from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, LogSource, Mode, Quantity
-from torchpar_top.session.store import HISTORY, LOG_LINES
+from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
+from torchpar_top.session.player import MAX_SPEED, MIN_SPEED, Player
+from torchpar_top.session.store import HISTORY
+
+__all__ = ["DEFAULT_SPEED", "KEYS_HINT", "MAX_SPEED", "MIN_SPEED", "ReplaySession", "trace_time"]
 
 #: Trace seconds per second on screen by default: 100 times slower than real time.
 DEFAULT_SPEED = 0.01
-#: The slowest and fastest speeds ``change_speed`` goes to.
-MIN_SPEED, MAX_SPEED = 1e-5, 100.0
 #: How far the seek keys move, as a share of the trace.
 SEEK_SHARE = 0.05
 #: Frames over which a sync point's rate is taken (one second on screen at the default interval).
@@ -109,8 +107,10 @@ def _at_cap(seconds: float) -> str:
     return f"at the cap {trace_time(seconds * 1e6)}" if seconds > 0 else "never at the cap"
 
 
-class ReplaySession:
+class ReplaySession(Player):
     """A :class:`~torchpar_top.contract.snapshot.SessionLike` that plays a recorded trace back."""
+
+    THING, SOURCE, SHORT, THREAD = "a recorded trace", "the program", "trace", "tpt-replay"
 
     def __init__(self, path: str | os.PathLike[str], *, interval: float = 0.1, speed: float = DEFAULT_SPEED,
                  clock: bool = True, cap: int = QUEUE_CAP) -> None:
@@ -132,7 +132,7 @@ class ReplaySession:
         """``{(rank, device): name}`` from the trace's ``deviceProperties``."""
         del trace  # the events: the analysis keeps what it needs
         self.path = os.fspath(path)
-        self.interval = interval
+        self._init_player(interval, speed, clock)
         self.host_samples = 0
         """Ticks of the clock, played or not (headless mode prints one line per tick)."""
         a = self.analysis
@@ -145,46 +145,11 @@ class ReplaySession:
         self._launcher: FrontendLane | None = primary.frontend[0] if primary.frontend else None
         self._sync_in_ops = (at_least(2, [self._launcher.ops, self._launcher.syncs])
                              if self._launcher is not None else Intervals())
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._speed = min(max(speed, MIN_SPEED), MAX_SPEED)
-        self._paused = False
         self._pos = self._first
         self._frames: deque[Frame] = deque(maxlen=HISTORY)
         self._syncs: dict[tuple[int, str, str], int] = defaultdict(int)
-        self._log: deque[LogLine] = deque(maxlen=LOG_LINES)
-        self._seq = 0
-        self._snap: Snapshot | None = None
-        self._announced_end = False
         self._rebuild()
         self._log_trace()
-
-    # -- lifecycle --------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the clock (unless built with ``clock=False``)."""
-        if self._clock and self._thread is None and not self._closed:
-            self._thread = threading.Thread(target=self._loop, name="tpt-replay", daemon=True)
-            self._thread.start()
-
-    def close(self) -> None:
-        """Stop the clock and wait for its thread. Idempotent."""
-        self._closed = True
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            next_t += self.interval
-            self.tick()
-            self.host_samples += 1
-            self._stop.wait(max(0.0, next_t - time.monotonic()))
 
     # -- playing ----------------------------------------------------------------------------------
 
@@ -204,12 +169,16 @@ class ReplaySession:
         return self._pos >= self._end or not self.analysis.has_gpu
 
     def tick(self) -> bool:
-        """One frame on, unless paused or finished; returns whether the position moved."""
+        """One frame on, unless paused or finished; returns whether the position moved. Every tick counts
+        in :attr:`host_samples`, played or not."""
         with self._lock:
-            if self._paused or self.finished:
-                return False
-            self._advance(1)
-            return True
+            try:
+                if self._paused or self.finished:
+                    return False
+                self._advance(1)
+                return True
+            finally:
+                self.host_samples += 1
 
     def _advance(self, frames: int) -> None:
         for _ in range(frames):
@@ -222,9 +191,8 @@ class ReplaySession:
                 self._syncs[(p.rank, p.site, p.call)] += 1
             self._pos = t1
         self._changed()
-        if self.finished and not self._announced_end and self.analysis.has_gpu:
-            self._announced_end = True
-            self._say(f"replay finished at t = {self._at()}: r plays it again, home or ← goes back")
+        if self.analysis.has_gpu:
+            self._announce_end()
 
     def _frame(self, t0: float, t1: float) -> Frame:
         """The frame ``[t0, t1]``: the analysis' window, time at the cap, launches, the launching thread."""
@@ -270,49 +238,28 @@ class ReplaySession:
 
     # -- commands ---------------------------------------------------------------------------------
 
-    def set_paused(self, paused: bool) -> None:
-        """Pause or play; playing again at the end replays from the start."""
-        with self._lock:
-            if not paused and self.finished and self.analysis.has_gpu:
-                self._jump(self._first)
-                self._say(f"replaying from t = {self._at()}")
-            self._paused = paused
-            self._say(f"paused at t = {self._at()}" if paused else f"playing from t = {self._at()}")
+    def _span(self) -> float:
+        return self._end - self._start
+
+    def _origin(self) -> float:
+        return self._start
+
+    def _replayable(self) -> bool:
+        return self.analysis.has_gpu
 
     def step(self, frames: int) -> None:
         """Pause, then move ``frames`` frames forward (negative: back)."""
         with self._lock:
-            if not self._paused:
-                self._paused = True
-                self._say(f"paused at t = {self._at()} to step")
+            self._pause_to_step()
             if frames > 0:
                 self._advance(frames)
             elif frames < 0:
                 self._jump(self._pos + frames * self.frame_us)
             self._changed()
 
-    def seek(self, share: float) -> None:
-        """Move the position by ``share`` of the trace (negative: back), within the trace."""
-        with self._lock:
-            self._jump(self._pos + share * (self._end - self._start))
-            self._say(f"seek to t = {self._at()}")
-
-    def seek_start(self) -> None:
-        """Go to the trace's start (before its first launch, when it has a head without GPU work)."""
-        with self._lock:
-            self._jump(self._start)
-            self._say("back to the trace's start, t = 0")
-
-    def change_speed(self, factor: float) -> None:
-        """Multiply the speed by ``factor`` (within :data:`MIN_SPEED` .. :data:`MAX_SPEED`)."""
-        with self._lock:
-            speed = min(max(self._speed * factor, MIN_SPEED), MAX_SPEED)
-            if speed == self._speed:
-                self._say(f"speed stays at {self._speed:g}× ({MIN_SPEED:g}× .. {MAX_SPEED:g}×)")
-                return
-            self._speed = speed
-            self._rebuild()
-            self._say(f"speed {speed:g}×: a frame is {trace_time(self.frame_us)} of trace")
+    def _speed_changed(self) -> str:
+        self._rebuild()
+        return f": a frame is {trace_time(self.frame_us)} of trace"
 
     def restart(self) -> None:
         """Play again from the first launch."""
@@ -320,36 +267,12 @@ class ReplaySession:
             self._jump(self._first)
             self._say(f"replaying from t = {self._at()}")
 
-    def toggle_sync(self) -> None:
-        """A recorded trace has no mode to switch: says so."""
-        self._say("a recorded trace cannot be switched: it shows what the program did (ASYNC or SYNC)")
-
-    def change_threads(self, delta: int) -> None:
-        """A recorded trace has no threads to change: says so."""
-        self._say("a recorded trace has no threads to change: + and - act on a live run")
-
     def profile(self, seconds: float = 1.0) -> None:
         """The replay is a profiler trace already: says so."""
         self._say("this is a profiler trace already, analysed HTA's way: its summary is at the top of the "
                   "log")
 
-    def experiments(self) -> Sequence[Experiment]:
-        """None: a replay runs no experiment."""
-        return ()
-
-    def switch_experiment(self, name: str) -> None:
-        """A replay runs no experiment: says so."""
-        self._say(f"a replay runs no experiment: torchpar-top -e {name} starts one" if name else
-                  "a replay runs no experiment")
-
     # -- the snapshot -----------------------------------------------------------------------------
-
-    def snapshot(self) -> Snapshot:
-        """The current frame; the same object until something changes (a paused replay redraws nothing)."""
-        with self._lock:
-            if self._snap is None:
-                self._snap = self._build()
-            return self._snap
 
     def _build(self) -> Snapshot:
         frames, pos = self._frames, self._pos
@@ -464,15 +387,6 @@ class ReplaySession:
         return f"{value / scale:.{decimals}f} {unit}"
 
     # -- the log ----------------------------------------------------------------------------------
-
-    def _say(self, text: str) -> None:
-        with self._lock:
-            self._seq += 1
-            self._log.append(LogLine(self._seq, LogSource.APP, text))
-            self._changed()
-
-    def _changed(self) -> None:
-        self._snap = None
 
     def _log_trace(self) -> None:
         """What was found, and the whole-trace summary per stream (:func:`~torchpar_top.analysis.summary`)."""
