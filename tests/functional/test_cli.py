@@ -9,9 +9,11 @@ import time
 
 import pytest
 
+from terminal import Screen
 from waiting import wait_for
 
 CMD = [sys.executable, "-m", "torchpar_top"]
+SCRIPTS = os.path.join(os.path.dirname(__file__), os.pardir, "scripts")
 
 
 def run(*args, timeout=120):
@@ -276,55 +278,14 @@ def test_replay_headless_of_a_cpu_only_trace_is_a_note_and_one_line():
 
 @pytest.mark.slow
 def test_replay_screen_in_a_terminal_quits_on_q():
-    import pty
-
-    pid, master = pty.fork()
-    if pid == 0:  # the child: becomes torchpar-top replay
-        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
-        os.execve(sys.executable, [sys.executable, "-m", "torchpar_top", "replay",
-                                   os.path.join(TRACES, "a100_event_sync_3_streams.json.gz")], env)
-    os.set_blocking(master, False)
-    seen = bytearray()
-
-    def read():
-        try:
-            while chunk := os.read(master, 65536):
-                seen.extend(chunk)
-        except OSError:
-            pass
-        return seen
-
-    exited = {}
-
-    def ended():
-        read()
-        got, status = os.waitpid(pid, os.WNOHANG)
-        if got:
-            exited["status"] = status
-        return got
-
+    screen = Screen("replay", os.path.join(TRACES, "a100_event_sync_3_streams.json.gz"))
     try:
-        wait_for(lambda: b"launch queue" in read() and b"cuda:0 s28" in seen, timeout=60)
-        os.write(master, b"q")
-        wait_for(ended, timeout=30)
+        wait_for(lambda: b"launch queue" in screen.read() and b"cuda:0 s28" in screen.seen, timeout=60)
+        screen.press(b"q")
+        wait_for(screen.ended, timeout=30)
     finally:
-        if not exited:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(master)
-    assert os.waitstatus_to_exitcode(exited["status"]) == 0
-
-
-STUBBORN = """
-import signal, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping it takes the whole grace, then SIGKILL
-print("stubborn script ready", flush=True)
-while True:
-    try:
-        time.sleep(0.05)
-    except KeyboardInterrupt:
-        pass
-"""
+        screen.close()
+    assert screen.status == 0
 
 
 def _first_record(proc, predicate, timeout=60):
@@ -344,9 +305,7 @@ def _first_record(proc, predicate, timeout=60):
 def test_headless_second_signal_while_stopping_is_quiet(tmp_path, first, second):
     """Two signals 20 ms apart while a stubborn script is stopped: status 128 + the first, no traceback,
     the script gone."""
-    script = tmp_path / "stubborn.py"
-    script.write_text(STUBBORN)
-    proc = subprocess.Popen([*CMD, "run", "--headless", "--duration", "60", str(script)],
+    proc = subprocess.Popen([*CMD, "run", "--headless", "--duration", "60", os.path.join(SCRIPTS, "stubborn.py")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         record = _first_record(proc, lambda r: any(l["text"] == "stubborn script ready" for l in r["log"]))

@@ -5,15 +5,14 @@ its export, ``export``, and the command line's errors (one line, status 2)."""
 import csv
 import json
 import os
-import pty
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 from torchpar_top.session.recording import FORMAT, read_recording
+from terminal import Screen
 from waiting import running, wait_for
 
 pytestmark = pytest.mark.slow
@@ -198,47 +197,6 @@ def test_bad_input_is_one_line_and_status_2(recorded, tmp_path, args, needle):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("torchpar-top: error:"), proc.stderr
     assert "Traceback" not in proc.stderr
-
-
-class Screen:
-    """torchpar-top on a new pseudo-terminal (as in a terminal tab)."""
-
-    def __init__(self, *args):
-        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
-        self.pid, self.master = pty.fork()
-        if self.pid == 0:
-            os.execve(sys.executable, [sys.executable, "-m", "torchpar_top", *map(str, args)], env)
-        os.set_blocking(self.master, False)
-        self.seen = bytearray()
-        self.status = None
-
-    def read(self):
-        try:
-            while chunk := os.read(self.master, 65536):
-                self.seen.extend(chunk)
-        except OSError:
-            pass
-        return self.seen
-
-    def ended(self):
-        self.read()
-        if self.status is None:
-            got, status = os.waitpid(self.pid, os.WNOHANG)
-            if got:
-                self.status = os.waitstatus_to_exitcode(status)
-        return self.status is not None
-
-    def children(self):
-        try:
-            return [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
-        except psutil.Error:
-            return []
-
-    def close(self):
-        if self.status is None:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        os.close(self.master)
 
 
 def whole_lines(path):

@@ -224,18 +224,6 @@ def test_a_scripts_own_python_threads_are_not_intra_op_workers(tmp_path):
         s.close()
 
 
-STUBBORN = """
-import signal, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-print("stubborn", sys.argv[1], flush=True)
-while True:
-    try:
-        time.sleep(0.05)
-    except KeyboardInterrupt:
-        pass
-"""
-
-
 def test_closing_during_a_restart_leaves_nothing_running(tmp_path):
     """``r`` then ``q`` at once: the restart (seconds, to stop a script that ignores signals) runs in a
     worker thread while the app closes the session; the restart starts nothing once closing began."""
@@ -244,12 +232,10 @@ def test_closing_during_a_restart_leaves_nothing_running(tmp_path):
     from waiting import processes_running, unique_tag
 
     tag = unique_tag()
-    script = tmp_path / "stubborn.py"
-    script.write_text(STUBBORN)
-    s = Session(ScriptTarget(str(script), (tag,)))
+    s = Session(ScriptTarget(str(SCRIPTS / "stubborn.py"), (tag,)))
     s.start()
     try:
-        wait_for(lambda: any(line.text == f"stubborn {tag}" for line in s.snapshot().log), timeout=90)
+        wait_for(lambda: any(line.text == f"stubborn script ready {tag}" for line in s.snapshot().log), timeout=90)
         restart = threading.Thread(target=s.restart)
         restart.start()
         wait_for(lambda: not s._child, timeout=10)  # the restart is stopping the old script

@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from terminal import Screen
 from waiting import running, wait_for
 
 CMD = [sys.executable, "-m", "torchpar_top"]
@@ -157,45 +158,16 @@ def test_prometheus_scrapes_a_headless_run(tmp_path):
 
 
 def test_the_tui_prints_the_verdict_after_leaving_the_alternate_screen(tmp_path):
-    import pty
-
     report_path = tmp_path / "r.json"
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
-    pid, master = pty.fork()
-    if pid == 0:  # the child: torchpar-top's TUI on its own terminal
-        os.chdir(tmp_path)
-        os.execve(sys.executable, [*CMD, "run", "--report", str(report_path), LOOP, "2000"], env)
-    os.set_blocking(master, False)
-    screen = bytearray()
-
-    def drain() -> None:
-        try:
-            while data := os.read(master, 65536):
-                screen.extend(data)
-        except OSError:
-            pass
-
-    status = None
-
-    def ended() -> bool:
-        nonlocal status
-        drain()
-        done, code = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = code
-        return status is not None
-
+    screen = Screen("run", "--report", report_path, LOOP, "2000", cwd=tmp_path)
     try:
-        wait_for(lambda: (drain(), b"steps/s" in screen)[1], timeout=120)  # it measures steps
-        os.write(master, b"q")
-        wait_for(ended, timeout=60)
+        wait_for(lambda: b"steps/s" in screen.read(), timeout=120)  # it measures steps
+        screen.press(b"q")
+        wait_for(screen.ended, timeout=60)
     finally:
-        if status is None:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(master)
-    assert os.waitstatus_to_exitcode(status) == 0
-    after = bytes(screen).rsplit(b"\x1b[?1049l", 1)  # the alternate screen's end
+        screen.close()
+    assert screen.status == 0
+    after = bytes(screen.seen).rsplit(b"\x1b[?1049l", 1)  # the alternate screen's end
     assert len(after) == 2, "the app never left the alternate screen"
     text = after[1].decode(errors="replace")
     assert "torchpar-top: run " in text and ", quit" in text and "  verdict: " in text
