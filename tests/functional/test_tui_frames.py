@@ -13,6 +13,7 @@ import re
 from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot
 from textual._compositor import Compositor
 
+from pilot import settle
 from torchpar_top.contract.snapshot import ThreadGroup
 from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.compositor import LineCompositor
@@ -20,13 +21,6 @@ from torchpar_top.tui.widgets.panel import SHRINK_AFTER, Pad
 from torchpar_top.tui.widgets.threads import ThreadsPanel
 
 SIZE = (120, 36)
-
-
-async def _settle(pilot) -> None:
-    for _ in range(2):
-        await pilot.pause()
-        pilot.app.refresh_from_session(force=True)
-    await pilot.pause()
 
 
 def _moved(snap, k: int):
@@ -64,7 +58,7 @@ def test_a_partial_update_writes_what_textuals_own_would():
         session = FakeSession(base)
         app = TorchparTopApp(session, render_interval=None)
         async with app.run_test(size=SIZE) as pilot:
-            await _settle(pilot)
+            await settle(pilot)
             screen = app.screen
             comp = screen._compositor
             assert isinstance(comp, LineCompositor)
@@ -92,7 +86,7 @@ def test_panels_of_means_redraw_twice_a_second_on_the_timer():
         session = FakeSession(snap)
         app = TorchparTopApp(session, render_interval=None)
         async with app.run_test(size=SIZE) as pilot:
-            await _settle(pilot)
+            await settle(pilot)
             threads = app.query_one(ThreadsPanel)
             now = [100.0]
             threads.clock = lambda: now[0]
@@ -134,7 +128,7 @@ def test_a_line_that_comes_and_goes_keeps_the_panel_tall_for_a_while():
         session = FakeSession(starved)
         app = TorchparTopApp(session, render_interval=None)
         async with app.run_test(size=SIZE) as pilot:
-            await _settle(pilot)
+            await settle(pilot)
             threads = app.query_one(ThreadsPanel)
             now = [10.0]
             threads.clock = lambda: now[0]
@@ -170,18 +164,18 @@ def test_cached_background_opacity_and_style_follow_a_theme_and_a_class_change()
     async def body() -> None:
         app = TorchparTopApp(FakeSession(make_snapshot(executors=2)), render_interval=None)
         async with app.run_test(size=SIZE) as pilot:
-            await _settle(pilot)
+            await settle(pilot)
             panels = [p for p in app.query(SnapshotPanel) if p.display]
             assert panels
             before = {id(p): cached(p) for p in panels}
             assert all(cached(p) == truth(p) for p in panels)
             app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
-            await _settle(pilot)
+            await settle(pilot)
             assert all(cached(p) == truth(p) for p in panels)
             assert any(cached(p)[0] != before[id(p)][0] for p in panels)  # the theme did change them
             assert any(cached(p)[2] != before[id(p)][2] for p in panels)
             app.screen.set_class(True, "-short")
-            await _settle(pilot)
+            await settle(pilot)
             assert all(cached(p) == truth(p) for p in panels)
 
     asyncio.run(body())

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import re
 import threading
 from enum import Enum
-from typing import Awaitable, Callable
 
 from fakes.fake_session import (
     ATTACH_NOTICE,
@@ -31,6 +29,7 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets._footer import FooterKey
 
+from pilot import run_async, settle, text_of
 from torchpar_top.contract.snapshot import LogLine, ReplayView, ResultRow, Snapshot
 from torchpar_top.contract.vocab import Role
 from torchpar_top.tui.app import TorchparTopApp
@@ -50,21 +49,6 @@ from torchpar_top.tui.widgets.syncpoints import SyncPointsPanel
 from torchpar_top.tui.widgets.threads import SYNC_NOTE, ThreadsPanel
 
 SIZE = (120, 36)
-
-
-def run_async(test: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-    """Run an async test body in a fresh event loop (no pytest async plugin needed)."""
-
-    @functools.wraps(test)
-    def wrapper() -> None:
-        asyncio.run(test())  # type: ignore[arg-type]
-
-    return wrapper
-
-
-def text_of(widget: Widget) -> str:
-    """Every content line the widget draws, as plain text."""
-    return "\n".join(widget.render_line(y).text for y in range(widget.size.height))
 
 
 def log_text(log: LogPanel) -> str:
@@ -87,15 +71,6 @@ def app_on(snapshot: Snapshot) -> tuple[TorchparTopApp, FakeSession]:
     """An app on a fake session serving ``snapshot``, timer off."""
     session = FakeSession(snapshot)
     return TorchparTopApp(session, render_interval=None), session
-
-
-async def settle(pilot: Pilot) -> None:
-    """Draw again once the layout is known, twice (panels shown for the first time get widths)."""
-    for _ in range(2):
-        await pilot.pause()
-        assert isinstance(pilot.app, TorchparTopApp)
-        pilot.app.refresh_from_session(force=True)
-    await pilot.pause()
 
 
 def on_screen(widget: Widget) -> bool:

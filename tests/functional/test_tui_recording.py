@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 from fakes.recordings import store_snapshots, write_recording
+from pilot import settle, text_of
 from torchpar_top.contract.snapshot import GpuView, ModeStats
 from torchpar_top.contract.vocab import Mode
 from torchpar_top.session.playback import RecordingSession
@@ -22,17 +23,6 @@ from torchpar_top.tui.widgets.queues import QueuesPanel
 from torchpar_top.tui.widgets.scoreboard import ScoreboardPanel
 
 SIZE = (120, 36)
-
-
-def text_of(widget) -> str:
-    return "\n".join(widget.render_line(y).text for y in range(widget.size.height))
-
-
-async def settle(pilot) -> None:
-    for _ in range(2):
-        await pilot.pause()
-        pilot.app.refresh_from_session(force=True)
-    await pilot.pause()
 
 
 @pytest.fixture

@@ -3,19 +3,16 @@ ReplaySession driven by hand (``clock=False``: no timer, nothing here depends on
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import pytest
 from fakes.fake_session import FakeSession, make_snapshot
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
-from textual.widget import Widget
 from textual.widgets._footer import FooterKey
 
+from pilot import run_async, settle, text_of
 from torchpar_top.analysis import NO_GPU_NOTE
 from torchpar_top.contract.snapshot import ReplayView, Snapshot
 from torchpar_top.session.replay import ReplaySession
@@ -33,30 +30,6 @@ from torchpar_top.tui.widgets.threads import ThreadsPanel
 
 SIZE = (120, 36)
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
-
-
-def run_async(test: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-    """Run an async test body in a fresh event loop (no pytest async plugin needed)."""
-
-    @functools.wraps(test)
-    def wrapper() -> None:
-        asyncio.run(test())  # type: ignore[arg-type]
-
-    return wrapper
-
-
-def text_of(widget: Widget) -> str:
-    """Every content line the widget draws, as plain text."""
-    return "\n".join(widget.render_line(y).text for y in range(widget.size.height))
-
-
-async def settle(pilot: Pilot) -> None:
-    """Draw again once the layout is known, twice (panels shown for the first time get widths)."""
-    for _ in range(2):
-        await pilot.pause()
-        assert isinstance(pilot.app, TorchparTopApp)
-        pilot.app.refresh_from_session(force=True)
-    await pilot.pause()
 
 
 def replay_snapshot() -> Snapshot:
