@@ -192,7 +192,6 @@ def main() -> None:
     labels = {"plain": "plain", "bare": "bare TorchFunctionMode (floor)", "agent": "torchpar-top run (sampled)",
               "every": "torchpar-top run --every-op"}
     for name, rates in loop.items():
-        plain = statistics.median(rates["plain"])
         print(f"\n{name}, {args.repeats} repeats (ratio: median of the per-repeat ratios to plain)")
         for setup, label in labels.items():
             ratios = [r / p for r, p in zip(rates[setup], rates["plain"])]

@@ -8,7 +8,6 @@ one place either is computed.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from torchpar_top.contract.messages import ExecutorRow
 from torchpar_top.contract.vocab import Counted, ExecutorKind, Quantity, Role

@@ -14,7 +14,6 @@ from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot
 from textual._compositor import Compositor
 
 from pilot import settle
-from torchpar_top.contract.snapshot import ThreadGroup
 from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.compositor import LineCompositor
 from torchpar_top.tui.widgets.panel import SHRINK_AFTER, Pad

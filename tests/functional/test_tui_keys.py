@@ -311,6 +311,22 @@ async def test_many_cores_render() -> None:
 
 
 @run_async
+async def test_a_queue_row_with_a_note_shows_it_wide_and_short() -> None:
+    """The CUDA path notes its rows (CUPTI recording in windows, standing aside for torch.profiler): the
+    note takes the status column, in full when there is room, as one word when narrow."""
+    base = make_snapshot(executors=1)
+    noted = dataclasses.replace(base.executors[0], note="standing aside: torch.profiler active")
+    app, _ = app_on(dataclasses.replace(base, executors=(noted,)))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "standing aside: torch.profiler active" in text_of(app.query_one(QueuesPanel))
+        await pilot.resize_terminal(70, 30)
+        await settle(pilot)
+        text = text_of(app.query_one(QueuesPanel))
+        assert "aside" in text and "torch.profiler" not in text
+
+
+@run_async
 async def test_queue_panel_is_honest_about_kinds() -> None:
     app, _ = make_app(executors=1, unbounded=True, eager=True)
     async with app.run_test(size=SIZE) as pilot:

@@ -188,7 +188,7 @@ class QueuesPanel(SnapshotPanel):
             if data:
                 row.add(data, self.style(self._data_style(snapshot, e)))
             elif e.note:
-                row.add(note_text(e, short), self.style("accent"))
+                row.add(note_text(e, lay.status == "short"), self.style("accent"))
             else:
                 row.add(blocked_text(e, lay.status == "short"), self._blocked_style(e))
             out.append(row)
