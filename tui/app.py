@@ -122,6 +122,8 @@ class TorchparTopApp(App[None]):
         self._session_closed = False
         self._quitting = False
         self._replay_keys = False
+        self._narrow_keys = False
+        self._columns = 0
         self._signal_loop: asyncio.AbstractEventLoop | None = None
         self._quit_when_mounted = False
         self._switching: Worker[None] | None = None
@@ -218,18 +220,20 @@ class TorchparTopApp(App[None]):
             if self._main_screen is not None and self._detail is not None:
                 self._main_screen.set_class(self._detail.display, "-detail")
                 self._main_screen.set_class(snapshot.replay is not None and snapshot.replay.trace, "-replay")
-        self._footer_for(replay=snapshot.replay is not None)
+        replay = snapshot.replay is not None
+        self._footer_for(replay, 0 < self._columns < keys.footer_width(replay))
         if self.on_frame is not None:
             self.call_after_refresh(self.on_frame, snapshot)
 
-    def _footer_for(self, replay: bool) -> None:
-        """The footer shows a replay's keys in a replay, a live session's otherwise (every key stays
-        bound: :func:`~torchpar_top.tui.keys.bindings`)."""
-        if replay == self._replay_keys:
+    def _footer_for(self, replay: bool, narrow: bool) -> None:
+        """The footer shows a replay's keys in a replay, a live session's otherwise, and only the essential
+        ones when the terminal is too narrow for all (every key stays bound:
+        :func:`~torchpar_top.tui.keys.bindings`)."""
+        if (replay, narrow) == (self._replay_keys, self._narrow_keys):
             return
-        self._replay_keys = replay
+        self._replay_keys, self._narrow_keys = replay, narrow
         merged = self._bindings.copy()  # Textual's own map (its defaults too), made from BINDINGS
-        merged.key_to_bindings.update(BindingsMap(keys.bindings(replay)).key_to_bindings)
+        merged.key_to_bindings.update(BindingsMap(keys.bindings(replay, narrow)).key_to_bindings)
         self._bindings = merged
         self.refresh_bindings()
 
@@ -397,9 +401,13 @@ class TorchparTopApp(App[None]):
             self.session.close()
 
     def _set_narrow(self, columns: int) -> None:
-        """Below :data:`NARROW_SCREEN_COLUMNS` the footer leaves out ``^p palette`` (help names it)."""
+        """Below :data:`NARROW_SCREEN_COLUMNS` the footer leaves out ``^p palette`` (help names it); below
+        the width of every key (:func:`~torchpar_top.tui.keys.footer_width`) it keeps the essential keys
+        rather than cutting the last one in half."""
         if self._footer is not None:
             self._footer.show_command_palette = columns >= NARROW_SCREEN_COLUMNS
+        self._columns = columns
+        self._footer_for(self._replay_keys, 0 < columns < keys.footer_width(self._replay_keys))
 
     def _set_short(self, rows: int) -> None:
         """Short terminals: the ``-short`` class on the screen, and fewer rows of cores."""

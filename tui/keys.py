@@ -33,13 +33,16 @@ class Key:
     The key itself works everywhere (a live session answers a replay key in the log, and back)."""
     replay_display: str | None = None
     """The footer's key for a replay key (``./,`` for step and step back)."""
+    essential: bool = False
+    """Kept in the footer when the terminal is too narrow for every key (the others stay bound, and help
+    lists them)."""
 
 
 KEYS: tuple[Key, ...] = (
     Key("`s`", "toggle ASYNC / SYNC",
         (Binding("s", "toggle_sync", "sync"),),
         (Command("Toggle sync (ASYNC / SYNC)", "toggle_sync", "synchronize after every op, or not (key s)"),),
-        footer="live"),
+        footer="live", essential=True),
     Key("`+` `=` / `-`", "one more / one fewer intra-op thread (`torch.set_num_threads`)",
         (Binding("plus,equals_sign", "more_threads", "threads", key_display="+/-"),
          Binding("minus", "fewer_threads", "fewer threads", key_display="-", show=False)),
@@ -64,7 +67,8 @@ KEYS: tuple[Key, ...] = (
                  "1 s torch.profiler window: exact per-stream queue length, HTA's way (key h; CUDA only)"),)),
     Key("`p`", "pause / resume sampling (the child keeps running); in a replay, pause / play",
         (Binding("p", "toggle_pause", "pause"),),
-        (Command("Pause / resume sampling", "toggle_pause", "the child keeps running; a replay stops (key p)"),)),
+        (Command("Pause / resume sampling", "toggle_pause", "the child keeps running; a replay stops (key p)"),),
+        essential=True),
     Key("`.` / `,`", "replay: one frame on / back (pauses first)",
         (Binding("full_stop", "step_forward", "step", key_display=".", show=False),
          Binding("comma", "step_back", "step back", key_display=",", show=False)),
@@ -76,7 +80,7 @@ KEYS: tuple[Key, ...] = (
          Binding("right", "seek_forward", "seek", key_display="→", show=False)),
         (Command("Seek back", "seek_back", "replay: 5 % of the trace or recording back (key ←)"),
          Command("Seek forward", "seek_forward", "replay: 5 % of the trace or recording on (key →)")),
-        footer="replay", replay_display="←/→"),
+        footer="replay", replay_display="←/→", essential=True),
     Key("`home`", "replay: go to the start (t = 0)",
         (Binding("home", "seek_start", "start", show=False),),
         (Command("Go to the start", "seek_start", "replay: t = 0 (key home)"),), footer="replay"),
@@ -88,18 +92,19 @@ KEYS: tuple[Key, ...] = (
         footer="replay", replay_display="[/]"),
     Key("`?`", "this help",
         (Binding("question_mark", "help", "help", key_display="?"),),
-        (Command("Help", "help", "what each panel means (key ?)"),)),
+        (Command("Help", "help", "what each panel means (key ?)"),), essential=True),
     Key("`ctrl+p`", "command palette"),  # Textual's own binding
     Key("`q`", "quit",
         (Binding("q", "quit", "quit"),
          # Ctrl-C quits at once (Textual's default asks to press ctrl+q): a profiler must let go fast.
-         Binding("ctrl+c", "quit", "quit", show=False, priority=True))),
+         Binding("ctrl+c", "quit", "quit", show=False, priority=True)), essential=True),
 )
 
 
-def bindings(replay: bool = False) -> list[Binding]:
+def bindings(replay: bool = False, narrow: bool = False) -> list[Binding]:
     """The main screen's bindings, in table order; the footer shows a live session's keys, or with
-    ``replay`` a replay's (every key is bound either way)."""
+    ``replay`` a replay's, and with ``narrow`` only the :attr:`Key.essential` ones (every key is bound
+    either way)."""
     out = []
     for key in KEYS:
         for i, b in enumerate(key.bindings):
@@ -107,13 +112,21 @@ def bindings(replay: bool = False) -> list[Binding]:
                 b = replace(b, show=False)
             elif key.footer == "replay" and i == 0:
                 b = replace(b, show=replay, key_display=key.replay_display or b.key_display)
+            if narrow and not key.essential:
+                b = replace(b, show=False)
             out.append(b)
     return out
 
 
-def footer_keys(replay: bool = False) -> list[str]:
+def footer_keys(replay: bool = False, narrow: bool = False) -> list[str]:
     """The footer's keys, as it writes them, in order (tests and docs)."""
-    return [b.key_display or b.key for b in bindings(replay) if b.show]
+    return [b.key_display or b.key for b in bindings(replay, narrow) if b.show]
+
+
+def footer_width(replay: bool = False) -> int:
+    """Columns the compact footer needs for every key it shows (``key description`` and a space each):
+    below this the footer keeps only the essential keys rather than cutting the last one in half."""
+    return sum(len(b.key_display or b.key) + len(b.description) + 2 for b in bindings(replay) if b.show)
 
 
 def commands() -> list[Command]:

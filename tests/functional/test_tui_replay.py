@@ -174,3 +174,28 @@ async def test_a_live_footer_shows_the_live_keys() -> None:
         shown = _footer_keys(app)
         assert shown == keys.footer_keys(replay=False)
         assert {"s", "+/-", "w", "p", "q"} <= set(shown) and not {"./,", "←/→", "[/]"} & set(shown)
+
+
+@run_async
+async def test_a_narrow_footer_keeps_the_essential_keys_whole() -> None:
+    """Too narrow for every key, the footer shows the essential ones instead of cutting the last in half;
+    the others stay bound (help lists them); wide again, every key is back."""
+    live = keys.footer_width(replay=False)
+    session = FakeSession(make_snapshot())
+    app = TorchparTopApp(session, render_interval=None)
+    async with app.run_test(size=(live, 24)) as pilot:
+        await settle(pilot)
+        assert _footer_keys(app) == keys.footer_keys(replay=False)  # just room for all
+        await pilot.resize_terminal(min(live, keys.footer_width(replay=True)) - 1, 24)
+        await settle(pilot)
+        assert _footer_keys(app) == keys.footer_keys(replay=False, narrow=True) == ["s", "p", "?", "q"]
+        await pilot.press("w")  # not shown, still bound
+        await pilot.pause()
+        assert app.screen.__class__.__name__ == "PickerScreen"
+        await pilot.press("escape")
+        session.snapshot_value = replay_snapshot()  # a replay's essential keys
+        await settle(pilot)
+        assert _footer_keys(app) == keys.footer_keys(replay=True, narrow=True) == ["p", "←/→", "?", "q"]
+        await pilot.resize_terminal(120, 24)
+        await settle(pilot)
+        assert _footer_keys(app) == keys.footer_keys(replay=True)
