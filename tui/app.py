@@ -44,6 +44,10 @@ SHORT_SCREEN_ROWS = 30
 NARROW_SCREEN_COLUMNS = 100
 """Below this many columns the footer's keys need all its room."""
 
+NARROW_LANES_COLUMNS = 70
+"""Below this many columns the screen gets class ``-narrow``: the lanes, beside the async-vs-sync table
+(which needs its 34 columns), would have too few cells to show a lane, and give the row to the table."""
+
 NO_STACK_HINT = "no Python stack here: stacks are sampled for `torchpar-top run` and `attach`"
 """Said when ``k`` is pressed where there is no stack to show."""
 
@@ -403,9 +407,11 @@ class TorchparTopApp(App[None]):
     def _set_narrow(self, columns: int) -> None:
         """Below :data:`NARROW_SCREEN_COLUMNS` the footer leaves out ``^p palette`` (help names it); below
         the width of every key (:func:`~torchpar_top.tui.keys.footer_width`) it keeps the essential keys
-        rather than cutting the last one in half."""
+        rather than cutting the last one in half; below :data:`NARROW_LANES_COLUMNS` the lanes step aside."""
         if self._footer is not None:
             self._footer.show_command_palette = columns >= NARROW_SCREEN_COLUMNS
+        if self._main_screen is not None:
+            self._main_screen.set_class(0 < columns < NARROW_LANES_COLUMNS, "-narrow")
         self._columns = columns
         self._footer_for(self._replay_keys, 0 < columns < keys.footer_width(self._replay_keys))
 

@@ -199,3 +199,15 @@ async def test_a_narrow_footer_keeps_the_essential_keys_whole() -> None:
         await pilot.resize_terminal(120, 24)
         await settle(pilot)
         assert _footer_keys(app) == keys.footer_keys(replay=True)
+
+
+@run_async
+async def test_below_seventy_columns_the_lanes_give_their_row_to_the_table() -> None:
+    app = TorchparTopApp(FakeSession(make_snapshot(executors=2)), render_interval=None)
+    async with app.run_test(size=(69, 30)) as pilot:
+        await settle(pilot)
+        lanes, board = app.query_one(LanesPanel), app.query_one(ScoreboardPanel)
+        assert not lanes.display and board.display and board.size.width >= 50
+        await pilot.resize_terminal(70, 30)
+        await settle(pilot)
+        assert lanes.display and board.display and "cpu-stream:0 " in text_of(lanes)
