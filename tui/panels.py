@@ -65,7 +65,8 @@ PANELS: tuple[Panel, ...] = (
           "(`--cupti-duty`, one sample interval in 20 by default). Input-bound means the frontend waited "
           "for data more than 30 % of the last second."),
     Panel("lanes",
-          "the last 5 s (below 70 columns the panel steps aside for the async-vs-sync table). The frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
+          "the last 5 s (below 70 columns the panel steps aside for the async-vs-sync table). The "
+          "frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
           "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "
           "script is not busy). An emulated stream's lane shows how much its thread *ran*, and `░` where it "
           "waited for a core more than it ran: **run N% waits M%**. *overlap on cores* is the share of time "
