@@ -124,6 +124,15 @@ def test_attach_records_the_process_it_watches(tmp_path):
     assert any(e["ph"] == "C" and e["name"] == "core 0 load %" for e in events)
 
 
+def _recorded_log(path) -> str:
+    """The recording's log (the ranks' stdout and stderr, the app's notes): why a workload failed."""
+    try:
+        lines = {line.seq: line for snap in read_recording(str(path)).snapshots() for line in snap.log}
+    except Exception as exc:  # noqa: BLE001 - a diagnostic only
+        return f"\n(no recorded log: {exc})"
+    return "\nrecorded log:\n" + "\n".join(f"  {lines[k].source} {lines[k].text}" for k in sorted(lines)[-40:])
+
+
 def _gloo():
     import torch.distributed as dist
 
@@ -146,7 +155,7 @@ def test_a_torchrun_job_is_recorded_with_its_ranks_and_exports_per_rank(tmp_path
         "60",
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stderr[-2000:] + _recorded_log(path)
     snaps = list(read_recording(str(path)).snapshots())
     assert any(sorted(r.rank for r in s.ranks) == [0, 1] for s in snaps)
     assert {(e.rank, e.name) for s in snaps for e in s.executors} >= {(0, "cpu (eager)"), (1, "cpu (eager)")}
