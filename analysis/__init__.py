@@ -12,26 +12,76 @@ Times are trace microseconds unless a name says seconds.
 """
 
 from torchpar_top.analysis.analyse import Analysis, RankAnalysis, analyse, analyse_path, analyse_rank
-from torchpar_top.analysis.events import (GPU_CATS, LAUNCH_NAMES, OP_CATS, SYNC_NAMES, Event,
-                                         events_from_chrome)
-from torchpar_top.analysis.frontend import (NO_OP, FrontendLane, SyncPoint, SyncSite, frontend_lanes,
-                                           sync_sites)
+from torchpar_top.analysis.events import (
+    GPU_CATS,
+    LAUNCH_NAMES,
+    OP_CATS,
+    SYNC_NAMES,
+    Event,
+    events_from_chrome,
+)
+from torchpar_top.analysis.frontend import (
+    NO_OP,
+    FrontendLane,
+    SyncPoint,
+    SyncSite,
+    frontend_lanes,
+    sync_sites,
+)
 from torchpar_top.analysis.intervals import Intervals, at_least
 from torchpar_top.analysis.lanes import DeviceLane, Overlap, StreamLane, device_lanes, overlap, stream_lanes
 from torchpar_top.analysis.loading import RankTrace, Trace, TraceError, load_rank, load_trace
 from torchpar_top.analysis.queue import QUEUE_CAP, QueueSeries, queue_series
 from torchpar_top.analysis.summary import NO_GPU_NOTE, summary
-from torchpar_top.analysis.window import (DeviceWindow, FrontendWindow, RankWindow, StreamWindow, Window,
-                                         window)
+from torchpar_top.analysis.window import (
+    DeviceWindow,
+    FrontendWindow,
+    RankWindow,
+    StreamWindow,
+    Window,
+    window,
+)
 
 __all__ = [
-    "Analysis", "RankAnalysis", "analyse", "analyse_path", "analyse_rank",
-    "GPU_CATS", "LAUNCH_NAMES", "OP_CATS", "SYNC_NAMES", "Event", "events_from_chrome",
-    "NO_OP", "FrontendLane", "SyncPoint", "SyncSite", "frontend_lanes", "sync_sites",
-    "Intervals", "at_least",
-    "DeviceLane", "Overlap", "StreamLane", "device_lanes", "overlap", "stream_lanes",
-    "RankTrace", "Trace", "TraceError", "load_rank", "load_trace",
-    "QUEUE_CAP", "QueueSeries", "queue_series",
-    "NO_GPU_NOTE", "summary",
-    "DeviceWindow", "FrontendWindow", "RankWindow", "StreamWindow", "Window", "window",
+    "GPU_CATS",
+    "LAUNCH_NAMES",
+    "NO_GPU_NOTE",
+    "NO_OP",
+    "OP_CATS",
+    "QUEUE_CAP",
+    "SYNC_NAMES",
+    "Analysis",
+    "DeviceLane",
+    "DeviceWindow",
+    "Event",
+    "FrontendLane",
+    "FrontendWindow",
+    "Intervals",
+    "Overlap",
+    "QueueSeries",
+    "RankAnalysis",
+    "RankTrace",
+    "RankWindow",
+    "StreamLane",
+    "StreamWindow",
+    "SyncPoint",
+    "SyncSite",
+    "Trace",
+    "TraceError",
+    "Window",
+    "analyse",
+    "analyse_path",
+    "analyse_rank",
+    "at_least",
+    "device_lanes",
+    "events_from_chrome",
+    "frontend_lanes",
+    "load_rank",
+    "load_trace",
+    "overlap",
+    "queue_series",
+    "stream_lanes",
+    "summary",
+    "sync_sites",
+    "window",
 ]

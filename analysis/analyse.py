@@ -87,8 +87,16 @@ def analyse_rank(trace: RankTrace, cap: int = QUEUE_CAP) -> RankAnalysis:
     queues = queue_series(trace.events, trace.rank, cap, end - start)
     streams = stream_lanes(trace.events, queues, trace.rank)
     devices = device_lanes(streams)
-    return RankAnalysis(trace.rank, trace.path, start, end, streams, devices, overlap(streams, devices),
-                        frontend_lanes(trace.events, trace.rank))
+    return RankAnalysis(
+        trace.rank,
+        trace.path,
+        start,
+        end,
+        streams,
+        devices,
+        overlap(streams, devices),
+        frontend_lanes(trace.events, trace.rank),
+    )
 
 
 def analyse(trace: Trace, cap: int = QUEUE_CAP) -> Analysis:

@@ -7,30 +7,60 @@ every CPU op, runtime call and GPU op as one. Its ``cat: "Trace"`` event, the pr
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from math import isfinite
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 #: Runtime/driver calls that enqueue work on a stream: HTA's runtime launch set
 #: (``TraceSymbolTable.get_runtime_launch_events_query``, HTA 0.5.0), plus ``cuLaunchKernelEx``,
 #: ``hipExtLaunchKernel`` and ``hipModuleLaunchKernel``, which HTA does not list (none of them occurs
 #: in the shipped traces). ``cudaGraphLaunch`` is not one: a graph's kernels are not counted, as in HTA.
-LAUNCH_NAMES = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-    "cudaMemcpyAsync", "cudaMemsetAsync",
-    "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel",
-    "hipMemcpyAsync", "hipMemsetAsync", "hipMemcpyWithStream",
-    "runFunction - job_prep_and_submit_for_execution",  # MTIA, in HTA's set
-})
+LAUNCH_NAMES = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaMemcpyAsync",
+        "cudaMemsetAsync",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipMemcpyAsync",
+        "hipMemsetAsync",
+        "hipMemcpyWithStream",
+        "runFunction - job_prep_and_submit_for_execution",  # MTIA, in HTA's set
+    }
+)
 
 #: Host calls that block the calling thread until the device has caught up (a sync point).
-SYNC_NAMES = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
-    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-    "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD", "cuMemcpyHtoD_v2",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
-    "hipMemcpy", "hipMemcpyDtoH", "hipMemcpyHtoD", "hipMemcpyWithStream",
-})
+SYNC_NAMES = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpyToSymbol",
+        "cudaMemcpyFromSymbol",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpy",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD",
+        "cuMemcpyHtoD_v2",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyDtoH",
+        "hipMemcpyHtoD",
+        "hipMemcpyWithStream",
+    }
+)
 
 #: Categories of work that runs on a GPU stream (HTA's "kernels", memory ones included).
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -113,8 +143,17 @@ def events_from_chrome(trace: dict[str, Any] | list[Any]) -> Iterator[Event]:
         if correlation is not None and correlation < 0:
             correlation = None
         name = e.get("name", "")
-        yield Event(name if type(name) is str else str(name), cat, ts, dur, e.get("pid"), e.get("tid"),
-                    correlation, device, stream)
+        yield Event(
+            name if type(name) is str else str(name),
+            cat,
+            ts,
+            dur,
+            e.get("pid"),
+            e.get("tid"),
+            correlation,
+            device,
+            stream,
+        )
 
 
 def span(events: Iterable[Event]) -> tuple[float, float]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable
+from typing import Any
 
 from torchpar_top.analysis.events import OP_CATS, Event
 from torchpar_top.analysis.intervals import Intervals
@@ -75,7 +76,7 @@ class FrontendLane:
     def sync_points_between(self, t0: float, t1: float) -> tuple[SyncPoint, ...]:
         """Its sync points that start within ``[t0, t1)``."""
         starts = self._starts
-        return self.sync_points[bisect_left(starts, t0):bisect_left(starts, t1)]
+        return self.sync_points[bisect_left(starts, t0) : bisect_left(starts, t1)]
 
     @cached_property
     def _starts(self) -> list[float]:
@@ -95,11 +96,17 @@ def frontend_lanes(events: Iterable[Event], rank: int = 0) -> tuple[FrontendLane
         if not launches and not syncs:
             continue
         points = tuple(sorted(_attribute(rank, pid, tid, evs, syncs), key=lambda p: p.ts))
-        lanes.append(FrontendLane(
-            rank, pid, tid, launches,
-            Intervals.union((e.ts, e.ts + e.dur) for e in evs if e.cat == "cpu_op"),
-            Intervals.union((s.ts, s.ts + s.dur) for s in syncs), points,
-        ))
+        lanes.append(
+            FrontendLane(
+                rank,
+                pid,
+                tid,
+                launches,
+                Intervals.union((e.ts, e.ts + e.dur) for e in evs if e.cat == "cpu_op"),
+                Intervals.union((s.ts, s.ts + s.dur) for s in syncs),
+                points,
+            )
+        )
     lanes.sort(key=lambda lane: (-lane.launches, str(lane.pid), str(lane.tid)))
     return tuple(lanes)
 
@@ -112,8 +119,10 @@ def sync_sites(lanes: Iterable[FrontendLane]) -> list[SyncSite]:
         for p in lane.sync_points:
             count[(p.site, p.call)] += 1
             time[(p.site, p.call)] += p.dur
-    return sorted((SyncSite(s, c, count[(s, c)], time[(s, c)] / 1e6) for s, c in count),
-                  key=lambda x: (-x.seconds, -x.count, x.site, x.call))
+    return sorted(
+        (SyncSite(s, c, count[(s, c)], time[(s, c)] / 1e6) for s, c in count),
+        key=lambda x: (-x.seconds, -x.count, x.site, x.call),
+    )
 
 
 def _attribute(rank: int, pid: Any, tid: Any, events: list[Event], syncs: list[Event]) -> list[SyncPoint]:

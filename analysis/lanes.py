@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from torchpar_top.analysis.events import Event
 from torchpar_top.analysis.intervals import Intervals, at_least
@@ -54,8 +54,9 @@ class Overlap:
     """Two or more devices busy at once; None when the rank has fewer than two devices."""
 
 
-def stream_lanes(events: Iterable[Event], queues: dict[tuple[int, int], QueueSeries],
-                 rank: int = 0) -> tuple[StreamLane, ...]:
+def stream_lanes(
+    events: Iterable[Event], queues: dict[tuple[int, int], QueueSeries], rank: int = 0
+) -> tuple[StreamLane, ...]:
     """Each stream's busy intervals and queue, sorted by ``(device, stream)``.
 
     Args:
@@ -68,8 +69,9 @@ def stream_lanes(events: Iterable[Event], queues: dict[tuple[int, int], QueueSer
         if e.stream is not None:
             ops[(e.device, e.stream)].append((e.ts, e.ts + e.dur))
     keys = sorted(set(ops) | set(queues))
-    return tuple(StreamLane(rank, d, s, Intervals.union(ops.get((d, s), ())), queues.get((d, s)))
-                 for d, s in keys)
+    return tuple(
+        StreamLane(rank, d, s, Intervals.union(ops.get((d, s), ())), queues.get((d, s))) for d, s in keys
+    )
 
 
 def device_lanes(streams: Iterable[StreamLane]) -> tuple[DeviceLane, ...]:

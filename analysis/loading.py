@@ -11,9 +11,10 @@ import json
 import os
 import re
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from torchpar_top.analysis.events import Event, events_from_chrome
 
@@ -76,8 +77,10 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     by_rank: dict[int, RankTrace] = {}
     for r in ranks:
         if r.rank in by_rank:
-            raise TraceError(f"{path}: two traces claim rank {r.rank}: "
-                             f"{os.path.basename(by_rank[r.rank].path)} and {os.path.basename(r.path)}")
+            raise TraceError(
+                f"{path}: two traces claim rank {r.rank}: "
+                f"{os.path.basename(by_rank[r.rank].path)} and {os.path.basename(r.path)}"
+            )
         by_rank[r.rank] = r
     return Trace(path, tuple(by_rank[k] for k in sorted(by_rank)))
 
@@ -90,8 +93,10 @@ def load_rank(path: str) -> RankTrace:
         if isinstance(document, list):
             document = {"traceEvents": document}
         if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
-            raise TraceError(f"{path}: not a Chrome trace (no traceEvents list); expected a torch.profiler "
-                             "export (.json or .json.gz)")
+            raise TraceError(
+                f"{path}: not a Chrome trace (no traceEvents list); expected a torch.profiler "
+                "export (.json or .json.gz)"
+            )
         events = tuple(events_from_chrome(document))
     if not events:
         raise TraceError(f"{path}: the trace has no events")
@@ -135,8 +140,9 @@ def _parse(path: str, data: bytes) -> Any:
     if not head:
         raise TraceError(f"{path}: the file is empty")
     if head[:1] not in (b"{", b"["):
-        raise TraceError(f"{path}: unknown format, not JSON; expected a torch.profiler Chrome trace "
-                         "(.json or .json.gz)")
+        raise TraceError(
+            f"{path}: unknown format, not JSON; expected a torch.profiler Chrome trace (.json or .json.gz)"
+        )
     try:
         return json.loads(data)
     except UnicodeDecodeError:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable
 
 from torchpar_top.analysis.events import Event, span
 from torchpar_top.analysis.intervals import Intervals
@@ -101,8 +101,9 @@ class QueueSeries:
         return _sparse_table(self.depths)
 
 
-def queue_series(events: Iterable[Event], rank: int = 0, cap: int = QUEUE_CAP,
-                 trace_span: float | None = None) -> dict[tuple[int, int], QueueSeries]:
+def queue_series(
+    events: Iterable[Event], rank: int = 0, cap: int = QUEUE_CAP, trace_span: float | None = None
+) -> dict[tuple[int, int], QueueSeries]:
     """Queue depth per ``(device, stream)`` of one rank's events, sorted by key.
 
     Args:
@@ -128,8 +129,9 @@ def queue_series(events: Iterable[Event], rank: int = 0, cap: int = QUEUE_CAP,
     return {key: _series(rank, key, sorted(rows), cap, trace_span) for key, rows in sorted(steps.items())}
 
 
-def _series(rank: int, key: tuple[int, int], rows: list[tuple[float, int]], cap: int,
-            trace_span: float) -> QueueSeries:
+def _series(
+    rank: int, key: tuple[int, int], rows: list[tuple[float, int]], cap: int, trace_span: float
+) -> QueueSeries:
     times: list[float] = []
     depths: list[int] = []
     depth = top = total = 0
@@ -146,8 +148,21 @@ def _series(rank: int, key: tuple[int, int], rows: list[tuple[float, int]], cap:
     at_cap = sum(times[i + 1] - times[i] for i in range(len(times) - 1) if depths[i] >= cap)
     launch_times = tuple(ts for ts, minus_delta in rows if minus_delta < 0)
     start_times = tuple(ts for ts, minus_delta in rows if minus_delta > 0)
-    return QueueSeries(rank, key[0], key[1], len(rows) // 2, tuple(times), tuple(depths), top,
-                       total / len(rows), cap, at_cap, trace_span, launch_times, start_times)
+    return QueueSeries(
+        rank,
+        key[0],
+        key[1],
+        len(rows) // 2,
+        tuple(times),
+        tuple(depths),
+        top,
+        total / len(rows),
+        cap,
+        at_cap,
+        trace_span,
+        launch_times,
+        start_times,
+    )
 
 
 def _sparse_table(values: tuple[int, ...]) -> list[list[int]]:
@@ -156,7 +171,7 @@ def _sparse_table(values: tuple[int, ...]) -> list[list[int]]:
     step = 1
     while 2 * step <= len(values):
         prev = table[-1]
-        table.append(list(map(max, prev[:len(prev) - step], prev[step:])))
+        table.append(list(map(max, prev[: len(prev) - step], prev[step:])))
         step *= 2
     return table
 

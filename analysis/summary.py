@@ -35,7 +35,9 @@ def summary(analysis: Analysis, top: int = TOP_SYNC_SITES) -> dict[str, Any]:
 def _stream(s: StreamLane) -> dict[str, Any]:
     q = s.queue
     return {
-        "rank": s.rank, "device": s.device, "stream": s.stream,
+        "rank": s.rank,
+        "device": s.device,
+        "stream": s.stream,
         "launches": q.launches if q else 0,
         "max_depth": q.max_depth if q else 0,
         "mean_depth": q.mean_depth if q else 0.0,
@@ -59,13 +61,25 @@ def _rank(r: RankAnalysis, top: int) -> dict[str, Any]:
             "streams": share(r.overlap.streams.total),
             "devices": share(devices.total) if devices is not None else None,
         },
-        "devices": [{"device": d.device, "kernel_active": share(d.active.total),
-                     "active_seconds": d.active_seconds} for d in r.devices],
-        "frontend": [{"pid": _plain(f.pid), "tid": _plain(f.tid), "launches": f.launches,
-                      "busy_seconds": f.busy_seconds, "sync_seconds": f.sync_seconds,
-                      "sync_points": len(f.sync_points)} for f in r.frontend],
-        "sync_points": [{"site": s.site, "call": s.call, "count": s.count, "seconds": s.seconds}
-                        for s in r.sync_sites()[:top]],
+        "devices": [
+            {"device": d.device, "kernel_active": share(d.active.total), "active_seconds": d.active_seconds}
+            for d in r.devices
+        ],
+        "frontend": [
+            {
+                "pid": _plain(f.pid),
+                "tid": _plain(f.tid),
+                "launches": f.launches,
+                "busy_seconds": f.busy_seconds,
+                "sync_seconds": f.sync_seconds,
+                "sync_points": len(f.sync_points),
+            }
+            for f in r.frontend
+        ],
+        "sync_points": [
+            {"site": s.site, "call": s.call, "count": s.count, "seconds": s.seconds}
+            for s in r.sync_sites()[:top]
+        ],
     }
 
 

@@ -101,17 +101,35 @@ def window(analysis: Analysis, t0: float, t1: float) -> Window:
     ranks, streams, devices, frontend = [], [], [], []
     for r in analysis.ranks:
         devs = r.overlap.devices
-        ranks.append(RankWindow(r.rank, r.overlap.streams.covered(t0, t1) / length,
-                                devs.covered(t0, t1) / length if devs is not None else None))
+        ranks.append(
+            RankWindow(
+                r.rank,
+                r.overlap.streams.covered(t0, t1) / length,
+                devs.covered(t0, t1) / length if devs is not None else None,
+            )
+        )
         for s in r.streams:
             q = s.queue
-            streams.append(StreamWindow(
-                r.rank, s.device, s.stream, q.depth_at(t1) if q else 0, q.max_between(t0, t1) if q else 0,
-                s.busy.covered(t0, t1) / length,
-            ))
+            streams.append(
+                StreamWindow(
+                    r.rank,
+                    s.device,
+                    s.stream,
+                    q.depth_at(t1) if q else 0,
+                    q.max_between(t0, t1) if q else 0,
+                    s.busy.covered(t0, t1) / length,
+                )
+            )
         devices.extend(DeviceWindow(r.rank, d.device, d.active.covered(t0, t1) / length) for d in r.devices)
-        frontend.extend(FrontendWindow(
-            r.rank, f.pid, f.tid, f.ops.covered(t0, t1) / length, f.syncs.covered(t0, t1) / length,
-            f.sync_points_between(t0, t1),
-        ) for f in r.frontend)
+        frontend.extend(
+            FrontendWindow(
+                r.rank,
+                f.pid,
+                f.tid,
+                f.ops.covered(t0, t1) / length,
+                f.syncs.covered(t0, t1) / length,
+                f.sync_points_between(t0, t1),
+            )
+            for f in r.frontend
+        )
     return Window(t0, t1, tuple(ranks), tuple(streams), tuple(devices), tuple(frontend))

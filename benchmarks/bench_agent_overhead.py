@@ -30,6 +30,7 @@ WARMUP = 2.0
 
 # -- the bare stand-in agent (runs in the "without" child) ---------------------------------------------
 
+
 class _BareStream:
     """A queue and a thread, nothing else: what a user would write without torchpar-top."""
 
@@ -182,6 +183,7 @@ def bare_child(experiment: str, seconds: float) -> None:
 
 # -- the parent ----------------------------------------------------------------------------------------
 
+
 def with_agent(experiment: str, seconds: float) -> float:
     """Throughput the agent measures in a real child, averaged over samples after the warm-up."""
     from torchpar_top.contract.messages import Sample
@@ -192,8 +194,11 @@ def with_agent(experiment: str, seconds: float) -> float:
     start = time.time()
     child = ChildProcess(
         lambda fd: ExperimentTarget(experiment).command(fd, 0.1, False),
-        on_message=lambda m: isinstance(m, Sample) and samples.append((m.t, m.throughput * m.window, m.window)),
-        on_output=lambda *_: None, on_exit=lambda _: None,
+        on_message=lambda m: (
+            isinstance(m, Sample) and samples.append((m.t, m.throughput * m.window, m.window))
+        ),
+        on_output=lambda *_: None,
+        on_exit=lambda _: None,
     )
     child.start()
     first = None
@@ -210,8 +215,13 @@ def with_agent(experiment: str, seconds: float) -> float:
 
 def without_agent(experiment: str, seconds: float) -> float:
     """Throughput of the same experiment with the bare agent, in a child."""
-    out = subprocess.run([sys.executable, __file__, "--bare-child", experiment, "--seconds", str(seconds)],
-                         capture_output=True, text=True, check=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, __file__, "--bare-child", experiment, "--seconds", str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["throughput"]
 
 
@@ -271,8 +281,11 @@ def main() -> None:
     parser.add_argument("--experiments", default="async,multi-device,intra-op,inter-op")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--bare-child", metavar="EXPERIMENT")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="also measure the agent's own threads' CPU and the per-item bookkeeping cost")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also measure the agent's own threads' CPU and the per-item bookkeeping cost",
+    )
     args = parser.parse_args()
     if args.bare_child:
         bare_child(args.bare_child, args.seconds)
@@ -291,8 +304,15 @@ def main() -> None:
             ratios.append(w / wo)
             w_all.append(w)
             wo_all.append(wo)
-        rows.append({"experiment": name, "without": statistics.median(wo_all), "with": statistics.median(w_all),
-                     "ratio_median": statistics.median(ratios), "ratios": ratios})
+        rows.append(
+            {
+                "experiment": name,
+                "without": statistics.median(wo_all),
+                "with": statistics.median(w_all),
+                "ratio_median": statistics.median(ratios),
+                "ratios": ratios,
+            }
+        )
     breakdown = {}
     if args.breakdown:
         agent_us, bare_us = per_item_cost()
@@ -305,17 +325,23 @@ def main() -> None:
         return
     print(f"{'experiment':<14}{'without agent':>16}{'with agent':>14}{'ratio (median)':>16}  per round")
     for r in rows:
-        print(f"{r['experiment']:<14}{r['without']:>16.1f}{r['with']:>14.1f}{r['ratio_median']:>16.3f}  "
-              + " ".join(f"{x:.3f}" for x in r["ratios"]))
+        print(
+            f"{r['experiment']:<14}{r['without']:>16.1f}{r['with']:>14.1f}{r['ratio_median']:>16.3f}  "
+            + " ".join(f"{x:.3f}" for x in r["ratios"])
+        )
     if breakdown:
         per = breakdown["per_item_us"]
-        print(f"\nper launched item through an emulated stream (no-op item, full queue): agent "
-              f"{per['agent']:.1f} µs, bare {per['bare']:.1f} µs, difference {per['agent'] - per['bare']:.1f} µs")
+        print(
+            f"\nper launched item through an emulated stream (no-op item, full queue): agent "
+            f"{per['agent']:.1f} µs, bare {per['bare']:.1f} µs, difference {per['agent'] - per['bare']:.1f} µs"
+        )
         print("agent's own threads (sampler + control), measured by the thread probe in a real session:")
         for name in args.experiments.split(","):
             b = breakdown[name]
-            print(f"  {name:<14}{b['agent_threads_percent_of_core']:6.2f} % of one core   "
-                  f"(throughput then {b['throughput']:.1f})")
+            print(
+                f"  {name:<14}{b['agent_threads_percent_of_core']:6.2f} % of one core   "
+                f"(throughput then {b['throughput']:.1f})"
+            )
 
 
 if __name__ == "__main__":

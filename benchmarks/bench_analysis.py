@@ -55,8 +55,10 @@ def main() -> None:
             a.window(t0, t1)
 
     med, lo, hi, _ = timed(step, args.repeats)
-    print(f"{n} consecutive windows:         {med * 1e3:.1f} ms, {med / n * 1e6:.0f} µs per window "
-          f"(min {lo / n * 1e6:.0f}, max {hi / n * 1e6:.0f})")
+    print(
+        f"{n} consecutive windows:         {med * 1e3:.1f} ms, {med / n * 1e6:.0f} µs per window "
+        f"(min {lo / n * 1e6:.0f}, max {hi / n * 1e6:.0f})"
+    )
     med, lo, hi, _ = timed(lambda: a.window(a.start, a.end), args.repeats * 20)
     print(f"one whole-trace window:        {med * 1e6:.0f} µs (min {lo * 1e6:.0f}, max {hi * 1e6:.0f})")
     fresh = analyse(trace)

@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cupti_records_before as before  # noqa: E402
 from fakes.fake_cupti import FakeCupti, records_from_trace  # noqa: E402
-
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor  # noqa: E402
 from torchpar_top.probes.agent.cupti_records import RecordConverter, RecordQueues  # noqa: E402
 
@@ -49,13 +48,13 @@ BUFFER = 4096
 SAMPLE_NS = 20_000_000
 
 
-def run_before(records: list, converter: "before.RecordConverter") -> tuple[float, float]:
+def run_before(records: list, converter: before.RecordConverter) -> tuple[float, float]:
     """Seconds converting + pairing, and seconds analysing, for all ``records`` (the old path)."""
     queues = before.RecordQueues()
     add = update = 0.0
     for n, i in enumerate(range(0, len(records), BUFFER)):
         t0 = time.perf_counter()
-        queues.add(converter.events(records[i:i + BUFFER]))
+        queues.add(converter.events(records[i : i + BUFFER]))
         t1 = time.perf_counter()
         add += t1 - t0
         if n % 10 == 9:
@@ -72,7 +71,7 @@ def run_after(records: list, converter: RecordConverter) -> tuple[float, float]:
     add = update = 0.0
     for n, i in enumerate(range(0, len(records), BUFFER)):
         t0 = time.perf_counter()
-        queues.add_records(records[i:i + BUFFER])
+        queues.add_records(records[i : i + BUFFER])
         t1 = time.perf_counter()
         add += t1 - t0
         if n % 10 == 9:
@@ -101,27 +100,34 @@ def main() -> None:
             runs.setdefault(("before", label), []).append(run_before(records, old_conv))
             runs.setdefault(("after", label), []).append(run_after(records, new_conv))
     load1 = os.getloadavg()[0]
-    print(f"{TRACE.name}: {n_launch} launches; {args.repeats} repeats, old and new alternating; "
-          f"load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'path':7} {'records':28} {'µs/record min/med':>18} {'µs/launch min/med':>18}  "
-          f"{'share: read+pair / settle (min)':>32}")
+    print(
+        f"{TRACE.name}: {n_launch} launches; {args.repeats} repeats, old and new alternating; "
+        f"load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} CPUs"
+    )
+    print(
+        f"{'path':7} {'records':28} {'µs/record min/med':>18} {'µs/launch min/med':>18}  "
+        f"{'share: read+pair / settle (min)':>32}"
+    )
     for (path, label), rs in runs.items():
         n = len(sets[label])
         totals = [a + u for a, u in rs]
         best = min(range(len(rs)), key=lambda k: totals[k])
         lo, med = totals[best], statistics.median(totals)
         add, upd = rs[best]
-        print(f"{path:7} {label + f' ({n})':28} {lo / n * 1e6:8.2f} / {med / n * 1e6:5.2f}    "
-              f"{lo / n_launch * 1e6:8.2f} / {med / n_launch * 1e6:5.2f}   "
-              f"{add / lo * 100:5.0f} % / {upd / lo * 100:3.0f} %")
+        print(
+            f"{path:7} {label + f' ({n})':28} {lo / n * 1e6:8.2f} / {med / n * 1e6:5.2f}    "
+            f"{lo / n_launch * 1e6:8.2f} / {med / n_launch * 1e6:5.2f}   "
+            f"{add / lo * 100:5.0f} % / {upd / lo * 100:3.0f} %"
+        )
     windows(every, n_launch, args.repeats)
 
 
 def run_monitor(records: list, duty: float) -> float:
     """CPU seconds of the monitor's samples over the whole trace, records played in stretches."""
     fake = FakeCupti()
-    monitor = CuptiMonitor(fake, add=lambda ex: ex, log=lambda line: None, duty=duty, drain_s=0.0,
-                           profiler_enabled=lambda: False)
+    monitor = CuptiMonitor(
+        fake, add=lambda ex: ex, log=lambda line: None, duty=duty, drain_s=0.0, profiler_enabled=lambda: False
+    )
     monitor.start()
     spent, i, n, tick = 0.0, 0, len(records), records[0].end + SAMPLE_NS
     try:
@@ -144,11 +150,15 @@ def windows(every: list, n_launch: int, repeats: int) -> None:
     for _ in range(repeats):
         for duty in (1.0, DEFAULT_DUTY):
             runs.setdefault(duty, []).append(run_monitor(every, duty))
-    print(f"monitor, a sample every {SAMPLE_NS / 1e6:g} ms of the trace, CPU time per launch of the trace "
-          f"({repeats} repeats):")
+    print(
+        f"monitor, a sample every {SAMPLE_NS / 1e6:g} ms of the trace, CPU time per launch of the trace "
+        f"({repeats} repeats):"
+    )
     for duty, rs in runs.items():
-        print(f"  duty {duty:<4}: min {min(rs) / n_launch * 1e6:.2f} µs, median "
-              f"{statistics.median(rs) / n_launch * 1e6:.2f} µs")
+        print(
+            f"  duty {duty:<4}: min {min(rs) / n_launch * 1e6:.2f} µs, median "
+            f"{statistics.median(rs) / n_launch * 1e6:.2f} µs"
+        )
 
 
 if __name__ == "__main__":

@@ -22,11 +22,28 @@ from torchpar_top.session.store import SessionStore
 def sample(i: int) -> Sample:
     """A realistic child sample."""
     return Sample(
-        t=float(i), window=0.1, mode=Mode.ASYNC if i % 600 < 300 else Mode.SYNC, throughput=1500.0 + i % 7,
-        unit="it/s", num_threads=2, frontend=Frontend(busy=0.1, wait=0.9), overlap=0.0,
-        executors=(ExecutorRow(name="cpu-stream:0", kind=ExecutorKind.EMULATED_STREAM, emulated=True,
-                               quantity=Quantity.DEPTH, value=i % 1024, capacity=1024, launched=i + 1024,
-                               completed=i, busy=0.99, blocked=0.9),),
+        t=float(i),
+        window=0.1,
+        mode=Mode.ASYNC if i % 600 < 300 else Mode.SYNC,
+        throughput=1500.0 + i % 7,
+        unit="it/s",
+        num_threads=2,
+        frontend=Frontend(busy=0.1, wait=0.9),
+        overlap=0.0,
+        executors=(
+            ExecutorRow(
+                name="cpu-stream:0",
+                kind=ExecutorKind.EMULATED_STREAM,
+                emulated=True,
+                quantity=Quantity.DEPTH,
+                value=i % 1024,
+                capacity=1024,
+                launched=i + 1024,
+                completed=i,
+                busy=0.99,
+                blocked=0.9,
+            ),
+        ),
         roles=(ThreadRole(100, Role.FRONTEND), ThreadRole(101, Role.STREAM_EXECUTOR, "cpu-stream:0")),
     )
 

@@ -45,8 +45,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = (120, 36)
@@ -68,7 +69,7 @@ class SyntheticSession:
 
     def __init__(self, cores: int, executors: int = 2) -> None:
         sys.path.insert(0, str(ROOT / "tests"))
-        from fakes.fake_session import EXPERIMENTS, make_snapshot  # noqa: PLC0415
+        from fakes.fake_session import EXPERIMENTS, make_snapshot
 
         self._base = make_snapshot(cores=cores, executors=executors)
         self._experiments = EXPERIMENTS
@@ -102,7 +103,7 @@ class SyntheticSession:
 
     def snapshot(self) -> Any:
         """A new snapshot on every call (the render timer calls it once per frame)."""
-        from torchpar_top.contract.snapshot import LogLine  # noqa: PLC0415
+        from torchpar_top.contract.snapshot import LogLine
 
         self._frame += 1
         k, base = self._frame, self._base
@@ -113,8 +114,14 @@ class SyntheticSession:
 
         cores = tuple((load + 7 * k + 13 * i) % 100.0 for i, load in enumerate(base.cores))
         executors = tuple(
-            dataclasses.replace(e, value=(e.value + 37 * k) % ((e.capacity or 64) + 1), history=rot(e.history),
-                                busy=rot(e.busy), launched=e.launched + 40 * k, completed=e.completed + 40 * k)
+            dataclasses.replace(
+                e,
+                value=(e.value + 37 * k) % ((e.capacity or 64) + 1),
+                history=rot(e.history),
+                busy=rot(e.busy),
+                launched=e.launched + 40 * k,
+                completed=e.completed + 40 * k,
+            )
             for e in base.executors
         )
         if k % 10 == 0:  # a line of output per second, as a training loop prints
@@ -141,18 +148,23 @@ class SyntheticSession:
 
 def run_inner(kind: str, cores: int, seconds: float, out: Path, headless: bool) -> None:
     """Run the app (real terminal, or headless) for warm-up + ``seconds`` and write the figures to ``out``."""
-    from torchpar_top.tui.app import TorchparTopApp  # noqa: PLC0415
+    from torchpar_top.tui.app import TorchparTopApp
 
     warmup = WARMUP_LATENCY_S if kind == "latency" else WARMUP_CPU_S
     if kind == "latency":
-        from torchpar_top.session.session import Session  # noqa: PLC0415
+        from torchpar_top.session.session import Session
 
         session: Any = Session("async")
     else:
         session = SyntheticSession(cores)
 
-    state: dict[str, Any] = {"scheduled": False, "measuring": False, "frames": 0, "latencies": [],
-                             "last_sample_t": None}
+    state: dict[str, Any] = {
+        "scheduled": False,
+        "measuring": False,
+        "frames": 0,
+        "latencies": [],
+        "last_sample_t": None,
+    }
 
     def on_frame(snapshot: Any) -> None:
         if not state["scheduled"]:  # the first frame: the app runs, its timers can be set
@@ -193,7 +205,7 @@ def run_inner(kind: str, cores: int, seconds: float, out: Path, headless: bool) 
         app.exit()
 
     if headless:
-        import asyncio  # noqa: PLC0415
+        import asyncio
 
         async def go() -> None:
             async with app.run_test(size=SIZE) as pilot:
@@ -226,8 +238,18 @@ def measure(kind: str, cores: int, seconds: float, driver: str, workdir: Path) -
     """Run one inner measurement with ``driver`` (``tmux`` or ``headless``); returns its figures."""
     out = workdir / f"{kind}-{cores}.json"
     err = out.with_suffix(".stderr")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--inner", kind, "--cores", str(cores),
-           "--seconds", str(seconds), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--inner",
+        kind,
+        "--cores",
+        str(cores),
+        "--seconds",
+        str(seconds),
+        "--out",
+        str(out),
+    ]
     warmup = WARMUP_LATENCY_S if kind == "latency" else WARMUP_CPU_S
     deadline = time.monotonic() + warmup + seconds + 60
     if driver == "headless":
@@ -238,8 +260,24 @@ def measure(kind: str, cores: int, seconds: float, driver: str, workdir: Path) -
         # Textual draws on stderr: it must stay the pane's terminal (errors go to a file, see --inner)
         shell = f"cd {shlex.quote(str(ROOT))} && {shlex.join(cmd)}"
         subprocess.run(
-            ["tmux", "-L", server, "-f", "/dev/null", "new-session", "-d", "-s", "bench",
-             "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-e", "COLORTERM=truecolor", shell],
+            [
+                "tmux",
+                "-L",
+                server,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "bench",
+                "-x",
+                str(SIZE[0]),
+                "-y",
+                str(SIZE[1]),
+                "-e",
+                "COLORTERM=truecolor",
+                shell,
+            ],
             check=True,
         )
         try:
@@ -293,7 +331,11 @@ VARIANTS: dict[str, list[str]] = {
     "app --no-stacks": ["torchpar-top", "-e", "async", "--no-stacks"],
     "app --interval 0.2": ["torchpar-top", "-e", "async", "--interval", "0.2"],
     "headless": ["sh", "-c", "exec {tpt} -e async --headless --duration 1000 > /dev/null"],
-    "headless --no-stacks": ["sh", "-c", "exec {tpt} -e async --headless --duration 1000 --no-stacks > /dev/null"],
+    "headless --no-stacks": [
+        "sh",
+        "-c",
+        "exec {tpt} -e async --headless --duration 1000 --no-stacks > /dev/null",
+    ],
     "btop": ["btop"],
     "mm alone": ["sh", "-c", "exec {python} {mm} {seconds} {out}"],
     "mm under run": ["torchpar-top", "run", "{mm}", "{seconds}", "{out}"],
@@ -311,14 +353,24 @@ class _Workload:
     """The async experiment with no monitor: the agent's bootstrap, its socket drained here (btop's
     rounds run the same load as the monitor's)."""
 
-    def __enter__(self) -> "_Workload":
-        import socket  # noqa: PLC0415
-        import threading  # noqa: PLC0415
+    def __enter__(self) -> _Workload:
+        import socket
+        import threading
 
         self._ours, theirs = socket.socketpair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torchpar_top.probes.agent.bootstrap", "--fd", str(theirs.fileno()),
-             "--experiment", "async"], pass_fds=[theirs.fileno()], start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "torchpar_top.probes.agent.bootstrap",
+                "--fd",
+                str(theirs.fileno()),
+                "--experiment",
+                "async",
+            ],
+            pass_fds=[theirs.fileno()],
+            start_new_session=True,
+        )
         theirs.close()
 
         def drain() -> None:
@@ -332,7 +384,7 @@ class _Workload:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        import signal  # noqa: PLC0415
+        import signal
 
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -348,8 +400,10 @@ def footprint_round(variant: str, seconds: float, workdir: Path) -> dict[str, An
     mm = Path(__file__).with_name("mm_loop.py")
     run_s = MM_SECONDS if variant.startswith("mm") else seconds
     tpt = Path(sys.executable).with_name("torchpar-top")
-    cmd = [part.format(python=shlex.quote(sys.executable), mm=mm, seconds=run_s, out=out, tpt=tpt)
-           for part in VARIANTS[variant]]
+    cmd = [
+        part.format(python=shlex.quote(sys.executable), mm=mm, seconds=run_s, out=out, tpt=tpt)
+        for part in VARIANTS[variant]
+    ]
     if cmd[0] == "torchpar-top":
         cmd[0] = str(Path(sys.executable).with_name("torchpar-top"))
     env = ["-e", "COLORTERM=truecolor"]
@@ -363,10 +417,34 @@ def footprint_round(variant: str, seconds: float, workdir: Path) -> dict[str, An
     if workload is not None:
         workload.__enter__()
     try:
-        subprocess.run(["tmux", "-L", server, "-f", "/dev/null", "new-session", "-d", "-s", "fp", "-x",
-                        str(SIZE[0]), "-y", str(SIZE[1]), *env, shlex.join(cmd)], check=True)
-        pid = int(subprocess.run(["tmux", "-L", server, "display-message", "-p", "-t", "fp", "#{pane_pid}"],
-                                 capture_output=True, text=True, check=True).stdout)
+        subprocess.run(
+            [
+                "tmux",
+                "-L",
+                server,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "fp",
+                "-x",
+                str(SIZE[0]),
+                "-y",
+                str(SIZE[1]),
+                *env,
+                shlex.join(cmd),
+            ],
+            check=True,
+        )
+        pid = int(
+            subprocess.run(
+                ["tmux", "-L", server, "display-message", "-p", "-t", "fp", "#{pane_pid}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         if variant.startswith("mm"):
             deadline = time.monotonic() + run_s + 90
             while not out.exists() and time.monotonic() < deadline:
@@ -392,7 +470,7 @@ def footprint(variants: list[str], rounds: int, seconds: float, log: Callable[[s
     per: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="bench-fp-") as tmp:
         for r in range(rounds):
-            order = variants[r % len(variants):] + variants[:r % len(variants)]
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for variant in order:
                 row = footprint_round(variant, seconds, Path(tmp))
                 log(f"round {r + 1} {variant}: {row}")
@@ -401,12 +479,20 @@ def footprint(variants: list[str], rounds: int, seconds: float, log: Callable[[s
     for variant, rows in per.items():
         key = "gflops" if variant.startswith("mm") else "cpu_percent"
         values = [row[key] for row in rows]
-        summary[variant] = {key: statistics.median(values), "min": min(values), "max": max(values),
-                            "rounds": values}
+        summary[variant] = {
+            key: statistics.median(values),
+            "min": min(values),
+            "max": max(values),
+            "rounds": values,
+        }
     if "mm alone" in per and "mm under run" in per:  # each round's pair ran back to back
         ratios = [b["gflops"] / a["gflops"] for a, b in zip(per["mm alone"], per["mm under run"])]
-        summary["mm under run / alone"] = {"ratio": statistics.median(ratios), "min": min(ratios),
-                                           "max": max(ratios), "rounds": ratios}
+        summary["mm under run / alone"] = {
+            "ratio": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "rounds": ratios,
+        }
     return summary
 
 
@@ -418,11 +504,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-latency", action="store_true", help="skip the real-session latency run")
     parser.add_argument("--headless", action="store_true", help="Textual's headless driver, not tmux")
     parser.add_argument("--json", action="store_true", help="write the figures as JSON to stdout")
-    parser.add_argument("--footprint", action="store_true",
-                        help="the real command line's CPU (py-spy included) beside btop, and its cost to "
-                             "a 2-thread matmul loop")
-    parser.add_argument("--variants", default="app,btop,mm alone,mm under run",
-                        help=f"with --footprint: which of {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--footprint",
+        action="store_true",
+        help="the real command line's CPU (py-spy included) beside btop, and its cost to "
+        "a 2-thread matmul loop",
+    )
+    parser.add_argument(
+        "--variants",
+        default="app,btop,mm alone,mm under run",
+        help=f"with --footprint: which of {', '.join(VARIANTS)}",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="with --footprint: rounds (default 5)")
     parser.add_argument("--inner", choices=("cpu", "latency"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -436,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return 0
 
-    import textual  # noqa: PLC0415
+    import textual
 
     if args.footprint:
         log0: Callable[[str], None] = (lambda s: print(s, file=sys.stderr)) if args.json else print
@@ -448,8 +540,10 @@ def main(argv: list[str] | None = None) -> int:
             for variant, row in summary.items():
                 key = next(k for k in ("gflops", "ratio", "cpu_percent") if k in row)
                 unit = {"gflops": "GFLOP/s", "ratio": "x", "cpu_percent": "% of a core"}[key]
-                print(f"{variant:22s} median {row[key]:7.2f} {unit}  ({row['min']:.2f}-{row['max']:.2f}; "
-                      f"rounds {', '.join(f'{x:.2f}' for x in row['rounds'])})")
+                print(
+                    f"{variant:22s} median {row[key]:7.2f} {unit}  ({row['min']:.2f}-{row['max']:.2f}; "
+                    f"rounds {', '.join(f'{x:.2f}' for x in row['rounds'])})"
+                )
         return 0
 
     driver = "headless" if args.headless or shutil.which("tmux") is None else "tmux"
@@ -459,7 +553,11 @@ def main(argv: list[str] | None = None) -> int:
         "size": f"{SIZE[0]}x{SIZE[1]}",
         "render_interval": RENDER_INTERVAL,
         "seconds": args.seconds,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "textual": textual.__version__},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "textual": textual.__version__,
+        },
         "cpu": [],
     }
     with tempfile.TemporaryDirectory(prefix="bench-tui-") as tmp:

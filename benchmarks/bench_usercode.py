@@ -26,15 +26,14 @@ import argparse
 import statistics
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-
 from torchpar_top.probes.agent.cuda_launch import LaunchCounter
-
 from torchpar_top.probes.agent.usercode import UserCode
 from torchpar_top.probes.agent.usercode_install import Instrumentation
 
@@ -64,9 +63,9 @@ def _items(n: int, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-
-
-def _train(steps: int, features: int = 64, hidden: int = 128, batch: int = 32, compiled: bool = False) -> float:
+def _train(
+    steps: int, features: int = 64, hidden: int = 128, batch: int = 32, compiled: bool = False
+) -> float:
     """Steps/s of an MLP training loop (its forward compiled with ``torch.compile`` when asked)."""
     torch.manual_seed(0)
     model: Any = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 10))
@@ -165,12 +164,15 @@ def main() -> None:
     torch.set_num_threads(1)
     tensors = (torch.ones(1), torch.ones(1), torch.empty(1))
     per_op = {
-        "plain": ("plain", _ops), "bare TorchFunctionMode (floor)": ("bare", _ops),
-        "OpCounter (ASYNC)": ("every", _ops), "OpCounter (SYNC scope op, CPU)": ("sync-op", _ops),
+        "plain": ("plain", _ops),
+        "bare TorchFunctionMode (floor)": ("bare", _ops),
+        "OpCounter (ASYNC)": ("every", _ops),
+        "OpCounter (SYNC scope op, CPU)": ("sync-op", _ops),
         "CUDA LaunchCounter (CPU tensors)": ("launch-cpu", _ops),
         "CUDA LaunchCounter (as cuda:0)": ("launch-cuda0", _ops),
         "TorchDispatchMode counter": ("dispatch", _ops),
-        "item() plain": ("plain", _items), "item() as a sync point": ("every", _items),
+        "item() plain": ("plain", _items),
+        "item() as a sync point": ("every", _items),
     }
     for setup, fn in per_op.values():
         _under(setup, fn, 2000, *tensors)
@@ -189,14 +191,20 @@ def main() -> None:
         base = statistics.median(runs["item() plain" if "item()" in name else "plain"])
         med = statistics.median(values)
         print(f"{name:34s} {med:12.3f} {min(values):10.3f} {med - base:15.3f}")
-    labels = {"plain": "plain", "bare": "bare TorchFunctionMode (floor)", "agent": "torchpar-top run (sampled)",
-              "every": "torchpar-top run --every-op"}
+    labels = {
+        "plain": "plain",
+        "bare": "bare TorchFunctionMode (floor)",
+        "agent": "torchpar-top run (sampled)",
+        "every": "torchpar-top run --every-op",
+    }
     for name, rates in loop.items():
         print(f"\n{name}, {args.repeats} repeats (ratio: median of the per-repeat ratios to plain)")
         for setup, label in labels.items():
             ratios = [r / p for r, p in zip(rates[setup], rates["plain"])]
-            print(f"{label:34s} {statistics.median(rates[setup]):12.1f} steps/s   ratio "
-                  f"{statistics.median(ratios):.3f}  ({min(ratios):.2f}-{max(ratios):.2f})")
+            print(
+                f"{label:34s} {statistics.median(rates[setup]):12.1f} steps/s   ratio "
+                f"{statistics.median(ratios):.3f}  ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ and every sample ran ``analysis.queue_series`` over the pairs still open.
 from __future__ import annotations
 
 import re
-from math import inf, nextafter
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from math import inf, nextafter
+from typing import Any
 
 from torchpar_top.analysis import LAUNCH_NAMES, QUEUE_CAP, Event, QueueSeries, queue_series
 
@@ -40,15 +41,20 @@ class RecordConverter:
     def __init__(self, cupti: Any) -> None:
         kind = cupti.ActivityKind
         self.runtime, self.driver = int(kind.RUNTIME), int(kind.DRIVER)
-        self.gpu_cats = {int(kind.CONCURRENT_KERNEL): "kernel", int(kind.MEMCPY): "gpu_memcpy",
-                         int(kind.MEMSET): "gpu_memset"}
+        self.gpu_cats = {
+            int(kind.CONCURRENT_KERNEL): "kernel",
+            int(kind.MEMCPY): "gpu_memcpy",
+            int(kind.MEMSET): "gpu_memset",
+        }
         if hasattr(kind, "KERNEL"):
             self.gpu_cats[int(kind.KERNEL)] = "kernel"
         # ``Runtime_api_trace_cbid`` in current releases, ``runtime_api_trace_cbid`` in early ones
-        self.runtime_names = cbid_names(getattr(cupti, "Runtime_api_trace_cbid", None)
-                                        or getattr(cupti, "runtime_api_trace_cbid", None))
-        self.driver_names = cbid_names(getattr(cupti, "Driver_api_trace_cbid", None)
-                                       or getattr(cupti, "driver_api_trace_cbid", None))
+        self.runtime_names = cbid_names(
+            getattr(cupti, "Runtime_api_trace_cbid", None) or getattr(cupti, "runtime_api_trace_cbid", None)
+        )
+        self.driver_names = cbid_names(
+            getattr(cupti, "Driver_api_trace_cbid", None) or getattr(cupti, "driver_api_trace_cbid", None)
+        )
 
         self.launch_cbids = {
             self.runtime: {c: n for c, n in self.runtime_names.items() if n in LAUNCH_NAMES},
@@ -83,22 +89,50 @@ class RecordConverter:
                 if name is None:
                     continue  # not a launch: nothing the queue needs
                 start = r.start / 1000  # int ns / int: correctly rounded µs (epoch ns exceed 53 bits)
-                append(new(Event, (name, "cuda_runtime" if kind == runtime else "cuda_driver", start,
-                                   r.end / 1000 - start, r.process_id, r.thread_id, r.correlation_id,
-                                   None, None)))
+                append(
+                    new(
+                        Event,
+                        (
+                            name,
+                            "cuda_runtime" if kind == runtime else "cuda_driver",
+                            start,
+                            r.end / 1000 - start,
+                            r.process_id,
+                            r.thread_id,
+                            r.correlation_id,
+                            None,
+                            None,
+                        ),
+                    )
+                )
             else:
                 start = r.start / 1000
                 device, stream = r.device_id, r.stream_id
-                append(new(Event, (cat, cat, start, r.end / 1000 - start, device, stream,
-                                   r.correlation_id, device, stream)))
+                append(
+                    new(
+                        Event,
+                        (
+                            cat,
+                            cat,
+                            start,
+                            r.end / 1000 - start,
+                            device,
+                            stream,
+                            r.correlation_id,
+                            device,
+                            stream,
+                        ),
+                    )
+                )
         return out
 
 
 class RecordQueues:
     """Launch queue depth per ``(device, stream)`` from events that arrive in buffers, in any order."""
 
-    def __init__(self, rank: int = 0, cap: int = QUEUE_CAP, orphan_us: float = 2e6,
-                 margin_us: float = 10_000.0) -> None:
+    def __init__(
+        self, rank: int = 0, cap: int = QUEUE_CAP, orphan_us: float = 2e6, margin_us: float = 10_000.0
+    ) -> None:
         self.rank, self.cap, self.orphan_us, self.margin_us = rank, cap, orphan_us, margin_us
         self._launches: dict[int, Event] = {}
         """Launch records whose GPU op has not been seen yet, by correlation id."""
@@ -178,8 +212,12 @@ class RecordQueues:
             else:
                 kept.append((launch, op))
         self._pairs = kept
-        self.series = queue_series([e for pair in kept for e in pair], rank=self.rank, cap=self.cap,
-                                   trace_span=max(0.0, self.settled - self.since))
+        self.series = queue_series(
+            [e for pair in kept for e in pair],
+            rank=self.rank,
+            cap=self.cap,
+            trace_span=max(0.0, self.settled - self.since),
+        )
         return self.series
 
     def keys(self) -> list[Key]:
@@ -206,8 +244,11 @@ class RecordQueues:
 
     def busy(self, key: Key, t0: float, t1: float) -> list[tuple[float, float]]:
         """Intervals (µs) of the kept GPU ops of one stream that overlap ``[t0, t1]``."""
-        return [(max(op.ts, t0), min(op.ts + op.dur, t1)) for _, op in self._pairs
-                if (op.device, op.stream) == key and op.ts < t1 and op.ts + op.dur > t0]
+        return [
+            (max(op.ts, t0), min(op.ts + op.dur, t1))
+            for _, op in self._pairs
+            if (op.device, op.stream) == key and op.ts < t1 and op.ts + op.dur > t0
+        ]
 
     def time_at_cap(self, key: Key) -> float:
         """µs the stream spent at the cap in ``[since, settled]`` (a launch would have blocked)."""

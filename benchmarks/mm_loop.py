@@ -27,8 +27,14 @@ def main() -> None:
         count += 1
     elapsed = time.perf_counter() - t0
     with open(out, "w") as f:
-        json.dump({"gflops": 2.0 * n**3 * count / elapsed / 1e9, "threads": torch.get_num_threads(),
-                   "seconds": elapsed}, f)
+        json.dump(
+            {
+                "gflops": 2.0 * n**3 * count / elapsed / 1e9,
+                "threads": torch.get_num_threads(),
+                "seconds": elapsed,
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":

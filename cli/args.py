@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from torchpar_top import __version__, workloads
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY as DEFAULT_CUPTI_DUTY
 
-KEYS = "Keys in the TUI: s sync on/off, +/- intra-op threads, w experiment, r restart, k stack, p pause, " \
-       "? help, q quit."
+KEYS = (
+    "Keys in the TUI: s sync on/off, +/- intra-op threads, w experiment, r restart, k stack, p pause, "
+    "? help, q quit."
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,20 +64,39 @@ def positive_int(text: str) -> int:
 
 
 def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
-    parser.add_argument("--interval", type=interval, default=0.1, metavar="SECONDS",
-                        help="seconds between samples, %g to %g (default: 0.1)" % INTERVAL_RANGE)
+    parser.add_argument(
+        "--interval",
+        type=interval,
+        default=0.1,
+        metavar="SECONDS",
+        help="seconds between samples, %g to %g (default: 0.1)" % INTERVAL_RANGE,
+    )
     if sync:
-        parser.add_argument("--sync", action="store_true",
-                            help="start in SYNC mode (synchronize after every op)")
-    parser.add_argument("--no-stacks", action="store_true",
-                        help="do not sample the frontend's Python stack (the stack panel stays empty)")
-    parser.add_argument("--headless", action="store_true",
-                        help="no screen: write one JSON object per sample to stdout, then exit")
-    parser.add_argument("--duration", type=positive, metavar="SECONDS",
-                        help="with --headless: how long to run (required there)")
-    parser.add_argument("--record", metavar="FILE",
-                        help="keep the run: write every snapshot to FILE as JSON lines (torchpar-top replay "
-                        "FILE plays it back, torchpar-top export FILE converts it)")
+        parser.add_argument(
+            "--sync", action="store_true", help="start in SYNC mode (synchronize after every op)"
+        )
+    parser.add_argument(
+        "--no-stacks",
+        action="store_true",
+        help="do not sample the frontend's Python stack (the stack panel stays empty)",
+    )
+    parser.add_argument(
+        "--headless",
+        action="store_true",
+        help="no screen: write one JSON object per sample to stdout, then exit",
+    )
+    parser.add_argument(
+        "--duration",
+        type=positive,
+        metavar="SECONDS",
+        help="with --headless: how long to run (required there)",
+    )
+    parser.add_argument(
+        "--record",
+        metavar="FILE",
+        help="keep the run: write every snapshot to FILE as JSON lines (torchpar-top replay "
+        "FILE plays it back, torchpar-top export FILE converts it)",
+    )
     outputs(parser)
 
 
@@ -91,12 +113,23 @@ def port(text: str) -> int:
 
 def outputs(parser: argparse.ArgumentParser) -> None:
     """``--report`` and ``--metrics-port``/``--metrics-addr``, on every mode (cli/outputs.py)."""
-    parser.add_argument("--report", metavar="FILE.json",
-                        help="when the run ends, write its verdict and figures as JSON (always printed)")
-    parser.add_argument("--metrics-port", type=port, metavar="PORT",
-                        help="serve the live figures for Prometheus on this port (/metrics)")
-    parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
-                        help="address for --metrics-port (default: 127.0.0.1; 0.0.0.0 for all)")
+    parser.add_argument(
+        "--report",
+        metavar="FILE.json",
+        help="when the run ends, write its verdict and figures as JSON (always printed)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="PORT",
+        help="serve the live figures for Prometheus on this port (/metrics)",
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address for --metrics-port (default: 127.0.0.1; 0.0.0.0 for all)",
+    )
 
 
 def compare_parser() -> Parser:
@@ -110,11 +143,20 @@ def compare_parser() -> Parser:
     )
     parser.add_argument("a", metavar="A.json", help="the reference report")
     parser.add_argument("b", metavar="B.json", help="the report to check")
-    parser.add_argument("--tolerance", type=share, default=0.05, metavar="X",
-                        help="largest accepted fall, a share of A's value (default: 0.05, 5%%)")
-    parser.add_argument("--metric", choices=METRICS, metavar="NAME",
-                        help="the figure to check: " + ", ".join(METRICS) + " (default: steps_per_s where "
-                        "both runs counted steps, else throughput)")
+    parser.add_argument(
+        "--tolerance",
+        type=share,
+        default=0.05,
+        metavar="X",
+        help="largest accepted fall, a share of A's value (default: 0.05, 5%%)",
+    )
+    parser.add_argument(
+        "--metric",
+        choices=METRICS,
+        metavar="NAME",
+        help="the figure to check: " + ", ".join(METRICS) + " (default: steps_per_s where "
+        "both runs counted steps, else throughput)",
+    )
     return parser
 
 
@@ -151,7 +193,11 @@ def main_parser() -> Parser:
         epilog=KEYS,
     )
     parser.add_argument(
-        "--experiment", "-e", default=workloads.DEFAULT, choices=workloads.names(), metavar="NAME",
+        "--experiment",
+        "-e",
+        default=workloads.DEFAULT,
+        choices=workloads.names(),
+        metavar="NAME",
         help=f"built-in experiment: {', '.join(workloads.names())} (default: {workloads.DEFAULT})",
     )
     _common(parser)
@@ -169,18 +215,34 @@ def run_parser() -> Parser:
         epilog="Everything after SCRIPT (or -m MODULE) is passed to your code. " + KEYS,
     )
     _common(parser)
-    parser.add_argument("--sync-scope", choices=("op", "step"), default="op",
-                        help="in SYNC mode, synchronize after every op (default) or every optimizer step")
-    parser.add_argument("--every-op", action="store_true",
-                        help="count every torch call exactly (costs about a microsecond per call); by default "
-                             "ops and sync points are counted in slices of 5%% of the time and scaled. On CUDA "
-                             "it also counts launches per torch call instead of reading CUPTI's records")
-    parser.add_argument("--cupti-duty", type=duty, default=DEFAULT_CUPTI_DUTY, metavar="SHARE",
-                        help="on CUDA, the share of sample intervals in which CUPTI records launches and "
-                             "GPU ops (default %(default)s: one interval in 20; 1 records all the time). The "
-                             "queue rows show the latest window's depth, labelled sampled")
-    parser.add_argument("--nproc-per-node", type=positive_int, metavar="N",
-                        help="launch through torchrun with N ranks on this node (Gloo on CPU)")
+    parser.add_argument(
+        "--sync-scope",
+        choices=("op", "step"),
+        default="op",
+        help="in SYNC mode, synchronize after every op (default) or every optimizer step",
+    )
+    parser.add_argument(
+        "--every-op",
+        action="store_true",
+        help="count every torch call exactly (costs about a microsecond per call); by default "
+        "ops and sync points are counted in slices of 5%% of the time and scaled. On CUDA "
+        "it also counts launches per torch call instead of reading CUPTI's records",
+    )
+    parser.add_argument(
+        "--cupti-duty",
+        type=duty,
+        default=DEFAULT_CUPTI_DUTY,
+        metavar="SHARE",
+        help="on CUDA, the share of sample intervals in which CUPTI records launches and "
+        "GPU ops (default %(default)s: one interval in 20; 1 records all the time). The "
+        "queue rows show the latest window's depth, labelled sampled",
+    )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=positive_int,
+        metavar="N",
+        help="launch through torchrun with N ranks on this node (Gloo on CPU)",
+    )
     return parser
 
 
@@ -209,20 +271,39 @@ def replay_parser() -> Parser:
         epilog="Keys in a replay: p pause/play, . and , one frame on/back, left/right seek 5%, home the "
         "trace's start, [ and ] half/double speed, r again, ? help, q quit.",
     )
-    parser.add_argument("trace", metavar="FILE", help="a recording, an export, a trace file, or a folder of "
-                        "one trace per rank")
-    parser.add_argument("--summary", action="store_true",
-                        help="print one JSON object that summarises the trace, then exit")
-    parser.add_argument("--speed", type=positive, metavar="X",
-                        help="seconds of trace time per second on screen (default: 0.01 for a trace, 100 "
-                        "times slower than it ran; 1 for a recording)")
-    parser.add_argument("--interval", type=positive, metavar="SECONDS",
-                        help="seconds on screen between frames (default: 0.1 for a trace; a recording's "
-                        "own sampling interval)")
-    parser.add_argument("--headless", action="store_true",
-                        help="no screen: write one JSON object per frame to stdout until the end of the trace")
-    parser.add_argument("--duration", type=positive, metavar="SECONDS",
-                        help="with --headless: stop after this many seconds, before the end of the trace")
+    parser.add_argument(
+        "trace",
+        metavar="FILE",
+        help="a recording, an export, a trace file, or a folder of one trace per rank",
+    )
+    parser.add_argument(
+        "--summary", action="store_true", help="print one JSON object that summarises the trace, then exit"
+    )
+    parser.add_argument(
+        "--speed",
+        type=positive,
+        metavar="X",
+        help="seconds of trace time per second on screen (default: 0.01 for a trace, 100 "
+        "times slower than it ran; 1 for a recording)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=positive,
+        metavar="SECONDS",
+        help="seconds on screen between frames (default: 0.1 for a trace; a recording's "
+        "own sampling interval)",
+    )
+    parser.add_argument(
+        "--headless",
+        action="store_true",
+        help="no screen: write one JSON object per frame to stdout until the end of the trace",
+    )
+    parser.add_argument(
+        "--duration",
+        type=positive,
+        metavar="SECONDS",
+        help="with --headless: stop after this many seconds, before the end of the trace",
+    )
     outputs(parser)
     return parser
 
@@ -249,19 +330,27 @@ def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[st
     token after it is the script, whatever it looks like. ``-m`` without a module gives (ours, None,
     True, []).
     """
-    takes_value = {"--interval", "--duration", "--nproc-per-node", "--sync-scope", "--record", "--report",
-                   "--metrics-port", "--metrics-addr"}
+    takes_value = {
+        "--interval",
+        "--duration",
+        "--nproc-per-node",
+        "--sync-scope",
+        "--record",
+        "--report",
+        "--metrics-port",
+        "--metrics-addr",
+    }
     ours: list[str] = []
     i = 0
     while i < len(argv):
         token = argv[i]
         if token == "--":
-            rest = list(argv[i + 1:])
+            rest = list(argv[i + 1 :])
             return (ours, rest[0], False, rest[1:]) if rest else (ours, None, False, [])
         if token == "-m":
             if i + 1 >= len(argv):
                 return ours, None, True, []
-            return ours, argv[i + 1], True, list(argv[i + 2:])
+            return ours, argv[i + 1], True, list(argv[i + 2 :])
         if token.startswith("-"):
             ours.append(token)
             if token in takes_value and i + 1 < len(argv):
@@ -269,5 +358,5 @@ def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[st
                 i += 1
             i += 1
             continue
-        return ours, token, False, list(argv[i + 1:])
+        return ours, token, False, list(argv[i + 1 :])
     return ours, None, False, []

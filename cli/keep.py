@@ -9,7 +9,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from torchpar_top.args import export_parser
 

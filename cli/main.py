@@ -9,7 +9,8 @@ import math
 import signal
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from torchpar_top import keep
 from torchpar_top.args import attach_parser, main_parser, replay_parser, run_parser, split_run
@@ -39,8 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from torchpar_top.session.session import Session
 
-    session = Session(target, interval=args.interval, sync=getattr(args, "sync", False),
-                      gpu_probe=_gpu_probe(), stack_source=_stack_source(), stacks=not args.no_stacks)
+    session = Session(
+        target,
+        interval=args.interval,
+        sync=getattr(args, "sync", False),
+        gpu_probe=_gpu_probe(),
+        stack_source=_stack_source(),
+        stacks=not args.no_stacks,
+    )
     atexit.register(session.close)  # however we leave, the child's process group goes with us
     outputs = _outputs(session, args)
     recorder = keep.start_recorder(record, session, argv)
@@ -126,8 +133,15 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
         parser.exit(2, f"torchpar-top: error: {problem}\n")
     if args.sync_scope != "op" and not args.sync:
         parser.error("--sync-scope only applies with --sync")
-    target = ScriptTarget(what, tuple(user_args), module=is_module, nproc=args.nproc_per_node,
-                          sync_scope=args.sync_scope, every_op=args.every_op, cupti_duty=args.cupti_duty)
+    target = ScriptTarget(
+        what,
+        tuple(user_args),
+        module=is_module,
+        nproc=args.nproc_per_node,
+        sync_scope=args.sync_scope,
+        every_op=args.every_op,
+        cupti_duty=args.cupti_duty,
+    )
     return target, args
 
 

@@ -7,7 +7,8 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from torchpar_top import __version__
 from torchpar_top.contract.vocab import ChildState
@@ -26,8 +27,9 @@ class Outputs:
         self.session = session
         self.report_path: str | None = args.report
         self.tally = RunTally()
-        self.watch = TallyWatch(session.snapshot, self.tally, session.interval,
-                                getattr(session, "recent_snapshot", None))
+        self.watch = TallyWatch(
+            session.snapshot, self.tally, session.interval, getattr(session, "recent_snapshot", None)
+        )
         self.metrics = None
         if args.report:
             _check_writable(args.report)

@@ -14,9 +14,10 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable
 from enum import Enum
-from functools import lru_cache
-from typing import Any, Callable, TypeVar
+from functools import cache
+from typing import Any, TypeVar
 
 #: Longest line accepted; anything longer is a protocol error, not a memory spike.
 MAX_LINE = 1 << 20
@@ -30,8 +31,13 @@ class ProtocolError(ValueError):
     """A line or object that is not a valid message of this protocol version."""
 
 
-def bounded(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: float | None = None,
-            above: float | None = None) -> Any:
+def bounded(
+    default: Any = dataclasses.MISSING,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    above: float | None = None,
+) -> Any:
     """A dataclass field whose number must lie in ``[lo, hi]`` (and ``> above``, when given)."""
     meta = {"lo": lo, "hi": hi, "above": above}
     if default is dataclasses.MISSING:
@@ -39,7 +45,7 @@ def bounded(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: 
     return dataclasses.field(default=default, metadata=meta)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hints(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
     hints = typing.get_type_hints(cls)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
@@ -74,7 +80,7 @@ Converter = Callable[[Any, str], Any]
 """Checks and converts one decoded JSON value; the ``str`` is where it is, for the error message."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _converter(hint: Any) -> Converter:
     """The converter for a type hint, built once per type: the hint is read when the converter is made,
     not for every value (a sample's decoding went from about 180 to about 50 µs)."""
@@ -114,8 +120,9 @@ def _converter(hint: Any) -> Converter:
             try:
                 return enum(value)
             except ValueError:
-                raise ProtocolError(f"{where}: {value!r} is not one of "
-                                    f"{', '.join(m.value for m in enum)}") from None
+                raise ProtocolError(
+                    f"{where}: {value!r} is not one of {', '.join(m.value for m in enum)}"
+                ) from None
 
         return member
     if hint is bool:
@@ -187,8 +194,11 @@ def _dataclass_converter(cls: type) -> Converter:
 
 def _check_bounds(bounds: tuple[float | None, float | None, float | None], value: Any, where: str) -> None:
     lo, hi, above = bounds
-    if (lo is not None and value < lo) or (hi is not None and value > hi) or (above is not None
-                                                                              and value <= above):
+    if (
+        (lo is not None and value < lo)
+        or (hi is not None and value > hi)
+        or (above is not None and value <= above)
+    ):
         span = f"> {above}" if above is not None else f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise ProtocolError(f"{where}: {value!r} must be {span}")
 

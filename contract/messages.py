@@ -299,8 +299,9 @@ class Stop(Message):
 ChildMessage = Union[Hello, Sample, Result, Scaling, Log, Ack, SyncPoints, Exit]
 Command = Union[SetSync, SetThreads, Profile, Stop]
 
-CHILD_MESSAGES: dict[str, type[Message]] = {c.TYPE: c for c in (Hello, Sample, Result, Scaling, Log, Ack,
-                                                                 SyncPoints, Exit)}
+CHILD_MESSAGES: dict[str, type[Message]] = {
+    c.TYPE: c for c in (Hello, Sample, Result, Scaling, Log, Ack, SyncPoints, Exit)
+}
 COMMANDS: dict[str, type[Message]] = {c.TYPE: c for c in (SetSync, SetThreads, Profile, Stop)}
 
 
@@ -333,8 +334,30 @@ def decode_command(line: bytes | str) -> Message:
 
 
 __all__ = [
-    "VERSION", "ProtocolError", "Message", "ThreadRole", "ExecutorRow", "Frontend", "Frame", "FrontendStack",
-    "MAX_FRAMES", "SyncCount", "Hello",
-    "Sample", "Result", "Scaling", "Log", "Ack", "SyncPoints", "Exit", "SetSync", "SetThreads", "Profile",
-    "Stop", "ChildMessage", "Command", "decode", "decode_command",
+    "MAX_FRAMES",
+    "VERSION",
+    "Ack",
+    "ChildMessage",
+    "Command",
+    "ExecutorRow",
+    "Exit",
+    "Frame",
+    "Frontend",
+    "FrontendStack",
+    "Hello",
+    "Log",
+    "Message",
+    "Profile",
+    "ProtocolError",
+    "Result",
+    "Sample",
+    "Scaling",
+    "SetSync",
+    "SetThreads",
+    "Stop",
+    "SyncCount",
+    "SyncPoints",
+    "ThreadRole",
+    "decode",
+    "decode_command",
 ]

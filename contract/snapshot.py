@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from torchpar_top.contract.vocab import (
     ChildState,
@@ -20,6 +21,7 @@ from torchpar_top.contract.vocab import (
     Quantity,
     Role,
 )
+
 
 @dataclass(frozen=True)
 class ThreadInfo:

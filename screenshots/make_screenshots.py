@@ -38,9 +38,16 @@ SHOTS = {
     # start, seek with the right arrow (5 % of the trace each), then step back frame by frame (1 ms each).
     # 240.5 ms into the 5-stream trace: six streams busy in the last 50 ms, s7 767 deep; 789.2 ms into the
     # 2-rank trace: both ranks' s7 queues at their deepest (76 and 85).
-    "replay-a100-5-streams": ("replay:a100_sxm4_5_streams.json.gz",
-                              [(("p", "home") + ("right",) * 4 + ("comma",) * 6, 1.0)], (120, 36)),
-    "replay-2-ranks": ("replay:gpu_2_ranks", [(("p", "home") + ("right",) * 13 + ("comma",) * 16, 1.0)], (120, 48)),
+    "replay-a100-5-streams": (
+        "replay:a100_sxm4_5_streams.json.gz",
+        [(("p", "home") + ("right",) * 4 + ("comma",) * 6, 1.0)],
+        (120, 36),
+    ),
+    "replay-2-ranks": (
+        "replay:gpu_2_ranks",
+        [(("p", "home") + ("right",) * 13 + ("comma",) * 16, 1.0)],
+        (120, 48),
+    ),
 }
 
 
@@ -85,11 +92,24 @@ def to_png(svg: pathlib.Path, size) -> pathlib.Path | None:
     width, height = int(cols * 12.2) + 40, int(rows * 24.5) + 80
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--no-first-run", f"--user-data-dir={profile}", f"--screenshot={png}",
-             f"--window-size={width},{height}", svg.as_uri()],
-            check=True, capture_output=True, timeout=120,
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                f"--screenshot={png}",
+                f"--window-size={width},{height}",
+                svg.as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
         )
     return png
 

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from torchpar_top.contract.messages import Message, Stop
 from torchpar_top.contract.vocab import ENV_RUN, PARENT_STOP_GRACE, LogSource

@@ -6,7 +6,7 @@ Pure functions of snapshot pieces; the store calls them when it builds a
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torchpar_top.contract.snapshot import DataVerdict, ThreadGroup
 from torchpar_top.contract.vocab import DataBound, Mode, Role

@@ -26,8 +26,9 @@ import json
 import math
 import os
 from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any
 
 from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity

@@ -52,33 +52,55 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "child": {"pid": snap.child.pid, "state": snap.child.state.value, "exit_code": snap.child.exit_code},
         "cores": [round(c, 1) for c in snap.cores],
         "threads": [
-            {"role": g.role.value, "executor": g.executor, "count": g.count, "busy": g.busy,
-             "cpu_percent": round(g.cpu_percent, 1), "wait_percent": round(g.wait_percent, 1)}
+            {
+                "role": g.role.value,
+                "executor": g.executor,
+                "count": g.count,
+                "busy": g.busy,
+                "cpu_percent": round(g.cpu_percent, 1),
+                "wait_percent": round(g.wait_percent, 1),
+            }
             for g in snap.thread_groups
         ],
         "starved": None if snap.starved is None else round(snap.starved, 2),
         "frontend_hot_in_sync": snap.frontend_hot_in_sync,
         "executors": [
             {
-                "name": e.name, "rank": e.rank, "kind": e.kind.value, "quantity": e.quantity.value,
-                "counts": e.counts.value, "value": e.value, "capacity": e.capacity, "launched": e.launched,
-                "completed": e.completed, "ready": e.ready, "busy": _last(e.busy),
-                "running": _last(e.running), "core_wait": _last(e.core_wait),
-                "blocked": None if e.blocked is None else round(e.blocked, 4), "emulated": e.emulated,
+                "name": e.name,
+                "rank": e.rank,
+                "kind": e.kind.value,
+                "quantity": e.quantity.value,
+                "counts": e.counts.value,
+                "value": e.value,
+                "capacity": e.capacity,
+                "launched": e.launched,
+                "completed": e.completed,
+                "ready": e.ready,
+                "busy": _last(e.busy),
+                "running": _last(e.running),
+                "core_wait": _last(e.core_wait),
+                "blocked": None if e.blocked is None else round(e.blocked, 4),
+                "emulated": e.emulated,
             }
             for e in snap.executors
         ],
-        "throughput": {"value": None if snap.throughput is None else round(snap.throughput, 3),
-                       "unit": snap.throughput_unit},
+        "throughput": {
+            "value": None if snap.throughput is None else round(snap.throughput, 3),
+            "unit": snap.throughput_unit,
+        },
         "num_threads": snap.num_threads,
-        "frontend": {"busy": _last(snap.frontend_busy), "wait": _last(snap.frontend_wait),
-                     "core_wait": _last(snap.frontend_core_wait)},
+        "frontend": {
+            "busy": _last(snap.frontend_busy),
+            "wait": _last(snap.frontend_wait),
+            "core_wait": _last(snap.frontend_core_wait),
+        },
         "overlap": _last(snap.overlap),
         "overlap_high": _last(snap.overlap_high),
         "overlap_in_progress": _last(snap.overlap_in_progress),
         "timing": bool(snap.timing and snap.timing[-1]),
-        "scoreboard": {m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"}
-                       for m in snap.scoreboard},
+        "scoreboard": {
+            m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"} for m in snap.scoreboard
+        },
         "ratio": snap.ratio,
         "results": to_plain(snap.results),
         "scaling": [{"threads": p.threads, "gflops": round(p.gflops, 2)} for p in snap.scaling],
@@ -87,8 +109,12 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "ranks": to_plain(snap.ranks),
         "syncpoints": to_plain(snap.syncpoints),
         "data_verdict": to_plain(snap.data_verdict),
-        "stack": None if snap.stack is None else {
-            "thread": snap.stack.thread, "idle": snap.stack.idle, "waiting_in": snap.stack.waiting_in,
+        "stack": None
+        if snap.stack is None
+        else {
+            "thread": snap.stack.thread,
+            "idle": snap.stack.idle,
+            "waiting_in": snap.stack.waiting_in,
             "source": snap.stack.source,
             "frames": [f"{f.function} ({f.filename}:{f.line})" for f in snap.stack.frames],
         },
@@ -107,10 +133,13 @@ def log_lines(snap: Snapshot, log_after: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     dropped = new[0].seq - log_after - 1 if new else 0
     if dropped > 0:
-        out.append({"source": LogSource.APP.value,
-                    "text": f"[{dropped} log lines left out: more came between two records than the log "
-                            "keeps]",
-                    "dropped": dropped})
+        out.append(
+            {
+                "source": LogSource.APP.value,
+                "text": f"[{dropped} log lines left out: more came between two records than the log keeps]",
+                "dropped": dropped,
+            }
+        )
     out += [{"source": line.source.value, "text": line.text} for line in new]
     return out
 

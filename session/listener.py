@@ -17,11 +17,10 @@ import shutil
 import socket
 import tempfile
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from torchpar_top.contract.messages import Message
 from torchpar_top.session.wire import MessageStream
-
 
 #: The start of the private directories' names; the pid of the torchpar-top that made one follows.
 DIR_PREFIX = "torchpar-top-"
@@ -36,7 +35,7 @@ def remove_stale_dirs() -> None:
     except OSError:
         return
     for name in names:
-        pid, sep, _ = name[len(DIR_PREFIX):].partition("-")
+        pid, sep, _ = name[len(DIR_PREFIX) :].partition("-")
         if not name.startswith(DIR_PREFIX) or not sep or not pid.isdigit() or _alive(int(pid)):
             continue
         path = os.path.join(root, name)

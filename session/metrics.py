@@ -17,7 +17,8 @@ torchrun rank, empty for a single workload) and ``executor``/``stream``/``kind``
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import os
 from bisect import bisect_right
-from typing import Sequence
+from collections.abc import Sequence
 
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, ReplayView, Snapshot
 from torchpar_top.contract.vocab import ChildState, Mode

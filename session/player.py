@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from torchpar_top.contract.snapshot import Experiment, LogLine, Snapshot
 from torchpar_top.contract.vocab import LogSource
@@ -171,8 +172,11 @@ class Player:
 
     def switch_experiment(self, name: str) -> None:
         """A replay runs no experiment: says so."""
-        self._say(f"a replay runs no experiment: torchpar-top -e {name} starts one" if name else
-                  "a replay runs no experiment")
+        self._say(
+            f"a replay runs no experiment: torchpar-top -e {name} starts one"
+            if name
+            else "a replay runs no experiment"
+        )
 
     # -- the snapshot and the log -----------------------------------------------------------------
 

@@ -31,8 +31,18 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from torchpar_top.analysis import (NO_GPU_NOTE, QUEUE_CAP, Analysis, FrontendLane, Intervals, Window, analyse,
-                                   at_least, load_trace, summary)
+from torchpar_top.analysis import (
+    NO_GPU_NOTE,
+    QUEUE_CAP,
+    Analysis,
+    FrontendLane,
+    Intervals,
+    Window,
+    analyse,
+    at_least,
+    load_trace,
+    summary,
+)
 from torchpar_top.contract.snapshot import (
     ChildStatus,
     ExecutorView,
@@ -112,8 +122,15 @@ class ReplaySession(Player):
 
     THING, SOURCE, SHORT, THREAD = "a recorded trace", "the program", "trace", "tpt-replay"
 
-    def __init__(self, path: str | os.PathLike[str], *, interval: float = 0.1, speed: float = DEFAULT_SPEED,
-                 clock: bool = True, cap: int = QUEUE_CAP) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        interval: float = 0.1,
+        speed: float = DEFAULT_SPEED,
+        clock: bool = True,
+        cap: int = QUEUE_CAP,
+    ) -> None:
         """Load and analyse the trace (nothing plays until :meth:`start`).
 
         Args:
@@ -143,8 +160,11 @@ class ReplaySession(Player):
         self._first = self._first_activity()
         primary = a.ranks[0]
         self._launcher: FrontendLane | None = primary.frontend[0] if primary.frontend else None
-        self._sync_in_ops = (at_least(2, [self._launcher.ops, self._launcher.syncs])
-                             if self._launcher is not None else Intervals())
+        self._sync_in_ops = (
+            at_least(2, [self._launcher.ops, self._launcher.syncs])
+            if self._launcher is not None
+            else Intervals()
+        )
         self._pos = self._first
         self._frames: deque[Frame] = deque(maxlen=HISTORY)
         self._syncs: dict[tuple[int, str, str], int] = defaultdict(int)
@@ -197,10 +217,17 @@ class ReplaySession(Player):
     def _frame(self, t0: float, t1: float) -> Frame:
         """The frame ``[t0, t1]``: the analysis' window, time at the cap, launches, the launching thread."""
         length = t1 - t0
-        blocked = tuple(s.queue.time_at_cap_between(t0, t1) / length if s.queue else 0.0
-                        for s in self._streams)
-        launches = tuple(sum(bisect_left(s.queue.launch_times, t1) - bisect_left(s.queue.launch_times, t0)
-                             for s in r.streams if s.queue) for r in self._ranks)
+        blocked = tuple(
+            s.queue.time_at_cap_between(t0, t1) / length if s.queue else 0.0 for s in self._streams
+        )
+        launches = tuple(
+            sum(
+                bisect_left(s.queue.launch_times, t1) - bisect_left(s.queue.launch_times, t0)
+                for s in r.streams
+                if s.queue
+            )
+            for r in self._ranks
+        )
         busy = wait = 0.0
         f = self._launcher
         if f is not None:
@@ -269,8 +296,9 @@ class ReplaySession(Player):
 
     def profile(self, seconds: float = 1.0) -> None:
         """The replay is a profiler trace already: says so."""
-        self._say("this is a profiler trace already, analysed HTA's way: its summary is at the top of the "
-                  "log")
+        self._say(
+            "this is a profiler trace already, analysed HTA's way: its summary is at the top of the log"
+        )
 
     # -- the snapshot -----------------------------------------------------------------------------
 
@@ -281,16 +309,23 @@ class ReplaySession(Player):
         executors = []
         for i, s in enumerate(self._streams):
             q = s.queue
-            executors.append(ExecutorView(
-                name=f"cuda:{s.device} s{s.stream}", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH,
-                value=q.depth_at(pos) if q else 0, capacity=self.analysis.cap,
-                launched=q.launched_by(pos) if q else 0, completed=q.started_by(pos) if q else 0,
-                emulated=False,
-                history=tuple(float(f.window.streams[i].max_depth) for f in frames),
-                busy=tuple(f.window.streams[i].busy for f in frames),
-                blocked=last.blocked[i] if last else 0.0,
-                rank=s.rank if self._multi else None, counts=Counted.KERNELS,
-            ))
+            executors.append(
+                ExecutorView(
+                    name=f"cuda:{s.device} s{s.stream}",
+                    kind=ExecutorKind.CUDA_STREAM,
+                    quantity=Quantity.DEPTH,
+                    value=q.depth_at(pos) if q else 0,
+                    capacity=self.analysis.cap,
+                    launched=q.launched_by(pos) if q else 0,
+                    completed=q.started_by(pos) if q else 0,
+                    emulated=False,
+                    history=tuple(float(f.window.streams[i].max_depth) for f in frames),
+                    busy=tuple(f.window.streams[i].busy for f in frames),
+                    blocked=last.blocked[i] if last else 0.0,
+                    rank=s.rank if self._multi else None,
+                    counts=Counted.KERNELS,
+                )
+            )
         state = ChildState.FINISHED if finished else ChildState.RUNNING
         throughput = [f.rate(f.launches[0]) for f in frames]
         return Snapshot(
@@ -315,8 +350,14 @@ class ReplaySession(Player):
             notice=self._notice(),
             ranks=self._rank_views(frames, state),
             syncpoints=self._sync_sites(),
-            replay=ReplayView(self.path, (pos - self._start) / 1e6, (self._end - self._start) / 1e6,
-                              self._speed, self.frame_us / 1e6, finished),
+            replay=ReplayView(
+                self.path,
+                (pos - self._start) / 1e6,
+                (self._end - self._start) / 1e6,
+                self._speed,
+                self.frame_us / 1e6,
+                finished,
+            ),
         )
 
     def _gpus(self, frames: deque[Frame]) -> tuple[GpuView, ...]:
@@ -324,12 +365,20 @@ class ReplaySession(Player):
         views = []
         for j, d in enumerate(devices):
             history = tuple(100.0 * f.window.devices[j].active for f in frames)
-            views.append(GpuView(
-                index=d.device, label=f"r{d.rank}:cuda:{d.device}" if self._multi else f"cuda:{d.device}",
-                name=self.names.get((d.rank, d.device), ""), util_percent=history[-1] if history else None,
-                util_history=history, mem_used=None, mem_total=None, power_w=None, power_limit_w=None,
-                temperature_c=None,
-            ))
+            views.append(
+                GpuView(
+                    index=d.device,
+                    label=f"r{d.rank}:cuda:{d.device}" if self._multi else f"cuda:{d.device}",
+                    name=self.names.get((d.rank, d.device), ""),
+                    util_percent=history[-1] if history else None,
+                    util_history=history,
+                    mem_used=None,
+                    mem_total=None,
+                    power_w=None,
+                    power_limit_w=None,
+                    temperature_c=None,
+                )
+            )
         return tuple(views)
 
     def _rank_views(self, frames: deque[Frame], state: ChildState) -> tuple[RankView, ...]:
@@ -337,12 +386,16 @@ class ReplaySession(Player):
         for k, r in enumerate(self._ranks):
             pid = r.frontend[0].pid if r.frontend else None
             last = frames[-1] if frames else None
-            views.append(RankView(
-                rank=r.rank if self._multi else None,
-                pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
-                state=state, throughput=last.rate(last.launches[k]) if last else None, unit=UNIT,
-                depth=sum(s.queue.depth_at(self._pos) for s in r.streams if s.queue),
-            ))
+            views.append(
+                RankView(
+                    rank=r.rank if self._multi else None,
+                    pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
+                    state=state,
+                    throughput=last.rate(last.launches[k]) if last else None,
+                    unit=UNIT,
+                    depth=sum(s.queue.depth_at(self._pos) for s in r.streams if s.queue),
+                )
+            )
         return tuple(views)
 
     def _sync_sites(self) -> tuple[SyncSite, ...]:
@@ -353,9 +406,17 @@ class ReplaySession(Player):
                 for p in lane.sync_points_between(lo, self._pos):
                     recent[(p.rank, p.site, p.call)] += 1
         seconds = (self._pos - lo) / 1e6
-        sites = [SyncSite(site, call, count, recent[(rank, site, call)] / seconds if seconds > 0 else 0.0,
-                          rank if self._multi else None)
-                 for (rank, site, call), count in self._syncs.items() if count]
+        sites = [
+            SyncSite(
+                site,
+                call,
+                count,
+                recent[(rank, site, call)] / seconds if seconds > 0 else 0.0,
+                rank if self._multi else None,
+            )
+            for (rank, site, call), count in self._syncs.items()
+            if count
+        ]
         return tuple(sorted(sites, key=lambda s: (-s.per_second, -s.count, s.rank or 0, s.where, s.call)))
 
     def _target(self) -> str:
@@ -372,8 +433,10 @@ class ReplaySession(Player):
         if not self.analysis.has_gpu:
             return NO_GPU_NOTE
         state = "finished: r plays it again" if self.finished else "paused" if self._paused else "playing"
-        return (f"t = {self._at()} of {self._at(self._end)} · {self._speed:g}× "
-                f"({trace_time(self.frame_us)} per frame) · {state} · {KEYS_HINT}")
+        return (
+            f"t = {self._at()} of {self._at(self._end)} · {self._speed:g}× "
+            f"({trace_time(self.frame_us)} per frame) · {state} · {KEYS_HINT}"
+        )
 
     def _at(self, us: float | None = None) -> str:
         """A time from the trace's start (the position by default) in the unit of the trace's duration,
@@ -392,8 +455,10 @@ class ReplaySession(Player):
         """What was found, and the whole-trace summary per stream (:func:`~torchpar_top.analysis.summary`)."""
         a = self.analysis
         n = len(a.ranks)
-        self._say(f"replay of {self.path}: {n} rank{'s' if n != 1 else ''}, "
-                  f"{trace_time(a.end - a.start)} of trace, {self._description()}")
+        self._say(
+            f"replay of {self.path}: {n} rank{'s' if n != 1 else ''}, "
+            f"{trace_time(a.end - a.start)} of trace, {self._description()}"
+        )
         if not a.has_gpu:
             self._say(NO_GPU_NOTE)
             return
@@ -401,16 +466,24 @@ class ReplaySession(Player):
         for rank in whole["ranks"]:
             overlap = rank["overlap"]
             devices = "" if overlap["devices"] is None else f", 2+ devices busy {overlap['devices']:.1%}"
-            self._say(f"rank {rank['rank']}: {trace_time(rank['duration'] * 1e6)}, 2+ streams busy "
-                      f"{overlap['streams']:.1%} of it{devices}")
+            self._say(
+                f"rank {rank['rank']}: {trace_time(rank['duration'] * 1e6)}, 2+ streams busy "
+                f"{overlap['streams']:.1%} of it{devices}"
+            )
             for d in rank["devices"]:
                 name = self.names.get((rank["rank"], d["device"]), "name not recorded")
-                self._say(f"rank {rank['rank']} cuda:{d['device']} ({name}): kernel-active "
-                          f"{d['kernel_active']:.1%} of the trace")
+                self._say(
+                    f"rank {rank['rank']} cuda:{d['device']} ({name}): kernel-active "
+                    f"{d['kernel_active']:.1%} of the trace"
+                )
         for s in whole["streams"]:
-            self._say(f"rank {s['rank']} cuda:{s['device']} s{s['stream']}: {s['launches']} launches, "
-                      f"depth max {s['max_depth']} mean {s['mean_depth']:.1f} (HTA's), "
-                      f"{_at_cap(s['seconds_at_cap'])}, busy {trace_time(s['busy_seconds'] * 1e6)}")
+            self._say(
+                f"rank {s['rank']} cuda:{s['device']} s{s['stream']}: {s['launches']} launches, "
+                f"depth max {s['max_depth']} mean {s['mean_depth']:.1f} (HTA's), "
+                f"{_at_cap(s['seconds_at_cap'])}, busy {trace_time(s['busy_seconds'] * 1e6)}"
+            )
         head = "" if self._first <= self._start else " (its first launch; home goes to the start)"
-        self._say(f"playing from t = {self._at()}{head} at {self._speed:g}×: a frame of "
-                  f"{trace_time(self.frame_us)} every {self.interval:g} s")
+        self._say(
+            f"playing from t = {self._at()}{head} at {self._speed:g}×: a frame of "
+            f"{trace_time(self.frame_us)} every {self.interval:g} s"
+        )

@@ -8,14 +8,21 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import psutil
-
 from torchpar_top import workloads
 from torchpar_top.contract.messages import (
-    Hello, Message, Profile, Sample, SetSync, SetThreads, Stop, ThreadRole,
+    Hello,
+    Message,
+    Profile,
+    Sample,
+    SetSync,
+    SetThreads,
+    Stop,
+    ThreadRole,
 )
 from torchpar_top.contract.snapshot import ChildStatus, Experiment, HostSample, Snapshot, StackView
 from torchpar_top.contract.vocab import ENV_SOCKET, PARENT_STOP_GRACE, ChildState, LogSource, Role
@@ -146,7 +153,9 @@ class Session:
     def profile(self, seconds: float = 1.0) -> None:
         """Ask the child for a short torch.profiler window, analysed the way HTA computes queue length."""
         if self._send(Profile(seconds=seconds)):
-            self.store.add_log(LogSource.APP, f"asked for a {seconds:g} s profiler window (queue length, HTA's way)")
+            self.store.add_log(
+                LogSource.APP, f"asked for a {seconds:g} s profiler window (queue length, HTA's way)"
+            )
 
     def switch_experiment(self, name: str) -> None:
         """Stop whatever runs and start the built-in experiment ``name``."""
@@ -184,7 +193,9 @@ class Session:
         self._only_in_a_replay("changing the speed")
 
     def _only_in_a_replay(self, what: str) -> None:
-        self.store.add_log(LogSource.APP, f"{what}: only in a replay of a recorded trace (torchpar-top replay TRACE)")
+        self.store.add_log(
+            LogSource.APP, f"{what}: only in a replay of a recorded trace (torchpar-top replay TRACE)"
+        )
 
     def snapshot(self) -> Snapshot:
         """The current state: the same object as last time when nothing changed since (the screen then
@@ -246,9 +257,12 @@ class Session:
         env = {}
         with self._child_lock:
             if torchrun:
-                self._listener = AgentListener(self._on_rank_message, self._on_rank_closed,
-                                               lambda text: self.store.add_log(LogSource.PROTOCOL, text),
-                                               expected=target.nproc)
+                self._listener = AgentListener(
+                    self._on_rank_message,
+                    self._on_rank_closed,
+                    lambda text: self.store.add_log(LogSource.PROTOCOL, text),
+                    expected=target.nproc,
+                )
                 env[ENV_SOCKET] = self._listener.path
             child = ChildProcess(
                 lambda fd: target.command(fd, self.interval, self._sync_wanted),
@@ -262,8 +276,9 @@ class Session:
             try:
                 child.start()
             except OSError as exc:
-                self.store.on_child(ChildStatus(None, ChildState.FAILED, None,
-                                                f"could not start the workload: {exc}"))
+                self.store.on_child(
+                    ChildStatus(None, ChildState.FAILED, None, f"could not start the workload: {exc}")
+                )
                 return
             self._child = child
         self.store.on_child(ChildStatus(child.pid, ChildState.RUNNING))
@@ -311,8 +326,11 @@ class Session:
         message = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         self.store.on_source_closed(0, code)
         self.store.on_child(ChildStatus(child.pid, ChildState.EXITED, code, f"workload {message}"))
-        key = "r to run it again, w for an experiment" if isinstance(self.target, ScriptTarget) else \
-            "w to start an experiment"
+        key = (
+            "r to run it again, w for an experiment"
+            if isinstance(self.target, ScriptTarget)
+            else "w to start an experiment"
+        )
         self.store.add_log(LogSource.APP, f"workload pid {child.pid} {message}; press {key}")
 
     def _on_child_message(self, msg: Message, number: int = 0) -> None:
@@ -369,8 +387,10 @@ class Session:
         if isinstance(self.target, AttachTarget):
             self.store.add_log(LogSource.APP, "attached to a process we did not start: it takes no commands")
         elif child is not None and child.running:
-            self.store.add_log(LogSource.APP, "the workload runs on, but its agent's connection is closed: "
-                                              "it takes no commands")
+            self.store.add_log(
+                LogSource.APP,
+                "the workload runs on, but its agent's connection is closed: it takes no commands",
+            )
         else:
             self.store.add_log(LogSource.APP, "no workload is running: press w to start one")
         return False

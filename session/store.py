@@ -121,10 +121,20 @@ class _Executor:
     def view(self) -> ExecutorView:
         """This executor as the snapshot shows it."""
         return ExecutorView(
-            name=self.name, kind=self.kind, quantity=self.quantity, value=self.value, capacity=self.capacity,
-            launched=self.launched, completed=self.completed, emulated=self.emulated,
-            history=tuple(self.history), busy=tuple(self.busy), blocked=self.blocked, rank=self.rank,
-            counts=self.counts, ready=self.ready,
+            name=self.name,
+            kind=self.kind,
+            quantity=self.quantity,
+            value=self.value,
+            capacity=self.capacity,
+            launched=self.launched,
+            completed=self.completed,
+            emulated=self.emulated,
+            history=tuple(self.history),
+            busy=tuple(self.busy),
+            blocked=self.blocked,
+            rank=self.rank,
+            counts=self.counts,
+            ready=self.ready,
             running=tuple(self.running) if self.splits else (),
             core_wait=tuple(self.core_wait) if self.splits else (),
             note=self.note,
@@ -157,8 +167,11 @@ class _Rounds:
         out = []
         for label, (value, unit) in latest.items():
             values = sorted(r[label][0] for _, r in self.done if label in r)
-            out.append(ResultRow(label, value, unit, number, statistics.median(values), values[0], values[-1],
-                                 len(values)))
+            out.append(
+                ResultRow(
+                    label, value, unit, number, statistics.median(values), values[0], values[-1], len(values)
+                )
+            )
         return out
 
 
@@ -196,8 +209,17 @@ class _Source:
 
     def view(self) -> RankView:
         """This agent as the rank table shows it, with its DataLoader verdict."""
-        return RankView(self.rank, self.pid or 0, self.state, self.throughput, self.unit, self.depth,
-                        self.data_wait, self.exit_code, derive.data_verdict(self.data_wait, self.has_dataloader))
+        return RankView(
+            self.rank,
+            self.pid or 0,
+            self.state,
+            self.throughput,
+            self.unit,
+            self.depth,
+            self.data_wait,
+            self.exit_code,
+            derive.data_verdict(self.data_wait, self.has_dataloader),
+        )
 
 
 @dataclass
@@ -239,7 +261,9 @@ def _mean_threads(window: deque) -> tuple[ThreadInfo, ...]:
         acc = sums.get(t.tid)
         if acc is not None:
             n = acc[2] + 1.0
-            t = replace(t, cpu_percent=(acc[0] + t.cpu_percent) / n, wait_percent=(acc[1] + t.wait_percent) / n)
+            t = replace(
+                t, cpu_percent=(acc[0] + t.cpu_percent) / n, wait_percent=(acc[1] + t.wait_percent) / n
+            )
         out.append(t)
     return tuple(out)
 
@@ -301,7 +325,8 @@ class SessionStore:
             self._threads = ()
             self._groups: tuple[tuple[ThreadInfo, ...], tuple[ThreadGroup, ...]] = ((), ())
             self._thread_window: deque = deque(
-                maxlen=max(1, round(THREADS_MEAN_S / (self.interval * thread_every(self.interval)))))
+                maxlen=max(1, round(THREADS_MEAN_S / (self.interval * thread_every(self.interval))))
+            )
             self._sources: dict[int, _Source] = {}
             self._target = experiment
             self._notice = ""
@@ -396,7 +421,9 @@ class SessionStore:
         with self._lock:
             self._version += 1
             if child.state in (ChildState.EXITED, ChildState.FAILED) and not child.last_stderr:
-                child = ChildStatus(child.pid, child.state, child.exit_code, child.message, tuple(self._stderr))
+                child = ChildStatus(
+                    child.pid, child.state, child.exit_code, child.message, tuple(self._stderr)
+                )
             self._child = child
 
     def child_state(self) -> ChildState:
@@ -449,9 +476,12 @@ class SessionStore:
             self.add_log(LogSource.PROTOCOL, f"a second hello on connection {source} ignored")
             return
         rank = "" if msg.rank is None else f"rank {msg.rank} "
-        self.add_log(LogSource.CHILD, f"{rank}pid {msg.pid}: {msg.experiment} on {msg.device}, torch "
-                                      f"{msg.torch}, {msg.num_threads} intra-op / "
-                                      f"{msg.interop_threads} inter-op threads")
+        self.add_log(
+            LogSource.CHILD,
+            f"{rank}pid {msg.pid}: {msg.experiment} on {msg.device}, torch "
+            f"{msg.torch}, {msg.num_threads} intra-op / "
+            f"{msg.interop_threads} inter-op threads",
+        )
 
     def on_source_closed(self, source: int, exit_code: int | None = None) -> None:
         """The process of agent connection ``source`` has ended (the workload, or a rank).
@@ -485,8 +515,10 @@ class SessionStore:
                 return False
             self._version += 1
             src.lost = True
-            text = (f"monitoring lost: {src.who} (pid {src.pid}) closed its connection to torchpar-top and "
-                    "runs on; queues, lanes and throughput stop here (cores, threads and stacks go on)")
+            text = (
+                f"monitoring lost: {src.who} (pid {src.pid}) closed its connection to torchpar-top and "
+                "runs on; queues, lanes and throughput stop here (cores, threads and stacks go on)"
+            )
             if source == 0:
                 self._notice = text
         self.add_log(LogSource.APP, text)
@@ -555,14 +587,23 @@ class SessionStore:
                 key = (-1 if src.rank is None else src.rank, row.name)
                 ex = self._executors.get(key)
                 if ex is None:
-                    ex = self._executors[key] = _Executor(row.name, row.kind, row.quantity, row.emulated, src.rank)
+                    ex = self._executors[key] = _Executor(
+                        row.name, row.kind, row.quantity, row.emulated, src.rank
+                    )
                 ex.add(row)
             if not primary:
                 return
             if msg.stack is not None and self.stacks:
                 frames = tuple(StackFrame(f.function, f.filename, f.line) for f in msg.stack.frames)
-                self._stack = StackView(src.pid or 0, "MainThread", frames, msg.stack.idle, msg.t,
-                                        classify_wait(frames), source="agent")
+                self._stack = StackView(
+                    src.pid or 0,
+                    "MainThread",
+                    frames,
+                    msg.stack.idle,
+                    msg.t,
+                    classify_wait(frames),
+                    source="agent",
+                )
             self._timing.append(msg.timing)
             self._frontend_busy.append(msg.frontend.busy)
             self._frontend_wait.append(msg.frontend.wait)
@@ -570,8 +611,9 @@ class SessionStore:
             self._frontend_core_wait.append(msg.frontend.core_wait or 0.0)
             self._overlap.append(msg.overlap)
             self._overlap_high.append(msg.overlap if msg.overlap_high is None else msg.overlap_high)
-            self._overlap_in_progress.append(msg.overlap if msg.overlap_in_progress is None
-                                             else msg.overlap_in_progress)
+            self._overlap_in_progress.append(
+                msg.overlap if msg.overlap_in_progress is None else msg.overlap_in_progress
+            )
             self._throughput.append(msg.throughput)
             self._last_throughput = msg.throughput
             # The first window after a mode change straddles both modes: count it in neither. After a
@@ -594,8 +636,11 @@ class SessionStore:
             if self._groups[0] is not self._threads:  # threads are read twice a second, frames come at 10 Hz
                 self._groups = (self._threads, group(self._threads))
             groups = self._groups[1]
-            ranks = tuple(s.view() for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
-                          if s.pid is not None)
+            ranks = tuple(
+                s.view()
+                for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
+                if s.pid is not None
+            )
             primary = self._sources.get(self._primary())
             return Snapshot(
                 t=time.time(),

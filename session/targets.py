@@ -28,8 +28,17 @@ class ExperimentTarget:
 
     def command(self, fd: int | None, interval: float, sync: bool) -> list[str]:
         """The child's argv; ``fd`` is the inherited protocol socket."""
-        cmd = [sys.executable, "-m", "torchpar_top.probes.agent.bootstrap", "--fd", str(fd),
-               "--experiment", self.name, "--interval", str(interval)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torchpar_top.probes.agent.bootstrap",
+            "--fd",
+            str(fd),
+            "--experiment",
+            self.name,
+            "--interval",
+            str(interval),
+        ]
         if self.threads is not None:
             cmd += ["--threads", str(self.threads)]
         return cmd + (["--sync"] if sync else [])
@@ -74,8 +83,17 @@ class ScriptTarget:
         agent += ["--cupti-duty", repr(self.cupti_duty)] if self.cupti_duty is not None else []
         user = (["-m", self.path] if self.module else [self.path]) + list(self.args)
         if self.nproc:
-            return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={self.nproc}", "-m", "torchpar_top.probes.agent.run", *agent, *user]
+            return [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={self.nproc}",
+                "-m",
+                "torchpar_top.probes.agent.run",
+                *agent,
+                *user,
+            ]
         return [sys.executable, "-m", "torchpar_top.probes.agent.run", "--fd", str(fd), *agent, *user]
 
 

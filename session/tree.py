@@ -13,7 +13,6 @@ import signal
 import time
 
 import psutil
-
 from torchpar_top.contract.vocab import ENV_RUN
 from torchpar_top.probes.host.threads import descendants
 

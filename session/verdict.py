@@ -17,8 +17,9 @@ import datetime as _dt
 import json
 import math
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.contract.vocab import ChildState, DataBound, ExecutorKind, Word
@@ -257,8 +258,11 @@ class RunTally:
                 "ended_by": ended_by,
                 "exit_code": snap.child.exit_code if snap else None,
                 "seconds": round(self.seconds, 3),
-                "seconds_are": "wall time" if snap is None or snap.replay is None else
-                "recorded wall time" if snap.replay.recorded else "trace time",
+                "seconds_are": "wall time"
+                if snap is None or snap.replay is None
+                else "recorded wall time"
+                if snap.replay.recorded
+                else "trace time",
                 "snapshots": self.snapshots,
                 "figures": figures,
                 "by_mode": modes,
@@ -621,8 +625,13 @@ def _cell(value: Any) -> str:
 class TallyWatch:
     """A thread that feeds ``tally`` a snapshot every ``interval`` seconds until :meth:`stop`."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], tally: RunTally, interval: float,
-                 recent: Callable[[float], Snapshot] | None = None) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], Snapshot],
+        tally: RunTally,
+        interval: float,
+        recent: Callable[[float], Snapshot] | None = None,
+    ) -> None:
         """``recent(max_age)``, where the source has one, gives a snapshot already built within
         ``max_age`` seconds (by the screen or the headless loop) rather than building another."""
         self._snapshot, self.tally, self.interval = snapshot, tally, interval

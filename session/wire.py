@@ -3,7 +3,7 @@ inherited socket (:mod:`.child`) and the torchrun listener (:mod:`.listener`).""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torchpar_top.contract.codec import LineReader, ProtocolError
 from torchpar_top.contract.messages import Message, decode
@@ -73,7 +73,7 @@ class TextStream:
         room = max(0, self._limit - len(self._buf))
         keep = min(room, end - start)
         if keep:
-            self._buf += data[start:start + keep]
+            self._buf += data[start : start + keep]
         self._over += end - start - keep
 
     def _emit(self) -> None:

@@ -14,7 +14,7 @@ os.environ.pop("TEXTUAL_THEME", None)
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(autouse=True)

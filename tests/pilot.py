@@ -2,7 +2,7 @@
 
 import asyncio
 import functools
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from textual.pilot import Pilot
 from textual.widget import Widget

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -17,7 +18,6 @@ from textual.binding import BindingsMap, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker
-
 from torchpar_top.contract.snapshot import SessionLike, Snapshot
 from torchpar_top.tui import keys
 from torchpar_top.tui.commands import TorchparCommands
@@ -56,7 +56,6 @@ SEEK_SHARE = 0.05
 
 FrameHook = Callable[[Snapshot], None]
 """Called with each snapshot once it is on screen (see ``on_frame``)."""
-
 
 
 #: gc thresholds while the screen runs: the first generation is collected after this many net
@@ -277,7 +276,12 @@ class TorchparTopApp(App[None]):
             return
         self._stack.enabled = not self._stack.enabled
         snapshot = self.last_snapshot
-        if self._stack.enabled and snapshot is not None and snapshot.stack is None and not snapshot.stack_status:
+        if (
+            self._stack.enabled
+            and snapshot is not None
+            and snapshot.stack is None
+            and not snapshot.stack_status
+        ):
             self.notify(NO_STACK_HINT, timeout=4)
         self.refresh_from_session(force=True)
 

@@ -20,14 +20,13 @@ under any other version :func:`screen_class` falls back to Textual's own :class:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Iterable
 
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.screen import Screen
 from textual.strip import Strip
-
 
 TESTED_TEXTUAL = "8.2.8"
 """The Textual version :class:`LineCompositor` was checked against (its ``_get_renders`` is private)."""
@@ -83,8 +82,14 @@ class LineCompositor(Compositor):
             for y in range(visible.y, visible.bottom):
                 covered.setdefault(y, []).append((x0, x1))
             blank = Strip.blank(visible.width)
-            strips = widget.render_lines(Region(visible.x - region.x, top - region.y, visible.width, bottom - top))
-            yield region, clip, [blank] * (top - visible.y) + list(strips) + [blank] * (visible.bottom - bottom)
+            strips = widget.render_lines(
+                Region(visible.x - region.x, top - region.y, visible.width, bottom - top)
+            )
+            yield (
+                region,
+                clip,
+                [blank] * (top - visible.y) + list(strips) + [blank] * (visible.bottom - bottom),
+            )
 
 
 def _covered(covered: dict[int, list[tuple[int, int]]], part: Region) -> bool:

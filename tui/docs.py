@@ -35,8 +35,12 @@ def rewrite(text: str) -> str:
     """``text`` with every generated section replaced by what the sources say now."""
     for name, make in SECTIONS.items():
         body = make()
-        text = re.sub(rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)",
-                      lambda m, body=body: m.group(1) + body + m.group(2), text, flags=re.S)
+        text = re.sub(
+            rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)",
+            lambda m, body=body: m.group(1) + body + m.group(2),
+            text,
+            flags=re.S,
+        )
     return text
 
 

@@ -39,65 +39,135 @@ class Key:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("`s`", "toggle ASYNC / SYNC",
+    Key(
+        "`s`",
+        "toggle ASYNC / SYNC",
         (Binding("s", "toggle_sync", "sync"),),
         (Command("Toggle sync (ASYNC / SYNC)", "toggle_sync", "synchronize after every op, or not (key s)"),),
-        footer="live", essential=True),
-    Key("`+` `=` / `-`", "one more / one fewer intra-op thread (`torch.set_num_threads`)",
-        (Binding("plus,equals_sign", "more_threads", "threads", key_display="+/-"),
-         Binding("minus", "fewer_threads", "fewer threads", key_display="-", show=False)),
-        (Command("More threads", "more_threads", "torch.set_num_threads(n + 1) in the child (key +)"),
-         Command("Fewer threads", "fewer_threads", "torch.set_num_threads(n - 1) in the child (key -)")),
-        footer="live"),
-    Key("`w`", "pick an experiment to run",
-        (Binding("w", "pick_experiment", "experiment"),), footer="live"),
-    Key("`r`", "restart: run the same script or experiment again (e.g. after it ended); an experiment keeps "
-               "the thread count of `+`/`-`, set before any of its threads start; a replay plays again from "
-               "its first launch",
+        footer="live",
+        essential=True,
+    ),
+    Key(
+        "`+` `=` / `-`",
+        "one more / one fewer intra-op thread (`torch.set_num_threads`)",
+        (
+            Binding("plus,equals_sign", "more_threads", "threads", key_display="+/-"),
+            Binding("minus", "fewer_threads", "fewer threads", key_display="-", show=False),
+        ),
+        (
+            Command("More threads", "more_threads", "torch.set_num_threads(n + 1) in the child (key +)"),
+            Command("Fewer threads", "fewer_threads", "torch.set_num_threads(n - 1) in the child (key -)"),
+        ),
+        footer="live",
+    ),
+    Key("`w`", "pick an experiment to run", (Binding("w", "pick_experiment", "experiment"),), footer="live"),
+    Key(
+        "`r`",
+        "restart: run the same script or experiment again (e.g. after it ended); an experiment keeps "
+        "the thread count of `+`/`-`, set before any of its threads start; a replay plays again from "
+        "its first launch",
         (Binding("r", "restart", "restart"),),
-        (Command("Restart", "restart", "run the same script or experiment again (key r)"),)),
-    Key("`k`", "show / hide the frontend stack panel",
+        (Command("Restart", "restart", "run the same script or experiment again (key r)"),),
+    ),
+    Key(
+        "`k`",
+        "show / hide the frontend stack panel",
         (Binding("k", "toggle_stack", "stack"),),
         (Command("Toggle stack panel", "toggle_stack", "the frontend's Python stack (key k)"),),
-        footer="live"),
-    Key("`h`", "a 1 s `torch.profiler` window, analysed the way Holistic Trace Analysis computes queue length: "
-               "exact depth per CUDA stream and time at the 1024 cap, in the log (CUDA only)",
+        footer="live",
+    ),
+    Key(
+        "`h`",
+        "a 1 s `torch.profiler` window, analysed the way Holistic Trace Analysis computes queue length: "
+        "exact depth per CUDA stream and time at the 1024 cap, in the log (CUDA only)",
         (Binding("h", "profile", "profile", show=False),),
-        (Command("Profile the launch queue", "profile",
-                 "1 s torch.profiler window: exact per-stream queue length, HTA's way (key h; CUDA only)"),)),
-    Key("`p`", "pause / resume sampling (the child keeps running); in a replay, pause / play",
+        (
+            Command(
+                "Profile the launch queue",
+                "profile",
+                "1 s torch.profiler window: exact per-stream queue length, HTA's way (key h; CUDA only)",
+            ),
+        ),
+    ),
+    Key(
+        "`p`",
+        "pause / resume sampling (the child keeps running); in a replay, pause / play",
         (Binding("p", "toggle_pause", "pause"),),
-        (Command("Pause / resume sampling", "toggle_pause", "the child keeps running; a replay stops (key p)"),),
-        essential=True),
-    Key("`.` / `,`", "replay: one frame on / back (pauses first)",
-        (Binding("full_stop", "step_forward", "step", key_display=".", show=False),
-         Binding("comma", "step_back", "step back", key_display=",", show=False)),
-        (Command("Step one frame", "step_forward", "replay: pause and show the next frame (key .)"),
-         Command("Step one frame back", "step_back", "replay: pause and show the previous frame (key ,)")),
-        footer="replay", replay_display="./,"),
-    Key("`←` / `→`", "replay: seek back / forward by 5 % of the trace or recording",
-        (Binding("left", "seek_back", "seek", key_display="←", show=False),
-         Binding("right", "seek_forward", "seek", key_display="→", show=False)),
-        (Command("Seek back", "seek_back", "replay: 5 % of the trace or recording back (key ←)"),
-         Command("Seek forward", "seek_forward", "replay: 5 % of the trace or recording on (key →)")),
-        footer="replay", replay_display="←/→", essential=True),
-    Key("`home`", "replay: go to the start (t = 0)",
+        (
+            Command(
+                "Pause / resume sampling", "toggle_pause", "the child keeps running; a replay stops (key p)"
+            ),
+        ),
+        essential=True,
+    ),
+    Key(
+        "`.` / `,`",
+        "replay: one frame on / back (pauses first)",
+        (
+            Binding("full_stop", "step_forward", "step", key_display=".", show=False),
+            Binding("comma", "step_back", "step back", key_display=",", show=False),
+        ),
+        (
+            Command("Step one frame", "step_forward", "replay: pause and show the next frame (key .)"),
+            Command("Step one frame back", "step_back", "replay: pause and show the previous frame (key ,)"),
+        ),
+        footer="replay",
+        replay_display="./,",
+    ),
+    Key(
+        "`←` / `→`",
+        "replay: seek back / forward by 5 % of the trace or recording",
+        (
+            Binding("left", "seek_back", "seek", key_display="←", show=False),
+            Binding("right", "seek_forward", "seek", key_display="→", show=False),
+        ),
+        (
+            Command("Seek back", "seek_back", "replay: 5 % of the trace or recording back (key ←)"),
+            Command("Seek forward", "seek_forward", "replay: 5 % of the trace or recording on (key →)"),
+        ),
+        footer="replay",
+        replay_display="←/→",
+        essential=True,
+    ),
+    Key(
+        "`home`",
+        "replay: go to the start (t = 0)",
         (Binding("home", "seek_start", "start", show=False),),
-        (Command("Go to the start", "seek_start", "replay: t = 0 (key home)"),), footer="replay"),
-    Key("`[` / `]`", "replay: half / double speed (trace time per second on screen)",
-        (Binding("left_square_bracket", "slower", "speed", key_display="[", show=False),
-         Binding("right_square_bracket", "faster", "faster", key_display="]", show=False)),
-        (Command("Slower replay", "slower", "replay: half the speed (key [)"),
-         Command("Faster replay", "faster", "replay: double the speed (key ])")),
-        footer="replay", replay_display="[/]"),
-    Key("`?`", "this help",
+        (Command("Go to the start", "seek_start", "replay: t = 0 (key home)"),),
+        footer="replay",
+    ),
+    Key(
+        "`[` / `]`",
+        "replay: half / double speed (trace time per second on screen)",
+        (
+            Binding("left_square_bracket", "slower", "speed", key_display="[", show=False),
+            Binding("right_square_bracket", "faster", "faster", key_display="]", show=False),
+        ),
+        (
+            Command("Slower replay", "slower", "replay: half the speed (key [)"),
+            Command("Faster replay", "faster", "replay: double the speed (key ])"),
+        ),
+        footer="replay",
+        replay_display="[/]",
+    ),
+    Key(
+        "`?`",
+        "this help",
         (Binding("question_mark", "help", "help", key_display="?"),),
-        (Command("Help", "help", "what each panel means (key ?)"),), essential=True),
+        (Command("Help", "help", "what each panel means (key ?)"),),
+        essential=True,
+    ),
     Key("`ctrl+p`", "command palette"),  # Textual's own binding
-    Key("`q`", "quit",
-        (Binding("q", "quit", "quit"),
-         # Ctrl-C quits at once (Textual's default asks to press ctrl+q): a profiler must let go fast.
-         Binding("ctrl+c", "quit", "quit", show=False, priority=True)), essential=True),
+    Key(
+        "`q`",
+        "quit",
+        (
+            Binding("q", "quit", "quit"),
+            # Ctrl-C quits at once (Textual's default asks to press ctrl+q): a profiler must let go fast.
+            Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+        ),
+        essential=True,
+    ),
 )
 
 

@@ -18,120 +18,146 @@ class Panel:
 
 
 PANELS: tuple[Panel, ...] = (
-    Panel("header",
-          "what runs (an experiment, `run train.py`, `run train.py ×2 ranks`, `attach PID`, `replay "
-          "trace.json.gz`), and the mode: **ASYNC** (the frontend enqueues work and returns at once) or "
-          "**SYNC** (a `synchronize()` after every op). Then the child's state when it is not running "
-          "(*exited 1*, *attached*, a replay *finished*), throughput, the summed queue depth, and "
-          "**monitor N%**: torchpar-top's own CPU over the last second (all its threads, and py-spy's dumps "
-          "when attached), at 100 columns and more.",
-          "Throughput is the workload's own count per second: items, mm, chains or optimizer steps. To "
-          "lower the monitor's cost: `--interval 0.2` (half the samples and frames), `--no-stacks`."),
-    Panel("CPU", "load per core, 0-100% on a fixed scale, with a short history.",
-          "From psutil in the monitor; rows up to 8 cores, compact cells up to 64, one glyph per core up "
-          "to 256."),
-    Panel("threads",
-          "the child's threads grouped by role (frontend, stream executors, intra-op workers, inter-op pool, "
-          "autograd, the script's own Python threads, DataLoader worker processes, other child processes); "
-          "the bar is 100% per thread of the "
-          "group. **waits N%**: time runnable but with every core taken (the kernel's run-queue delay); "
-          "above half a core in all (and a fifth of the threads' runnable time), the panel says "
-          "**starved** — more runnable threads than cores.",
-          "Means over the last second, read and redrawn twice a second. "
-          "From `/proc/<pid>/task/*/{stat,schedstat}` (nanosecond CPU time). The agent names its own "
-          "threads (frontend, stream executors, pin-memory threads, agent) and lists the other Python "
-          "threads (`threading.enumerate()`; attached, with no agent, py-spy's dump lists them); "
-          "`PTThreadPool` is the inter-op pool, `pt_autograd_*` autograd, "
-          "`pt_data*` data; OpenMP workers inherit their creator's name and the other unnamed native threads "
-          "are shown as intra-op workers. Processes the child started are included (the tree is walked "
-          "again once a second). The session decides *starved* and the SYNC note (`session/derive.py`); "
-          "headless output carries both."),
-    Panel("launch queue",
-          "per executor, either **depth** (Q = launched - started) or **outstanding** (O = launched - "
-          "completed); the label says which. The strip is drawn on 0..capacity; launch blocks when the "
-          "queue is full, and the row says how often that happened. An eager CPU executor is shown as "
-          "*synchronous: depth 0*. A DataLoader's row says whether the loop is **input-bound** (the "
-          "frontend waits for the next batch) or **compute-bound**. Attached to a process it did not "
-          "start, torchpar-top cannot see queues: the panel says so (queue depth needs `torchpar-top run`).",
-          "Depth for emulated streams; outstanding for CUDA streams (completion markers), inter-op futures "
-          "and DataLoader tasks. A CUDA row fed by the launch counter is tagged **calls**: it counts torch "
-          "calls, not kernels (one call may launch none or several; a CUDA-graph replay is no call), and "
-          "cannot see a blocked launch (the row says *blocking not observable here* rather than *never "
-          "blocked*). There is one row per stream the frontend used: work under `with "
-          "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Under `run` with cupti-python a CUDA row "
-          "comes from CUDA's own records instead (`cuda:0 stream 7`): **depth** in kernels, as of the last "
-          "moment every launch's kernel record had arrived; it says *standing aside* while torch.profiler "
-          "or a CUDA graph capture holds CUPTI, and *sampled* when CUPTI records in windows "
-          "(`--cupti-duty`, one sample interval in 20 by default). Input-bound means the frontend waited "
-          "for data more than 30 % of the last second."),
-    Panel("lanes",
-          "the last 5 s (below 70 columns the panel steps aside for the async-vs-sync table). The "
-          "frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
-          "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "
-          "script is not busy). An emulated stream's lane shows how much its thread *ran*, and `░` where it "
-          "waited for a core more than it ran: **run N% waits M%**. *overlap on cores* is the share of time "
-          "two or more executors ran at once, as a range (at least–at most) where it cannot be exact; *in "
-          "progress* the share they both had work, running or not (on one core they take turns: 100% in "
-          "progress, 0% on cores). Redrawn five times a second.",
-          "Work in progress comes from busy intervals the agent records as items run (merged across gaps "
-          "under 0.2 ms); running and waiting from each thread's own `/proc/self/task/<tid>/schedstat`, "
-          "read by the agent once per sample. Those are window totals, so overlap on cores is bounded, not "
-          "measured: at least (Σ run − time with work)/(n − 1), at most the overlap in progress and Σ run − "
-          "the largest run (ARCHITECTURE.md). Executors without a "
-          "thread of their own (CUDA streams, inter-op futures, DataLoader) show **busy N%**: work in "
-          "progress."),
-    Panel("async vs sync (measured)",
-          "throughput, mean depth and frontend wait in each mode, and their ratio, all measured in this "
-          "run, plus the experiment's own results and the threads → GFLOP/s table. Results measured in "
-          "rounds (multi-device's three phases, the async text's table) show the latest *complete* round, "
-          "never one round's figures beside another's, with the median and range of the rounds so far.",
-          "The window that straddles a switch, the drain of the ASYNC backlog after a switch to SYNC, and "
-          "the async experiment's timing rounds (every 15 s its live loop pauses to time the text's "
-          "table: 10 × randn(1000²) + mm with numpy, the torch launches alone, and torch + synchronize) "
-          "count in neither mode."),
-    Panel("ranks",
-          "(torchrun): one row per rank, its state (a rank that exited is marked with its exit code, the "
-          "others keep being shown), throughput, queue depth and the share of time it waited for data. "
-          "Executors of rank N are prefixed `rN:` in the queue and lanes panels.",
-          "A rank's agent reports its exit status with the exception's last line; a rank killed by a signal "
-          "shows just *exited*."),
-    Panel("GPU", "*kernel-active* is NVML's share of time a kernel ran, not SM occupancy.",
-          "Also memory as nvidia-smi shows it (reserved memory not counted, where the driver has "
-          "`nvmlMemory_v2`), power, temperature and the child's own share; or one line saying why there is "
-          "no GPU data. An idle GPU reads the driver's 0 %, not its last busy value. GPUs are labelled "
-          "`cuda:N` as the workload numbers them; when torchrun ranks number them differently (a "
-          "`CUDA_VISIBLE_DEVICES` per rank) they are labelled by NVML index, `nvml:N`, and the status line "
-          "says why. A GPU NVML may not open reads *no permission*, not *lost*. In a replay kernel-active "
-          "comes from the trace (the share of each frame with a kernel, copy or memset running) and the "
-          "title says so."),
-    Panel("frontend stack",
-          "the main thread's Python stack, outermost first, innermost last, about twice a second, and what "
-          "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...); *idle* when the thread ran under a "
-          "tenth of the last window. When there is no stack the panel says why (py-spy missing, ptrace not "
-          "permitted) and how to fix it.",
-          "With the agent (experiments, `run`) the workload reads it itself (`sys._current_frames()`, a few "
-          "microseconds: no process per dump, no ptrace); attached to a process without the agent, "
-          "`py-spy dump --json --nonblocking` reads it (blocking mode would stop every thread of a torch "
-          "process). The title says which. `--no-stacks` turns stacks off."),
-    Panel("log",
-          "the workload's stdout and stderr, agent messages, and the child's exit status and last error "
-          "lines when it ends; the mouse wheel scrolls back.",
-          "A separate pipe from the protocol, so prints never corrupt it; escape sequences the workload "
-          "prints are shown as symbols (`␛`), never sent to the terminal."),
-    Panel("sync points",
-          "source lines whose calls wait for the device: `.item()`, `.cpu()`, `.tolist()`, printing a "
-          "tensor, `bool(tensor)`... Each blocks the frontend until the device has finished everything "
-          "queued before it, so the queue drains. Listed busiest first (per second, and the total count). "
-          "On the CPU nothing is queued: they are counted as the syncs they *would* be on a GPU.",
-          "Indexing with a boolean mask (`x[mask]`, `x[mask] = v`) counts too. Under `run` they are "
-          "counted in slices of the time (the title says *sampled* and how much of the time was seen; the "
-          "rate is scaled, the count is what the slices saw); `--every-op` counts every call. On CUDA with "
-          "cupti-python they are CUDA's own synchronising calls (device, stream and event synchronize, "
-          "blocking copies), every one, by the line that made them."),
+    Panel(
+        "header",
+        "what runs (an experiment, `run train.py`, `run train.py ×2 ranks`, `attach PID`, `replay "
+        "trace.json.gz`), and the mode: **ASYNC** (the frontend enqueues work and returns at once) or "
+        "**SYNC** (a `synchronize()` after every op). Then the child's state when it is not running "
+        "(*exited 1*, *attached*, a replay *finished*), throughput, the summed queue depth, and "
+        "**monitor N%**: torchpar-top's own CPU over the last second (all its threads, and py-spy's dumps "
+        "when attached), at 100 columns and more.",
+        "Throughput is the workload's own count per second: items, mm, chains or optimizer steps. To "
+        "lower the monitor's cost: `--interval 0.2` (half the samples and frames), `--no-stacks`.",
+    ),
+    Panel(
+        "CPU",
+        "load per core, 0-100% on a fixed scale, with a short history.",
+        "From psutil in the monitor; rows up to 8 cores, compact cells up to 64, one glyph per core up "
+        "to 256.",
+    ),
+    Panel(
+        "threads",
+        "the child's threads grouped by role (frontend, stream executors, intra-op workers, inter-op pool, "
+        "autograd, the script's own Python threads, DataLoader worker processes, other child processes); "
+        "the bar is 100% per thread of the "
+        "group. **waits N%**: time runnable but with every core taken (the kernel's run-queue delay); "
+        "above half a core in all (and a fifth of the threads' runnable time), the panel says "
+        "**starved** — more runnable threads than cores.",
+        "Means over the last second, read and redrawn twice a second. "
+        "From `/proc/<pid>/task/*/{stat,schedstat}` (nanosecond CPU time). The agent names its own "
+        "threads (frontend, stream executors, pin-memory threads, agent) and lists the other Python "
+        "threads (`threading.enumerate()`; attached, with no agent, py-spy's dump lists them); "
+        "`PTThreadPool` is the inter-op pool, `pt_autograd_*` autograd, "
+        "`pt_data*` data; OpenMP workers inherit their creator's name and the other unnamed native threads "
+        "are shown as intra-op workers. Processes the child started are included (the tree is walked "
+        "again once a second). The session decides *starved* and the SYNC note (`session/derive.py`); "
+        "headless output carries both.",
+    ),
+    Panel(
+        "launch queue",
+        "per executor, either **depth** (Q = launched - started) or **outstanding** (O = launched - "
+        "completed); the label says which. The strip is drawn on 0..capacity; launch blocks when the "
+        "queue is full, and the row says how often that happened. An eager CPU executor is shown as "
+        "*synchronous: depth 0*. A DataLoader's row says whether the loop is **input-bound** (the "
+        "frontend waits for the next batch) or **compute-bound**. Attached to a process it did not "
+        "start, torchpar-top cannot see queues: the panel says so (queue depth needs `torchpar-top run`).",
+        "Depth for emulated streams; outstanding for CUDA streams (completion markers), inter-op futures "
+        "and DataLoader tasks. A CUDA row fed by the launch counter is tagged **calls**: it counts torch "
+        "calls, not kernels (one call may launch none or several; a CUDA-graph replay is no call), and "
+        "cannot see a blocked launch (the row says *blocking not observable here* rather than *never "
+        "blocked*). There is one row per stream the frontend used: work under `with "
+        "torch.cuda.stream(s)` gets its own row (`cuda:0 s1`). Under `run` with cupti-python a CUDA row "
+        "comes from CUDA's own records instead (`cuda:0 stream 7`): **depth** in kernels, as of the last "
+        "moment every launch's kernel record had arrived; it says *standing aside* while torch.profiler "
+        "or a CUDA graph capture holds CUPTI, and *sampled* when CUPTI records in windows "
+        "(`--cupti-duty`, one sample interval in 20 by default). Input-bound means the frontend waited "
+        "for data more than 30 % of the last second.",
+    ),
+    Panel(
+        "lanes",
+        "the last 5 s (below 70 columns the panel steps aside for the async-vs-sync table). The "
+        "frontend lane shows `▌` where it ran (launching), `·` where it was blocked "
+        "(full queue, synchronize, data) and `░` where it waited for a core; blank is idle (a sleeping "
+        "script is not busy). An emulated stream's lane shows how much its thread *ran*, and `░` where it "
+        "waited for a core more than it ran: **run N% waits M%**. *overlap on cores* is the share of time "
+        "two or more executors ran at once, as a range (at least–at most) where it cannot be exact; *in "
+        "progress* the share they both had work, running or not (on one core they take turns: 100% in "
+        "progress, 0% on cores). Redrawn five times a second.",
+        "Work in progress comes from busy intervals the agent records as items run (merged across gaps "
+        "under 0.2 ms); running and waiting from each thread's own `/proc/self/task/<tid>/schedstat`, "
+        "read by the agent once per sample. Those are window totals, so overlap on cores is bounded, not "
+        "measured: at least (Σ run − time with work)/(n − 1), at most the overlap in progress and Σ run − "
+        "the largest run (ARCHITECTURE.md). Executors without a "
+        "thread of their own (CUDA streams, inter-op futures, DataLoader) show **busy N%**: work in "
+        "progress.",
+    ),
+    Panel(
+        "async vs sync (measured)",
+        "throughput, mean depth and frontend wait in each mode, and their ratio, all measured in this "
+        "run, plus the experiment's own results and the threads → GFLOP/s table. Results measured in "
+        "rounds (multi-device's three phases, the async text's table) show the latest *complete* round, "
+        "never one round's figures beside another's, with the median and range of the rounds so far.",
+        "The window that straddles a switch, the drain of the ASYNC backlog after a switch to SYNC, and "
+        "the async experiment's timing rounds (every 15 s its live loop pauses to time the text's "
+        "table: 10 × randn(1000²) + mm with numpy, the torch launches alone, and torch + synchronize) "
+        "count in neither mode.",
+    ),
+    Panel(
+        "ranks",
+        "(torchrun): one row per rank, its state (a rank that exited is marked with its exit code, the "
+        "others keep being shown), throughput, queue depth and the share of time it waited for data. "
+        "Executors of rank N are prefixed `rN:` in the queue and lanes panels.",
+        "A rank's agent reports its exit status with the exception's last line; a rank killed by a signal "
+        "shows just *exited*.",
+    ),
+    Panel(
+        "GPU",
+        "*kernel-active* is NVML's share of time a kernel ran, not SM occupancy.",
+        "Also memory as nvidia-smi shows it (reserved memory not counted, where the driver has "
+        "`nvmlMemory_v2`), power, temperature and the child's own share; or one line saying why there is "
+        "no GPU data. An idle GPU reads the driver's 0 %, not its last busy value. GPUs are labelled "
+        "`cuda:N` as the workload numbers them; when torchrun ranks number them differently (a "
+        "`CUDA_VISIBLE_DEVICES` per rank) they are labelled by NVML index, `nvml:N`, and the status line "
+        "says why. A GPU NVML may not open reads *no permission*, not *lost*. In a replay kernel-active "
+        "comes from the trace (the share of each frame with a kernel, copy or memset running) and the "
+        "title says so.",
+    ),
+    Panel(
+        "frontend stack",
+        "the main thread's Python stack, outermost first, innermost last, about twice a second, and what "
+        "it waits in (*synchronize*, *item()/cpu()*, *DataLoader*...); *idle* when the thread ran under a "
+        "tenth of the last window. When there is no stack the panel says why (py-spy missing, ptrace not "
+        "permitted) and how to fix it.",
+        "With the agent (experiments, `run`) the workload reads it itself (`sys._current_frames()`, a few "
+        "microseconds: no process per dump, no ptrace); attached to a process without the agent, "
+        "`py-spy dump --json --nonblocking` reads it (blocking mode would stop every thread of a torch "
+        "process). The title says which. `--no-stacks` turns stacks off.",
+    ),
+    Panel(
+        "log",
+        "the workload's stdout and stderr, agent messages, and the child's exit status and last error "
+        "lines when it ends; the mouse wheel scrolls back.",
+        "A separate pipe from the protocol, so prints never corrupt it; escape sequences the workload "
+        "prints are shown as symbols (`␛`), never sent to the terminal.",
+    ),
+    Panel(
+        "sync points",
+        "source lines whose calls wait for the device: `.item()`, `.cpu()`, `.tolist()`, printing a "
+        "tensor, `bool(tensor)`... Each blocks the frontend until the device has finished everything "
+        "queued before it, so the queue drains. Listed busiest first (per second, and the total count). "
+        "On the CPU nothing is queued: they are counted as the syncs they *would* be on a GPU.",
+        "Indexing with a boolean mask (`x[mask]`, `x[mask] = v`) counts too. Under `run` they are "
+        "counted in slices of the time (the title says *sampled* and how much of the time was seen; the "
+        "rate is scaled, the count is what the slices saw); `--every-op` counts every call. On CUDA with "
+        "cupti-python they are CUDA's own synchronising calls (device, stream and event synchronize, "
+        "blocking copies), every one, by the line that made them.",
+    ),
 )
 
-HOT_CORE_NOTE = ("**A hot core next to a synchronize is waiting, not working**: a thread waiting in a "
-                 "synchronize may spin at 100% of a core.")
+HOT_CORE_NOTE = (
+    "**A hot core next to a synchronize is waiting, not working**: a thread waiting in a "
+    "synchronize may spin at 100% of a core."
+)
 
 
 def panels_list(detail: bool) -> str:
@@ -139,7 +165,9 @@ def panels_list(detail: bool) -> str:
     items = []
     for panel in PANELS:
         text = f"{panel.meaning} {panel.detail}" if detail and panel.detail else panel.meaning
-        items.append(f"- **{panel.name}**: {text}" if not text.startswith("(") else f"- **{panel.name}** {text}")
+        items.append(
+            f"- **{panel.name}**: {text}" if not text.startswith("(") else f"- **{panel.name}** {text}"
+        )
     return "\n".join(items) + "\n"
 
 

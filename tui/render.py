@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from typing import Sequence
+from collections.abc import Sequence
 
 #: Vertical eighths, index 0 (empty) to 8 (full cell).
 VBLOCKS = " ▁▂▃▄▅▆▇█"

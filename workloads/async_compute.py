@@ -25,8 +25,9 @@ in the text).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -48,8 +49,9 @@ def _cuda_item(n: int, w: torch.Tensor) -> None:
     torch.mm(torch.randn(n, n, device=w.device), w)
 
 
-def run(agent, size: int = CPU_SIZE, timing_every: float = TIMING_EVERY,
-        first_timing: float = FIRST_TIMING_AFTER) -> None:
+def run(
+    agent, size: int = CPU_SIZE, timing_every: float = TIMING_EVERY, first_timing: float = FIRST_TIMING_AFTER
+) -> None:
     """Launch items until stopped (on ``cuda:0`` with n = 1000 when CUDA is available), with a round
     of the text's timings every ``timing_every`` seconds."""
     text_items = [0]  # items of the text's timings (left out of the live throughput on CUDA)
@@ -57,26 +59,35 @@ def run(agent, size: int = CPU_SIZE, timing_every: float = TIMING_EVERY,
         size = SIZE if size == CPU_SIZE else size
         stream = agent.cuda_stream("cuda:0", device=0)
         agent.throughput_from(lambda: stream.items_completed() - text_items[0], "it/s")
-        agent.log(f"experiment async: randn({size},{size}) + mm per item on cuda:0 (CUDA stream; queue shown "
-                  f"as outstanding ops, capacity {stream.capacity})")
+        agent.log(
+            f"experiment async: randn({size},{size}) + mm per item on cuda:0 (CUDA stream; queue shown "
+            f"as outstanding ops, capacity {stream.capacity})"
+        )
         w = torch.randn(size, size, device="cuda:0")
         item: Callable[..., None] = _cuda_item
         device = "cuda:0"
     else:
         stream = agent.emulated_stream("cpu-stream:0")
-        agent.throughput_from(lambda: stream.completed, "it/s")  # the text's items run on a stream of their own
-        agent.log(f"experiment async: randn({size},{size}) + mm per item on {stream.name} "
-                  f"(emulated CPU stream, capacity {stream.capacity})")
+        agent.throughput_from(
+            lambda: stream.completed, "it/s"
+        )  # the text's items run on a stream of their own
+        agent.log(
+            f"experiment async: randn({size},{size}) + mm per item on {stream.name} "
+            f"(emulated CPU stream, capacity {stream.capacity})"
+        )
         w = torch.randn(size, size)
         item = _item
         device = "cpu"
-    agent.log(f"the text's table every {timing_every:g} s: {TEXT_REPEATS} × (randn({TEXT_SIZE}, {TEXT_SIZE}) "
-              f"+ mm) with numpy, with torch timing the launches, and with torch + synchronize (the live "
-              f"loop pauses: {stream.name} holds its backlog while the text's items run on a stream of "
-              f"their own)" if device == "cpu" else
-              f"the text's table every {timing_every:g} s: {TEXT_REPEATS} × (randn({TEXT_SIZE}, {TEXT_SIZE}) "
-              f"+ mm) with numpy, with torch timing the launches, and with torch + synchronize on "
-              f"{stream.name} (the live loop pauses and drains first)")
+    agent.log(
+        f"the text's table every {timing_every:g} s: {TEXT_REPEATS} × (randn({TEXT_SIZE}, {TEXT_SIZE}) "
+        f"+ mm) with numpy, with torch timing the launches, and with torch + synchronize (the live "
+        f"loop pauses: {stream.name} holds its backlog while the text's items run on a stream of "
+        f"their own)"
+        if device == "cpu"
+        else f"the text's table every {timing_every:g} s: {TEXT_REPEATS} × (randn({TEXT_SIZE}, {TEXT_SIZE}) "
+        f"+ mm) with numpy, with torch timing the launches, and with torch + synchronize on "
+        f"{stream.name} (the live loop pauses and drains first)"
+    )
     next_round, rnd = time.monotonic() + first_timing, 0
     while agent.running:
         agent.launch(stream, item, size, w)
@@ -125,8 +136,15 @@ def numpy_time(repeats: int = TEXT_REPEATS, n: int = TEXT_SIZE) -> float | None:
     return time.perf_counter() - t0
 
 
-def text_round(agent: Any, stream: Any, number: int, device: str, counted: list[int],
-               repeats: int = TEXT_REPEATS, n: int = TEXT_SIZE) -> dict[str, float]:
+def text_round(
+    agent: Any,
+    stream: Any,
+    number: int,
+    device: str,
+    counted: list[int],
+    repeats: int = TEXT_REPEATS,
+    n: int = TEXT_SIZE,
+) -> dict[str, float]:
     """One round of the text's three timings, the live loop paused; reports and logs them.
 
     Each timing must start on an idle device. An emulated stream is *held*: its executor finishes the
@@ -140,7 +158,7 @@ def text_round(agent: Any, stream: Any, number: int, device: str, counted: list[
     """
     paused = time.perf_counter()
     hold = getattr(stream, "hold", None)
-    with agent.timing_round(), (hold() if hold is not None else _drained(stream)):
+    with agent.timing_round(), hold() if hold is not None else _drained(stream):
         if hold is not None:
             stream = _text_stream(agent)
         t_numpy = numpy_time(repeats, n)
@@ -156,11 +174,16 @@ def text_round(agent: Any, stream: Any, number: int, device: str, counted: list[
         t_sync = time.perf_counter() - t0
     paused = time.perf_counter() - paused
     rows = [] if t_numpy is None else [("numpy", t_numpy, "s")]
-    rows += [("torch launch", t_launch, "s"), ("torch + sync", t_sync, "s"),
-             ("launch/complete", 100.0 * t_launch / t_sync, "%")]
+    rows += [
+        ("torch launch", t_launch, "s"),
+        ("torch + sync", t_sync, "s"),
+        ("launch/complete", 100.0 * t_launch / t_sync, "%"),
+    ]
     agent.round_results(number, rows)
     numpy_text = "numpy not installed" if t_numpy is None else f"numpy {t_numpy:.4f} s"
-    agent.log(f"text round {number}: {repeats} × randn({n}, {n}) + mm: {numpy_text}, torch {t_launch:.4f} s "
-              f"(launches returned), torch + synchronize {t_sync:.4f} s (launch/complete "
-              f"{100 * t_launch / t_sync:.2g} %); the live loop paused {paused:.2f} s")
+    agent.log(
+        f"text round {number}: {repeats} × randn({n}, {n}) + mm: {numpy_text}, torch {t_launch:.4f} s "
+        f"(launches returned), torch + synchronize {t_sync:.4f} s (launch/complete "
+        f"{100 * t_launch / t_sync:.2g} %); the live loop paused {paused:.2f} s"
+    )
     return {"numpy": t_numpy or 0.0, "launch": t_launch, "sync": t_sync, "paused": paused}

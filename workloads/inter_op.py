@@ -7,8 +7,6 @@ futures not yet done are the queue (``outstanding``). ASYNC keeps forking while 
 
 from __future__ import annotations
 
-from typing import List
-
 import torch
 
 CHAINS = 4
@@ -25,8 +23,8 @@ def _chain(x: torch.Tensor, w: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @torch.jit.script
-def _fork_chains(xs: List[torch.Tensor], w: torch.Tensor, n: int) -> List[torch.jit.Future[torch.Tensor]]:
-    futures = torch.jit.annotate(List[torch.jit.Future[torch.Tensor]], [])
+def _fork_chains(xs: list[torch.Tensor], w: torch.Tensor, n: int) -> list[torch.jit.Future[torch.Tensor]]:
+    futures = torch.jit.annotate(list[torch.jit.Future[torch.Tensor]], [])
     for x in xs:
         futures.append(torch.jit.fork(_chain, x, w, n))
     return futures
@@ -38,8 +36,10 @@ def run(agent, chains: int = CHAINS, length: int = LENGTH, size: int = SIZE) -> 
     agent.throughput_from(lambda: pool.completed, "chains/s")
     w = torch.randn(size, size) / size**0.5
     xs = [torch.randn(size, size) for _ in range(chains)]
-    agent.log(f"experiment inter-op: {chains} chains of {length} × tanh(mm {size}×{size}) per fork, "
-              f"{torch.get_num_interop_threads()} inter-op threads")
+    agent.log(
+        f"experiment inter-op: {chains} chains of {length} × tanh(mm {size}×{size}) per fork, "
+        f"{torch.get_num_interop_threads()} inter-op threads"
+    )
     while agent.running:
         pool.track(_fork_chains(xs, w, length))
         if agent.sync.enabled:

@@ -24,8 +24,10 @@ def run(agent, size: int = SIZE) -> None:
     flop = 2.0 * size**3
     # per thread count: (total seconds, matmuls)
     totals: dict[int, list[float]] = {}
-    agent.log(f"experiment intra-op: mm {size}×{size} (2·n³ = {flop / 1e9:.2f} GFLOP each), "
-              f"{torch.get_num_threads()} intra-op threads; press +/- to change")
+    agent.log(
+        f"experiment intra-op: mm {size}×{size} (2·n³ = {flop / 1e9:.2f} GFLOP each), "
+        f"{torch.get_num_threads()} intra-op threads; press +/- to change"
+    )
     last_report = time.perf_counter()
     while agent.running:
         threads = torch.get_num_threads()

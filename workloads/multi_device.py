@@ -37,8 +37,10 @@ def run(agent, ops: int = OPS, size: int = SIZE, batch: int = BATCH) -> None:
         streams = [agent.emulated_stream(f"cpu-stream:{i}") for i in range(2)]
         agent.throughput_from(lambda: batch * sum(s.completed for s in streams), "mm/s")
         data = [(torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)) for _ in streams]
-        agent.log(f"experiment multi-device: {ops} × mm({size}×{size}) per phase on 2 emulated CPU streams "
-                  f"(1 intra-op thread each), {batch} mm per launch")
+        agent.log(
+            f"experiment multi-device: {ops} × mm({size}×{size}) per phase on 2 emulated CPU streams "
+            f"(1 intra-op thread each), {batch} mm per launch"
+        )
     launches = ops // batch
     rnd = 0
     while agent.running:
@@ -56,26 +58,44 @@ def run(agent, ops: int = OPS, size: int = SIZE, batch: int = BATCH) -> None:
                 streams[i].synchronize()
             times[label] = time.perf_counter() - t0
         serial = times["device 0"] + times["device 1"]
-        agent.round_results(rnd, [
-            *((f"{label}{' at once' if label == 'both' else ' alone'}", times[label], "s") for label in times),
-            ("speed-up of both", serial / times["both"], "×"),
-        ])
-        agent.log(f"round {rnd}: device 0 {times['device 0']:.4f} s, device 1 {times['device 1']:.4f} s, "
-                  f"both {times['both']:.4f} s ({serial / times['both']:.2f}× of serial)")
+        agent.round_results(
+            rnd,
+            [
+                *(
+                    (f"{label}{' at once' if label == 'both' else ' alone'}", times[label], "s")
+                    for label in times
+                ),
+                ("speed-up of both", serial / times["both"], "×"),
+            ],
+        )
+        agent.log(
+            f"round {rnd}: device 0 {times['device 0']:.4f} s, device 1 {times['device 1']:.4f} s, "
+            f"both {times['both']:.4f} s ({serial / times['both']:.2f}× of serial)"
+        )
 
 
 def _cuda_lanes(agent, ops: int, size: int, batch: int) -> tuple[list, list]:
     """Device i on ``cuda:i``; with one GPU, device 1 is an emulated CPU stream (and the log says so)."""
     gpus = min(2, torch.cuda.device_count())
     streams: list = [agent.cuda_stream(f"cuda:{i}", device=i) for i in range(gpus)]
-    data = [tuple(torch.randn(size, size, device=f"cuda:{i}") for _ in range(2))
-            + (torch.empty(size, size, device=f"cuda:{i}"),) for i in range(gpus)]
+    data = [
+        tuple(torch.randn(size, size, device=f"cuda:{i}") for _ in range(2))
+        + (torch.empty(size, size, device=f"cuda:{i}"),)
+        for i in range(gpus)
+    ]
     if gpus == 1:
         agent.log("only 1 CUDA device: the auto-parallelism text needs 2; device 1 is an emulated CPU stream")
         streams.append(agent.emulated_stream("cpu-stream:1"))
         data.append((torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)))
-    agent.throughput_from(lambda: batch * sum(
-        s.items_completed() if hasattr(s, "items_completed") else s.completed for s in streams), "mm/s")
-    agent.log(f"experiment multi-device: {ops} × mm({size}×{size}) per phase on "
-              f"{', '.join(s.name for s in streams)}, {batch} mm per launch")
+    agent.throughput_from(
+        lambda: (
+            batch
+            * sum(s.items_completed() if hasattr(s, "items_completed") else s.completed for s in streams)
+        ),
+        "mm/s",
+    )
+    agent.log(
+        f"experiment multi-device: {ops} × mm({size}×{size}) per phase on "
+        f"{', '.join(s.name for s in streams)}, {batch} mm per launch"
+    )
     return streams, data

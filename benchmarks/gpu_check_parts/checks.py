@@ -19,9 +19,10 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import compare as cmp
 from .report import check_entry
@@ -971,32 +972,48 @@ def check_cupti(ctx: Context) -> Result:
     ratio = sorted(run_speeds)[len(run_speeds) // 2] / plain_med
     # records that reached Python per launch of the counts loop: ~2 when CUPTI's per-API switch held
     per_launch = counts.get("records", 0) / max(1, int(counts.get("ops", 0)))
-    details.update(plain_ops_per_s=plain_speeds, run_ops_per_s=run_speeds, ratio=round(ratio, 3),
-                   used_cupti=used_cupti, records_per_launch=round(per_launch, 2),
-                   cbids_off=counts.get("cbids_off"))
-    details["tables"] = [{
-        "title": "CUPTI path: launches per stream, CUPTI records vs torch.profiler trace",
-        "columns": ["stream", "CUPTI", "profiler"],
-        "rows": [[k, counts.get("cupti", {}).get(k), v]
-                 for k, v in sorted(counts.get("profiler", {}).items())],
-    }, {
-        "title": "launch-bound loop (x.add_(1), 256 floats): ops/s",
-        "columns": ["round", "plain", "under torchpar-top run"],
-        "rows": [[i + 1, p, r] for i, (p, r) in enumerate(zip(plain_speeds, run_speeds))],
-    }]
+    details.update(
+        plain_ops_per_s=plain_speeds,
+        run_ops_per_s=run_speeds,
+        ratio=round(ratio, 3),
+        used_cupti=used_cupti,
+        records_per_launch=round(per_launch, 2),
+        cbids_off=counts.get("cbids_off"),
+    )
+    details["tables"] = [
+        {
+            "title": "CUPTI path: launches per stream, CUPTI records vs torch.profiler trace",
+            "columns": ["stream", "CUPTI", "profiler"],
+            "rows": [
+                [k, counts.get("cupti", {}).get(k), v] for k, v in sorted(counts.get("profiler", {}).items())
+            ],
+        },
+        {
+            "title": "launch-bound loop (x.add_(1), 256 floats): ops/s",
+            "columns": ["round", "plain", "under torchpar-top run"],
+            "rows": [[i + 1, p, r] for i, (p, r) in enumerate(zip(plain_speeds, run_speeds))],
+        },
+    ]
     problems = []
     if not counts.get("ok"):
-        problems.append(f"launches per stream differ: CUPTI {counts.get('cupti')} vs profiler "
-                        f"{counts.get('profiler')}")
+        problems.append(
+            f"launches per stream differ: CUPTI {counts.get('cupti')} vs profiler {counts.get('profiler')}"
+        )
     if not used_cupti:
         problems.append("the run did not use the CUPTI path (see its log)")
     if ratio < CUPTI_TARGET:
         problems.append(f"launch-bound loop at {ratio:.3f}x of plain under run (target {CUPTI_TARGET})")
     if problems:
         return "failed", "; ".join(problems), details
-    return "passed", (f"launches per stream equal to the profiler's; launch-bound loop at {ratio:.3f}x of "
-                      f"plain ({plain_med:.0f} ops/s plain); {per_launch:.2f} CUPTI records per launch "
-                      f"reached Python ({counts.get('cbids_off')} API cbids switched off)"), details
+    return (
+        "passed",
+        (
+            f"launches per stream equal to the profiler's; launch-bound loop at {ratio:.3f}x of "
+            f"plain ({plain_med:.0f} ops/s plain); {per_launch:.2f} CUPTI records per launch "
+            f"reached Python ({counts.get('cbids_off')} API cbids switched off)"
+        ),
+        details,
+    )
 
 
 PLAN = (
@@ -1015,8 +1032,13 @@ PLAN = (
         150,
         40,
     ),
-    Planned("cupti_run", "CUPTI path: launches vs profiler, launch-bound loop speed under run", check_cupti,
-            120, 40),
+    Planned(
+        "cupti_run",
+        "CUPTI path: launches vs profiler, launch-bound loop speed under run",
+        check_cupti,
+        120,
+        40,
+    ),
 )
 
 

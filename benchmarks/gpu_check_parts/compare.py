@@ -13,7 +13,8 @@ import json
 import re
 import statistics
 from bisect import bisect_right
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 # -- NVML (our probe) against nvidia-smi ---------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Sequence
 
 #: Two busy intervals closer than this are merged into one (seconds). A gap this short is below what a
 #: lane cell (about 100 ms) can show; merging keeps a busy executor to a handful of intervals per window.
@@ -71,7 +71,9 @@ class ActivityRecorder:
 
 
 @contextmanager
-def waiting(*recorders: ActivityRecorder | None, clock: Callable[[], float] = time.perf_counter) -> Iterator[None]:
+def waiting(
+    *recorders: ActivityRecorder | None, clock: Callable[[], float] = time.perf_counter
+) -> Iterator[None]:
     """Record the enclosed wait in each recorder *as it happens*.
 
     A wait recorded only when it ends would be missed by a sample taken while it lasts, and the next
@@ -156,8 +158,9 @@ def split_busy(busy: float, run: float, wait: float) -> tuple[float, float]:
     return running, min(busy - running, max(0.0, wait))
 
 
-def running_overlap(per_executor: Sequence[Sequence[Interval]],
-                    running: Sequence[float | None]) -> tuple[float, float]:
+def running_overlap(
+    per_executor: Sequence[Sequence[Interval]], running: Sequence[float | None]
+) -> tuple[float, float]:
     """Time during which two or more executors were *running on a core* at once: ``(least, most)``.
 
     ``per_executor`` are the executors' in-progress intervals; ``running`` their running time in the

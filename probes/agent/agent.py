@@ -23,21 +23,21 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
-
 from torchpar_top.contract.codec import MAX_ITEMS, LineReader, ProtocolError
 from torchpar_top.contract.messages import (
+    MAX_FRAMES,
     Ack,
     Exit,
     Frame,
     Frontend,
     FrontendStack,
     Hello,
-    MAX_FRAMES,
     Log,
     Message,
     Profile,
@@ -64,7 +64,6 @@ from torchpar_top.probes.agent.executor import EagerDevice, Executor
 from torchpar_top.probes.agent.interop import InterOpPool
 from torchpar_top.probes.agent.stream import DEFAULT_CAPACITY, EmulatedStream
 from torchpar_top.probes.agent.sync import SyncPolicy
-
 
 #: Seconds between two readings of the frontend's stack (sent in that sample).
 STACK_EVERY = 0.5
@@ -244,8 +243,11 @@ class Agent:
         """Report one complete round of results together: ``(label, value, unit)`` each, the last one
         closing the round (the screen shows complete rounds only, never a mix of two)."""
         for i, (label, value, unit) in enumerate(rows):
-            self.send(Result(label=label, value=float(value), unit=unit, round=number,
-                             closes_round=i == len(rows) - 1))
+            self.send(
+                Result(
+                    label=label, value=float(value), unit=unit, round=number, closes_round=i == len(rows) - 1
+                )
+            )
 
     @contextmanager
     def timing_round(self) -> Iterator[None]:
@@ -266,17 +268,19 @@ class Agent:
 
     def start(self) -> None:
         """Say hello and start the sampler and command threads."""
-        self.send(Hello(
-            pid=os.getpid(),
-            experiment=self.experiment,
-            device=self.device,
-            torch=torch.__version__,
-            num_threads=torch.get_num_threads(),
-            interop_threads=torch.get_num_interop_threads(),
-            roles=self.roles(),
-            rank=self.rank,
-            world_size=self.world_size,
-        ))
+        self.send(
+            Hello(
+                pid=os.getpid(),
+                experiment=self.experiment,
+                device=self.device,
+                torch=torch.__version__,
+                num_threads=torch.get_num_threads(),
+                interop_threads=torch.get_num_interop_threads(),
+                roles=self.roles(),
+                rank=self.rank,
+                world_size=self.world_size,
+            )
+        )
         for target, name in ((self._sample_loop, "tpt-sampler"), (self._command_loop, "tpt-control")):
             th = threading.Thread(target=target, name=name, daemon=True)
             th.start()
@@ -296,8 +300,11 @@ class Agent:
         most what one message may carry."""
         roles = [ThreadRole(self.frontend_tid, Role.FRONTEND)]
         roles += [ThreadRole(tid, Role.AGENT) for tid in self._agent_tids]
-        roles += [ThreadRole(tid, ex.thread_role, ex.name) for ex in (*self.executors, *self._side)
-                  for tid in ex.tids]
+        roles += [
+            ThreadRole(tid, ex.thread_role, ex.name)
+            for ex in (*self.executors, *self._side)
+            for tid in ex.tids
+        ]
         known = {r.tid for r in roles}
         for thread in threading.enumerate():
             tid = thread.native_id
@@ -345,7 +352,9 @@ class Agent:
         stack = None
         if t1 - self._stack_t >= STACK_EVERY:
             self._stack_t = t1
-            stack = self.frontend_stack(idle=frontend.core_wait is not None and frontend.busy < IDLE_RUN_SHARE)
+            stack = self.frontend_stack(
+                idle=frontend.core_wait is not None and frontend.busy < IDLE_RUN_SHARE
+            )
         done, unit = self.throughput.take()
         several = len(per_executor) > 1
         on_cores = running_overlap(per_executor, running)
@@ -383,8 +392,13 @@ class Agent:
         frames: list[Frame] = []
         while frame is not None and len(frames) < MAX_FRAMES:
             code = frame.f_code
-            frames.append(Frame(function=getattr(code, "co_qualname", code.co_name), filename=code.co_filename,
-                                line=max(0, frame.f_lineno or 0)))
+            frames.append(
+                Frame(
+                    function=getattr(code, "co_qualname", code.co_name),
+                    filename=code.co_filename,
+                    line=max(0, frame.f_lineno or 0),
+                )
+            )
             frame = frame.f_back
         del frame
         if not frames:
@@ -465,16 +479,19 @@ class Agent:
             self.set_threads(cmd.value)
             detail = f"torch.set_num_threads({cmd.value})"
             if any(isinstance(ex, InterOpPool) for ex in self.executors):
-                detail += (" on the frontend; the inter-op pool's threads keep the OpenMP team they started"
-                           f" with: r restarts with {cmd.value}")
+                detail += (
+                    " on the frontend; the inter-op pool's threads keep the OpenMP team they started"
+                    f" with: r restarts with {cmd.value}"
+                )
             self._ack(cmd.TYPE, True, detail)
         elif isinstance(cmd, Profile):
             if cmd.export_path is not None and not os.path.isabs(cmd.export_path):
                 self._ack(cmd.TYPE, False, f"profiler window refused: path not absolute: {cmd.export_path}")
                 return
             self._ack(cmd.TYPE, True, f"profiler window of {cmd.seconds:g} s started")
-            th = threading.Thread(target=self._profile, args=(cmd.seconds, cmd.export_path),
-                                  name="tpt-profile", daemon=True)
+            th = threading.Thread(
+                target=self._profile, args=(cmd.seconds, cmd.export_path), name="tpt-profile", daemon=True
+            )
             th.start()
         elif isinstance(cmd, Stop):
             self._ack(cmd.TYPE, True, "stopping")
@@ -574,7 +591,6 @@ class Agent:
             self._sock.detach()
 
 
-
 #: How long the command loop waits in poll before it checks its descriptor again (ms).
 COMMAND_POLL_MS = 250
 
@@ -631,7 +647,7 @@ def _kill_descendants() -> None:
         import psutil
 
         procs = psutil.Process().children(recursive=True)
-    except Exception:  # noqa: BLE001 - best effort on the way out
+    except Exception:
         return
     for proc in procs:
         try:

@@ -21,8 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--sync", action="store_true")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch.set_num_threads before anything runs (so pool threads start with it too)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads before anything runs (so pool threads start with it too)",
+    )
     args = parser.parse_args(argv)
 
     from torchpar_top import workloads  # after argument parsing: imports torch-heavy modules

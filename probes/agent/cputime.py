@@ -10,7 +10,7 @@ intervals alone can say (ARCHITECTURE.md, "Running, waiting for a core, blocked"
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 Reading = tuple[int, int]
 """``(run_ns, wait_ns)``: cumulative nanoseconds on a core and waiting for one."""

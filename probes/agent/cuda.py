@@ -39,7 +39,8 @@ import os
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torchpar_top.probes.agent import hta
 from torchpar_top.probes.agent.activity import ActivityRecorder
@@ -62,11 +63,19 @@ MAX_STREAMS = 16
 class CudaMonitor:
     """The CUDA part of the agent: the launch counter, one marker thread, per-device clocks."""
 
-    def __init__(self, cuda: Any = None, *, period: float = PERIOD, timed_edges: bool = True,
-                 clock: Callable[[], float] = time.perf_counter, device_of: DeviceOf | None = None,
-                 stream_of: StreamOf | None = None, thread: bool = True,
-                 on_thread: Callable[[int], None] | None = None,
-                 on_stream: Callable[[CudaStream], Any] | None = None) -> None:
+    def __init__(
+        self,
+        cuda: Any = None,
+        *,
+        period: float = PERIOD,
+        timed_edges: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        device_of: DeviceOf | None = None,
+        stream_of: StreamOf | None = None,
+        thread: bool = True,
+        on_thread: Callable[[int], None] | None = None,
+        on_stream: Callable[[CudaStream], Any] | None = None,
+    ) -> None:
         """``on_stream`` receives each stream watched because the frontend started using it."""
         import torch
 
@@ -78,8 +87,9 @@ class CudaMonitor:
         self.capture.install(graph_classes(cuda), cuda.current_stream)
         self.paused_rounds = 0
         """Marker rounds skipped because a CUDA graph was being captured."""
-        self.counter = LaunchCounter(device_of or cuda_device_of, clock, stream_of, self._new_stream,
-                                     capture=self.capture)
+        self.counter = LaunchCounter(
+            device_of or cuda_device_of, clock, stream_of, self._new_stream, capture=self.capture
+        )
         self.streams: tuple[CudaStream, ...] = ()
         self.unwatched = 0
         """Streams the frontend used beyond ``MAX_STREAMS`` or that could not be watched."""
@@ -91,8 +101,9 @@ class CudaMonitor:
         self._stop = threading.Event()
         self._uuids: list[str] | None = None
 
-    def stream(self, name: str, device: int = 0, stream: Any = None,
-               wait: ActivityRecorder | None = None) -> CudaStream:
+    def stream(
+        self, name: str, device: int = 0, stream: Any = None, wait: ActivityRecorder | None = None
+    ) -> CudaStream:
         """Watch ``stream`` (default: the device's current stream); call on the frontend thread.
 
         Raises:
@@ -127,7 +138,7 @@ class CudaMonitor:
             ex = self.stream(self._name(device, stream_id, default), device, stream, self._wait)
             if self._on_stream is not None:
                 self._on_stream(ex)
-        except Exception:  # noqa: BLE001 - never break the user's torch call
+        except Exception:
             self.unwatched += 1
 
     def _name(self, device: int, stream_id: int, default: bool) -> str:
@@ -141,7 +152,7 @@ class CudaMonitor:
             return True
         try:
             return bool(self.cuda.is_current_stream_capturing())
-        except Exception:  # noqa: BLE001 - a CPU-only build's stub, or no such call
+        except Exception:
             return False
 
     def poll(self) -> None:
@@ -181,9 +192,14 @@ class CudaMonitor:
             self.poll()
 
 
-def profile_queue(seconds: float = 0.5, *, cuda: bool = True, sleep: Callable[[float], None] = time.sleep,
-                  cap: int = CAPACITY, export_path: str | None = None,
-                  ) -> dict[tuple[int, int], hta.QueueSeries]:
+def profile_queue(
+    seconds: float = 0.5,
+    *,
+    cuda: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+    cap: int = CAPACITY,
+    export_path: str | None = None,
+) -> dict[tuple[int, int], hta.QueueSeries]:
     """Run ``torch.profiler`` for ``seconds`` and return HTA's queue depth per ``(device, stream)``.
 
     CUPTI records runtime launches and kernels process-wide, so this may run on an agent thread while
@@ -203,6 +219,6 @@ def profile_queue(seconds: float = 0.5, *, cuda: bool = True, sleep: Callable[[f
     with tempfile.TemporaryDirectory(prefix="tpt-prof-") as tmp:
         path = export_path or os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
-        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
             trace = json.load(f)
     return hta.queue_depth(hta.from_chrome_trace(trace), cap)

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 #: The methods wrapped on each graph class.
 METHODS = ("capture_begin", "capture_end")
@@ -120,7 +121,7 @@ class CaptureGuard:
         for listener in list(self.listeners):
             try:
                 listener(active)
-            except Exception:  # noqa: BLE001 - never fail the user's capture
+            except Exception:
                 pass
 
 
@@ -129,7 +130,7 @@ def _key(current_stream: Callable[[], Any]) -> tuple[int, int] | None:
     try:
         stream = current_stream()
         return (int(stream.device_index), int(stream.stream_id))
-    except Exception:  # noqa: BLE001 - never fail the user's capture_begin
+    except Exception:
         return None
 
 

@@ -73,8 +73,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from torchpar_top.analysis import QUEUE_CAP
 from torchpar_top.contract.messages import ExecutorRow
@@ -84,9 +85,16 @@ from torchpar_top.probes.agent.cupti_records import Key, RecordConverter, Record
 from torchpar_top.probes.agent.executor import Executor
 
 #: Runtime calls that block the calling thread until the device caught up (sync points).
-SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-              "cudaThreadSynchronize", "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyToSymbol",
-              "cudaMemcpyFromSymbol")
+SYNC_CALLS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaThreadSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemcpyToSymbol",
+    "cudaMemcpyFromSymbol",
+)
 #: Activity kinds without which there is no queue (their refusal means no CUPTI path).
 ESSENTIAL_KINDS = ("RUNTIME", "CONCURRENT_KERNEL")
 #: Kinds that add launches (driver: Triton's cuLaunchKernel) and copies; refused ones are named.
@@ -113,9 +121,11 @@ def load_cupti() -> Any:
     """NVIDIA's binding, ``cupti.cupti``; :class:`CuptiUnavailable` when it is not installed."""
     try:
         from cupti import cupti  # type: ignore[import-not-found]
-    except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install raising anything
-        raise CuptiUnavailable(f"cupti-python not importable ({type(exc).__name__}: {exc}); "
-                               "install it with `pip install torchpar-top[cuda]`") from exc
+    except Exception as exc:
+        raise CuptiUnavailable(
+            f"cupti-python not importable ({type(exc).__name__}: {exc}); "
+            "install it with `pip install torchpar-top[cuda]`"
+        ) from exc
     return cupti
 
 
@@ -139,7 +149,7 @@ class CuptiStream(Executor):
     quantity = Quantity.DEPTH
     counts = Counted.KERNELS
 
-    def __init__(self, name: str, key: Key, monitor: "CuptiMonitor") -> None:
+    def __init__(self, name: str, key: Key, monitor: CuptiMonitor) -> None:
         super().__init__(name, QUEUE_CAP)
         self.key, self._m = key, monitor
         self.at_cap = 0.0
@@ -186,9 +196,10 @@ def _before(original: Callable[..., Any], hook: Callable[[], None]) -> Callable[
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             hook()
-        except Exception:  # noqa: BLE001 - never break the user's profiler
+        except Exception:
             pass
         return original(*args, **kwargs)
+
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     return wrapper
 
@@ -200,8 +211,9 @@ def _after(original: Callable[..., Any], hook: Callable[[], None]) -> Callable[.
         finally:
             try:
                 hook()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
+
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     return wrapper
 
@@ -216,20 +228,29 @@ def _torch_profiler_enabled() -> bool:
     enabled = getattr(getattr(getattr(torch, "_C", None), "_autograd", None), "_profiler_enabled", None)
     try:
         return bool(enabled()) if enabled is not None else False
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
 class CuptiMonitor:
     """The agent's CUDA part on CUPTI records: executors per stream, sync points, standing aside."""
 
-    def __init__(self, cupti: Any, *, add: Callable[[Any], Any], log: Callable[[str], None],
-                 syncpoints: Any = None, capture: Any = None, rank: int = 0,
-                 clock: Callable[[], float] = time.perf_counter,
-                 uuids: Callable[[], list[str]] | None = None,
-                 on_lost: Callable[[str], None] | None = None,
-                 profiler_enabled: Callable[[], bool] = _torch_profiler_enabled,
-                 duty: float = 1.0, drain_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        cupti: Any,
+        *,
+        add: Callable[[Any], Any],
+        log: Callable[[str], None],
+        syncpoints: Any = None,
+        capture: Any = None,
+        rank: int = 0,
+        clock: Callable[[], float] = time.perf_counter,
+        uuids: Callable[[], list[str]] | None = None,
+        on_lost: Callable[[str], None] | None = None,
+        profiler_enabled: Callable[[], bool] = _torch_profiler_enabled,
+        duty: float = 1.0,
+        drain_s: float = 0.02,
+    ) -> None:
         if not 0 < duty <= 1:
             raise ValueError(f"CUPTI duty must be in (0, 1], not {duty}")
         self.cupti, self._add, self._log, self.syncpoints = cupti, add, log, syncpoints
@@ -316,13 +337,13 @@ class CuptiMonitor:
                     kind = int(getattr(c.ActivityKind, name))
                     c.activity_enable(kind)
                     self.kinds.append(kind)
-                except Exception as exc:  # noqa: BLE001 - the binding's cuptiError, or no such kind
+                except Exception as exc:
                     self.refused.append(f"{name} ({describe(exc)})")
             self.filtered = self._record_launches_only()
             if self.cycle > 1:
                 self._start_over(c.get_timestamp() / 1000)
                 self._recording, self._phase = True, 0
-        except Exception as exc:  # noqa: BLE001 - cuptiError from any step
+        except Exception as exc:
             self._unsubscribe()
             raise CuptiUnavailable(describe(exc)) from exc
 
@@ -334,8 +355,10 @@ class CuptiMonitor:
         records never reach Python then; without the switch they are skipped by cbid. The callback API
         (sync points) is separate and unaffected. Returns the cbids switched off."""
         c, conv, off = self.cupti, self.converter, 0
-        for kind, switch in ((conv.runtime, "activity_enable_runtime_api"),
-                             (conv.driver, "activity_enable_driver_api")):
+        for kind, switch in (
+            (conv.runtime, "activity_enable_runtime_api"),
+            (conv.driver, "activity_enable_driver_api"),
+        ):
             toggle = getattr(c, switch, None)
             if toggle is None or kind not in self.kinds:
                 continue
@@ -343,7 +366,7 @@ class CuptiMonitor:
                 try:
                     toggle(cbid, 0)
                     off += 1
-                except Exception:  # noqa: BLE001 - INVALID/SIZE sentinels, cbids this CUPTI lacks
+                except Exception:
                     pass
         return off
 
@@ -353,13 +376,13 @@ class CuptiMonitor:
         for kind in self.kinds:
             try:
                 c.activity_disable(kind)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         self.kinds = []
         if self._handle is not None:
             try:
                 c.unsubscribe(self._handle)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             self._handle = None
 
@@ -411,8 +434,8 @@ class CuptiMonitor:
             for i in range(0, len(records), CHUNK):
                 try:
                     with self._lock:
-                        self.queues.add_records(records[i:i + CHUNK])
-                except Exception as exc:  # noqa: BLE001 - a record the queue cannot read
+                        self.queues.add_records(records[i : i + CHUNK])
+                except Exception as exc:
                     self._log(f"CUPTI records dropped: {type(exc).__name__}: {exc}")
                     break
                 time.sleep(0)
@@ -425,7 +448,7 @@ class CuptiMonitor:
             name = self._sync_cbids.get(int(cbid))
             if name is not None:
                 self.syncpoints.hit_frame(name, sys._getframe(1 + self.api_frames))
-        except Exception:  # noqa: BLE001 - never raise into the user's CUDA call
+        except Exception:
             pass
 
     # -- standing aside ---------------------------------------------------------------------------
@@ -444,8 +467,10 @@ class CuptiMonitor:
             self._flush()
             self._unsubscribe()
             self.aside = reason
-        self._log(f"CUDA launch queues: standing aside ({reason}): CUPTI is left to it; "
-                  "queue figures are frozen until it ends")
+        self._log(
+            f"CUDA launch queues: standing aside ({reason}): CUPTI is left to it; "
+            "queue figures are frozen until it ends"
+        )
 
     def resume(self) -> None:
         """Record again after standing aside; when CUPTI cannot be had, ``on_lost`` (once)."""
@@ -497,7 +522,7 @@ class CuptiMonitor:
     def _flush(self) -> None:
         try:
             self.cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: the partial buffer too
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     def sample_part(self, t0: float, t1: float) -> dict[str, Any]:
@@ -513,8 +538,12 @@ class CuptiMonitor:
     def _refresh(self) -> None:
         if self.aside is None and self._profiler_enabled():
             self.stand_aside(PROFILER_NOTE + " (started without torch's profiler calls)")
-        if self.aside is not None and self.aside.startswith(PROFILER_NOTE) and not self.lost \
-                and not self._profiler_enabled():
+        if (
+            self.aside is not None
+            and self.aside.startswith(PROFILER_NOTE)
+            and not self.lost
+            and not self._profiler_enabled()
+        ):
             self.resume()
         if self.aside is not None or (self.capture is not None and getattr(self.capture, "active", 0)):
             return
@@ -562,7 +591,7 @@ class CuptiMonitor:
             for kind in sorted(self.kinds, key=lambda k: k in api):  # GPU ops first, then launches
                 c.activity_enable(kind)
             self.filtered = self._record_launches_only()  # enabling the API kinds reset the switch
-        except Exception as exc:  # noqa: BLE001 - CUPTI refused: another client took it meanwhile
+        except Exception as exc:
             self._log(f"CUDA launch queues: CUPTI refused a recording window ({describe(exc)})")
             return
         self._recording = True
@@ -596,7 +625,7 @@ class CuptiMonitor:
     def _disable(self, kind: int) -> None:
         try:
             self.cupti.activity_disable(kind)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     def _name(self, key: Key) -> str:

@@ -23,7 +23,8 @@ lookup per CUDA call (``torch._C._cuda_getCurrentStream``) is not measurable her
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -33,13 +34,30 @@ MAX_DEVICES = 64
 
 #: False in eager; torch.compile's tracer treats it as True.
 _dynamo_compiling: Callable[[], bool] = getattr(
-    torch.compiler, "is_dynamo_compiling", getattr(torch.compiler, "is_compiling", lambda: False))
+    torch.compiler, "is_dynamo_compiling", getattr(torch.compiler, "is_compiling", lambda: False)
+)
 
 #: Calls that read metadata and never launch work.
-METADATA = frozenset({
-    "__get__", "__len__", "size", "dim", "stride", "numel", "is_contiguous", "data_ptr", "element_size",
-    "get_device", "__repr__", "__format__", "__hash__", "nelement", "ndimension", "storage_offset",
-})
+METADATA = frozenset(
+    {
+        "__get__",
+        "__len__",
+        "size",
+        "dim",
+        "stride",
+        "numel",
+        "is_contiguous",
+        "data_ptr",
+        "element_size",
+        "get_device",
+        "__repr__",
+        "__format__",
+        "__hash__",
+        "nelement",
+        "ndimension",
+        "storage_offset",
+    }
+)
 
 DeviceOf = Callable[[Any, tuple], int]
 StreamOf = Callable[[int], int]
@@ -72,9 +90,14 @@ class LaunchCounter(TorchFunctionMode):
     GIL). ``first_launch[key]`` is the host time of the first launch since the marker thread last took it.
     """
 
-    def __init__(self, device_of: DeviceOf = cuda_device_of, clock: Callable[[], float] = time.perf_counter,
-                 stream_of: StreamOf = cuda_stream_id,
-                 on_new_stream: Callable[[int, int], None] | None = None, capture: Any = None) -> None:
+    def __init__(
+        self,
+        device_of: DeviceOf = cuda_device_of,
+        clock: Callable[[], float] = time.perf_counter,
+        stream_of: StreamOf = cuda_stream_id,
+        on_new_stream: Callable[[int, int], None] | None = None,
+        capture: Any = None,
+    ) -> None:
         super().__init__()
         self.counts: dict[Key, int] = {}
         self.first_launch: dict[Key, float | None] = {}

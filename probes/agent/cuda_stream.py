@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.contract.vocab import Counted, ExecutorKind, Quantity
+from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.probes.agent.executor import Executor
 from torchpar_top.probes.agent.hta import QUEUE_CAP as CAPACITY
 
@@ -68,8 +69,14 @@ class CudaStream(Executor):
     counts = Counted.TORCH_CALLS  # the launch counter is a function mode: torch calls, not kernels
     blocking_observed = False  # completion markers cannot see a launch blocked on a full queue
 
-    def __init__(self, name: str, device: int, stream: Any, monitor: "CudaMonitor",
-                 wait: ActivityRecorder | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        device: int,
+        stream: Any,
+        monitor: CudaMonitor,
+        wait: ActivityRecorder | None = None,
+    ) -> None:
         self.device, self.stream, self._m = device, stream, monitor
         self.key = (device, stream.stream_id)
         """The launch counter's key for this stream."""

@@ -38,9 +38,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from collections.abc import Iterable
 from math import inf, nextafter
 from operator import gt
-from typing import Any, Iterable
+from typing import Any
 
 from torchpar_top.analysis import LAUNCH_NAMES, QUEUE_CAP
 
@@ -70,15 +71,20 @@ class RecordConverter:
     def __init__(self, cupti: Any) -> None:
         kind = cupti.ActivityKind
         self.runtime, self.driver = int(kind.RUNTIME), int(kind.DRIVER)
-        self.gpu_cats = {int(kind.CONCURRENT_KERNEL): "kernel", int(kind.MEMCPY): "gpu_memcpy",
-                         int(kind.MEMSET): "gpu_memset"}
+        self.gpu_cats = {
+            int(kind.CONCURRENT_KERNEL): "kernel",
+            int(kind.MEMCPY): "gpu_memcpy",
+            int(kind.MEMSET): "gpu_memset",
+        }
         if hasattr(kind, "KERNEL"):
             self.gpu_cats[int(kind.KERNEL)] = "kernel"
         # ``Runtime_api_trace_cbid`` in current releases, ``runtime_api_trace_cbid`` in early ones
-        self.runtime_names = cbid_names(getattr(cupti, "Runtime_api_trace_cbid", None)
-                                        or getattr(cupti, "runtime_api_trace_cbid", None))
-        self.driver_names = cbid_names(getattr(cupti, "Driver_api_trace_cbid", None)
-                                       or getattr(cupti, "driver_api_trace_cbid", None))
+        self.runtime_names = cbid_names(
+            getattr(cupti, "Runtime_api_trace_cbid", None) or getattr(cupti, "runtime_api_trace_cbid", None)
+        )
+        self.driver_names = cbid_names(
+            getattr(cupti, "Driver_api_trace_cbid", None) or getattr(cupti, "driver_api_trace_cbid", None)
+        )
 
         self.launch_cbids = {
             self.runtime: {c: n for c, n in self.runtime_names.items() if n in LAUNCH_NAMES},
@@ -100,7 +106,7 @@ class RecordConverter:
 class _Stream:
     """One stream's launch and start times: a base count, and the sorted times after it."""
 
-    __slots__ = ("base_l", "base_s", "launches", "starts", "ops", "at_cap", "valid_from")
+    __slots__ = ("at_cap", "base_l", "base_s", "launches", "ops", "starts", "valid_from")
 
     def __init__(self, valid_from: float) -> None:
         self.valid_from = valid_from
@@ -119,8 +125,14 @@ class _Stream:
 class RecordQueues:
     """Launch queue depth per ``(device, stream)`` from CUPTI records that arrive in buffers, in any order."""
 
-    def __init__(self, converter: RecordConverter, rank: int = 0, cap: int = QUEUE_CAP,
-                 orphan_us: float = 2e6, margin_us: float = 10_000.0) -> None:
+    def __init__(
+        self,
+        converter: RecordConverter,
+        rank: int = 0,
+        cap: int = QUEUE_CAP,
+        orphan_us: float = 2e6,
+        margin_us: float = 10_000.0,
+    ) -> None:
         self.rank, self.cap, self.orphan_us, self.margin_us = rank, cap, orphan_us, margin_us
         self._gpu_kinds = frozenset(converter.gpu_cats)
         self._launch_cbids = {kind: frozenset(cbids) for kind, cbids in converter.launch_cbids.items()}
@@ -293,10 +305,12 @@ class RecordQueues:
             # number k + 1 - cap is later than the launch; compared for the whole span at once, in C
             off = s.base_l - cap + 1 - s.base_s
             first = max(lo, -off)
-            if first >= hi or not any(map(gt, starts[first + off:hi + off], launches[first:hi])):
+            if first >= hi or not any(map(gt, starts[first + off : hi + off], launches[first:hi])):
                 return 0.0
-        steps = sorted([(t, 1) for t in s.launches[lo:hi]]
-                       + [(t, -1) for t in s.starts[bisect_right(s.starts, t0):bisect_right(s.starts, t1)]])
+        steps = sorted(
+            [(t, 1) for t in s.launches[lo:hi]]
+            + [(t, -1) for t in s.starts[bisect_right(s.starts, t0) : bisect_right(s.starts, t1)]]
+        )
         total, prev = 0.0, t0
         for t, delta in steps:
             if depth >= self.cap:

@@ -61,13 +61,23 @@ class Executor:
         """This executor over the window ``[t0, t1]``: its sample row and its merged busy intervals."""
         window = max(t1 - t0, 1e-9)
         busy = union(self.activity.intervals(t0, t1))
-        blocked = min(1.0, busy_time(self.blocked.intervals(t0, t1)) / window) if self.blocking_observed else None
+        blocked = (
+            min(1.0, busy_time(self.blocked.intervals(t0, t1)) / window) if self.blocking_observed else None
+        )
         completed = self.completed  # read before value() reads L: completed never exceeds launched
         row = ExecutorRow(
-            name=self.name, kind=self.kind, quantity=self.quantity, value=self.value(),
-            capacity=self.capacity, launched=max(self.launched, completed), completed=completed,
-            busy=min(1.0, busy_time(busy) / window), blocked=blocked, emulated=self.emulated,
-            counts=self.counts, ready=self.ready(),
+            name=self.name,
+            kind=self.kind,
+            quantity=self.quantity,
+            value=self.value(),
+            capacity=self.capacity,
+            launched=max(self.launched, completed),
+            completed=completed,
+            busy=min(1.0, busy_time(busy) / window),
+            blocked=blocked,
+            emulated=self.emulated,
+            counts=self.counts,
+            ready=self.ready(),
         )
         return row, busy
 
@@ -89,7 +99,7 @@ class EagerDevice(Executor):
 
     kind = ExecutorKind.EAGER
 
-    def op(self) -> "_EagerOp":
+    def op(self) -> _EagerOp:
         """Context manager counting one op and recording the time it ran."""
         return _EagerOp(self)
 

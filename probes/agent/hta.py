@@ -8,12 +8,20 @@ Times are microseconds as in the trace.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from torchpar_top.analysis import QUEUE_CAP, Event, QueueSeries, events_from_chrome, queue_series
 
-__all__ = ["QUEUE_CAP", "Event", "QueueSeries", "from_chrome_trace", "from_kineto_events", "queue_depth",
-           "summary"]
+__all__ = [
+    "QUEUE_CAP",
+    "Event",
+    "QueueSeries",
+    "from_chrome_trace",
+    "from_kineto_events",
+    "queue_depth",
+    "summary",
+]
 
 
 def from_chrome_trace(trace: dict[str, Any] | list[dict[str, Any]]) -> list[Event]:
@@ -30,13 +38,30 @@ def from_kineto_events(events: Iterable[Any]) -> list[Event]:
     for e in events:
         gpu = "CUDA" in str(e.device_type())
         name = e.name()
-        cat = ("gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset")
-               else "kernel") if gpu else "cpu"
-        out.append(Event(
-            name=name, cat=cat, ts=e.start_ns() / 1000.0, dur=e.duration_ns() / 1000.0, pid=None, tid=None,
-            correlation=e.correlation_id() or None,
-            device=e.device_index() if gpu else None, stream=e.device_resource_id() if gpu else None,
-        ))
+        cat = (
+            (
+                "gpu_memcpy"
+                if name.startswith("Memcpy")
+                else "gpu_memset"
+                if name.startswith("Memset")
+                else "kernel"
+            )
+            if gpu
+            else "cpu"
+        )
+        out.append(
+            Event(
+                name=name,
+                cat=cat,
+                ts=e.start_ns() / 1000.0,
+                dur=e.duration_ns() / 1000.0,
+                pid=None,
+                tid=None,
+                correlation=e.correlation_id() or None,
+                device=e.device_index() if gpu else None,
+                stream=e.device_resource_id() if gpu else None,
+            )
+        )
     return out
 
 

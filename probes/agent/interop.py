@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.contract.vocab import ExecutorKind, Quantity
+from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.probes.agent.executor import Executor
 
 

@@ -29,8 +29,10 @@ __all__ = ["check_target", "main"]
 
 #: Exit status for a target that cannot run or a bad command line (the user's code never ran).
 EXIT_CANNOT_RUN = 2
-USAGE = "usage: python -m torchpar_top.probes.agent.run [--fd N] [--interval S] [--sync] " \
-        "[--sync-scope op|step] [--every-op] [--cupti-duty SHARE] (-m MODULE | SCRIPT) [ARGS...]"
+USAGE = (
+    "usage: python -m torchpar_top.probes.agent.run [--fd N] [--interval S] [--sync] "
+    "[--sync-scope op|step] [--every-op] [--cupti-duty SHARE] (-m MODULE | SCRIPT) [ARGS...]"
+)
 
 
 class UsageError(Exception):
@@ -94,12 +96,12 @@ def parse_args(argv: list[str]) -> Options:
         elif arg == "--":
             if i + 1 >= len(argv):
                 break
-            opts.target, opts.args = argv[i + 1], argv[i + 2:]
+            opts.target, opts.args = argv[i + 1], argv[i + 2 :]
             return opts
         elif arg.startswith("-"):
             raise UsageError(f"unknown option {arg}")
         else:
-            opts.target, opts.args = arg, argv[i + 1:]
+            opts.target, opts.args = arg, argv[i + 1 :]
             return opts
         i += 1
     raise UsageError("missing SCRIPT or -m MODULE")
@@ -156,9 +158,17 @@ def main(argv: list[str] | None = None) -> int:
 
     adopt_orphans()
     label = f"-m {opts.target}" if opts.is_module else opts.target
-    agent = UserCode(sock, target=label, interval=opts.interval, sync=opts.sync,
-                     sync_scope=SyncScope(opts.sync_scope), rank=_env_int("RANK"),
-                     world_size=_env_int("WORLD_SIZE"), every_op=opts.every_op, cupti_duty=opts.cupti_duty)
+    agent = UserCode(
+        sock,
+        target=label,
+        interval=opts.interval,
+        sync=opts.sync,
+        sync_scope=SyncScope(opts.sync_scope),
+        rank=_env_int("RANK"),
+        world_size=_env_int("WORLD_SIZE"),
+        every_op=opts.every_op,
+        cupti_duty=opts.cupti_duty,
+    )
     agent.start()
     status: int | None = 0  # None: die of SIGINT, as python does after an uncaught KeyboardInterrupt
     reported: tuple[int, str] = (0, "")  # the status and why, for torchpar-top (ranks are not its children)
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_user_traceback(exc)
             status = None
             reported = (-signal.SIGINT, "KeyboardInterrupt")
-    except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything
+    except BaseException as exc:
         _print_user_traceback(exc)
         status = 1
         reported = (1, exception_line(exc))

@@ -10,13 +10,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
-
-from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.contract.vocab import QUEUE_CAP, ExecutorKind
+from torchpar_top.probes.agent.activity import ActivityRecorder, waiting
 from torchpar_top.probes.agent.executor import Executor
 
 #: CUDA's per-stream launch queue capacity, copied by the emulation.

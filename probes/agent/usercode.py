@@ -19,10 +19,10 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
 from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.probes.agent.activity import busy_time
@@ -33,11 +33,14 @@ from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
 from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
 
-CPU_SYNC_NOTE = ("SYNC on the CPU: eager CPU ops are already synchronous, there is no queue to drain; "
-                 "sync points are counted where they would synchronize on CUDA")
+CPU_SYNC_NOTE = (
+    "SYNC on the CPU: eager CPU ops are already synchronous, there is no queue to drain; "
+    "sync points are counted where they would synchronize on CUDA"
+)
 
 #: Seconds a stop waits for a safe point before interrupting the user's code wherever it is.
 STOP_SAFE_WAIT = 0.5
+
 
 def cuda_in_use() -> bool:
     """True once the user's code initialised CUDA in this process (never initialises it)."""
@@ -48,8 +51,13 @@ class StepsOrOps:
     """Throughput of user code: optimizer steps per second once a step was seen (every step is seen),
     else ops per second, measured while the op counter was on and scaled to the whole window."""
 
-    def __init__(self, agent: Agent, eager: EagerOps, covered: Callable[[], float],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        eager: EagerOps,
+        covered: Callable[[], float],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self._agent, self._eager, self._covered, self._clock = agent, eager, covered, clock
         self._last_ops = self._last_steps = 0
         self._last_cov, self._last_t = covered(), clock()
@@ -71,13 +79,28 @@ class StepsOrOps:
 class UserCode:
     """The agent for ``torchpar-top run``: experiment ``run``, one eager CPU executor to start with."""
 
-    def __init__(self, sock: socket.socket | None, *, target: str, interval: float = 0.1, sync: bool = False,
-                 sync_scope: SyncScope = SyncScope.OP, rank: int | None = None,
-                 world_size: int | None = None, every_op: bool = False,
-                 cupti_duty: float | None = None) -> None:
-        agent = self.agent = Agent(sock, experiment="run", description=f"your code: {target}",
-                                   device="cuda" if torch.cuda.is_available() else "cpu",
-                                   interval=interval, sync=sync, sync_scope=sync_scope)
+    def __init__(
+        self,
+        sock: socket.socket | None,
+        *,
+        target: str,
+        interval: float = 0.1,
+        sync: bool = False,
+        sync_scope: SyncScope = SyncScope.OP,
+        rank: int | None = None,
+        world_size: int | None = None,
+        every_op: bool = False,
+        cupti_duty: float | None = None,
+    ) -> None:
+        agent = self.agent = Agent(
+            sock,
+            experiment="run",
+            description=f"your code: {target}",
+            device="cuda" if torch.cuda.is_available() else "cpu",
+            interval=interval,
+            sync=sync,
+            sync_scope=sync_scope,
+        )
         if rank is not None:
             agent.rank, agent.world_size = rank, world_size if world_size is not None else 1
         self.mode: OpCounter | None = None
@@ -134,8 +157,10 @@ class UserCode:
     def _frozen(self, on: bool) -> None:
         """Compiled code was seen: the op counter keeps its state so compiled code is not compiled again."""
         state = "on (every op is counted)" if on else "off (ops and sync points are no longer sampled)"
-        self.agent.log(f"torch.compile in use: the op counter stays {state}, so that compiled code is not "
-                       "compiled again for a second state of the function-mode stack")
+        self.agent.log(
+            f"torch.compile in use: the op counter stays {state}, so that compiled code is not "
+            "compiled again for a second state of the function-mode stack"
+        )
 
     def _covered(self) -> float:
         """Seconds the op counter was on so far."""
@@ -194,8 +219,10 @@ class UserCode:
             reason = self._watch_with_cupti()
             if reason is None:
                 return
-            self.agent.log(f"CUDA launch queues: CUPTI not used ({reason}); counting torch calls with a "
-                           "function mode instead (a Python hook per op, as with --every-op)")
+            self.agent.log(
+                f"CUDA launch queues: CUPTI not used ({reason}); counting torch calls with a "
+                "function mode instead (a Python hook per op, as with --every-op)"
+            )
         self._watch_with_counter()
 
     def _watch_with_counter(self) -> None:
@@ -203,7 +230,7 @@ class UserCode:
         try:
             device = self.cuda.current_device()
             self.agent.cuda_stream(f"cuda:{device}", device)
-        except Exception as exc:  # noqa: BLE001 - a failure here must not break the user's code
+        except Exception as exc:
             self.agent.log(f"CUDA in use, but its stream is not watched: {type(exc).__name__}: {exc}")
             return
         self.agent.log(f"CUDA in use: watching the current stream of cuda:{device}")
@@ -216,15 +243,22 @@ class UserCode:
         try:
             cupti = self.load_cupti()
             capture.install(graph_classes(self.cuda), self.cuda.current_stream)
-            monitor = CuptiMonitor(cupti, add=self.agent.add, log=self.agent.log, syncpoints=self.syncpoints,
-                                   capture=capture, rank=self.agent.rank or 0, uuids=self._cuda_uuids,
-                                   on_lost=self._cupti_lost,
-                                   duty=DEFAULT_DUTY if self.cupti_duty is None else self.cupti_duty)
+            monitor = CuptiMonitor(
+                cupti,
+                add=self.agent.add,
+                log=self.agent.log,
+                syncpoints=self.syncpoints,
+                capture=capture,
+                rank=self.agent.rank or 0,
+                uuids=self._cuda_uuids,
+                on_lost=self._cupti_lost,
+                duty=DEFAULT_DUTY if self.cupti_duty is None else self.cupti_duty,
+            )
             monitor.start()
         except CuptiUnavailable as exc:
             capture.uninstall()
             return str(exc)
-        except Exception as exc:  # noqa: BLE001 - anything else the binding raises: fall back
+        except Exception as exc:
             capture.uninstall()
             return f"CUPTI: {type(exc).__name__}: {exc}"
         self.cupti = monitor
@@ -232,8 +266,10 @@ class UserCode:
         self.agent.sample_parts.insert(0, monitor.sample_part)
         self.syncpoints.from_runtime = True
         refused = f" (not recorded: {', '.join(monitor.refused)})" if monitor.refused else ""
-        self.agent.log("CUDA in use: launch queues per stream from CUPTI activity records, in kernels, "
-                       f"no Python per op; sync points from CUDA's synchronising calls{refused}")
+        self.agent.log(
+            "CUDA in use: launch queues per stream from CUPTI activity records, in kernels, "
+            f"no Python per op; sync points from CUDA's synchronising calls{refused}"
+        )
         return None
 
     def _cupti_lost(self, reason: str) -> None:
@@ -244,8 +280,9 @@ class UserCode:
             self.agent.cuda = None
             if monitor.sample_part in self.agent.sample_parts:
                 self.agent.sample_parts.remove(monitor.sample_part)
-        self.agent.log(f"CUDA launch queues: counting torch calls with a function mode from now on "
-                       f"({reason})")
+        self.agent.log(
+            f"CUDA launch queues: counting torch calls with a function mode from now on ({reason})"
+        )
         if self.counting is not None:
             self.counting.run_soon(self._watch_with_counter)
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dl
-
-from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.contract.vocab import ExecutorKind, Quantity, Role
+from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.executor import Executor
 
 

@@ -14,14 +14,13 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from torch.optim.optimizer import register_optimizer_step_post_hook
-
 from torchpar_top.probes.agent.usercode_ops import OpCounter
 from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
 
 if TYPE_CHECKING:
     from torchpar_top.probes.agent.usercode import UserCode
 
-_MODES: "weakref.WeakSet[OpCounter]" = weakref.WeakSet()
+_MODES: weakref.WeakSet[OpCounter] = weakref.WeakSet()
 
 
 def after_fork_in_child() -> None:
@@ -36,14 +35,14 @@ os.register_at_fork(after_in_child=after_fork_in_child)
 class Instrumentation:
     """Installs the mode, the step hook and the DataLoader wrappers; enter and exit on the main thread."""
 
-    def __init__(self, user: "UserCode") -> None:
+    def __init__(self, user: UserCode) -> None:
         self.user = user
         self.mode = OpCounter(user.eager, user.syncpoints)
         self.counting = SampledCounting(self.mode)
         self.switch = SwitchSignal(self.counting)
         self._hook: Any = None
 
-    def __enter__(self) -> "Instrumentation":
+    def __enter__(self) -> Instrumentation:
         user = self.user
         _MODES.add(self.mode)
         self.switch.install()

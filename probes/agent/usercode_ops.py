@@ -19,31 +19,62 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-
 from torchpar_top.contract.messages import SyncCount
 from torchpar_top.probes.agent.activity import MERGE_GAP, ActivityRecorder, Interval, clip
 from torchpar_top.probes.agent.executor import EagerDevice
 
 #: Calls that read metadata and never run work (by ``__name__``); not counted as ops.
-METADATA = frozenset({
-    "__get__", "__set__", "__len__", "size", "dim", "stride", "numel", "is_contiguous", "data_ptr",
-    "element_size", "get_device", "__hash__", "nelement", "ndimension", "storage_offset", "__iter__",
-    "is_floating_point", "is_complex", "requires_grad_", "__reduce_ex__", "__deepcopy__",
-})
+METADATA = frozenset(
+    {
+        "__get__",
+        "__set__",
+        "__len__",
+        "size",
+        "dim",
+        "stride",
+        "numel",
+        "is_contiguous",
+        "data_ptr",
+        "element_size",
+        "get_device",
+        "__hash__",
+        "nelement",
+        "ndimension",
+        "storage_offset",
+        "__iter__",
+        "is_floating_point",
+        "is_complex",
+        "requires_grad_",
+        "__reduce_ex__",
+        "__deepcopy__",
+    }
+)
 
 #: Calls that make the frontend wait for the device, and how they are shown.
 SYNC_CALLS: dict[Any, str] = {
-    torch.Tensor.item: "item()", torch.Tensor.cpu: "cpu()", torch.Tensor.tolist: "tolist()",
-    torch.Tensor.numpy: "numpy()", torch.Tensor.__bool__: "bool(tensor)", torch.Tensor.__int__: "int(tensor)",
-    torch.Tensor.__float__: "float(tensor)", torch.Tensor.__index__: "tensor as index",
-    torch.Tensor.__repr__: "print/repr(tensor)", torch.Tensor.__format__: "format(tensor)",
-    torch.Tensor.__array__: "numpy.asarray(tensor)", torch.Tensor.nonzero: "nonzero()",
-    torch.nonzero: "nonzero()", torch.Tensor.to: "to('cpu')", torch.equal: "equal()",
-    torch.Tensor.equal: "equal()", torch.allclose: "allclose()", torch.Tensor.allclose: "allclose()",
+    torch.Tensor.item: "item()",
+    torch.Tensor.cpu: "cpu()",
+    torch.Tensor.tolist: "tolist()",
+    torch.Tensor.numpy: "numpy()",
+    torch.Tensor.__bool__: "bool(tensor)",
+    torch.Tensor.__int__: "int(tensor)",
+    torch.Tensor.__float__: "float(tensor)",
+    torch.Tensor.__index__: "tensor as index",
+    torch.Tensor.__repr__: "print/repr(tensor)",
+    torch.Tensor.__format__: "format(tensor)",
+    torch.Tensor.__array__: "numpy.asarray(tensor)",
+    torch.Tensor.nonzero: "nonzero()",
+    torch.nonzero: "nonzero()",
+    torch.Tensor.to: "to('cpu')",
+    torch.equal: "equal()",
+    torch.Tensor.equal: "equal()",
+    torch.allclose: "allclose()",
+    torch.Tensor.allclose: "allclose()",
 }
 
 
@@ -54,13 +85,15 @@ class _Masked(str):
 
 #: Indexing, read and write.
 MASK_CALLS: dict[Any, _Masked] = {
-    torch.Tensor.__getitem__: _Masked("x[bool mask]"), torch.Tensor.__setitem__: _Masked("x[bool mask] = ..."),
+    torch.Tensor.__getitem__: _Masked("x[bool mask]"),
+    torch.Tensor.__setitem__: _Masked("x[bool mask] = ..."),
 }
 
 _clock = time.perf_counter
 #: False in eager; torch.compile's tracer treats it as True (a compiled region is not counted op by op).
 _dynamo_compiling: Callable[[], bool] = getattr(
-    torch.compiler, "is_dynamo_compiling", getattr(torch.compiler, "is_compiling", lambda: False))
+    torch.compiler, "is_dynamo_compiling", getattr(torch.compiler, "is_compiling", lambda: False)
+)
 _OP = 0
 _META = 1
 
@@ -146,8 +179,10 @@ class SyncPoints:
         """The busiest sites as the ``syncpoints`` message lists them (cumulative counts)."""
         with self._lock:
             items = sorted(self._counts.items(), key=lambda kv: -kv[1])[:MAX_SITES]
-        return tuple(SyncCount(where=f"{_short(path)}:{line}", call=call, count=n)
-                     for (path, line, _func, call), n in items)
+        return tuple(
+            SyncCount(where=f"{_short(path)}:{line}", call=call, count=n)
+            for (path, line, _func, call), n in items
+        )
 
     def take_changed(self) -> tuple[SyncCount, ...] | None:
         """The sites if anything changed since the last call, else None."""
@@ -213,8 +248,9 @@ class EagerOps(EagerDevice):
 class OpCounter(TorchFunctionMode):
     """Counts ops on an eager device, records their busy time, charges sync points to source lines."""
 
-    def __init__(self, device: EagerOps, syncpoints: SyncPoints,
-                 after_op: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, device: EagerOps, syncpoints: SyncPoints, after_op: Callable[[], None] | None = None
+    ) -> None:
         super().__init__()
         self.device = device
         self.syncpoints = syncpoints

@@ -29,7 +29,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -59,8 +60,14 @@ def compiled_code_seen() -> bool:
 class SampledCounting:
     """Switches a function mode on for slices of the frontend's time; accounts for the time covered."""
 
-    def __init__(self, mode: Any, *, slice_s: float = SLICE, duty: float = DUTY,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        mode: Any,
+        *,
+        slice_s: float = SLICE,
+        duty: float = DUTY,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.mode = mode
         self.slice, self.duty, self._clock = slice_s, duty, clock
         self.on = False
@@ -97,12 +104,12 @@ class SampledCounting:
             return
         try:
             self._tick()
-        except Exception as exc:  # noqa: BLE001 - never into the user's code
+        except Exception as exc:
             self.failed = f"{type(exc).__name__}: {exc}"
             self.pinned = self.frozen = False
             try:
                 self._switch_off(self._clock())
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
     def _tick(self) -> None:
@@ -214,7 +221,7 @@ class SwitchSignal:
         try:
             if counting.off_due() and sys.getprofile() is None:  # landed inside a dispatch: finish outside
                 sys.setprofile(self._finish_off)
-        except Exception:  # noqa: BLE001 - a signal handler's error would surface anywhere in the user's code
+        except Exception:
             pass
 
     def _finish_off(self, frame: Any, event: str, arg: Any) -> None:
@@ -222,7 +229,7 @@ class SwitchSignal:
         counting = self.counting
         try:
             done = not counting.off_due() or counting.tick_off()
-        except Exception:  # noqa: BLE001 - never into the user's code
+        except Exception:
             done = True
         if done:
             sys.setprofile(None)

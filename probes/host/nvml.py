@@ -40,8 +40,9 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from torchpar_top.contract.snapshot import GpuView
 
@@ -103,10 +104,18 @@ class _Gpu:
 class NvmlProbe:
     """``sample()`` returns ``(GpuView per GPU, status)``; the status says why there are none."""
 
-    def __init__(self, nvml: Any = None, *, pid: Source = None, cuda_uuids: Source = None,
-                 environ: Mapping[str, str] | None = None, history: int = HISTORY,
-                 clock: Callable[[], float] = time.monotonic, process_stale: float = 2.0,
-                 process_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        nvml: Any = None,
+        *,
+        pid: Source = None,
+        cuda_uuids: Source = None,
+        environ: Mapping[str, str] | None = None,
+        history: int = HISTORY,
+        clock: Callable[[], float] = time.monotonic,
+        process_stale: float = 2.0,
+        process_interval: float = 1.0,
+    ) -> None:
         """Start NVML (never raises).
 
         Args:
@@ -165,8 +174,11 @@ class NvmlProbe:
     @property
     def cuda_uuids(self) -> Source:
         """The workload's CUDA devices' UUIDs in CUDA order (the last numbering set), or a callable."""
-        return self._uuid_source if self._uuid_source is not None else (
-            list(next(reversed(self._numberings))) if self._numberings else None)
+        return (
+            self._uuid_source
+            if self._uuid_source is not None
+            else (list(next(reversed(self._numberings))) if self._numberings else None)
+        )
 
     @cuda_uuids.setter
     def cuda_uuids(self, value: Source) -> None:
@@ -206,8 +218,10 @@ class NvmlProbe:
         labels, note = self._labels()
         first = sorted(labels, key=lambda i: labels[i])  # the child's devices first, in CUDA order
         gpus = [self._gpus[i] for i in first] + [g for g in self._gpus if g.index not in labels]
-        views = tuple(self._read(g, f"cuda:{labels[g.index]}" if g.index in labels else f"nvml:{g.index}",
-                                 now, pid) for g in gpus)
+        views = tuple(
+            self._read(g, f"cuda:{labels[g.index]}" if g.index in labels else f"nvml:{g.index}", now, pid)
+            for g in gpus
+        )
         return views, _status(note, gpus, views)
 
     def _labels(self) -> tuple[dict[int, int], str]:
@@ -231,15 +245,20 @@ class NvmlProbe:
         self._read_process(gpu, now, pid)
         lost = gpu.lost or gpu.denied  # no value for either; only ``lost`` is reported as lost
         return GpuView(
-            index=gpu.index, label=label, name=gpu.name,
-            util_percent=None if lost else gpu.util, util_history=tuple(gpu.history),
+            index=gpu.index,
+            label=label,
+            name=gpu.name,
+            util_percent=None if lost else gpu.util,
+            util_history=tuple(gpu.history),
             mem_used=None if mem is None else int(mem.used),
             mem_total=None if mem is None else int(mem.total),
             power_w=None if power is None else power / 1000.0,
             power_limit_w=None if limit is None else limit / 1000.0,
             temperature_c=None if temp is None else float(temp),
             process_util_percent=None if lost else gpu.proc_util,
-            process_mem=None if lost else gpu.proc_mem, lost=gpu.lost, uuid=gpu.uuid,
+            process_mem=None if lost else gpu.proc_mem,
+            lost=gpu.lost,
+            uuid=gpu.uuid,
         )
 
     def _memory(self, gpu: _Gpu) -> Any:
@@ -259,8 +278,14 @@ class NvmlProbe:
 
     def _read_util(self, gpu: _Gpu, now: float) -> None:
         nvml = self._nvml
-        got = self._call(gpu, "samples", "nvmlDeviceGetSamples", nvml.NVML_GPU_UTILIZATION_SAMPLES,
-                         gpu.samples_ts, not_found=_NO_NEW)
+        got = self._call(
+            gpu,
+            "samples",
+            "nvmlDeviceGetSamples",
+            nvml.NVML_GPU_UTILIZATION_SAMPLES,
+            gpu.samples_ts,
+            not_found=_NO_NEW,
+        )
         if got is not None and got is not _NO_NEW:
             values = self._fresh_samples(gpu, *got)
             if values:
@@ -351,8 +376,12 @@ class NvmlProbe:
             gpu.lost = True
         except nvml.NVMLError_NotFound:
             return not_found
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound, nvml.NVMLError_NoPermission,
-                *_optional(nvml, "NVMLError_ArgumentVersionMismatch", "NVMLLibraryMismatchError")):
+        except (
+            nvml.NVMLError_NotSupported,
+            nvml.NVMLError_FunctionNotFound,
+            nvml.NVMLError_NoPermission,
+            *_optional(nvml, "NVMLError_ArgumentVersionMismatch", "NVMLLibraryMismatchError"),
+        ):
             gpu.off.add(metric)  # the mismatch error is an Exception, not an NVMLError (nvidia-ml-py 12/13)
         except nvml.NVMLError:
             pass  # transient: ask again next poll

@@ -19,11 +19,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
-from torchpar_top.probes.host.process import describe_pid
 from torchpar_top.contract.snapshot import StackFrame, StackView
+from torchpar_top.probes.host.process import describe_pid
 
 TIMEOUT_S = 2.0
 WAIT_SYNC, WAIT_ITEM, WAIT_DATA, WAIT_COLLECTIVE = "synchronize", "item()/cpu()", "DataLoader", "collective"
@@ -132,10 +133,24 @@ def parse_dump(
     )
     tid = main.get("os_thread_id")
     name = main.get("thread_name") or ("MainThread" if tid == pid else f"thread {tid or main['thread_id']}")
-    python_tids = tuple(sorted({int(th["os_thread_id"]) for th in threads
-                                if isinstance(th.get("os_thread_id"), int) and th["os_thread_id"] > 0}))
-    return StackView(pid, name, frames, not main.get("active", True), t, classify_wait(frames, source),
-                     python_tids=python_tids)
+    python_tids = tuple(
+        sorted(
+            {
+                int(th["os_thread_id"])
+                for th in threads
+                if isinstance(th.get("os_thread_id"), int) and th["os_thread_id"] > 0
+            }
+        )
+    )
+    return StackView(
+        pid,
+        name,
+        frames,
+        not main.get("active", True),
+        t,
+        classify_wait(frames, source),
+        python_tids=python_tids,
+    )
 
 
 def _process(pid: int) -> tuple[bool, bool]:
@@ -262,7 +277,7 @@ class StackPoller:
             t0 = time.monotonic()
             try:
                 result = self.sampler.sample()
-            except Exception as exc:  # noqa: BLE001 - a probe must not kill its thread
+            except Exception as exc:
                 result = (None, f"stack sampling failed: {exc}")
             with self._lock:
                 if result[1] == MSG_RACE and self._latest[0] is not None:

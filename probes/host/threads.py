@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import psutil
-
 from torchpar_top.contract.messages import ThreadRole
 from torchpar_top.contract.snapshot import BUSY_THREAD_PERCENT, ThreadGroup, ThreadInfo
 from torchpar_top.contract.vocab import Role
@@ -39,7 +38,9 @@ def parse_stat(text: str) -> tuple[str, str, int]:
     return comm, rest[0], int(rest[11]) + int(rest[12])
 
 
-def classify(tid: int, comm: str, pid: int, roles: Mapping[int, ThreadRole] | None = None) -> tuple[Role, str]:
+def classify(
+    tid: int, comm: str, pid: int, roles: Mapping[int, ThreadRole] | None = None
+) -> tuple[Role, str]:
     """The role of thread ``tid`` (named ``comm``) of process ``pid`` and the executor it serves ('' for
     none); ``roles`` from the agent win."""
     if roles and tid in roles:
@@ -127,7 +128,9 @@ class ThreadSampler:
             ProcessLookupError: the process has exited (or is a zombie).
             PermissionError: ``/proc/<pid>/task`` is not readable.
         """
-        return {tid: (comm, ticks, run) for tid, (comm, ticks, run, _) in _read_task(self.pid, own=True).items()}
+        return {
+            tid: (comm, ticks, run) for tid, (comm, ticks, run, _) in _read_task(self.pid, own=True).items()
+        }
 
     def children(self) -> list[int]:
         """Pids of the processes below the watched one, looked up again at most once a second."""
@@ -181,8 +184,9 @@ class ThreadSampler:
                     wait_pct = max(0.0, (wait - prev[1]) / 1e9 / dt * 100.0)
                 else:
                     pct = wait_pct = 0.0
-                role, executor = (classify(tid, comm, pid, roles) if pid == self.pid
-                                  else (classify_descendant(comm), ""))
+                role, executor = (
+                    classify(tid, comm, pid, roles) if pid == self.pid else (classify_descendant(comm), "")
+                )
                 infos.append(ThreadInfo(tid, comm, role, pct, wait_pct, pid, executor))
         self._prev = current
         self._prev_t = now

@@ -24,9 +24,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 UNSUPPORTED = "CUDA error: operation not permitted when stream is capturing"
 INVALIDATED = "CUDA error: operation failed due to a previous error during capture"
@@ -54,7 +55,7 @@ class SimClock:
 class FakeStream:
     """One in-order stream of a device."""
 
-    def __init__(self, cuda: "FakeCuda", device: int, stream_id: int = 0) -> None:
+    def __init__(self, cuda: FakeCuda, device: int, stream_id: int = 0) -> None:
         self.cuda, self.device_index, self.stream_id = cuda, device, stream_id
         self.device = SimpleNamespace(type="cuda", index=device)
         self.tail = 0.0
@@ -93,7 +94,7 @@ class FakeStream:
 class FakeEvent:
     """``torch.cuda.Event``: completes when its stream reaches it."""
 
-    def __init__(self, cuda: "FakeCuda", enable_timing: bool = False) -> None:
+    def __init__(self, cuda: FakeCuda, enable_timing: bool = False) -> None:
         self.cuda, self.enable_timing = cuda, enable_timing
         self.device: int | None = None
         """Set by the first record (torch creates the CUDA event then)."""
@@ -129,7 +130,7 @@ class FakeEvent:
         if self.t is not None:
             self.cuda.clock.advance_to(self.t)
 
-    def elapsed_time(self, end: "FakeEvent") -> float:
+    def elapsed_time(self, end: FakeEvent) -> float:
         """As ``c10::cuda::CUDAEvent::elapsed_time``: TORCH_CHECK_VALUE (ValueError) for an event made
         without timing or never recorded, TORCH_CHECK (RuntimeError) for one not yet completed."""
         if not (self.enable_timing and end.enable_timing):
@@ -159,7 +160,7 @@ class FakeGraph:
     """``torch.cuda.CUDAGraph``; :class:`FakeCuda` makes a subclass per instance (``fake.CUDAGraph``), so a
     wrapper installed on its methods stays with that fake."""
 
-    cuda: "FakeCuda"
+    cuda: FakeCuda
 
     def __init__(self) -> None:
         self.nodes: list[Any] = []
@@ -184,8 +185,9 @@ class FakeGraph:
 class FakeCuda:
     """``torch.cuda`` with ``devices`` GPUs sharing one simulated clock."""
 
-    def __init__(self, devices: int = 1, *, clock: SimClock | None = None, latency: float = 5e-6,
-                 capacity: int = 1024) -> None:
+    def __init__(
+        self, devices: int = 1, *, clock: SimClock | None = None, latency: float = 5e-6, capacity: int = 1024
+    ) -> None:
         self.clock = clock or SimClock()
         self.latency, self.capacity = latency, capacity
         self._count = devices
@@ -222,7 +224,7 @@ class FakeCuda:
     def default_stream(self, device: int | None = None) -> FakeStream:
         return self._default[self._current if device is None else device]
 
-    def Stream(self, device: int | None = None, priority: int = 0) -> FakeStream:  # noqa: N802
+    def Stream(self, device: int | None = None, priority: int = 0) -> FakeStream:
         stream = FakeStream(self, self._current if device is None else device, len(self._streams))
         self._streams.append(stream)
         return stream
@@ -247,8 +249,13 @@ class FakeCuda:
         return self.current_stream() in self.captures
 
     @contextlib.contextmanager
-    def graph(self, cuda_graph: FakeGraph, pool: Any = None, stream: FakeStream | None = None,
-              capture_error_mode: str = "global") -> Iterator[None]:
+    def graph(
+        self,
+        cuda_graph: FakeGraph,
+        pool: Any = None,
+        stream: FakeStream | None = None,
+        capture_error_mode: str = "global",
+    ) -> Iterator[None]:
         """``torch.cuda.graph``: synchronize, then capture on a side stream (its own unless given)."""
         self.synchronize()
         if stream is None:
@@ -265,8 +272,11 @@ class FakeCuda:
         """A potentially unsafe call from this thread: refused, and the capture invalidated, while this
         thread captures (not "relaxed") or another thread captures in "global" mode."""
         me = threading.get_ident()
-        hit = [c for c in self.captures.values()
-               if (c.thread == me and c.mode != "relaxed") or (c.thread != me and c.mode == "global")]
+        hit = [
+            c
+            for c in self.captures.values()
+            if (c.thread == me and c.mode != "relaxed") or (c.thread != me and c.mode == "global")
+        ]
         for c in hit:
             c.invalidated = True
         if hit:
@@ -275,8 +285,10 @@ class FakeCuda:
     def _begin_capture(self, graph: FakeGraph, mode: str) -> None:
         stream = self.current_stream()
         if stream.stream_id == 0:  # torch checks this itself; CUDA refuses the legacy stream too
-            raise RuntimeError("CUDA graphs must be captured on a non-default stream. "
-                               "(However, after capture, it's ok to replay them on the default stream.)")
+            raise RuntimeError(
+                "CUDA graphs must be captured on a non-default stream. "
+                "(However, after capture, it's ok to replay them on the default stream.)"
+            )
         if stream in self.captures:
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
         graph._capture = self.captures[stream] = _Capture(stream, mode, threading.get_ident())
@@ -286,8 +298,9 @@ class FakeCuda:
         if capture is None:
             raise RuntimeError("CUDA error: capture sequence not initiated (cudaErrorStreamCaptureUnmatched)")
         if capture.mode != "relaxed" and capture.thread != threading.get_ident():
-            raise RuntimeError("CUDA error: capture sequence ended in another thread "
-                               "(cudaErrorStreamCaptureWrongThread)")
+            raise RuntimeError(
+                "CUDA error: capture sequence ended in another thread (cudaErrorStreamCaptureWrongThread)"
+            )
         del self.captures[capture.stream]
         graph._capture = None
         graph.nodes, graph.foreign = ([], 0) if capture.invalidated else (capture.nodes, capture.foreign)
@@ -299,7 +312,7 @@ class FakeCuda:
             self._local.streams = {}
         return self._local.streams
 
-    def Event(  # noqa: N802
+    def Event(
         self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
     ) -> FakeEvent:
         return FakeEvent(self, enable_timing)

@@ -38,8 +38,9 @@ import enum
 import gzip
 import json
 import threading
+from collections.abc import Callable, Iterable
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 #: Bytes one record takes in a buffer (CUpti_ActivityKernel9 is ~200 bytes; API records ~40).
 RECORD_BYTES = 64
@@ -47,6 +48,7 @@ RECORD_BYTES = 64
 
 class ActivityKind(enum.IntEnum):
     """CUpti_ActivityKind values (cupti_activity.h)."""
+
     INVALID = 0
     MEMCPY = 1
     MEMSET = 2
@@ -58,6 +60,7 @@ class ActivityKind(enum.IntEnum):
 
 class CallbackDomain(enum.IntEnum):
     """CUpti_CallbackDomain values (cupti_callbacks.h)."""
+
     INVALID = 0
     DRIVER_API = 1
     RUNTIME_API = 2
@@ -72,6 +75,7 @@ class ApiCallbackSite(enum.IntEnum):
 
 class Result(enum.IntEnum):
     """CUptiResult values (cupti_result.h)."""
+
     SUCCESS = 0
     ERROR_INVALID_PARAMETER = 1
     ERROR_INVALID_OPERATION = 7
@@ -82,7 +86,7 @@ class Result(enum.IntEnum):
     ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
 
 
-class cuptiError(Exception):  # noqa: N801 - the binding's name
+class cuptiError(Exception):
     def __init__(self, status: int) -> None:
         self.status = int(status)
         super().__init__(f"{Result(status).name} ({int(status)})")
@@ -90,19 +94,36 @@ class cuptiError(Exception):  # noqa: N801 - the binding's name
 
 #: (name, cbid) of runtime calls: the values in the shipped traces' ``args.cbid``.
 RUNTIME_CBIDS = {
-    "cudaDriverGetVersion_v3020": 1, "cudaGetDeviceCount_v3020": 3, "cudaGetDeviceProperties_v3020": 4,
-    "cudaPeekAtLastError_v3020": 11, "cudaMalloc_v3020": 20, "cudaFree_v3020": 22,
-    "cudaHostAlloc_v3020": 27, "cudaHostGetDevicePointer_v3020": 28, "cudaMemcpy_v3020": 31,
-    "cudaMemcpyAsync_v3020": 41, "cudaMemsetAsync_v3020": 51, "cudaGetSymbolAddress_v3020": 53,
-    "cudaThreadSynchronize_v3020": 126, "cudaStreamSynchronize_v3020": 131,
-    "cudaEventRecord_v3020": 135, "cudaEventSynchronize_v3020": 137, "cudaEventQuery_v3020": 138,
-    "cudaStreamWaitEvent_v3020": 147, "cudaDeviceSynchronize_v3020": 165,
-    "cudaStreamCreateWithFlags_v5000": 198, "cudaDeviceGetAttribute_v5000": 200,
-    "cudaStreamGetPriority_v5050": 203, "cudaDeviceGetStreamPriorityRange_v5050": 205,
+    "cudaDriverGetVersion_v3020": 1,
+    "cudaGetDeviceCount_v3020": 3,
+    "cudaGetDeviceProperties_v3020": 4,
+    "cudaPeekAtLastError_v3020": 11,
+    "cudaMalloc_v3020": 20,
+    "cudaFree_v3020": 22,
+    "cudaHostAlloc_v3020": 27,
+    "cudaHostGetDevicePointer_v3020": 28,
+    "cudaMemcpy_v3020": 31,
+    "cudaMemcpyAsync_v3020": 41,
+    "cudaMemsetAsync_v3020": 51,
+    "cudaGetSymbolAddress_v3020": 53,
+    "cudaThreadSynchronize_v3020": 126,
+    "cudaStreamSynchronize_v3020": 131,
+    "cudaEventRecord_v3020": 135,
+    "cudaEventSynchronize_v3020": 137,
+    "cudaEventQuery_v3020": 138,
+    "cudaStreamWaitEvent_v3020": 147,
+    "cudaDeviceSynchronize_v3020": 165,
+    "cudaStreamCreateWithFlags_v5000": 198,
+    "cudaDeviceGetAttribute_v5000": 200,
+    "cudaStreamGetPriority_v5050": 203,
+    "cudaDeviceGetStreamPriorityRange_v5050": 205,
     "cudaOccupancyMaxActiveBlocksPerMultiprocessor_v6000": 210,
-    "cudaLaunchKernel_v7000": 211, "cudaLaunchKernel_ptsz_v7000": 214,
+    "cudaLaunchKernel_v7000": 211,
+    "cudaLaunchKernel_ptsz_v7000": 214,
     "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000": 251,
-    "cudaFuncSetAttribute_v9000": 273, "cudaGraphLaunch_v10000": 311, "cudaStreamIsCapturing_v10000": 317,
+    "cudaFuncSetAttribute_v9000": 273,
+    "cudaGraphLaunch_v10000": 311,
+    "cudaStreamIsCapturing_v10000": 317,
     "cudaStreamGetCaptureInfo_v2_v11030": 409,
 }
 DRIVER_CBIDS = {"cuLaunchKernel": 307}
@@ -110,10 +131,15 @@ DRIVER_CBIDS = {"cuLaunchKernel": 307}
 Runtime_api_trace_cbid = enum.IntEnum("Runtime_api_trace_cbid", RUNTIME_CBIDS)
 Driver_api_trace_cbid = enum.IntEnum("Driver_api_trace_cbid", DRIVER_CBIDS)
 
-_VALUES = {enum_cls: frozenset(int(m) for m in enum_cls)
-           for enum_cls in (Runtime_api_trace_cbid, Driver_api_trace_cbid)}
-_GPU_KINDS = {"kernel": ActivityKind.CONCURRENT_KERNEL, "gpu_memcpy": ActivityKind.MEMCPY,
-              "gpu_memset": ActivityKind.MEMSET}
+_VALUES = {
+    enum_cls: frozenset(int(m) for m in enum_cls)
+    for enum_cls in (Runtime_api_trace_cbid, Driver_api_trace_cbid)
+}
+_GPU_KINDS = {
+    "kernel": ActivityKind.CONCURRENT_KERNEL,
+    "gpu_memcpy": ActivityKind.MEMCPY,
+    "gpu_memset": ActivityKind.MEMSET,
+}
 
 
 def records_from_trace(path: str) -> list[SimpleNamespace]:
@@ -134,14 +160,31 @@ def records_from_trace(path: str) -> list[SimpleNamespace]:
         start, end = _ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur", 0))
         if cat in ("cuda_runtime", "cuda_driver") and "cbid" in args:
             kind = ActivityKind.RUNTIME if cat == "cuda_runtime" else ActivityKind.DRIVER
-            out.append(SimpleNamespace(kind=int(kind), cbid=int(args["cbid"]), start=start, end=end,
-                                       correlation_id=int(args.get("correlation", 0)),
-                                       process_id=e.get("pid"), thread_id=e.get("tid"), return_value=0))
+            out.append(
+                SimpleNamespace(
+                    kind=int(kind),
+                    cbid=int(args["cbid"]),
+                    start=start,
+                    end=end,
+                    correlation_id=int(args.get("correlation", 0)),
+                    process_id=e.get("pid"),
+                    thread_id=e.get("tid"),
+                    return_value=0,
+                )
+            )
         elif cat in _GPU_KINDS and isinstance(args.get("stream"), int):
-            out.append(SimpleNamespace(kind=int(_GPU_KINDS[cat]), start=start, end=end, name=e.get("name"),
-                                       correlation_id=int(args.get("correlation", 0)),
-                                       device_id=int(args.get("device", 0)), stream_id=int(args["stream"]),
-                                       context_id=int(args.get("context", 0))))
+            out.append(
+                SimpleNamespace(
+                    kind=int(_GPU_KINDS[cat]),
+                    start=start,
+                    end=end,
+                    name=e.get("name"),
+                    correlation_id=int(args.get("correlation", 0)),
+                    device_id=int(args.get("device", 0)),
+                    stream_id=int(args["stream"]),
+                    context_id=int(args.get("context", 0)),
+                )
+            )
     out.sort(key=lambda r: (r.end, r.start))
     return out
 
@@ -170,8 +213,10 @@ class FakeCupti:
         self.refuse = dict(refuse or {})
         """``{kind: status}``: enabling ``kind`` raises ``cuptiError(status)``."""
         self.enabled: set[int] = set()
-        self.api_off: dict[int, set[int]] = {int(ActivityKind.RUNTIME): set(),
-                                             int(ActivityKind.DRIVER): set()}
+        self.api_off: dict[int, set[int]] = {
+            int(ActivityKind.RUNTIME): set(),
+            int(ActivityKind.DRIVER): set(),
+        }
         """Per API kind, the cbids whose records are switched off."""
         self.requested: Callable[[], tuple[int, int]] | None = None
         self.completed: Callable[[list], None] | None = None

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import collections
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pynvml as _real
 
@@ -31,8 +32,13 @@ GENERATIONS: dict[str, frozenset[str]] = {
     "r550": frozenset(),
     "r535": frozenset(),  # R525-R535: its _v3 takes the struct with usedGpuCcProtectedMemory
     "r470": _OLD,
-    "older": _OLD | {"nvmlDeviceGetSamples", "nvmlDeviceGetProcessUtilization",
-                     "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetComputeRunningProcesses_v2"},
+    "older": _OLD
+    | {
+        "nvmlDeviceGetSamples",
+        "nvmlDeviceGetProcessUtilization",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+    },
 }
 VERSIONS = {"r550": "550.54.14", "r535": "535.104.05", "r470": "470.256.02", "older": "418.226.00"}
 NO_MIG = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId when MIG is off (nvml.h)
@@ -42,9 +48,13 @@ class _ProcessInfoV3Cc(ctypes.Structure):
     """The ``nvmlProcessInfo_v3_t`` R525-R535 drivers fill (nvml.h of CUDA 12.0-12.2; nvitop's
     ``c_nvmlProcessInfo_v3_t``): 32 bytes, where nvidia-ml-py 12/13 reads 24-byte records."""
 
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint),
-                ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+        ("usedGpuCcProtectedMemory", ctypes.c_ulonglong),
+    ]
 
 
 @dataclass
@@ -86,8 +96,14 @@ class _Handle:
 class FakeNvml:
     """Stands in for the ``pynvml`` module (``NvmlProbe(nvml=FakeNvml(...))``)."""
 
-    def __init__(self, gpus: list[FakeGpu], *, driver: str = "r550", init_error: int | None = None,
-                 version: str | None = None) -> None:
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        *,
+        driver: str = "r550",
+        init_error: int | None = None,
+        version: str | None = None,
+    ) -> None:
         self.gpus = gpus
         self.driver = driver
         self.missing = GENERATIONS[driver]
@@ -207,7 +223,8 @@ class FakeNvml:
             raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
         samples = [
             _real.c_nvmlSample_t(ts, _real.c_nvmlValue_t(uiVal=int(gpu.util(ts / 1e6))))
-            for ts in self._buffered(gpu) if ts > last_seen
+            for ts in self._buffered(gpu)
+            if ts > last_seen
         ]
         samples += [_real.c_nvmlSample_t(ts, _real.c_nvmlValue_t(uiVal=v)) for ts, v in gpu.odd_samples]
         if not samples:
@@ -220,7 +237,8 @@ class FakeNvml:
         ts = self._sample_times()[-1]
         samples = [
             _real.c_nvmlProcessUtilizationSample_t(pid, ts, sm, 0, 0, 0)
-            for pid, (sm, _) in gpu.processes.items() if sm > 0 and ts > last_seen
+            for pid, (sm, _) in gpu.processes.items()
+            if sm > 0 and ts > last_seen
         ]
         if not samples:
             raise _real.NVMLError(_real.NVML_ERROR_NOT_FOUND)
@@ -235,7 +253,8 @@ class FakeNvml:
             raise _real.NVMLLibraryMismatchError(
                 "Unversioned function called and the pyNVML version does not match the NVML lib version. "
                 "Either use matching pyNVML and NVML lib versions or use a versioned function such as "
-                "nvmlDeviceGetComputeRunningProcesses_v2") from None
+                "nvmlDeviceGetComputeRunningProcesses_v2"
+            ) from None
 
     def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: _Handle) -> list:
         """Symbol ``_v2``: 24-byte ``nvmlProcessInfo_v2_t`` records, read as the binding reads them."""
@@ -257,10 +276,17 @@ class FakeNvml:
             return []
         read = _real.c_nvmlProcessInfo_v3_t
         array = (read * (count * 2 + 5))()
-        records = (written * count)(*[
-            written(pid, _real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if used is None else used,
-                    NO_MIG, NO_MIG)
-            for pid, (_, used) in gpu.processes.items()])
+        records = (written * count)(
+            *[
+                written(
+                    pid,
+                    _real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if used is None else used,
+                    NO_MIG,
+                    NO_MIG,
+                )
+                for pid, (_, used) in gpu.processes.items()
+            ]
+        )
         ctypes.memmove(array, records, ctypes.sizeof(records))
         out = []
         for i in range(count):
@@ -282,8 +308,12 @@ for _name in dir(_real):
 def gpu_fleet(n: int, *, name: str = "NVIDIA A100-SXM4-80GB", **kw: Any) -> list[FakeGpu]:
     """``n`` identical GPUs with distinct UUIDs and PCI bus ids, utilisation 10·(i+1) %."""
     return [
-        FakeGpu(name=name, uuid=f"GPU-{i:x}{i:x}5a1e2b-0000-4000-8000-00000000000{i}",
-                bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
-                util=lambda t, i=i: 10.0 * (i + 1), **kw)
+        FakeGpu(
+            name=name,
+            uuid=f"GPU-{i:x}{i:x}5a1e2b-0000-4000-8000-00000000000{i}",
+            bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
+            util=lambda t, i=i: 10.0 * (i + 1),
+            **kw,
+        )
         for i in range(n)
     ]

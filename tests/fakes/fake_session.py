@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from torchpar_top.contract.snapshot import (
     ChildStatus,
+    DataVerdict,
     ExecutorView,
     Experiment,
     GpuView,
@@ -24,7 +25,6 @@ from torchpar_top.contract.snapshot import (
     StackFrame,
     StackView,
     SyncSite,
-    DataVerdict,
     ThreadGroup,
     ThreadInfo,
 )
@@ -51,8 +51,10 @@ def typed(snap: Snapshot) -> Snapshot:
         child=dataclasses.replace(snap.child, state=ChildState(snap.child.state)),
         threads=tuple(dataclasses.replace(t, role=Role(t.role)) for t in snap.threads),
         thread_groups=groups,
-        executors=tuple(dataclasses.replace(e, kind=ExecutorKind(e.kind), quantity=Quantity(e.quantity))
-                        for e in snap.executors),
+        executors=tuple(
+            dataclasses.replace(e, kind=ExecutorKind(e.kind), quantity=Quantity(e.quantity))
+            for e in snap.executors
+        ),
         scoreboard=tuple(dataclasses.replace(m, mode=Mode(m.mode)) for m in snap.scoreboard),
         log=tuple(dataclasses.replace(line, source=LogSource(line.source)) for line in snap.log),
         ranks=tuple(dataclasses.replace(r, state=ChildState(r.state)) for r in snap.ranks),
@@ -66,7 +68,16 @@ def typed(snap: Snapshot) -> Snapshot:
 def wave(n: int, base: float, amp: float, phase: float = 0.0, period: float = 7.0) -> tuple[float, ...]:
     """``n`` deterministic values around ``base``: a sine plus a small fixed ripple, clamped to 0..100."""
     return tuple(
-        round(min(100.0, max(0.0, base + amp * math.sin((i + phase) / period * 2 * math.pi) + 3 * math.sin(i * 1.7 + phase))), 1)
+        round(
+            min(
+                100.0,
+                max(
+                    0.0,
+                    base + amp * math.sin((i + phase) / period * 2 * math.pi) + 3 * math.sin(i * 1.7 + phase),
+                ),
+            ),
+            1,
+        )
         for i in range(n)
     )
 
@@ -102,7 +113,10 @@ def make_snapshot(
     """
     sync = mode == "sync"
     n_hist = 60
-    core_loads = tuple(round(97 - 4 * (i % 3) - (i * 37 % 61), 1) if i < 2 * num_threads else round((i * 13) % 9, 1) for i in range(cores))
+    core_loads = tuple(
+        round(97 - 4 * (i % 3) - (i * 37 % 61), 1) if i < 2 * num_threads else round((i * 13) % 9, 1)
+        for i in range(cores)
+    )
     if cores == 2:
         core_loads = (97.0, 93.0)
     core_history = tuple(wave(20, load, 6 if load > 50 else 3, phase=i) for i, load in enumerate(core_loads))
@@ -115,7 +129,9 @@ def make_snapshot(
             value, blocked = 1, 0.0
         else:
             history = tuple(float(min(1024, 40 * i + 17 * k)) for i in range(n_hist))
-            busy = tuple(min(1.0, 0.3 + 0.05 * i) if k == 0 else min(1.0, 0.2 + 0.04 * i) for i in range(n_hist))
+            busy = tuple(
+                min(1.0, 0.3 + 0.05 * i) if k == 0 else min(1.0, 0.2 + 0.04 * i) for i in range(n_hist)
+            )
             value, blocked = (1024, 0.61) if k == 0 else (1008, 0.0)
         execs.append(
             ExecutorView(
@@ -170,12 +186,17 @@ def make_snapshot(
     threads = (
         ThreadInfo(4242, "python", "frontend (main)", 99.0 if sync else 18.0),
         ThreadInfo(4250, "python", Role.STREAM_EXECUTOR, 3.0 if sync else 98.0, executor="cpu-stream:0"),
-        *(ThreadInfo(4260 + i, "python", "intra-op workers", 71.0 - 10 * i) for i in range(max(1, num_threads - 1))),
+        *(
+            ThreadInfo(4260 + i, "python", "intra-op workers", 71.0 - 10 * i)
+            for i in range(max(1, num_threads - 1))
+        ),
         ThreadInfo(4270, "python", "torchpar agent", 1.0),
     )
     groups = (
         ThreadGroup("frontend (main)", 1, 1, 99.0 if sync else 18.0, (4242,)),
-        ThreadGroup(Role.STREAM_EXECUTOR, 1, 0 if sync else 1, 3.0 if sync else 98.0, (4250,), executor="cpu-stream:0"),
+        ThreadGroup(
+            Role.STREAM_EXECUTOR, 1, 0 if sync else 1, 3.0 if sync else 98.0, (4250,), executor="cpu-stream:0"
+        ),
         ThreadGroup(
             "intra-op workers",
             max(1, num_threads - 1),
@@ -219,51 +240,53 @@ def make_snapshot(
         last_stderr = ("Traceback (most recent call last):", "RuntimeError: out of memory")
         log += (LogLine(5, "stderr", "RuntimeError: out of memory"),)
 
-    return typed(Snapshot(
-        t=1000.0,
-        monitor_cpu=0.052,
-        experiment=experiment,
-        description="emulated CPU streams",
-        mode=mode,
-        paused=paused,
-        interval=0.1,
-        child=ChildStatus(
-            pid=4242,
-            state=child_state,
-            exit_code=exit_code,
-            message="",
-            last_stderr=last_stderr,
-        ),
-        cores=core_loads,
-        core_history=core_history,
-        threads=threads,
-        thread_groups=groups,
-        executors=tuple(execs),
-        frontend_busy=frontend_busy,
-        frontend_wait=frontend_wait,
-        frontend_core_wait=frontend_core_wait,
-        overlap=overlap,
-        overlap_high=tuple(round(0.8 * x, 3) for x in in_progress),
-        overlap_in_progress=in_progress,
-        throughput=9.1 if sync else 12.4,
-        throughput_history=tuple(12.0 + 0.1 * (i % 5) for i in range(n_hist)),
-        num_threads=num_threads,
-        interop_threads=1,
-        scoreboard=(
-            ModeStats("async", 42.0, 12.4, 1013.0, 0.004),
-            ModeStats("sync", 12.0, 9.1, 1.0, 0.71),
-        ),
-        results=(  # the async text's table, round 3 of 3 (the text: 1.0704 s, 0.0013 s, 0.0049 s on a GPU)
-            ResultRow("numpy", 0.4612, "s", 3, 0.4655, 0.4581, 0.5012, 3),
-            ResultRow("torch launch", 0.000267, "s", 3, 0.000281, 0.000243, 0.000402, 3),
-            ResultRow("torch + sync", 0.1903, "s", 3, 0.1911, 0.1874, 0.2044, 3),
-            ResultRow("launch/complete", 0.14, "%", 3, 0.147, 0.12, 0.21, 3),
-        ),
-        scaling=(ScalingPoint(1, 21.5, 30), ScalingPoint(2, 40.2, 25)),
-        gpus=gpu_views,
-        gpu_status="" if gpus else "no GPU: NVML library not found",
-        log=log,
-    ))
+    return typed(
+        Snapshot(
+            t=1000.0,
+            monitor_cpu=0.052,
+            experiment=experiment,
+            description="emulated CPU streams",
+            mode=mode,
+            paused=paused,
+            interval=0.1,
+            child=ChildStatus(
+                pid=4242,
+                state=child_state,
+                exit_code=exit_code,
+                message="",
+                last_stderr=last_stderr,
+            ),
+            cores=core_loads,
+            core_history=core_history,
+            threads=threads,
+            thread_groups=groups,
+            executors=tuple(execs),
+            frontend_busy=frontend_busy,
+            frontend_wait=frontend_wait,
+            frontend_core_wait=frontend_core_wait,
+            overlap=overlap,
+            overlap_high=tuple(round(0.8 * x, 3) for x in in_progress),
+            overlap_in_progress=in_progress,
+            throughput=9.1 if sync else 12.4,
+            throughput_history=tuple(12.0 + 0.1 * (i % 5) for i in range(n_hist)),
+            num_threads=num_threads,
+            interop_threads=1,
+            scoreboard=(
+                ModeStats("async", 42.0, 12.4, 1013.0, 0.004),
+                ModeStats("sync", 12.0, 9.1, 1.0, 0.71),
+            ),
+            results=(  # the async text's table, round 3 of 3 (the text: 1.0704 s, 0.0013 s, 0.0049 s on a GPU)
+                ResultRow("numpy", 0.4612, "s", 3, 0.4655, 0.4581, 0.5012, 3),
+                ResultRow("torch launch", 0.000267, "s", 3, 0.000281, 0.000243, 0.000402, 3),
+                ResultRow("torch + sync", 0.1903, "s", 3, 0.1911, 0.1874, 0.2044, 3),
+                ResultRow("launch/complete", 0.14, "%", 3, 0.147, 0.12, 0.21, 3),
+            ),
+            scaling=(ScalingPoint(1, 21.5, 30), ScalingPoint(2, 40.2, 25)),
+            gpus=gpu_views,
+            gpu_status="" if gpus else "no GPU: NVML library not found",
+            log=log,
+        )
+    )
 
 
 SITE_PACKAGES = "/home/user/.venv/lib/python3.11/site-packages/"
@@ -281,16 +304,33 @@ PTRACE_MESSAGE = (
 
 def _eager(name: str, ops: int, n_hist: int = 60) -> ExecutorView:
     """The CPU running eager ops on the frontend thread: L = S = C, depth 0."""
-    return ExecutorView(name, "eager", "depth", 0, None, ops, ops, False, (0.0,) * n_hist, (0.0,) * n_hist, 0.0)
+    return ExecutorView(
+        name, "eager", "depth", 0, None, ops, ops, False, (0.0,) * n_hist, (0.0,) * n_hist, 0.0
+    )
 
 
-def _dataloader(name: str, value: int, capacity: int, busy: float, n_hist: int = 60, phase: int = 0) -> ExecutorView:
+def _dataloader(
+    name: str, value: int, capacity: int, busy: float, n_hist: int = 60, phase: int = 0
+) -> ExecutorView:
     """A DataLoader's prefetch queue: ``outstanding`` batches in the workers, capped at prefetch × workers."""
-    history = tuple(float(max(0, min(capacity, value - (1 if (i + phase) % 7 == 0 else 0)))) for i in range(n_hist))
+    history = tuple(
+        float(max(0, min(capacity, value - (1 if (i + phase) % 7 == 0 else 0)))) for i in range(n_hist)
+    )
     busy_hist = tuple(round(min(1.0, busy + 0.05 * math.sin(i / 3 + phase)), 3) for i in range(n_hist))
     launched = 7440 + 100 * phase
-    return ExecutorView(name, "dataloader", "outstanding", value, capacity, launched, launched - value, False,
-                        history, busy_hist, 0.0)
+    return ExecutorView(
+        name,
+        "dataloader",
+        "outstanding",
+        value,
+        capacity,
+        launched,
+        launched - value,
+        False,
+        history,
+        busy_hist,
+        0.0,
+    )
 
 
 def _frames(*spec: tuple[str, str, int]) -> tuple[StackFrame, ...]:
@@ -298,7 +338,9 @@ def _frames(*spec: tuple[str, str, int]) -> tuple[StackFrame, ...]:
     return tuple(StackFrame(function, filename, line) for function, filename, line in spec)
 
 
-def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit_code: int | None = None) -> Snapshot:
+def make_run_snapshot(
+    *, mode: str = "async", child_state: str = "running", exit_code: int | None = None
+) -> Snapshot:
     """``torchpar-top run train.py --epochs 3`` on the CPU: one agent, no rank number.
 
     The loop is input-bound: a DataLoader with 2 workers (prefetch 2 × 2 = 4) whose queue sits at its
@@ -316,8 +358,18 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
         ThreadInfo(4251, "pt_autograd_0", "autograd", 6.0, 0.0, 4242),
         ThreadInfo(4270, "python", "torchpar agent", 1.0, 0.0, 4242),
         # Two DataLoader worker processes (children of the script), three threads each.
-        *(ThreadInfo(4300 + 10 * w + i, "pt_data_worker", "DataLoader workers", 12.0 if i == 0 else 2.0,
-                     9.0 if i == 0 else 1.0, 4300 + 10 * w) for w in range(2) for i in range(3)),
+        *(
+            ThreadInfo(
+                4300 + 10 * w + i,
+                "pt_data_worker",
+                "DataLoader workers",
+                12.0 if i == 0 else 2.0,
+                9.0 if i == 0 else 1.0,
+                4300 + 10 * w,
+            )
+            for w in range(2)
+            for i in range(3)
+        ),
     )
     groups = (
         ThreadGroup("frontend (main)", 1, 1, 41.0, (4242,), 18.0),
@@ -355,42 +407,56 @@ def make_run_snapshot(*, mode: str = "async", child_state: str = "running", exit
         LogLine(5, "stdout", "epoch 0  step 200  loss 1.8713  tensor(0.4180)"),
     )
     if child_state == "exited":
-        log += (LogLine(6, "app", f"workload pid 4242 exited with status {exit_code}; press r to run it again"),)
-    return typed(dataclasses.replace(
-        base,
-        experiment="run",
-        description="train.py --epochs 3",
-        target="run train.py",
-        executors=(_eager("cpu (eager)", 91_230), _dataloader("dataloader:0", 4, 4, 0.93)),
-        threads=threads,
-        thread_groups=groups,
-        frontend_busy=frontend_busy,
-        frontend_wait=tuple(round(1.0 - b - 0.02, 3) for b in frontend_busy),
-        frontend_core_wait=(0.02,) * n_hist,
-        overlap=(),
-        throughput=6.2,
-        throughput_unit="steps/s",
-        throughput_history=tuple(6.0 + 0.1 * (i % 5) for i in range(n_hist)),
-        num_threads=2,
-        scoreboard=(ModeStats("async", 38.0, 6.2, 4.0, 0.62), ModeStats("sync", 0.0, None, None, None)),
-        results=(),
-        scaling=(),
-        log=log,
-        sample_t=999.95,
-        ranks=(RankView(None, 4242, child_state if child_state == "exited" else "running", 6.2, "steps/s", 4, 0.62,
-                        exit_code),),
-        syncpoints=(
-            SyncSite("train.py:57", "item()", 1860, 6.2),
-            SyncSite("train.py:61", "print/repr(tensor)", 62, 0.2),
-            SyncSite("train.py:49", "to('cpu')", 1860, 6.2),
-            SyncSite("metrics.py:14", "tolist()", 300, 1.0),
-            SyncSite("train.py:66", "bool(tensor)", 19, 0.0),
-            SyncSite("metrics.py:22", "nonzero()", 3, 0.0),
-        ),
-        data_verdict=DataVerdict(DataBound.INPUT, 0.62),
-        stack=stack,
-        stack_status="",
-    ))
+        log += (
+            LogLine(6, "app", f"workload pid 4242 exited with status {exit_code}; press r to run it again"),
+        )
+    return typed(
+        dataclasses.replace(
+            base,
+            experiment="run",
+            description="train.py --epochs 3",
+            target="run train.py",
+            executors=(_eager("cpu (eager)", 91_230), _dataloader("dataloader:0", 4, 4, 0.93)),
+            threads=threads,
+            thread_groups=groups,
+            frontend_busy=frontend_busy,
+            frontend_wait=tuple(round(1.0 - b - 0.02, 3) for b in frontend_busy),
+            frontend_core_wait=(0.02,) * n_hist,
+            overlap=(),
+            throughput=6.2,
+            throughput_unit="steps/s",
+            throughput_history=tuple(6.0 + 0.1 * (i % 5) for i in range(n_hist)),
+            num_threads=2,
+            scoreboard=(ModeStats("async", 38.0, 6.2, 4.0, 0.62), ModeStats("sync", 0.0, None, None, None)),
+            results=(),
+            scaling=(),
+            log=log,
+            sample_t=999.95,
+            ranks=(
+                RankView(
+                    None,
+                    4242,
+                    child_state if child_state == "exited" else "running",
+                    6.2,
+                    "steps/s",
+                    4,
+                    0.62,
+                    exit_code,
+                ),
+            ),
+            syncpoints=(
+                SyncSite("train.py:57", "item()", 1860, 6.2),
+                SyncSite("train.py:61", "print/repr(tensor)", 62, 0.2),
+                SyncSite("train.py:49", "to('cpu')", 1860, 6.2),
+                SyncSite("metrics.py:14", "tolist()", 300, 1.0),
+                SyncSite("train.py:66", "bool(tensor)", 19, 0.0),
+                SyncSite("metrics.py:22", "nonzero()", 3, 0.0),
+            ),
+            data_verdict=DataVerdict(DataBound.INPUT, 0.62),
+            stack=stack,
+            stack_status="",
+        )
+    )
 
 
 def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
@@ -408,11 +474,22 @@ def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
     for r in range(ranks):
         exited = r == dead
         executors.append(dataclasses.replace(_eager("cpu (eager)", 40_000 + 1000 * r, n_hist), rank=r))
-        executors.append(dataclasses.replace(
-            _dataloader("dataloader:0", 0 if exited else 1, 4, 0.35, n_hist, phase=r), rank=r))
+        executors.append(
+            dataclasses.replace(
+                _dataloader("dataloader:0", 0 if exited else 1, 4, 0.35, n_hist, phase=r), rank=r
+            )
+        )
         rank_views.append(
-            RankView(r, 5101 + r, "exited" if exited else "running", 5.6 if exited else 5.8 - 0.1 * r, "steps/s",
-                     0 if exited else 1, 0.10 if exited else 0.12 + 0.01 * r, 1 if exited else None)
+            RankView(
+                r,
+                5101 + r,
+                "exited" if exited else "running",
+                5.6 if exited else 5.8 - 0.1 * r,
+                "steps/s",
+                0 if exited else 1,
+                0.10 if exited else 0.12 + 0.01 * r,
+                1 if exited else None,
+            )
         )
     alive = ranks - (dead is not None)
     groups = (
@@ -446,35 +523,37 @@ def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
         LogLine(4, "stderr", "[rank1]: RuntimeError: injected failure at step 120"),
         LogLine(5, "app", "agent connection 2 closed (a rank ended)"),
     )
-    return typed(dataclasses.replace(
-        base,
-        experiment="run",
-        description="ddp_train.py",
-        target=f"run ddp_train.py ×{ranks} ranks",
-        child=ChildStatus(pid=5100, state="running"),
-        executors=tuple(executors),
-        threads=(),
-        thread_groups=groups,
-        frontend_busy=frontend_busy,
-        frontend_wait=tuple(round(1.0 - b, 3) for b in frontend_busy),
-        overlap=tuple(round(0.2 + 0.1 * math.sin(i / 4), 3) for i in range(n_hist)),
-        throughput=5.8,
-        throughput_unit="steps/s",
-        throughput_history=tuple(5.6 + 0.1 * (i % 4) for i in range(n_hist)),
-        num_threads=2,
-        scoreboard=(ModeStats("async", 25.0, 5.8, 1.0, 0.12), ModeStats("sync", 0.0, None, None, None)),
-        results=(),
-        scaling=(),
-        log=log,
-        sample_t=999.95,
-        ranks=tuple(rank_views),
-        syncpoints=(
-            SyncSite("ddp_train.py:48", "item()", 700, 5.8, 0),
-            *((SyncSite("ddp_train.py:48", "item()", 690, 0.0, 1),) if ranks > 1 else ()),
-        ),
-        data_verdict=DataVerdict(DataBound.COMPUTE, 0.12),
-        stack=stack,
-    ))
+    return typed(
+        dataclasses.replace(
+            base,
+            experiment="run",
+            description="ddp_train.py",
+            target=f"run ddp_train.py ×{ranks} ranks",
+            child=ChildStatus(pid=5100, state="running"),
+            executors=tuple(executors),
+            threads=(),
+            thread_groups=groups,
+            frontend_busy=frontend_busy,
+            frontend_wait=tuple(round(1.0 - b, 3) for b in frontend_busy),
+            overlap=tuple(round(0.2 + 0.1 * math.sin(i / 4), 3) for i in range(n_hist)),
+            throughput=5.8,
+            throughput_unit="steps/s",
+            throughput_history=tuple(5.6 + 0.1 * (i % 4) for i in range(n_hist)),
+            num_threads=2,
+            scoreboard=(ModeStats("async", 25.0, 5.8, 1.0, 0.12), ModeStats("sync", 0.0, None, None, None)),
+            results=(),
+            scaling=(),
+            log=log,
+            sample_t=999.95,
+            ranks=tuple(rank_views),
+            syncpoints=(
+                SyncSite("ddp_train.py:48", "item()", 700, 5.8, 0),
+                *((SyncSite("ddp_train.py:48", "item()", 690, 0.0, 1),) if ranks > 1 else ()),
+            ),
+            data_verdict=DataVerdict(DataBound.COMPUTE, 0.12),
+            stack=stack,
+        )
+    )
 
 
 def make_attach_snapshot() -> Snapshot:
@@ -490,30 +569,34 @@ def make_attach_snapshot() -> Snapshot:
         LogLine(1, "app", "torchpar-top started; sampling every 0.1 s"),
         LogLine(2, "app", "attached to pid 31337 (python train_big.py)"),
     )
-    return typed(dataclasses.replace(
-        base,
-        experiment="attach",
-        description="watching pid 31337 (not started by torchpar-top)",
-        target="attach 31337",
-        child=ChildStatus(pid=31337, state="attached", message="watching pid 31337 (not started by torchpar-top)"),
-        executors=(),
-        threads=(),
-        thread_groups=groups,
-        frontend_busy=(),
-        frontend_wait=(),
-        overlap=(),
-        throughput=None,
-        throughput_history=(),
-        num_threads=None,
-        interop_threads=None,
-        scoreboard=(ModeStats("async", 0.0, None, None, None), ModeStats("sync", 0.0, None, None, None)),
-        results=(),
-        scaling=(),
-        log=log,
-        notice=ATTACH_NOTICE,
-        stack=None,
-        stack_status=PTRACE_MESSAGE,
-    ))
+    return typed(
+        dataclasses.replace(
+            base,
+            experiment="attach",
+            description="watching pid 31337 (not started by torchpar-top)",
+            target="attach 31337",
+            child=ChildStatus(
+                pid=31337, state="attached", message="watching pid 31337 (not started by torchpar-top)"
+            ),
+            executors=(),
+            threads=(),
+            thread_groups=groups,
+            frontend_busy=(),
+            frontend_wait=(),
+            overlap=(),
+            throughput=None,
+            throughput_history=(),
+            num_threads=None,
+            interop_threads=None,
+            scoreboard=(ModeStats("async", 0.0, None, None, None), ModeStats("sync", 0.0, None, None, None)),
+            results=(),
+            scaling=(),
+            log=log,
+            notice=ATTACH_NOTICE,
+            stack=None,
+            stack_status=PTRACE_MESSAGE,
+        )
+    )
 
 
 class FakeSession:
@@ -524,7 +607,9 @@ class FakeSession:
     experiment name, thread count), so a test can check the screen after a key.
     """
 
-    def __init__(self, snapshot: Snapshot | None = None, experiments: Sequence[Experiment] = EXPERIMENTS) -> None:
+    def __init__(
+        self, snapshot: Snapshot | None = None, experiments: Sequence[Experiment] = EXPERIMENTS
+    ) -> None:
         self.snapshot_value = snapshot if snapshot is not None else make_snapshot()
         """What :meth:`snapshot` returns; tests may set it."""
         self.experiment_list = tuple(experiments)

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from terminal import Screen
 from waiting import wait_for
 
@@ -50,8 +49,15 @@ def test_version_and_help():
 
     assert run("--version").stdout.strip() == f"torchpar-top {__version__}"
     out = run("--help").stdout
-    for flag in ("--experiment", "--headless", "--duration", "--interval", "--sync", "multi-device",
-                 "replay"):
+    for flag in (
+        "--experiment",
+        "--headless",
+        "--duration",
+        "--interval",
+        "--sync",
+        "multi-device",
+        "replay",
+    ):
         assert flag in out
 
 
@@ -129,14 +135,19 @@ def test_attach_to_a_dead_pid_is_one_clear_line():
 @pytest.mark.slow
 def test_attach_headless_shows_threads_and_stack_then_the_exit(tmp_path):
     script = tmp_path / "sleeper.py"
-    script.write_text("import threading, time\n"
-                      "for _ in range(3):\n"
-                      "    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
-                      "while True:\n    time.sleep(0.01)\n")
+    script.write_text(
+        "import threading, time\n"
+        "for _ in range(3):\n"
+        "    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+        "while True:\n    time.sleep(0.01)\n"
+    )
     target = subprocess.Popen([sys.executable, str(script)])
     try:
-        watcher = subprocess.Popen([*CMD, "attach", str(target.pid), "--headless", "--duration", "8"],
-                                   stdout=subprocess.PIPE, text=True)
+        watcher = subprocess.Popen(
+            [*CMD, "attach", str(target.pid), "--headless", "--duration", "8"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         records = []
         for line in watcher.stdout:
             records.append(json.loads(line))
@@ -207,8 +218,14 @@ def test_replay_errors_are_one_line_and_status_2(tmp_path):
         ([str(tmp_path / "missing.json"), "--summary"], "no such file or folder"),
         ([str(cut)], "truncated gzip file"),
         ([str(cut), "--headless"], "truncated gzip file"),
-        ([os.path.join(TRACES, "cpu_only.json.gz"), "--duration", "3"], "--duration only applies with --headless"),
-        ([os.path.join(TRACES, "cpu_only.json.gz"), "--summary", "--headless"], "--headless and --duration do not"),
+        (
+            [os.path.join(TRACES, "cpu_only.json.gz"), "--duration", "3"],
+            "--duration only applies with --headless",
+        ),
+        (
+            [os.path.join(TRACES, "cpu_only.json.gz"), "--summary", "--headless"],
+            "--headless and --duration do not",
+        ),
         ([os.path.join(TRACES, "cpu_only.json.gz"), "--speed", "0"], "must be greater than 0"),
         (["--summary"], "the following arguments are required: FILE"),
     ]
@@ -230,8 +247,16 @@ def test_replay_through_main_without_a_subprocess(capsys):
 
 def test_replay_headless_plays_to_the_end_and_stops():
     # 5 ms of trace per frame: the 19.9 ms trace, from its first launch at 0.4 ms, in 4 frames
-    proc = run("replay", os.path.join(TRACES, "a100_event_sync_3_streams.json.gz"), "--headless",
-               "--speed", "0.1", "--interval", "0.05", timeout=60)
+    proc = run(
+        "replay",
+        os.path.join(TRACES, "a100_event_sync_3_streams.json.gz"),
+        "--headless",
+        "--speed",
+        "0.1",
+        "--interval",
+        "0.05",
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     # stdout is JSON lines only; the end-of-run verdict goes to stderr
     assert proc.stderr.startswith("torchpar-top: replay a100_event_sync_3_streams.json.gz: ")
@@ -245,17 +270,26 @@ def test_replay_headless_plays_to_the_end_and_stops():
     assert last["replay"]["position"] == pytest.approx(last["replay"]["duration"])
     assert [e["name"] for e in last["executors"]] == ["cuda:0 s20", "cuda:0 s24", "cuda:0 s28"]
     assert {(e["kind"], e["quantity"], e["counts"], e["capacity"]) for e in last["executors"]} == {
-        ("cuda-stream", "depth", "kernels", 1024)}
+        ("cuda-stream", "depth", "kernels", 1024)
+    }
     assert [(e["launched"], e["completed"], e["value"]) for e in last["executors"]] == [(2, 2, 0)] * 3
     assert last["gpus"][0]["name"] == "NVIDIA A100-PG509-200" and last["throughput"]["unit"] == "launches/s"
     texts = [line["text"] for r in records for line in r["log"]]
-    assert "rank 0 cuda:0 s28: 2 launches, depth max 2 mean 1.0 (HTA's), never at the cap, busy 124 µs" in texts
+    assert (
+        "rank 0 cuda:0 s28: 2 launches, depth max 2 mean 1.0 (HTA's), never at the cap, busy 124 µs" in texts
+    )
     assert texts[-1].startswith("replay finished at t = 19.9 ms")
 
 
 def test_replay_headless_duration_stops_before_the_end():
-    proc = run("replay", os.path.join(TRACES, "a100_alexnet_2_streams.json.gz"), "--headless", "--duration", "0.5",
-               timeout=60)
+    proc = run(
+        "replay",
+        os.path.join(TRACES, "a100_alexnet_2_streams.json.gz"),
+        "--headless",
+        "--duration",
+        "0.5",
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert records and not records[-1]["replay"]["finished"]
@@ -268,7 +302,8 @@ def test_replay_headless_of_a_cpu_only_trace_is_a_note_and_one_line():
     lines = proc.stderr.strip().splitlines()
     assert lines[0] == (
         "torchpar-top: note: no GPU activity in this trace (no kernel, memcpy or memset events): no queues or lanes "
-        "to show")
+        "to show"
+    )
     assert lines[1].startswith("torchpar-top: replay cpu_only.json.gz: ")  # then the end-of-run verdict
     assert not any("error" in line or "Traceback" in line for line in lines)
     (record,) = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -305,8 +340,12 @@ def _first_record(proc, predicate, timeout=60):
 def test_headless_second_signal_while_stopping_is_quiet(tmp_path, first, second):
     """Two signals 20 ms apart while a stubborn script is stopped: status 128 + the first, no traceback,
     the script gone."""
-    proc = subprocess.Popen([*CMD, "run", "--headless", "--duration", "60", os.path.join(SCRIPTS, "stubborn.py")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*CMD, "run", "--headless", "--duration", "60", os.path.join(SCRIPTS, "stubborn.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         record = _first_record(proc, lambda r: any(l["text"] == "stubborn script ready" for l in r["log"]))
         pid = record["child"]["pid"]
@@ -325,8 +364,9 @@ def test_headless_second_signal_while_stopping_is_quiet(tmp_path, first, second)
 def test_headless_into_a_closed_pipe_exits_quietly_with_nothing_left():
     """``torchpar-top --headless ... | head -3``: the reader goes away; the app ends as a killed-by-SIGPIPE
     upstream would (128 + 13), without a traceback, and stops its child."""
-    proc = subprocess.Popen([*CMD, "--headless", "--duration", "60"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*CMD, "--headless", "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         record = _first_record(proc, lambda r: r["child"]["pid"] and r["executors"])
         proc.stdout.close()  # as head does after its lines
@@ -340,11 +380,17 @@ def test_headless_into_a_closed_pipe_exits_quietly_with_nothing_left():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("code, status", [
-    ("print('bye', flush=True)\nraise SystemExit(3)\n", 3),
-    ("print('bye', flush=True)\n", 0),
-    ("import os, signal\nprint('bye', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\n", 128 + signal.SIGTERM),
-])
+@pytest.mark.parametrize(
+    "code, status",
+    [
+        ("print('bye', flush=True)\nraise SystemExit(3)\n", 3),
+        ("print('bye', flush=True)\n", 0),
+        (
+            "import os, signal\nprint('bye', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\n",
+            128 + signal.SIGTERM,
+        ),
+    ],
+)
 def test_headless_run_ends_with_the_script_and_its_status(tmp_path, code, status):
     """A batch job: the monitor ends when the script ends (after a last record that says so) and exits
     as the script did; --duration is only the upper bound (600 s here: the test would time out)."""
@@ -367,8 +413,11 @@ def test_processes_that_left_the_group_end_with_a_headless_run(how):
     tag = unique_tag()
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "leaves_processes.py")
     stay = "exit" if how == "the script ends" else "stay"
-    proc = subprocess.Popen([*CMD, "run", "--headless", "--duration", "600" if stay == "exit" else "8", script,
-                             tag, stay], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*CMD, "run", "--headless", "--duration", "600" if stay == "exit" else "8", script, tag, stay],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         _first_record(proc, lambda r: any(l["text"] == "started" for l in r["log"]))
         wait_for(lambda: len(processes_running(tag + "1", tag + "2")) == 2, timeout=30)

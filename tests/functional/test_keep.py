@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from torchpar_top.session.recording import FORMAT, read_recording
 from terminal import Screen
+from torchpar_top.session.recording import FORMAT, read_recording
 from waiting import running, wait_for
 
 pytestmark = pytest.mark.slow
@@ -128,9 +128,11 @@ def _recorded_log(path) -> str:
     """The recording's log (the ranks' stdout and stderr, the app's notes): why a workload failed."""
     try:
         lines = {line.seq: line for snap in read_recording(str(path)).snapshots() for line in snap.log}
-    except Exception as exc:  # noqa: BLE001 - a diagnostic only
+    except Exception as exc:
         return f"\n(no recorded log: {exc})"
-    return "\nrecorded log:\n" + "\n".join(f"  {lines[k].source} {lines[k].text}" for k in sorted(lines)[-40:])
+    return "\nrecorded log:\n" + "\n".join(
+        f"  {lines[k].source} {lines[k].text}" for k in sorted(lines)[-40:]
+    )
 
 
 def _gloo():

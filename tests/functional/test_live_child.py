@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from torchpar_top.contract.vocab import LOG_LINE_MAX
 from torchpar_top.session.child import ChildProcess
 from torchpar_top.session.session import Session
@@ -75,7 +74,9 @@ def test_threads_follow_set_num_threads(session_factory):
         pytest.skip("needs two cores")
 
     def busy_workers():
-        return sum(g.busy for g in s.snapshot().thread_groups if g.role in ("intra-op workers", "frontend (main)"))
+        return sum(
+            g.busy for g in s.snapshot().thread_groups if g.role in ("intra-op workers", "frontend (main)")
+        )
 
     wait_for(lambda: busy_workers() >= 2)
     s.change_threads(-1)
@@ -119,8 +120,15 @@ def test_streams_sharing_one_core_overlap_in_progress_but_not_on_cores(session_f
             s = session_factory("multi-device")
         finally:
             os.sched_setaffinity(0, mine)
-        snap = wait_for(lambda: (sn := s.snapshot()) and sum(p > 0.5 for p in sn.overlap_in_progress) >= 5
-                        and all(e.running for e in sn.executors) and sn, timeout=120)
+        snap = wait_for(
+            lambda: (
+                (sn := s.snapshot())
+                and sum(p > 0.5 for p in sn.overlap_in_progress) >= 5
+                and all(e.running for e in sn.executors)
+                and sn
+            ),
+            timeout=120,
+        )
         assert os.sched_getaffinity(snap.child.pid) == core
         pairs = list(zip(snap.overlap, snap.overlap_in_progress))
         assert max(o for o, _ in pairs) <= 0.05, pairs
@@ -163,7 +171,7 @@ def test_inter_op_pending_futures_are_the_depth(session_factory):
     wait_for(lambda: s.snapshot().mode == "sync")
     n = len(s.snapshot().executors[0].history)
     wait_for(lambda: len(s.snapshot().executors[0].history) >= n + 20)
-    assert max(s.snapshot().executors[0].history[n + 10:]) <= 4  # at most one batch of chains
+    assert max(s.snapshot().executors[0].history[n + 10 :]) <= 4  # at most one batch of chains
 
 
 def _pool(snapshot):
@@ -181,8 +189,15 @@ def test_inter_op_threads_keep_their_team_until_a_restart_applies_the_count(sess
     s.change_threads(1 - before)
     wait_for(lambda: any("r restarts with 1" in line.text for line in s.snapshot().log))
     s.restart()
-    snap = wait_for(lambda: (sn := s.snapshot()).child.state == "running" and sn.interop_threads
-                    and (p := _pool(sn)) and p.busy >= 1 and sn)
+    snap = wait_for(
+        lambda: (
+            (sn := s.snapshot()).child.state == "running"
+            and sn.interop_threads
+            and (p := _pool(sn))
+            and p.busy >= 1
+            and sn
+        )
+    )
     assert snap.num_threads == 1
     for _ in range(20):  # the pool stays at its own size: no OpenMP workers under it
         assert _pool(s.snapshot()).count == snap.interop_threads
@@ -217,7 +232,9 @@ def _run_child(code):
     exits = []
     child = ChildProcess(
         lambda fd: [sys.executable, "-c", code, str(fd)],
-        on_message=store.on_message, on_output=store.add_log, on_exit=exits.append,
+        on_message=store.on_message,
+        on_output=store.add_log,
+        on_exit=exits.append,
     )
     child.start()
     wait_for(lambda: exits, timeout=30)
@@ -255,8 +272,12 @@ time.sleep(600)
 """
     store = SessionStore("custom")
     exits = []
-    child = ChildProcess(lambda fd: [sys.executable, "-c", code], on_message=store.on_message,
-                         on_output=store.add_log, on_exit=exits.append)
+    child = ChildProcess(
+        lambda fd: [sys.executable, "-c", code],
+        on_message=store.on_message,
+        on_output=store.add_log,
+        on_exit=exits.append,
+    )
     child.start()
     wait_for(lambda: any(l.text == "ready" for l in store.snapshot().log), timeout=30)
     assert child.stop() == -signal.SIGKILL
@@ -275,7 +296,9 @@ sys.stdout.write("tail without newline")
     assert status == 0
     out = [line.text for line in store.snapshot().log if line.source == "stdout"]
     assert len(out) == 22
-    assert all(t.startswith(f"{i} xxx") and t.endswith("more bytes left out]") for i, t in enumerate(out[:20]))
+    assert all(
+        t.startswith(f"{i} xxx") and t.endswith("more bytes left out]") for i, t in enumerate(out[:20])
+    )
     assert max(len(t) for t in out) <= LOG_LINE_MAX
     assert out[20:] == ["done", "tail without newline"]
 
@@ -289,8 +312,17 @@ def test_four_quick_presses_of_s_end_in_async(session_factory):
         s.toggle_sync()
     asked = [line.text for line in s.snapshot().log if line.text.startswith("asked for")]
     assert asked == ["asked for SYNC", "asked for ASYNC", "asked for SYNC", "asked for ASYNC"]
-    acks = wait_for(lambda: len(a := [line.text for line in s.snapshot().log
-                                      if line.text.startswith(("ok: SYNC", "ok: ASYNC"))]) >= 4 and a)
+    acks = wait_for(
+        lambda: (
+            len(
+                a := [
+                    line.text for line in s.snapshot().log if line.text.startswith(("ok: SYNC", "ok: ASYNC"))
+                ]
+            )
+            >= 4
+            and a
+        )
+    )
     assert acks[-1].startswith("ok: ASYNC")
     n = len(s.snapshot().executors[0].history)
     wait_for(lambda: len(s.snapshot().executors[0].history) >= n + 5)

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from torchpar_top.contract import messages as msgs
 from torchpar_top.contract.vocab import ENV_SOCKET as ENV_VAR
 from torchpar_top.contract.vocab import SyncScope
@@ -35,7 +34,10 @@ class Child:
         self.rc = None
         self.proc = ChildProcess(
             lambda fd: [*RUN, "--fd", str(fd), "--interval", str(interval), *args],
-            on_message=self.messages.append, on_output=self._output, on_exit=self._exit)
+            on_message=self.messages.append,
+            on_output=self._output,
+            on_exit=self._exit,
+        )
         self.proc.start()
 
     def _output(self, source, line):
@@ -127,8 +129,11 @@ def test_an_input_bound_loop_shows_steps_prefetch_and_data_wait(monkeypatch):
 
 def test_item_every_step_is_a_sync_point_on_its_line(monkeypatch):
     monkeypatch.chdir(ROOT)
-    line = next(i for i, text in enumerate((SCRIPTS / "item_every_step.py").read_text().splitlines(), 1)
-                if "ITEM_LINE" in text)
+    line = next(
+        i
+        for i, text in enumerate((SCRIPTS / "item_every_step.py").read_text().splitlines(), 1)
+        if "ITEM_LINE" in text
+    )
     child = Child("--every-op", "tests/scripts/item_every_step.py", "300")  # exact: every op is seen
     assert child.wait() == 0
     last = child.of_type(msgs.SyncPoints)[-1]
@@ -141,8 +146,11 @@ def test_by_default_ops_and_sync_points_are_sampled_in_slices(monkeypatch):
     """A loop with no step and no batch: the op counter is on for slices (switched by the fallback signal);
     ops/s and the sync-point rate are scaled from what the slices saw."""
     monkeypatch.chdir(ROOT)
-    line = next(i for i, text in enumerate((SCRIPTS / "tiny_ops_loop.py").read_text().splitlines(), 1)
-                if "LOOP_ITEM" in text)
+    line = next(
+        i
+        for i, text in enumerate((SCRIPTS / "tiny_ops_loop.py").read_text().splitlines(), 1)
+        if "LOOP_ITEM" in text
+    )
     child = Child("tests/scripts/tiny_ops_loop.py", "4")
     assert child.wait() == 0
     rounds = int(child.stdout[-1].split()[1])
@@ -158,11 +166,14 @@ def test_by_default_ops_and_sync_points_are_sampled_in_slices(monkeypatch):
     assert all(m.unit in ("ops/s", "steps/s") for m in samples)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["tests/scripts/syntax_error.py"], "tests/scripts/syntax_error.py:4: SyntaxError: invalid syntax"),
-    (["tests/scripts/missing.py"], "can't open file 'tests/scripts/missing.py': no such file"),
-    (["-m", "no_such_module_xyz"], "No module named 'no_such_module_xyz'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["tests/scripts/syntax_error.py"], "tests/scripts/syntax_error.py:4: SyntaxError: invalid syntax"),
+        (["tests/scripts/missing.py"], "can't open file 'tests/scripts/missing.py': no such file"),
+        (["-m", "no_such_module_xyz"], "No module named 'no_such_module_xyz'"),
+    ],
+)
 def test_a_target_that_cannot_run_is_one_line_and_exit_2(monkeypatch, args, message):
     monkeypatch.chdir(ROOT)
     child = Child(*args)
@@ -173,8 +184,9 @@ def test_a_target_that_cannot_run_is_one_line_and_exit_2(monkeypatch, args, mess
 
 def test_without_a_connection_it_says_so_and_exits_2(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
-    proc = subprocess.run([*RUN, "tests/scripts/argv_echo.py"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [*RUN, "tests/scripts/argv_echo.py"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     expected = f"torchpar-top: error: no --fd and {ENV_VAR} is not set: nothing to report to"
     assert proc.stderr.splitlines() == [expected]
@@ -200,8 +212,14 @@ def listener():
 
 def test_a_rank_connects_through_the_socket_in_the_environment(listener):
     env = {**os.environ, ENV_VAR: listener.path, "RANK": "1", "WORLD_SIZE": "2"}
-    proc = subprocess.run([*RUN, "tests/scripts/argv_echo.py", "x"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [*RUN, "tests/scripts/argv_echo.py", "x"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     hello = wait_for(lambda: [m for _, m in listener.got if isinstance(m, msgs.Hello)], timeout=10)[0]
     assert (hello.rank, hello.world_size, hello.experiment) == (1, 2, "run")
@@ -216,8 +234,16 @@ def _gloo() -> bool:
 @pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
 def test_ddp_with_gloo_under_torchrun_reports_each_rank(listener):
     env = {**os.environ, ENV_VAR: listener.path, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *RUN[1:],
-           "tests/scripts/ddp_gloo.py", "150"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        *RUN[1:],
+        "tests/scripts/ddp_gloo.py",
+        "150",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done on 2 ranks" in proc.stdout

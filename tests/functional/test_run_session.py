@@ -7,10 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from torchpar_top.session.session import Session
 from torchpar_top.session.targets import ScriptTarget
-
 from waiting import running, wait_for
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
@@ -32,13 +30,18 @@ def run_session():
         s.close()
 
 
-
-
 def test_an_input_bound_training_loop(run_session):
     s = run_session("train_dataloader.py", "100000")
     # the verdict is over the last second: wait for a few seconds of steps (workers started)
-    snap = wait_for(lambda: (sn := s.snapshot()).data_verdict and sn.throughput_unit == "steps/s"
-                    and len(sn.frontend_busy) >= 30 and sn, timeout=90)
+    snap = wait_for(
+        lambda: (
+            (sn := s.snapshot()).data_verdict
+            and sn.throughput_unit == "steps/s"
+            and len(sn.frontend_busy) >= 30
+            and sn
+        ),
+        timeout=90,
+    )
     # steps come a batch at a time (a batch every ~0.1 s or more): some 0.1 s windows hold none
     assert max(snap.throughput_history) > 0
     assert snap.data_verdict.bound == "input-bound" and snap.data_verdict.wait > 0.3
@@ -51,8 +54,9 @@ def test_an_input_bound_training_loop(run_session):
 def test_a_sleeping_frontend_is_idle_not_busy(run_session):
     """The frontend lane's busy share is its thread's run time: a script in ``time.sleep`` is idle."""
     s = run_session("sleeps.py")
-    snap = wait_for(lambda: (sn := s.snapshot()).frontend_core_wait and len(sn.frontend_busy) >= 10 and sn,
-                    timeout=90)
+    snap = wait_for(
+        lambda: (sn := s.snapshot()).frontend_core_wait and len(sn.frontend_busy) >= 10 and sn, timeout=90
+    )
     recent = snap.frontend_busy[-5:]
     assert max(recent) < 0.3, recent  # 1 tiny op per 50 ms of sleep: about 1 % of a core
     assert max(snap.frontend_wait[-5:]) == 0.0  # sleeping is not a recorded wait either: it is idle
@@ -60,7 +64,9 @@ def test_a_sleeping_frontend_is_idle_not_busy(run_session):
 
 def test_sync_points_are_attributed_to_the_line(run_session):
     s = run_session("item_every_step.py", "100000")
-    site = wait_for(lambda: next((x for x in s.snapshot().syncpoints if x.call.startswith("item")), None), timeout=90)
+    site = wait_for(
+        lambda: next((x for x in s.snapshot().syncpoints if x.call.startswith("item")), None), timeout=90
+    )
     source = (SCRIPTS / "item_every_step.py").read_text().splitlines()
     file, line = site.where.rsplit(":", 1)
     assert file.endswith("item_every_step.py") and ".item()" in source[int(line) - 1]
@@ -89,8 +95,9 @@ def test_a_script_that_raises_is_shown_with_its_traceback_and_can_restart(run_se
 
 def test_torchrun_ranks_are_shown_and_a_dead_rank_is_marked(run_session):
     s = run_session("ddp_gloo.py", "1000000", nproc=2)
-    ranks = wait_for(lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.throughput for x in r) and r,
-                     timeout=120)
+    ranks = wait_for(
+        lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.throughput for x in r) and r, timeout=120
+    )
     assert sorted(r.rank for r in ranks) == [0, 1]
     # every rank is in: the private socket directory is gone already (a SIGKILL now leaves nothing)
     assert not os.path.exists(s._listener.directory)
@@ -118,12 +125,16 @@ def test_stopping_torchrun_lets_every_rank_clean_up(run_session, tmp_path):
 
 def test_a_rank_that_raises_shows_its_status_and_why(run_session):
     s = run_session("ddp_gloo.py", "1000000", "1", nproc=2)
-    rank1 = wait_for(lambda: (r := [x for x in s.snapshot().ranks if x.rank == 1]) and r[0].state == "exited"
-                     and r[0], timeout=120)
+    rank1 = wait_for(
+        lambda: (r := [x for x in s.snapshot().ranks if x.rank == 1]) and r[0].state == "exited" and r[0],
+        timeout=120,
+    )
     # The rank is torchrun's child, not ours: this status is the one its agent reported.
     assert rank1.exit_code == 1
-    assert any(line.text == "rank 1's code ended with status 1: RuntimeError: rank 1 gives up at step 20"
-               for line in s.snapshot().log)
+    assert any(
+        line.text == "rank 1's code ended with status 1: RuntimeError: rank 1 gives up at step 20"
+        for line in s.snapshot().log
+    )
     # torchrun then stops the other rank and exits with a failure of its own.
     child = wait_for(lambda: (c := s.snapshot().child).state == "exited" and c, timeout=120)
     assert child.exit_code != 0
@@ -141,8 +152,9 @@ def test_a_rank_that_raises_shows_its_status_and_why(run_session):
     ],
 )
 def test_run_errors_are_one_line(args, needle):
-    proc = subprocess.run([sys.executable, "-m", "torchpar_top", "run", *args], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchpar_top", "run", *args], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("torchpar-top: error:")
@@ -216,8 +228,9 @@ def test_a_scripts_own_python_threads_are_not_intra_op_workers(tmp_path):
             snap = s.snapshot()
             return {g.role: g.count for g in snap.thread_groups}, snap.num_threads
 
-        (by_role, num_threads) = wait_for(lambda: (g := groups())[0].get("Python threads") == 200 and g,
-                                          timeout=90)
+        (by_role, num_threads) = wait_for(
+            lambda: (g := groups())[0].get("Python threads") == 200 and g, timeout=90
+        )
         # what plain python has after one matmul on this machine: a few native threads, not the 200
         assert by_role.get("intra-op workers", 0) <= num_threads
     finally:
@@ -235,7 +248,9 @@ def test_closing_during_a_restart_leaves_nothing_running(tmp_path):
     s = Session(ScriptTarget(str(SCRIPTS / "stubborn.py"), (tag,)))
     s.start()
     try:
-        wait_for(lambda: any(line.text == f"stubborn script ready {tag}" for line in s.snapshot().log), timeout=90)
+        wait_for(
+            lambda: any(line.text == f"stubborn script ready {tag}" for line in s.snapshot().log), timeout=90
+        )
         restart = threading.Thread(target=s.restart)
         restart.start()
         wait_for(lambda: not s._child, timeout=10)  # the restart is stopping the old script

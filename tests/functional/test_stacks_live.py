@@ -10,14 +10,13 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
-
+from torchpar_top.contract.snapshot import StackView
 from torchpar_top.probes.host import stacks as st
 from torchpar_top.probes.host.stacks import StackPoller, StackSampler
-from torchpar_top.contract.snapshot import StackView
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +62,9 @@ def spawn(tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
         c.wait()
 
 
-def sample_until(sampler: StackSampler, pred: Callable[[StackView], bool], timeout: float = 30.0) -> StackView:
+def sample_until(
+    sampler: StackSampler, pred: Callable[[StackView], bool], timeout: float = 30.0
+) -> StackView:
     """Sample until a view satisfies ``pred``; fail with the last status otherwise."""
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
@@ -86,8 +87,9 @@ def test_sleeping_child_waits_in_sleep(spawn):
     )
     # py-spy's idle verdict is per dump: a dump taken as the call enters the sleep can read active, so
     # wait for a dump that reads idle (it must come: the thread sleeps for 60 s)
-    view = sample_until(StackSampler(child.pid),
-                        lambda v: v.frames[-1:] and v.frames[-1].function == "nap" and v.idle)
+    view = sample_until(
+        StackSampler(child.pid), lambda v: v.frames[-1:] and v.frames[-1].function == "nap" and v.idle
+    )
     assert view.pid == child.pid and view.thread == "MainThread"
     assert [f.function for f in view.frames] == ["<module>", "nap"]
     assert view.frames[-1].filename.endswith("child0.py") and view.frames[-1].line == 4

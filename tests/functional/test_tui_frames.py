@@ -11,9 +11,8 @@ import dataclasses
 import re
 
 from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot
-from textual._compositor import Compositor
-
 from pilot import settle
+from textual._compositor import Compositor
 from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.compositor import LineCompositor
 from torchpar_top.tui.widgets.panel import SHRINK_AFTER, Pad
@@ -24,18 +23,30 @@ SIZE = (120, 36)
 
 def _moved(snap, k: int):
     """``snap`` with what changes from one frame to the next: loads, histories, the log."""
+
     def rot(values):
         return values[k:] + values[:k]
 
     return dataclasses.replace(
         snap,
         cores=tuple((c + 17 * k) % 100 for c in snap.cores),
-        executors=tuple(dataclasses.replace(e, value=(e.value + 100 * k) % 1024, history=rot(e.history),
-                                            busy=rot(e.busy), running=rot(e.running)) for e in snap.executors),
+        executors=tuple(
+            dataclasses.replace(
+                e,
+                value=(e.value + 100 * k) % 1024,
+                history=rot(e.history),
+                busy=rot(e.busy),
+                running=rot(e.running),
+            )
+            for e in snap.executors
+        ),
         frontend_busy=rot(snap.frontend_busy),
         throughput=(snap.throughput or 0) + k,
-        log=snap.log + tuple(dataclasses.replace(snap.log[-1], seq=snap.log[-1].seq + i + 1, text=f"line {i}")
-                             for i in range(k)),
+        log=snap.log
+        + tuple(
+            dataclasses.replace(snap.log[-1], seq=snap.log[-1].seq + i + 1, text=f"line {i}")
+            for i in range(k)
+        ),
     )
 
 
@@ -72,7 +83,9 @@ def test_a_partial_update_writes_what_textuals_own_would():
                 theirs = Compositor.render_partial_update(comp)  # Textual's, rendering every line
                 assert ours is not None and theirs is not None
                 assert ours.spans == theirs.spans
-                assert _drawn(ours.render_segments(app.console)) == _drawn(theirs.render_segments(app.console))
+                assert _drawn(ours.render_segments(app.console)) == _drawn(
+                    theirs.render_segments(app.console)
+                )
                 screen._dirty_widgets.clear()
                 await pilot.pause()
 
@@ -91,12 +104,17 @@ def test_panels_of_means_redraw_twice_a_second_on_the_timer():
             threads.clock = lambda: now[0]
 
             def frontend_text() -> str:
-                return next(threads.render_line(y).text for y in range(threads.size.height)
-                            if "frontend" in threads.render_line(y).text)
+                return next(
+                    threads.render_line(y).text
+                    for y in range(threads.size.height)
+                    if "frontend" in threads.render_line(y).text
+                )
 
             def with_frontend(percent: float):
-                groups = tuple(dataclasses.replace(g, cpu_percent=percent) if g.role == "frontend (main)" else g
-                               for g in snap.thread_groups)
+                groups = tuple(
+                    dataclasses.replace(g, cpu_percent=percent) if g.role == "frontend (main)" else g
+                    for g in snap.thread_groups
+                )
                 return dataclasses.replace(snap, thread_groups=groups)
 
             session.snapshot_value = with_frontend(55.0)
@@ -151,11 +169,14 @@ def test_cached_background_opacity_and_style_follow_a_theme_and_a_class_change()
     new theme or a class on the screen restyles them, and the cache with them."""
     from textual.dom import DOMNode
     from textual.widget import Widget
-
     from torchpar_top.tui.widgets.panel import SnapshotPanel
 
     def truth(panel):
-        return DOMNode.background_colors.fget(panel), Widget.opacity.fget(panel), DOMNode.rich_style.fget(panel)
+        return (
+            DOMNode.background_colors.fget(panel),
+            Widget.opacity.fget(panel),
+            DOMNode.rich_style.fget(panel),
+        )
 
     def cached(panel):
         return panel.background_colors, panel.opacity, panel.rich_style

@@ -12,6 +12,7 @@ import re
 import threading
 from enum import Enum
 
+import pytest
 from fakes.fake_session import (
     ATTACH_NOTICE,
     PTRACE_MESSAGE,
@@ -22,14 +23,12 @@ from fakes.fake_session import (
     make_torchrun_snapshot,
     typed,
 )
-import pytest
+from pilot import run_async, settle, text_of
 from textual import events
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets._footer import FooterKey
-
-from pilot import run_async, settle, text_of
 from torchpar_top.contract.snapshot import LogLine, ReplayView, ResultRow, Snapshot
 from torchpar_top.contract.vocab import Role
 from torchpar_top.tui.app import TorchparTopApp
@@ -161,7 +160,10 @@ async def test_p_pauses_and_resumes() -> None:
         assert "PAUSED" in header(app)
         await pilot.press("p")
         await pilot.pause()
-        assert [c for c in session.calls if c[0] == "set_paused"] == [("set_paused", True), ("set_paused", False)]
+        assert [c for c in session.calls if c[0] == "set_paused"] == [
+            ("set_paused", True),
+            ("set_paused", False),
+        ]
         assert "PAUSED" not in header(app)
 
 
@@ -628,18 +630,23 @@ async def test_a_panel_with_the_same_picture_is_not_repainted() -> None:
         for panel in panels:
             original = panel.refresh
 
-            def counting(*args: object, _name: str = type(panel).__name__, _original=original, **kwargs: object):
+            def counting(
+                *args: object, _name: str = type(panel).__name__, _original=original, **kwargs: object
+            ):
                 calls.append(_name)
                 return _original(*args, **kwargs)
 
             panel.refresh = counting  # type: ignore[method-assign]
-        session.snapshot_value = dataclasses.replace(session.snapshot_value, t=session.snapshot_value.t)  # a copy
+        session.snapshot_value = dataclasses.replace(
+            session.snapshot_value, t=session.snapshot_value.t
+        )  # a copy
         app.refresh_from_session()
         await pilot.pause()
         assert calls == []
         threads = session.snapshot_value.thread_groups
         session.snapshot_value = dataclasses.replace(
-            session.snapshot_value, thread_groups=(dataclasses.replace(threads[0], cpu_percent=55.0), *threads[1:])
+            session.snapshot_value,
+            thread_groups=(dataclasses.replace(threads[0], cpu_percent=55.0), *threads[1:]),
         )
         app.refresh_from_session()
         await pilot.pause()
@@ -658,13 +665,21 @@ def poisoned(value: object) -> object:
     if isinstance(value, tuple):
         return tuple(poisoned(v) for v in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: poisoned(getattr(value, f.name))
-                                             for f in dataclasses.fields(value) if f.init})
+        return dataclasses.replace(
+            value, **{f.name: poisoned(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        )
     return value
 
 
-@pytest.mark.parametrize("make", [make_run_snapshot, make_torchrun_snapshot, make_attach_snapshot,
-                                  lambda: make_snapshot(gpus=2, child_state="exited", exit_code=1)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        make_run_snapshot,
+        make_torchrun_snapshot,
+        make_attach_snapshot,
+        lambda: make_snapshot(gpus=2, child_state="exited", exit_code=1),
+    ],
+)
 def test_workload_text_reaches_no_panel_as_control_characters(make) -> None:
     """Every line of every panel, the header and the log, and every border title: no control character
     (ESC, BEL, CR, backspace, C1) survives, whatever field the workload's text came in."""
@@ -743,8 +758,10 @@ async def test_results_in_rounds_show_one_round_with_median_and_range() -> None:
 @run_async
 async def test_a_first_round_has_no_median_yet() -> None:
     snap = make_snapshot(executors=2, experiment="multi-device")
-    rows = (ResultRow("device 0 alone", 0.5847, "s", 1, 0.5847, 0.5847, 0.5847, 1),
-            ResultRow("speed-up of both", 1.037, "×", 1, 1.037, 1.037, 1.037, 1))
+    rows = (
+        ResultRow("device 0 alone", 0.5847, "s", 1, 0.5847, 0.5847, 0.5847, 1),
+        ResultRow("speed-up of both", 1.037, "×", 1, 1.037, 1.037, 1.037, 1),
+    )
     app, _ = app_on(dataclasses.replace(snap, results=rows))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -783,12 +800,21 @@ def cut_numbers(panel: Widget) -> list[str]:
 
 
 @pytest.mark.parametrize("size", [(40, 12), (46, 30), (52, 16), (58, 30), (66, 30), (80, 24)])
-@pytest.mark.parametrize("make", [lambda: make_snapshot(executors=2, gpus=2, child_state="exited", exit_code=1),
-                                  make_run_snapshot, make_torchrun_snapshot,
-                                  lambda: make_snapshot(executors=2, paused=True, cores=16),
-                                  lambda: dataclasses.replace(  # a replay: its position line, no host panels
-                                      make_snapshot(executors=2), cores=(), thread_groups=(),
-                                      replay=ReplayView("trace.json.gz", 0.0123, 0.0456, 0.01, 0.001))])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: make_snapshot(executors=2, gpus=2, child_state="exited", exit_code=1),
+        make_run_snapshot,
+        make_torchrun_snapshot,
+        lambda: make_snapshot(executors=2, paused=True, cores=16),
+        lambda: dataclasses.replace(  # a replay: its position line, no host panels
+            make_snapshot(executors=2),
+            cores=(),
+            thread_groups=(),
+            replay=ReplayView("trace.json.gz", 0.0123, 0.0456, 0.01, 0.001),
+        ),
+    ],
+)
 def test_narrow_panels_cut_labels_never_numbers(size, make) -> None:
     """At 40×12 a queue at 1024 / 1024 must not read ``1``: a row too wide loses words, not digits."""
 
@@ -796,8 +822,12 @@ def test_narrow_panels_cut_labels_never_numbers(size, make) -> None:
         app, _ = app_on(make())
         async with app.run_test(size=size) as pilot:
             await settle(pilot)
-            bad = [line for panel in app.query(SnapshotPanel) if panel.display and panel.size.width > 0
-                   for line in cut_numbers(panel)]
+            bad = [
+                line
+                for panel in app.query(SnapshotPanel)
+                if panel.display and panel.size.width > 0
+                for line in cut_numbers(panel)
+            ]
             assert not bad, bad
 
     asyncio.run(body())

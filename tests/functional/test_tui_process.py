@@ -6,7 +6,6 @@ import time
 
 import psutil
 import pytest
-
 from terminal import Screen
 from waiting import running, wait_for
 
@@ -65,15 +64,23 @@ def test_nothing_is_left_running(how):
             screen.hang_up()
         _ends(screen, how)
         # as a shell expects: 128 + the signal that ended it, 0 for a key
-        expected = {"SIGTERM": 128 + signal.SIGTERM, "SIGHUP": 128 + signal.SIGHUP, "key q": 0, "key ctrl-c": 0,
-                    "terminal closed": 128 + signal.SIGHUP, "SIGKILL": -signal.SIGKILL}[how]
+        expected = {
+            "SIGTERM": 128 + signal.SIGTERM,
+            "SIGHUP": 128 + signal.SIGHUP,
+            "key q": 0,
+            "key ctrl-c": 0,
+            "terminal closed": 128 + signal.SIGHUP,
+            "SIGKILL": -signal.SIGKILL,
+        }[how]
         assert screen.status == expected
         wait_for(lambda: not any(running(p) for p in pids), timeout=15)
     finally:
         screen.close()
 
 
-@pytest.mark.parametrize("first, second", [("SIGTERM", "SIGTERM"), ("SIGHUP", "SIGTERM"), ("SIGINT", "SIGINT")])
+@pytest.mark.parametrize(
+    "first, second", [("SIGTERM", "SIGTERM"), ("SIGHUP", "SIGTERM"), ("SIGINT", "SIGINT")]
+)
 def test_a_second_signal_while_stopping_neither_hangs_nor_prints_a_traceback(first, second):
     """Two termination signals 20 ms apart, while a script that ignores them is being stopped: the app
     still ends (status 128 + the first signal, as a shell expects), quietly, with nothing left running."""

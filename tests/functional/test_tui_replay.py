@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 from fakes.fake_session import FakeSession, make_snapshot
+from pilot import run_async, settle, text_of
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
-
-from pilot import run_async, settle, text_of
 from torchpar_top.analysis import NO_GPU_NOTE
 from torchpar_top.contract.snapshot import ReplayView, Snapshot
 from torchpar_top.session.replay import ReplaySession
@@ -34,8 +33,9 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
 
 def replay_snapshot() -> Snapshot:
     """The fake's snapshot, as a replay would serve it (the fake's numbers, a replay's view)."""
-    return dataclasses.replace(make_snapshot(executors=2),
-                               replay=ReplayView("trace.json.gz", 0.0123, 0.0456, 0.01, 0.001))
+    return dataclasses.replace(
+        make_snapshot(executors=2), replay=ReplayView("trace.json.gz", 0.0123, 0.0456, 0.01, 0.001)
+    )
 
 
 @run_async
@@ -43,12 +43,26 @@ async def test_the_replay_keys_call_the_session() -> None:
     session = FakeSession()
     app = TorchparTopApp(session, render_interval=None)
     async with app.run_test(size=SIZE) as pilot:
-        for key in ("full_stop", "comma", "left", "right", "home", "left_square_bracket", "right_square_bracket"):
+        for key in (
+            "full_stop",
+            "comma",
+            "left",
+            "right",
+            "home",
+            "left_square_bracket",
+            "right_square_bracket",
+        ):
             await pilot.press(key)
         await pilot.pause()
     assert [c for c in session.calls if c[0] in ("step", "seek", "seek_start", "change_speed")] == [
-        ("step", 1), ("step", -1), ("seek", -SEEK_SHARE), ("seek", SEEK_SHARE), ("seek_start",),
-        ("change_speed", 0.5), ("change_speed", 2.0)]
+        ("step", 1),
+        ("step", -1),
+        ("seek", -SEEK_SHARE),
+        ("seek", SEEK_SHARE),
+        ("seek_start",),
+        ("change_speed", 0.5),
+        ("change_speed", 2.0),
+    ]
     assert SEEK_SHARE == 0.05
     assert not app.paused  # a live session: stepping pauses nothing
 
@@ -63,7 +77,10 @@ async def test_stepping_a_replay_pauses_it_and_p_then_plays() -> None:
         assert app.paused and "PAUSED" in text_of(app.query_one(HeaderBar))
         await pilot.press("p")  # the replay paused itself to step: p plays it again
         await pilot.pause()
-    assert [c for c in session.calls if c[0] in ("step", "set_paused")] == [("step", 1), ("set_paused", False)]
+    assert [c for c in session.calls if c[0] in ("step", "set_paused")] == [
+        ("step", 1),
+        ("set_paused", False),
+    ]
 
 
 async def _palette(pilot: Pilot, query: str) -> list[str]:

@@ -7,8 +7,9 @@ rendering changes across minor versions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from fakes.fake_session import (
@@ -19,7 +20,6 @@ from fakes.fake_session import (
     make_torchrun_snapshot,
 )
 from textual.pilot import Pilot
-
 from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.session.replay import ReplaySession
 from torchpar_top.tui.app import TorchparTopApp

@@ -1,6 +1,6 @@
 """Prints what python set up for the script, then exits with the status given as the last argument.
 
-    python argv_echo.py ARGS... [STATUS]
+python argv_echo.py ARGS... [STATUS]
 """
 
 import sys

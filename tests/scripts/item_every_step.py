@@ -1,6 +1,6 @@
 """Calls ``loss.item()`` every step (an implicit sync point on CUDA).
 
-    python item_every_step.py [STEPS]
+python item_every_step.py [STEPS]
 """
 
 import sys

@@ -1,6 +1,6 @@
 """A script that mostly sleeps: one tiny op, then 50 ms of ``time.sleep``, forever (or STEPS times).
 
-    python sleeps.py [STEPS]
+python sleeps.py [STEPS]
 """
 
 import sys

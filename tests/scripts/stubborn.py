@@ -1,6 +1,6 @@
 """A script that ignores SIGTERM and Ctrl-C: stopping it takes the whole grace, then SIGKILL.
 
-    python stubborn.py [TAG]      prints "stubborn script ready [TAG]" once it ignores them
+python stubborn.py [TAG]      prints "stubborn script ready [TAG]" once it ignores them
 """
 
 import signal

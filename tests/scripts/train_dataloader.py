@@ -1,6 +1,6 @@
 """A small input-bound training loop: a DataLoader with 2 workers whose items each sleep.
 
-    python train_dataloader.py [STEPS] [SLEEP_PER_ITEM_S]
+python train_dataloader.py [STEPS] [SLEEP_PER_ITEM_S]
 """
 
 import sys

@@ -1,7 +1,6 @@
 """Busy intervals, merging, and the overlap sweep."""
 
 from pytest import approx
-
 from torchpar_top.probes.agent import activity
 from torchpar_top.probes.agent.activity import ActivityRecorder, busy_time, overlap_time, union
 
@@ -41,6 +40,7 @@ def test_recorder_counts_an_item_still_running():
 
 
 # -- running vs waiting for a core, on recorded numbers ------------------------------------------------
+
 
 def test_busy_splits_into_running_and_waiting_for_a_core():
     # an item in progress the whole window; its thread ran 0.31 of it and waited 0.69 for a core

@@ -6,14 +6,13 @@ import time
 
 import pytest
 from pytest import approx
-
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.codec import LineReader
+from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cputime import ThreadClock, read_schedstat
 from torchpar_top.probes.agent.stream import EmulatedStream
-from torchpar_top.contract import messages as m
-from torchpar_top.contract.codec import LineReader
-from torchpar_top.contract.vocab import SyncScope
 
 
 @pytest.fixture
@@ -58,7 +57,7 @@ def test_launch_blocks_at_capacity_and_the_wait_is_recorded(gated_stream):
     blocked.join(5)
     assert stream.launched == 6
     now = time.perf_counter()
-    (start, end), = waits.intervals(now - 10, now)
+    ((start, end),) = waits.intervals(now - 10, now)
     assert end - start >= 0.15
     now = time.perf_counter()
     assert stream.blocked.intervals(now - 10, now)
@@ -208,7 +207,7 @@ def _eof_within(sock, timeout=10):
         try:
             if not sock.recv(65536):
                 return True
-        except socket.timeout:
+        except TimeoutError:
             return False
     return False
 
@@ -309,8 +308,9 @@ def test_a_sample_splits_busy_into_running_and_waiting_for_a_core():
         while stream.started < 1:
             time.sleep(0.001)
         window = 0.1
-        agent.clock = ThreadClock(FakeSchedstat({stream.tids[0]: (50_000_000, 40_000_000),
-                                                 agent.frontend_tid: (2_000_000, 0)}))
+        agent.clock = ThreadClock(
+            FakeSchedstat({stream.tids[0]: (50_000_000, 40_000_000), agent.frontend_tid: (2_000_000, 0)})
+        )
         t0 = time.perf_counter()
         first = agent.sample(t0, t0 + window)  # no span yet: the intervals are all there is
         assert first.executors[0].running is None and first.frontend.busy == 1.0
@@ -348,9 +348,19 @@ def test_the_agent_reads_the_frontends_stack_itself():
     agent = _agent()
     try:
         agent.frontend_ident = frontend.ident
-        stack = m.decode(m.Sample(t=1.0, window=0.1, mode="async", throughput=0.0, unit="it/s", num_threads=1,
-                                  frontend=m.Frontend(busy=0.0, wait=0.0), overlap=0.0,
-                                  stack=agent.frontend_stack(idle=True)).to_json()).stack
+        stack = m.decode(
+            m.Sample(
+                t=1.0,
+                window=0.1,
+                mode="async",
+                throughput=0.0,
+                unit="it/s",
+                num_threads=1,
+                frontend=m.Frontend(busy=0.0, wait=0.0),
+                overlap=0.0,
+                stack=agent.frontend_stack(idle=True),
+            ).to_json()
+        ).stack
         names = [f.function for f in stack.frames]
         assert names[0] == "Thread._bootstrap" and names[-1] == "Condition.wait", names
         parked = next(f for f in stack.frames if f.function == "_parked")

@@ -6,9 +6,15 @@ import random
 from pathlib import Path
 
 import pytest
-
-from torchpar_top.analysis import (NO_OP, Intervals, at_least, events_from_chrome, frontend_lanes,
-                                   load_trace, sync_sites)
+from torchpar_top.analysis import (
+    NO_OP,
+    Intervals,
+    at_least,
+    events_from_chrome,
+    frontend_lanes,
+    load_trace,
+    sync_sites,
+)
 from torchpar_top.analysis.events import OP_CATS, SYNC_NAMES
 from torchpar_top.analysis.queue import _range_max, _sparse_table
 
@@ -23,13 +29,13 @@ def test_each_sync_goes_to_the_innermost_op_or_python_function_around_it():
     events = [
         ev("train_step", 0, 100, cat="python_function"),
         ev("aten::item", 10, 20),
-        ev("aten::_local_scalar_dense", 10, 20),           # same span as its parent: the inner one wins
+        ev("aten::_local_scalar_dense", 10, 20),  # same span as its parent: the inner one wins
         ev("cudaMemcpyAsync", 11, 2, cat="cuda_runtime"),  # a launch, not a sync
         ev("cudaStreamSynchronize", 13, 10, cat="cuda_runtime"),
         ev("loss.backward", 40, 30, cat="python_function"),
         ev("cudaDeviceSynchronize", 50, 5, cat="cuda_runtime"),
         ev("aten::copy_", 80, 5),
-        ev("cudaMemcpy", 80, 5, cat="cuda_runtime"),        # starts and ends with its op
+        ev("cudaMemcpy", 80, 5, cat="cuda_runtime"),  # starts and ends with its op
         ev("cudaEventSynchronize", 84, 4, cat="cuda_runtime"),  # sticks out of aten::copy_: train_step
         ev("cudaStreamSynchronize", 120, 1, cat="cuda_runtime"),  # after everything
         ev("cudaStreamSynchronize", 60, 2, cat="cuda_runtime", tid=2),  # another thread: its own lane
@@ -51,8 +57,11 @@ def test_each_sync_goes_to_the_innermost_op_or_python_function_around_it():
     assert by_tid[1].ops.pairs() == [(10, 30), (80, 85)]  # cpu_op only: Python functions are not ops
     assert by_tid[1].syncs.total == 10 + 5 + 8 + 1  # cudaMemcpy and cudaEventSynchronize overlap
     sites = sync_sites(lanes)
-    assert (sites[0].site, sites[0].call, sites[0].count) == ("aten::_local_scalar_dense",
-                                                              "cudaStreamSynchronize", 1)
+    assert (sites[0].site, sites[0].call, sites[0].count) == (
+        "aten::_local_scalar_dense",
+        "cudaStreamSynchronize",
+        1,
+    )
     assert sum(s.count for s in sites) == 7
     assert [s.seconds for s in sites] == sorted((s.seconds for s in sites), reverse=True)
 
@@ -65,13 +74,23 @@ def test_threads_that_neither_launch_nor_sync_have_no_lane():
 def _innermost(ops, s):
     """The oracle: scan every op of the thread, keep the shortest that contains the call (the latest to
     start, then the latest in the file, among equal ones)."""
-    around = [(o.dur, -o.ts, -i, o.name) for i, o in enumerate(ops)
-              if o.ts <= s.ts and s.ts + s.dur <= o.ts + o.dur + 1e-3]
+    around = [
+        (o.dur, -o.ts, -i, o.name)
+        for i, o in enumerate(ops)
+        if o.ts <= s.ts and s.ts + s.dur <= o.ts + o.dur + 1e-3
+    ]
     return min(around)[3] if around else NO_OP
 
 
-@pytest.mark.parametrize("name", ["a100_alexnet_2_streams.json.gz", "a100_sxm4_5_streams.json.gz",
-                                  "mi250_rocm.json.gz", "a100_triton_culaunchkernel.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a100_alexnet_2_streams.json.gz",
+        "a100_sxm4_5_streams.json.gz",
+        "mi250_rocm.json.gz",
+        "a100_triton_culaunchkernel.json.gz",
+    ],
+)
 def test_attribution_on_real_traces_matches_a_brute_force_scan(name):
     (rank,) = load_trace(DATA / name).ranks
     lanes = frontend_lanes(rank.events)
@@ -117,8 +136,9 @@ def test_at_least_k_lanes_is_an_exact_sweep():
 def test_at_least_agrees_with_a_fine_grid_on_random_lanes():
     rng = random.Random(7)
     for _ in range(20):
-        lanes = [Intervals.union((s, s + rng.randint(1, 8)) for s in rng.sample(range(100), 12))
-                 for _ in range(4)]
+        lanes = [
+            Intervals.union((s, s + rng.randint(1, 8)) for s in rng.sample(range(100), 12)) for _ in range(4)
+        ]
         for k in (2, 3):
             grid = sum(1 for t in range(200) if sum(lane.covered(t, t + 1) == 1 for lane in lanes) >= k)
             assert at_least(k, lanes).total == grid

@@ -30,13 +30,16 @@ import os
 from pathlib import Path
 
 import pytest
-
 from torchpar_top.analysis import analyse, load_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
 GPU_TRACES = [
-    "a100_alexnet_2_streams.json.gz", "a100_event_sync_3_streams.json.gz", "a100_sxm4_5_streams.json.gz",
-    "a100_triton_culaunchkernel.json.gz", "mi250_rocm.json.gz", "gpu_2_ranks",
+    "a100_alexnet_2_streams.json.gz",
+    "a100_event_sync_3_streams.json.gz",
+    "a100_sxm4_5_streams.json.gz",
+    "a100_triton_culaunchkernel.json.gz",
+    "mi250_rocm.json.gz",
+    "gpu_2_ranks",
 ]
 GPU_OPS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -57,9 +60,11 @@ def hta_judge():
         from hta.trace_analysis import TraceAnalysis
         from hta.utils.utils import merge_kernel_intervals
     except ImportError as exc:
-        message = (f"the HTA judge needs holistictraceanalysis==0.5.0 ({exc}); install it as .ci/run does: "
-                   "pip install pandas plotly pyyaml networkx psutil && "
-                   "pip install --no-deps holistictraceanalysis==0.5.0")
+        message = (
+            f"the HTA judge needs holistictraceanalysis==0.5.0 ({exc}); install it as .ci/run does: "
+            "pip install pandas plotly pyyaml networkx psutil && "
+            "pip install --no-deps holistictraceanalysis==0.5.0"
+        )
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(message)
         pytest.skip(message)
@@ -85,9 +90,11 @@ def _run_hta(hta: dict, path: Path) -> dict:
     summary = a.get_queue_length_summary(ranks=ranks)
     queue = {}
     for (rank, stream), row in summary.iterrows():
-        queue[(int(rank), int(stream))] = {"launches": int(row[("queue_length", "count")]) // 2,
-                                           "max": int(row[("queue_length", "max")]),
-                                           "mean": float(row[("queue_length", "mean")])}
+        queue[(int(rank), int(stream))] = {
+            "launches": int(row[("queue_length", "count")]) // 2,
+            "max": int(row[("queue_length", "max")]),
+            "mean": float(row[("queue_length", "mean")]),
+        }
     series = a.get_queue_length_time_series(ranks=ranks)
     for rank, df in series.items():
         for stream, rows in df.groupby("stream", sort=False):
@@ -101,8 +108,9 @@ def _run_hta(hta: dict, path: Path) -> dict:
             merged = merge_kernel_intervals(rows[["ts", "dur"]].copy())
             busy[(rank, int(stream))] = float((merged["end"] - merged["ts"]).sum())
     blocked = a.get_time_spent_blocked_on_full_queue(series, max_queue_length=500)
-    at_500 = {(int(r.rank), int(r.stream)): float(r.duration_at_max_queue_length)
-              for r in blocked.itertuples()}
+    at_500 = {
+        (int(r.rank), int(r.stream)): float(r.duration_at_max_queue_length) for r in blocked.itertuples()
+    }
     return {"queue": queue, "busy": busy, "at_500": at_500}
 
 
@@ -138,8 +146,13 @@ def _steps(times, depths) -> dict:
         out_d[-1] = int(d)
         last = d
     top, ties = _close(top, ties, prev, ups, downs)
-    return {"times": out_t, "depths": out_d, "ties": ties, "launch_first_max": top,
-            "launch_first_mean_shift": 2 * inversions / rows}
+    return {
+        "times": out_t,
+        "depths": out_d,
+        "ties": ties,
+        "launch_first_max": top,
+        "launch_first_mean_shift": 2 * inversions / rows,
+    }
 
 
 def _close(top, ties, prev, ups, downs):

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from torchpar_top.analysis import NO_GPU_NOTE, TraceError, analyse_path, load_trace, queue_series, summary
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
@@ -21,10 +20,26 @@ def _write(path: Path, document, compress: bool = False) -> Path:
 
 def _events(stream: int = 7) -> list[dict]:
     return [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 2, "pid": 1, "tid": 1,
-         "args": {"correlation": 5}},
-        {"ph": "X", "cat": "kernel", "name": "k", "ts": 3, "dur": 4, "pid": 0, "tid": stream,
-         "args": {"correlation": 5, "stream": stream, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": 0,
+            "dur": 2,
+            "pid": 1,
+            "tid": 1,
+            "args": {"correlation": 5},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": 3,
+            "dur": 4,
+            "pid": 0,
+            "tid": stream,
+            "args": {"correlation": 5, "stream": stream, "device": 0},
+        },
     ]
 
 
@@ -63,20 +78,23 @@ def test_two_files_with_one_rank_is_an_error(tmp_path):
         load_trace(tmp_path)
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("t.json.gz", b"\x1f\x8b\x08\x00garbage-not-deflate", "corrupt gzip file"),
-    ("t.json.gz", b'{"traceEvents": []}', "not a gzip file, though its name ends in .gz"),
-    ("t.pt", b"PK\x03\x04\x14\x00\x00\x00binary zip", "unknown format, not JSON"),
-    ("t.json", b"", "the file is empty"),
-    ("t.json", b'{"traceEvents": [{"ph": "X", "ts": 1', "truncated JSON"),
-    ("t.json", b'{"traceEvents": nope}', "invalid JSON (line 1, column 17"),
-    ("t.json", b'{"schemaVersion": 1}', "not a Chrome trace (no traceEvents list)"),
-    ("t.json", b'{"traceEvents": {"ph": "X"}}', "not a Chrome trace"),
-    ("t.json", b'{"traceEvents": []}', "the trace has no events"),
-    ("t.json", b'{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "the trace has no events"),
-    ("t.json", b'{"traceEvents": [1, "x", null]}', "the trace has no events"),
-    ("t.json", b'{"traceEvents": [{"ph": "X", "ts": NaN}, {"ph": "X", "ts": "x"}]}', "has no events"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("t.json.gz", b"\x1f\x8b\x08\x00garbage-not-deflate", "corrupt gzip file"),
+        ("t.json.gz", b'{"traceEvents": []}', "not a gzip file, though its name ends in .gz"),
+        ("t.pt", b"PK\x03\x04\x14\x00\x00\x00binary zip", "unknown format, not JSON"),
+        ("t.json", b"", "the file is empty"),
+        ("t.json", b'{"traceEvents": [{"ph": "X", "ts": 1', "truncated JSON"),
+        ("t.json", b'{"traceEvents": nope}', "invalid JSON (line 1, column 17"),
+        ("t.json", b'{"schemaVersion": 1}', "not a Chrome trace (no traceEvents list)"),
+        ("t.json", b'{"traceEvents": {"ph": "X"}}', "not a Chrome trace"),
+        ("t.json", b'{"traceEvents": []}', "the trace has no events"),
+        ("t.json", b'{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "the trace has no events"),
+        ("t.json", b'{"traceEvents": [1, "x", null]}', "the trace has no events"),
+        ("t.json", b'{"traceEvents": [{"ph": "X", "ts": NaN}, {"ph": "X", "ts": "x"}]}', "has no events"),
+    ],
+)
 def test_unreadable_traces_are_one_clear_line(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_bytes(content)
@@ -128,16 +146,56 @@ def test_the_cpu_only_trace_has_no_gpu_activity_and_is_not_an_error():
 def test_missing_or_odd_correlation_ids_pair_with_nothing(tmp_path):
     events = [
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 1, "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 1, "pid": 1, "tid": 1,
-         "args": {"correlation": "x9"}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 1, "pid": 1, "tid": 1,
-         "args": {"correlation": -1}},
-        {"ph": "X", "cat": "kernel", "name": "k", "ts": 20, "dur": 3, "pid": 0, "tid": 7,
-         "args": {"stream": 7}},
-        {"ph": "X", "cat": "kernel", "name": "k", "ts": 24, "dur": 3, "pid": 0, "tid": 7,
-         "args": {"stream": 7, "correlation": -1}},
-        {"ph": "X", "cat": "kernel", "name": "k", "ts": 28, "dur": 3, "pid": 0, "tid": 7,
-         "args": {"stream": 7, "correlation": "x9"}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": 1,
+            "dur": 1,
+            "pid": 1,
+            "tid": 1,
+            "args": {"correlation": "x9"},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": 2,
+            "dur": 1,
+            "pid": 1,
+            "tid": 1,
+            "args": {"correlation": -1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": 20,
+            "dur": 3,
+            "pid": 0,
+            "tid": 7,
+            "args": {"stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": 24,
+            "dur": 3,
+            "pid": 0,
+            "tid": 7,
+            "args": {"stream": 7, "correlation": -1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": 28,
+            "dur": 3,
+            "pid": 0,
+            "tid": 7,
+            "args": {"stream": 7, "correlation": "x9"},
+        },
         *_events(7),  # one launch/kernel pair that does match
     ]
     path = _write(tmp_path / "t.json", {"traceEvents": events})

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from torchpar_top.analysis import NO_OP, analyse, analyse_path, load_trace, summary
 from torchpar_top.analysis.events import events_from_chrome
 from torchpar_top.analysis.loading import RankTrace, Trace
@@ -20,18 +19,28 @@ def cpu(name, ts, dur, cat="cpu_op", corr=None, tid=1):
 
 
 def gpu(ts, dur, corr, stream, device=0, cat="kernel"):
-    return {"ph": "X", "cat": cat, "name": f"op{corr}", "ts": ts, "dur": dur, "pid": device, "tid": stream,
-            "args": {"correlation": corr, "stream": stream, "device": device}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": f"op{corr}",
+        "ts": ts,
+        "dur": dur,
+        "pid": device,
+        "tid": stream,
+        "args": {"correlation": corr, "stream": stream, "device": device},
+    }
 
 
 #: One thread, one device, streams 7 and 13; every figure below is worked out by hand.
 TINY = [
     cpu("aten::mm", 0, 10),
-    cpu("cudaLaunchKernel", 2, 1, "cuda_runtime", corr=1),   # -> s7 [20, 50)
+    cpu("cudaLaunchKernel", 2, 1, "cuda_runtime", corr=1),  # -> s7 [20, 50)
     cpu("aten::add", 10, 10),
     cpu("cudaLaunchKernel", 12, 1, "cuda_runtime", corr=2),  # -> s7 [50, 60), touching the first
-    cpu("cudaMemcpyAsync", 14, 1, "cuda_runtime", corr=3),   # -> s13 [30, 70)
-    gpu(20, 30, 1, 7), gpu(50, 10, 2, 7), gpu(30, 40, 3, 13, cat="gpu_memcpy"),
+    cpu("cudaMemcpyAsync", 14, 1, "cuda_runtime", corr=3),  # -> s13 [30, 70)
+    gpu(20, 30, 1, 7),
+    gpu(50, 10, 2, 7),
+    gpu(30, 40, 3, 13, cat="gpu_memcpy"),
     cpu("aten::item", 40, 35),
     cpu("aten::_local_scalar_dense", 41, 33),
     cpu("cudaStreamSynchronize", 45, 25, "cuda_runtime", corr=4),
@@ -60,7 +69,9 @@ def test_queues_lanes_overlap_and_frontend_of_the_tiny_trace():
     assert (f.pid, f.tid, f.launches) == (100, 1, 3)
     assert f.ops.pairs() == [(0, 20), (40, 75)] and f.syncs.pairs() == [(45, 70), (80, 85)]
     assert [(p.call, p.site) for p in f.sync_points] == [
-        ("cudaStreamSynchronize", "aten::_local_scalar_dense"), ("cudaDeviceSynchronize", NO_OP)]
+        ("cudaStreamSynchronize", "aten::_local_scalar_dense"),
+        ("cudaDeviceSynchronize", NO_OP),
+    ]
 
 
 def test_windows_of_the_tiny_trace():
@@ -108,19 +119,40 @@ def test_summary_of_the_tiny_trace_is_plain_json():
     assert json.loads(json.dumps(s)) == s
     assert s["gpu_activity"] is True and s["note"] is None and s["cap"] == 1024
     assert s["streams"] == [
-        {"rank": 0, "device": 0, "stream": 7, "launches": 2, "max_depth": 2, "mean_depth": 1.0,
-         "seconds_at_cap": 0.0, "busy_seconds": pytest.approx(40e-6)},
-        {"rank": 0, "device": 0, "stream": 13, "launches": 1, "max_depth": 1, "mean_depth": 0.5,
-         "seconds_at_cap": 0.0, "busy_seconds": pytest.approx(40e-6)},
+        {
+            "rank": 0,
+            "device": 0,
+            "stream": 7,
+            "launches": 2,
+            "max_depth": 2,
+            "mean_depth": 1.0,
+            "seconds_at_cap": 0.0,
+            "busy_seconds": pytest.approx(40e-6),
+        },
+        {
+            "rank": 0,
+            "device": 0,
+            "stream": 13,
+            "launches": 1,
+            "max_depth": 1,
+            "mean_depth": 0.5,
+            "seconds_at_cap": 0.0,
+            "busy_seconds": pytest.approx(40e-6),
+        },
     ]
     (r,) = s["ranks"]
     assert r["duration"] == pytest.approx(85e-6)
     assert r["overlap"] == {"streams": pytest.approx(30 / 85), "devices": None}
-    assert r["devices"] == [{"device": 0, "kernel_active": pytest.approx(50 / 85),
-                             "active_seconds": pytest.approx(50e-6)}]
+    assert r["devices"] == [
+        {"device": 0, "kernel_active": pytest.approx(50 / 85), "active_seconds": pytest.approx(50e-6)}
+    ]
     assert r["sync_points"] == [
-        {"site": "aten::_local_scalar_dense", "call": "cudaStreamSynchronize", "count": 1,
-         "seconds": pytest.approx(25e-6)},
+        {
+            "site": "aten::_local_scalar_dense",
+            "call": "cudaStreamSynchronize",
+            "count": 1,
+            "seconds": pytest.approx(25e-6),
+        },
         {"site": NO_OP, "call": "cudaDeviceSynchronize", "count": 1, "seconds": pytest.approx(5e-6)},
     ]
 
@@ -152,13 +184,14 @@ def test_the_depth_of_a_real_stream_in_a_window_is_the_step_function_there():
     times, depths = q.times, q.depths
     for i in range(0, len(times) - 40, 997):  # windows that start between two changes
         t0, t1 = (times[i] + times[i + 1]) / 2, times[i + 37]
-        assert q.max_between(t0, t1) == max(depths[i:i + 38])
+        assert q.max_between(t0, t1) == max(depths[i : i + 38])
         assert q.depth_at(t1) == depths[i + 37]
 
 
 def test_load_trace_then_analyse_equals_analyse_path():
-    assert analyse(load_trace(DATA / "a100_alexnet_2_streams.json.gz")) == \
-        analyse_path(DATA / "a100_alexnet_2_streams.json.gz")
+    assert analyse(load_trace(DATA / "a100_alexnet_2_streams.json.gz")) == analyse_path(
+        DATA / "a100_alexnet_2_streams.json.gz"
+    )
 
 
 def test_launches_starts_and_time_at_the_cap_within_a_window():
@@ -168,7 +201,14 @@ def test_launches_starts_and_time_at_the_cap_within_a_window():
     q = s7.queue
     assert (q.launch_times, q.start_times) == ((2, 12), (20, 50))
     assert [(q.launched_by(t), q.started_by(t)) for t in (1, 2, 12, 19, 20, 50, 99)] == [
-        (0, 0), (1, 0), (2, 0), (2, 0), (2, 1), (2, 2), (2, 2)]
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (2, 0),
+        (2, 1),
+        (2, 2),
+        (2, 2),
+    ]
     for t in (1, 2, 12, 19, 20, 50, 99):
         assert q.launched_by(t) - q.started_by(t) == q.depth_at(t)
     # at depth 2 (the cap here) from 12 to 20

@@ -1,7 +1,6 @@
 """``run``'s argv split: our options first, then the user's command untouched."""
 
 import pytest
-
 from torchpar_top.args import run_parser, split_run
 from torchpar_top.session.targets import ExperimentTarget
 
@@ -10,8 +9,14 @@ from torchpar_top.session.targets import ExperimentTarget
     "argv, expected",
     [
         (["train.py"], ([], "train.py", False, [])),
-        (["--sync", "train.py", "--lr", "0.1", "-m", "x"], (["--sync"], "train.py", False, ["--lr", "0.1", "-m", "x"])),
-        (["--interval", "0.5", "-m", "pkg.mod", "--sync"], (["--interval", "0.5"], "pkg.mod", True, ["--sync"])),
+        (
+            ["--sync", "train.py", "--lr", "0.1", "-m", "x"],
+            (["--sync"], "train.py", False, ["--lr", "0.1", "-m", "x"]),
+        ),
+        (
+            ["--interval", "0.5", "-m", "pkg.mod", "--sync"],
+            (["--interval", "0.5"], "pkg.mod", True, ["--sync"]),
+        ),
         (["--nproc-per-node", "2", "ddp.py", "10"], (["--nproc-per-node", "2"], "ddp.py", False, ["10"])),
         (["--sync"], (["--sync"], None, False, [])),
         (["-m"], ([], None, True, [])),
@@ -42,10 +47,16 @@ def test_intervals_in_range_are_accepted(text):
     assert run_parser().parse_args(["--interval", text]).interval == float(text)
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("inf", "finite"), ("1e-9", "between 0.02 and 60"), ("61", "between 0.02 and 60"), ("nan", "greater than 0"),
-    ("0", "greater than 0"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("inf", "finite"),
+        ("1e-9", "between 0.02 and 60"),
+        ("61", "between 0.02 and 60"),
+        ("nan", "greater than 0"),
+        ("0", "greater than 0"),
+    ],
+)
 def test_intervals_out_of_range_are_one_line_and_status_2(text, needle, capsys):
     with pytest.raises(SystemExit) as exc:
         run_parser().parse_args(["--interval", text])

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
 from fakes.fake_cuda import FakeCuda
-
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.vocab import Counted, SyncScope
 from torchpar_top.probes.agent.activity import busy_time, covered, union
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cuda import CudaMonitor
 from torchpar_top.probes.agent.cuda_launch import LaunchCounter
 from torchpar_top.probes.agent.cuda_stream import MAX_PENDING
-from torchpar_top.contract import messages as m
-from torchpar_top.contract.vocab import Counted, SyncScope
 
 A, B = torch.ones(1), torch.ones(1)  # made before any counter starts: creating them is not a launch
 
@@ -37,8 +36,9 @@ def rig() -> Iterator[tuple[FakeCuda, Agent, list]]:
     agent = Agent(None, experiment="test", description="fake CUDA")
 
     def monitor(**kw: object) -> CudaMonitor:
-        agent.cuda = CudaMonitor(fake, clock=fake.clock, device_of=fake.device_of, thread=False,
-                                 on_stream=agent.add, **kw)
+        agent.cuda = CudaMonitor(
+            fake, clock=fake.clock, device_of=fake.device_of, thread=False, on_stream=agent.add, **kw
+        )
         return agent.cuda
 
     yield fake, agent, [monitor]
@@ -233,6 +233,7 @@ def test_a_failing_stream_does_not_stop_the_others(rig) -> None:
     fake.next_device = 1
     agent.launch(s1, _op)
     agent.cuda.poll()
+
     def broken() -> bool:
         raise RuntimeError("CUDA error: an illegal memory access")
 
@@ -282,8 +283,12 @@ def test_launch_counter_counts_per_stream_with_first_launch_time() -> None:
     t = iter([1.0, 2.0, 3.0])
     stream = {3: 7}
     new: list[tuple[int, int]] = []
-    counter = LaunchCounter(device_of=lambda out, args: 3, clock=lambda: next(t),
-                            stream_of=stream.__getitem__, on_new_stream=lambda *key: new.append(key))
+    counter = LaunchCounter(
+        device_of=lambda out, args: 3,
+        clock=lambda: next(t),
+        stream_of=stream.__getitem__,
+        on_new_stream=lambda *key: new.append(key),
+    )
     with counter:
         torch.add(A, B)
         torch.add(A, B)
@@ -365,7 +370,9 @@ def test_rows_say_what_they_count_and_whether_blocking_was_measured(rig) -> None
     monitor()
     agent.cuda_stream("cuda:0")
     agent.emulated_stream("cpu-stream:0", capacity=4)
-    rows = {r.name: m.decode(agent.sample(fake.clock.now - 0.1, fake.clock.now).to_json()).executors[i]
-            for i, r in enumerate(agent.executors)}
+    rows = {
+        r.name: m.decode(agent.sample(fake.clock.now - 0.1, fake.clock.now).to_json()).executors[i]
+        for i, r in enumerate(agent.executors)
+    }
     assert (rows["cuda:0"].counts, rows["cuda:0"].blocked) == (Counted.TORCH_CALLS, None)  # not "never"
     assert (rows["cpu-stream:0"].counts, rows["cpu-stream:0"].blocked) == (Counted.ITEMS, 0.0)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
 from fakes.fake_cuda import INVALIDATED, UNSUPPORTED, FakeCuda, FakeGraph
-
 from torchpar_top.probes.agent.cuda import CudaMonitor
 
 A, B = torch.ones(1), torch.ones(1)
@@ -29,7 +28,7 @@ def _on_thread(fn: Callable[[], object]) -> list[BaseException]:
     def run() -> None:
         try:
             fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+        except BaseException as exc:
             raised.append(exc)
 
     th = threading.Thread(target=run)
@@ -130,6 +129,6 @@ def test_close_unwraps_the_graph_classes() -> None:
 def _catch(fn: Callable[[], object]) -> list[BaseException]:
     try:
         fn()
-    except BaseException as exc:  # noqa: BLE001 - handed back to the test
+    except BaseException as exc:
         return [exc]
     return []

@@ -18,21 +18,24 @@ import pytest
 import torch
 from fakes.fake_cuda import FakeCuda
 from fakes.fake_cupti import ActivityKind, FakeCupti, Result, Runtime_api_trace_cbid, records_from_trace
-
 from torchpar_top.analysis import events_from_chrome, queue_series
 from torchpar_top.contract.vocab import Counted
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cuda_capture import CaptureGuard
-from torchpar_top.probes.agent.cuda_cupti import (PROFILER_NOTE, CuptiMonitor, CuptiUnavailable,
-                                                  load_cupti)
+from torchpar_top.probes.agent.cuda_cupti import PROFILER_NOTE, CuptiMonitor, CuptiUnavailable, load_cupti
 from torchpar_top.probes.agent.cuda_launch import LaunchCounter
 from torchpar_top.probes.agent.cupti_records import RecordQueues, cbid_names
 from torchpar_top.probes.agent.usercode import UserCode
 from torchpar_top.probes.agent.usercode_ops import SyncPoints
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
-TRACES = ["a100_event_sync_3_streams.json.gz", "a100_alexnet_2_streams.json.gz",
-          "a100_triton_culaunchkernel.json.gz", "gpu_2_ranks/rank-0.json.gz", "a100_sxm4_5_streams.json.gz"]
+TRACES = [
+    "a100_event_sync_3_streams.json.gz",
+    "a100_alexnet_2_streams.json.gz",
+    "a100_triton_culaunchkernel.json.gz",
+    "gpu_2_ranks/rank-0.json.gz",
+    "a100_sxm4_5_streams.json.gz",
+]
 
 
 def _monitor(fake: FakeCupti, **kw) -> tuple[CuptiMonitor, Agent, list[str]]:
@@ -65,14 +68,17 @@ def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> No
     step = max(50, len(records) // 40)
     try:
         for i in range(0, len(records), step):
-            fake.play(records[i:i + step])
+            fake.play(records[i : i + step])
             mon.refresh()
             q = mon.queues
             for key, exp in expected.items():
                 times = [t for t in exp.launch_times + exp.start_times if q.since <= t <= q.settled]
                 for t in times + ([q.settled] if q.settled > q.since else []):
-                    assert (q.launched(key, t), q.started(key, t), q.depth(key, t)) == \
-                        (exp.launched_by(t), exp.started_by(t), exp.depth_at(t)), (key, t)
+                    assert (q.launched(key, t), q.started(key, t), q.depth(key, t)) == (
+                        exp.launched_by(t),
+                        exp.started_by(t),
+                        exp.depth_at(t),
+                    ), (key, t)
                     checked += 1
                 if q.settled > q.since:
                     want = capped[key].time_at_cap_between(q.since, q.settled)
@@ -94,8 +100,10 @@ def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> No
 def _spy(fake: FakeCupti, kinds: list) -> None:
     """Note ``(kind, cbid)`` of every record the fake delivers to the registered callback."""
     completed = fake.completed
-    fake.completed = lambda buf: (kinds.extend((r.kind, getattr(r, "cbid", None)) for r in buf),
-                                  completed(buf))
+    fake.completed = lambda buf: (
+        kinds.extend((r.kind, getattr(r, "cbid", None)) for r in buf),
+        completed(buf),
+    )
 
 
 def test_only_launch_calls_and_gpu_ops_are_recorded_and_the_switch_survives_standing_aside() -> None:
@@ -115,7 +123,7 @@ def test_only_launch_calls_and_gpu_ops_are_recorded_and_the_switch_survives_stan
         mon.resume()
         assert 131 in fake.api_off[int(ActivityKind.RUNTIME)]
         _spy(fake, kinds)  # subscribing again registered the monitor's callback again
-        fake.play(records[len(records) // 2:])
+        fake.play(records[len(records) // 2 :])
         mon.refresh()
     finally:
         mon.close()
@@ -165,7 +173,7 @@ def test_in_recording_windows_the_depth_equals_the_analysis_where_it_is_known(na
             recording = mon._recording
             if not recording:  # between windows nothing is recorded
                 assert not (fake.enabled & {int(ActivityKind.RUNTIME), int(ActivityKind.CONCURRENT_KERNEL)})
-            fake.play(records[i:i + step])
+            fake.play(records[i : i + step])
             mon.refresh()
             q = mon.queues
             if not recording:
@@ -198,7 +206,7 @@ def test_rows_carry_the_settled_depth_in_kernels_and_python_runs_per_buffer() ->
     mon, agent, _ = _monitor(fake)
     try:
         for i in range(0, len(records), 2000):
-            fake.play(records[i:i + 2000])
+            fake.play(records[i : i + 2000])
             mon.refresh()
             for key, ex in mon.streams.items():
                 assert ex.value() == mon.queues.depth(key)
@@ -341,13 +349,22 @@ def test_cupti_path_installs_no_function_mode() -> None:
     assert not fake.subscribers and not fake.enabled
 
 
-@pytest.mark.parametrize("load, why", [
-    (lambda: (_ for _ in ()).throw(CuptiUnavailable("cupti-python not importable (ModuleNotFoundError)")),
-     "cupti-python not importable"),
-    (lambda: FakeCupti(other_client="Nsight Systems"), "MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"),
-    (lambda: FakeCupti(refuse={int(ActivityKind.RUNTIME): Result.ERROR_INSUFFICIENT_PRIVILEGES}),
-     "INSUFFICIENT_PRIVILEGES"),
-])
+@pytest.mark.parametrize(
+    "load, why",
+    [
+        (
+            lambda: (_ for _ in ()).throw(
+                CuptiUnavailable("cupti-python not importable (ModuleNotFoundError)")
+            ),
+            "cupti-python not importable",
+        ),
+        (lambda: FakeCupti(other_client="Nsight Systems"), "MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"),
+        (
+            lambda: FakeCupti(refuse={int(ActivityKind.RUNTIME): Result.ERROR_INSUFFICIENT_PRIVILEGES}),
+            "INSUFFICIENT_PRIVILEGES",
+        ),
+    ],
+)
 def test_falls_back_to_the_launch_counter_and_says_why(load, why, monkeypatch) -> None:
     uc, logs = _usercode(load)
     from torchpar_top.probes.agent.cuda import CudaMonitor
@@ -385,8 +402,10 @@ def test_load_cupti_without_the_package_is_a_clear_one_line_reason(monkeypatch) 
 
 
 def test_a_cpu_run_never_imports_cupti() -> None:
-    code = ("import sys; import torchpar_top.probes.agent.usercode, torchpar_top.probes.agent.run; "
-            "print('cupti' in sys.modules)")
+    code = (
+        "import sys; import torchpar_top.probes.agent.usercode, torchpar_top.probes.agent.run; "
+        "print('cupti' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -416,13 +435,38 @@ def test_a_rows_note_reaches_the_snapshot_and_headless_json() -> None:
     from torchpar_top.session.store import SessionStore
 
     def sample(note):
-        return m.decode(_json.dumps({
-            "v": m.VERSION, "type": "sample", "t": 1.0, "window": 0.1, "mode": "async", "throughput": 1.0,
-            "unit": "it/s", "num_threads": 1, "frontend": {"busy": 0.5, "wait": 0.5}, "overlap": 0.0,
-            "executors": [{"name": "cuda:0 stream 7", "kind": "cuda-stream", "quantity": "depth", "value": 3,
-                           "capacity": 1024, "launched": 10, "completed": 7, "busy": 0.5, "blocked": 0.0,
-                           "counts": "kernels", "note": note}],
-            "roles": [{"tid": 7, "role": "frontend (main)"}]}))
+        return m.decode(
+            _json.dumps(
+                {
+                    "v": m.VERSION,
+                    "type": "sample",
+                    "t": 1.0,
+                    "window": 0.1,
+                    "mode": "async",
+                    "throughput": 1.0,
+                    "unit": "it/s",
+                    "num_threads": 1,
+                    "frontend": {"busy": 0.5, "wait": 0.5},
+                    "overlap": 0.0,
+                    "executors": [
+                        {
+                            "name": "cuda:0 stream 7",
+                            "kind": "cuda-stream",
+                            "quantity": "depth",
+                            "value": 3,
+                            "capacity": 1024,
+                            "launched": 10,
+                            "completed": 7,
+                            "busy": 0.5,
+                            "blocked": 0.0,
+                            "counts": "kernels",
+                            "note": note,
+                        }
+                    ],
+                    "roles": [{"tid": 7, "role": "frontend (main)"}],
+                }
+            )
+        )
 
     st = SessionStore("run")
     st.on_message(sample(f"standing aside: {PROFILER_NOTE}"))
@@ -440,9 +484,21 @@ def test_the_queue_panel_says_a_row_stands_aside() -> None:
     from torchpar_top.contract.vocab import ExecutorKind, Quantity
     from torchpar_top.tui.widgets.queues import note_text
 
-    row = ExecutorView(name="cuda:0 stream 7", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH, value=3,
-                       capacity=1024, launched=10, completed=7, emulated=False, history=(3.0,), busy=(0.5,),
-                       blocked=0.0, counts=Counted.KERNELS, note="standing aside: torch.profiler active")
+    row = ExecutorView(
+        name="cuda:0 stream 7",
+        kind=ExecutorKind.CUDA_STREAM,
+        quantity=Quantity.DEPTH,
+        value=3,
+        capacity=1024,
+        launched=10,
+        completed=7,
+        emulated=False,
+        history=(3.0,),
+        busy=(0.5,),
+        blocked=0.0,
+        counts=Counted.KERNELS,
+        note="standing aside: torch.profiler active",
+    )
     assert note_text(row, short=False) == "standing aside: torch.profiler active"
     assert note_text(row, short=True) == "aside"
     assert note_text(replace(row, note=None), short=False) == ""
@@ -493,7 +549,7 @@ def test_cupti_duty_goes_from_the_command_line_to_the_monitor(capsys) -> None:
     assert exit_.value.code == 2 and "must be above 0" in capsys.readouterr().err
     cmd = ScriptTarget("x.py", cupti_duty=0.25).command(3, 0.1, False)
     assert cmd[cmd.index("--cupti-duty") + 1] == "0.25"
-    assert parse_args(cmd[cmd.index("--fd"):]).cupti_duty == 0.25
+    assert parse_args(cmd[cmd.index("--fd") :]).cupti_duty == 0.25
     with pytest.raises(UsageError, match="--cupti-duty"):
         parse_args(["--cupti-duty", "2", "x.py"])
     for duty, cycle in ((None, 20), (0.25, 4), (1.0, 1)):
@@ -513,8 +569,19 @@ def test_a_sampled_row_says_so_in_short() -> None:
     from torchpar_top.contract.vocab import ExecutorKind, Quantity
     from torchpar_top.tui.widgets.queues import note_text
 
-    row = ExecutorView(name="cuda:0 stream 7", kind=ExecutorKind.CUDA_STREAM, quantity=Quantity.DEPTH,
-                       value=3, capacity=1024, launched=10, completed=7, emulated=False, history=(3.0,),
-                       busy=(0.5,), blocked=0.0, counts=Counted.KERNELS,
-                       note="sampled: CUPTI records 1 sample interval in 20")
+    row = ExecutorView(
+        name="cuda:0 stream 7",
+        kind=ExecutorKind.CUDA_STREAM,
+        quantity=Quantity.DEPTH,
+        value=3,
+        capacity=1024,
+        launched=10,
+        completed=7,
+        emulated=False,
+        history=(3.0,),
+        busy=(0.5,),
+        blocked=0.0,
+        counts=Counted.KERNELS,
+        note="sampled: CUPTI records 1 sample interval in 20",
+    )
     assert note_text(row, short=True) == "sampled"

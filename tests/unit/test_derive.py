@@ -20,10 +20,20 @@ def test_data_verdict_needs_a_loader_and_a_wait() -> None:
 
 
 def test_starved_above_half_a_core_and_a_fifth_of_runnable_time() -> None:
-    run = (_g(Role.FRONTEND, 41.0, 18.0), _g(Role.INTRAOP, 41.0, 24.0, 2), _g(Role.DATA_WORKERS, 32.0, 22.0, 6))
+    run = (
+        _g(Role.FRONTEND, 41.0, 18.0),
+        _g(Role.INTRAOP, 41.0, 24.0, 2),
+        _g(Role.DATA_WORKERS, 32.0, 22.0, 6),
+    )
     assert derive.starved(run) == 0.64
-    assert derive.starved(tuple(ThreadGroup(g.role, g.count, g.busy, g.cpu_percent, g.tids, g.wait_percent / 2)
-                                for g in run)) is None
+    assert (
+        derive.starved(
+            tuple(
+                ThreadGroup(g.role, g.count, g.busy, g.cpu_percent, g.tids, g.wait_percent / 2) for g in run
+            )
+        )
+        is None
+    )
     # 60 busy threads each waiting 2 % of the time: 1.2 cores of wait, but 2 % of their runnable time.
     many = tuple(_g(Role.INTRAOP, 98.0, 2.0) for _ in range(60))
     assert derive.starved(many) is None

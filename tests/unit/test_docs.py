@@ -19,7 +19,7 @@ def test_the_readme_sections_are_the_generated_ones():
 
 
 def test_the_help_screen_shows_every_panel_and_key():
-    assert HELP == help_markdown()
+    assert help_markdown() == HELP
     for panel in PANELS:
         assert f"**{panel.name}**" in HELP
     for key in keys.KEYS:
@@ -27,7 +27,7 @@ def test_the_help_screen_shows_every_panel_and_key():
 
 
 def test_every_binding_and_command_runs_an_action_the_app_has():
-    assert TorchparTopApp.BINDINGS == keys.bindings()
+    assert keys.bindings() == TorchparTopApp.BINDINGS
     actions = {b.action for b in keys.bindings()} | {c.action for c in keys.commands()}
     for action in actions:
         assert callable(getattr(TorchparTopApp, f"action_{action}", None)), action

@@ -19,15 +19,19 @@ def _store_with_lines(n):
 def test_lines_that_no_record_carried_are_counted_and_marked():
     snap = _store_with_lines(1000).snapshot()
     log = headless.to_record(snap, log_after=0)["log"]
-    assert log[0] == {"source": "app", "text": "[800 log lines left out: more came between two records than "
-                                                "the log keeps]", "dropped": 800}
+    assert log[0] == {
+        "source": "app",
+        "text": "[800 log lines left out: more came between two records than the log keeps]",
+        "dropped": 800,
+    }
     assert [line["text"] for line in log[1:]] == [f"line {i}" for i in range(800, 1000)]
 
 
 def test_no_marker_when_nothing_was_left_out():
     snap = _store_with_lines(1000).snapshot()
-    assert [line["text"] for line in headless.to_record(snap, log_after=990)["log"]] == \
-        [f"line {i}" for i in range(990, 1000)]
+    assert [line["text"] for line in headless.to_record(snap, log_after=990)["log"]] == [
+        f"line {i}" for i in range(990, 1000)
+    ]
     assert all("dropped" not in line for line in headless.to_record(_store_with_lines(5).snapshot())["log"])
 
 

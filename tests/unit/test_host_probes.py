@@ -12,14 +12,12 @@ import time
 
 import psutil
 import pytest
-
+from torchpar_top.contract.messages import ThreadRole
+from torchpar_top.contract.snapshot import ThreadInfo
+from torchpar_top.contract.vocab import Role
 from torchpar_top.probes.host import threads as th
 from torchpar_top.probes.host.cores import CoreSampler
-from torchpar_top.contract.messages import ThreadRole
-from torchpar_top.contract.vocab import Role
 from torchpar_top.probes.host.threads import ThreadSampler, classify, group, parse_stat
-from torchpar_top.contract.snapshot import ThreadInfo
-
 from waiting import wait_for
 
 
@@ -57,8 +55,12 @@ def test_parse_stat_comm_with_spaces_and_parens(comm: str) -> None:
         (107, "pin_memory", None, Role.DATA),
         (108, "python", None, Role.INTRAOP),  # OpenMP worker: inherits the creator's name
         (109, "pt_tcpstore", None, Role.OTHER),
-        (108, "python", {108: ThreadRole(108, Role.STREAM_EXECUTOR, "cpu-stream:0")},
-         (Role.STREAM_EXECUTOR, "cpu-stream:0")),
+        (
+            108,
+            "python",
+            {108: ThreadRole(108, Role.STREAM_EXECUTOR, "cpu-stream:0")},
+            (Role.STREAM_EXECUTOR, "cpu-stream:0"),
+        ),
         (100, "python", {100: ThreadRole(100, Role.AGENT)}, Role.AGENT),  # agent wins even over tid == pid
         (102, "PTThreadPool", {999: ThreadRole(999, Role.AGENT)}, Role.INTEROP),
     ],
@@ -86,7 +88,10 @@ def test_group_sums_and_order() -> None:
     ]
     groups = group(infos)
     assert [(g.role, g.executor) for g in groups][:3] == [
-        (Role.FRONTEND, ""), (Role.STREAM_EXECUTOR, "s:0"), (Role.STREAM_EXECUTOR, "s:1")]
+        (Role.FRONTEND, ""),
+        (Role.STREAM_EXECUTOR, "s:0"),
+        (Role.STREAM_EXECUTOR, "s:1"),
+    ]
     assert [g.role for g in groups] == [
         Role.FRONTEND,
         Role.STREAM_EXECUTOR,
@@ -166,16 +171,26 @@ def test_busy_and_idle_threads_read_from_proc() -> None:
         if t.ident is not None:
             t.join(5)
     # join() returns just before the OS thread is gone from /proc: give it a moment.
-    gone = wait_for(lambda: (tids := {t.tid for t in sampler.sample()}) and busy.native_id not in tids
-                    and newcomer.native_id not in tids and tids, timeout=10)
+    gone = wait_for(
+        lambda: (
+            (tids := {t.tid for t in sampler.sample()})
+            and busy.native_id not in tids
+            and newcomer.native_id not in tids
+            and tids
+        ),
+        timeout=10,
+    )
     assert pid in gone
 
 
-@pytest.mark.parametrize("comm, expected", [
-    ("pt_data_worker", Role.DATA_WORKERS),
-    ("python", Role.SUBPROCESS),
-    ("cc1plus", Role.SUBPROCESS),
-])
+@pytest.mark.parametrize(
+    "comm, expected",
+    [
+        ("pt_data_worker", Role.DATA_WORKERS),
+        ("python", Role.SUBPROCESS),
+        ("cc1plus", Role.SUBPROCESS),
+    ],
+)
 def test_classify_descendant(comm: str, expected: str) -> None:
     assert th.classify_descendant(comm) == expected
 
@@ -201,8 +216,9 @@ def _schedstat(pid: int, tid: int) -> tuple[int, int]:
 
 
 def test_descendants_are_sampled_with_their_run_queue_wait() -> None:
-    parent = subprocess.Popen([sys.executable, "-c", _PINNED_PAIR], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PINNED_PAIR], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         kids = [int(p) for p in parent.stdout.readline().split()]
         assert len(kids) == 2
@@ -227,17 +243,26 @@ def test_descendants_are_sampled_with_their_run_queue_wait() -> None:
         after = _schedstat(kids[0], kids[0])
         assert after[1] > before[1] and after[0] > before[0]
         assert ThreadSampler(parent.pid, descendants=False).sample() and all(
-            t.pid == parent.pid for t in ThreadSampler(parent.pid, descendants=False).sample())
+            t.pid == parent.pid for t in ThreadSampler(parent.pid, descendants=False).sample()
+        )
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
 
 
 def test_a_descendant_that_ended_is_left_out() -> None:
-    parent = subprocess.Popen([sys.executable, "-c", "import os, sys, time\n"
-                               "pid = os.fork()\n"
-                               "os._exit(0) if pid == 0 else print(pid, flush=True)\n"
-                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys, time\n"
+            "pid = os.fork()\n"
+            "os._exit(0) if pid == 0 else print(pid, flush=True)\n"
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         zombie = int(parent.stdout.readline())  # forked, exited at once, never waited for
         wait_for(lambda: psutil.Process(zombie).status() == psutil.STATUS_ZOMBIE, timeout=10)
@@ -316,14 +341,17 @@ def test_descendants_are_read_from_each_threads_children_file_as_psutil_walks_th
     it, as psutil's walk of every process does; a process without children has none."""
     from torchpar_top.probes.host.threads import descendants
 
-    script = ("import subprocess, sys, threading, time\n"
-              "def grand():\n"
-              "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-              "t = threading.Thread(target=grand); t.start(); t.join()\n"
-              "print('ready', flush=True)\n"
-              "time.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    script = (
+        "import subprocess, sys, threading, time\n"
+        "def grand():\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "t = threading.Thread(target=grand); t.start(); t.join()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         assert parent.stdout.readline().strip() == "ready"
         walked = [c.pid for c in psutil.Process(parent.pid).children(recursive=True)]

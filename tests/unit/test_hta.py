@@ -7,30 +7,47 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from torchpar_top.probes.agent import hta
 from torchpar_top.probes.agent.cuda import profile_queue
 
 
 def _launch(name: str, ts: float, corr: int) -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "ts": ts, "dur": 4, "pid": 1, "tid": 1,
-            "args": {"correlation": corr, "cbid": 211}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "ts": ts,
+        "dur": 4,
+        "pid": 1,
+        "tid": 1,
+        "args": {"correlation": corr, "cbid": 211},
+    }
 
 
 def _gpu(ts: float, dur: float, corr: int, stream: int = 7, device: int = 0, cat: str = "kernel") -> dict:
-    return {"ph": "X", "cat": cat, "name": "void gemm_kernel<...>", "ts": ts, "dur": dur, "pid": device,
-            "tid": stream, "args": {"correlation": corr, "stream": stream, "device": device}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": "void gemm_kernel<...>",
+        "ts": ts,
+        "dur": dur,
+        "pid": device,
+        "tid": stream,
+        "args": {"correlation": corr, "stream": stream, "device": device},
+    }
 
 
 def test_depth_over_time_per_stream() -> None:
     """Three launches at 0, 1, 2 µs; their kernels start at 10, 20, 30 µs (10 µs each)."""
-    trace = {"traceEvents": [
-        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
-        *(_launch("cudaLaunchKernel", t, 100 + t) for t in (0, 1, 2)),
-        *(_gpu(10 * (i + 1), 10, 100 + i) for i in range(3)),
-    ]}
+    trace = {
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+            *(_launch("cudaLaunchKernel", t, 100 + t) for t in (0, 1, 2)),
+            *(_gpu(10 * (i + 1), 10, 100 + i) for i in range(3)),
+        ]
+    }
     series = hta.queue_depth(hta.from_chrome_trace(trace))
-    (key, s), = series.items()
+    ((key, s),) = series.items()
     assert key == (0, 7)
     assert s.points == ((0, 1), (1, 2), (2, 3), (10, 2), (20, 1), (30, 0))
     assert s.max_depth == 3
@@ -46,19 +63,29 @@ def test_time_at_cap_and_relative_share() -> None:
     assert s.time_at_cap == 23
     assert s.share_at_cap == pytest.approx(23 / 40)
     assert hta.summary({(0, 7): s}, cap=3) == [
-        "cuda:0 stream 7: max depth 4, at the 3 cap 0.0 ms (57% of 0 ms)"]
+        "cuda:0 stream 7: max depth 4, at the 3 cap 0.0 ms (57% of 0 ms)"
+    ]
 
 
 def test_streams_devices_memcpy_and_unmatched_events() -> None:
     events = [
-        _launch("cudaLaunchKernel", 0, 1), _gpu(5, 1, 1, stream=7),
-        _launch("cudaMemcpyAsync", 1, 2), _gpu(6, 1, 2, stream=13, cat="gpu_memcpy"),
-        _launch("cudaLaunchKernel", 2, 3), _gpu(7, 1, 3, stream=7, device=1),
+        _launch("cudaLaunchKernel", 0, 1),
+        _gpu(5, 1, 1, stream=7),
+        _launch("cudaMemcpyAsync", 1, 2),
+        _gpu(6, 1, 2, stream=13, cat="gpu_memcpy"),
+        _launch("cudaLaunchKernel", 2, 3),
+        _gpu(7, 1, 3, stream=7, device=1),
         _launch("cudaLaunchKernel", 3, 4),  # its kernel is not in the trace: ignored (HTA's semi-join)
         _gpu(8, 1, 99, stream=7),  # a GPU event without a launch: ignored
         _launch("cudaStreamSynchronize", 4, 5),  # not a launch
-        {"ph": "X", "cat": "gpu_user_annotation", "name": "step", "ts": 0, "dur": 9,
-         "args": {"stream": 7, "correlation": 1}},
+        {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": "step",
+            "ts": 0,
+            "dur": 9,
+            "args": {"stream": 7, "correlation": 1},
+        },
     ]
     series = hta.queue_depth(hta.from_chrome_trace(events))
     assert sorted(series) == [(0, 7), (0, 13), (1, 7)]
@@ -80,14 +107,21 @@ def test_empty_and_cpu_only_traces() -> None:
 def test_kineto_events_adapter() -> None:
     def ev(name: str, ts_ns: int, corr: int, device_type: str, device: int = -1, resource: int = 0):
         return SimpleNamespace(
-            name=lambda: name, start_ns=lambda: ts_ns, duration_ns=lambda: 1000, correlation_id=lambda: corr,
-            device_type=lambda: f"DeviceType.{device_type}", device_index=lambda: device,
+            name=lambda: name,
+            start_ns=lambda: ts_ns,
+            duration_ns=lambda: 1000,
+            correlation_id=lambda: corr,
+            device_type=lambda: f"DeviceType.{device_type}",
+            device_index=lambda: device,
             device_resource_id=lambda: resource,
         )
 
-    events = hta.from_kineto_events([
-        ev("cudaLaunchKernel", 0, 5, "CPU"), ev("gemm", 3000, 5, "CUDA", device=1, resource=7),
-    ])
+    events = hta.from_kineto_events(
+        [
+            ev("cudaLaunchKernel", 0, 5, "CPU"),
+            ev("gemm", 3000, 5, "CUDA", device=1, resource=7),
+        ]
+    )
     assert hta.queue_depth(events)[(1, 7)].points == ((0.0, 1), (3.0, 0))
 
 

@@ -63,9 +63,15 @@ def test_nothing_below_the_ui_imports_textual():
 
 
 def test_the_tui_does_not_measure_or_spawn():
-    forbidden = {"psutil", "pynvml", "subprocess", "torch", "torchpar_top.probes", "torchpar_top.session.child"}
+    forbidden = {
+        "psutil",
+        "pynvml",
+        "subprocess",
+        "torch",
+        "torchpar_top.probes",
+        "torchpar_top.session.child",
+    }
     for path, name in imports("tui"):
         parts = name.split(".")
         prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
         assert not prefixes & forbidden, f"{path} imports {name}"
-

@@ -8,7 +8,6 @@ import sys
 import pynvml
 import pytest
 from fakes.fake_pynvml import FakeGpu, FakeNvml, gpu_fleet
-
 from torchpar_top.probes.host.nvml import NO_BINDING, NvmlProbe, cuda_order
 
 
@@ -49,8 +48,17 @@ def test_no_devices() -> None:
 
 
 def test_one_gpu_all_metrics_converted() -> None:
-    fake = FakeNvml([FakeGpu(mem_used=5 << 30, power_mw=312_500, power_limit_mw=400_000, temperature_c=61,
-                             util=lambda t: 87.0)])
+    fake = FakeNvml(
+        [
+            FakeGpu(
+                mem_used=5 << 30,
+                power_mw=312_500,
+                power_limit_mw=400_000,
+                temperature_c=61,
+                util=lambda t: 87.0,
+            )
+        ]
+    )
     (view,), status = _probe(fake).sample()
     assert status == ""
     assert (view.index, view.label, view.name) == (0, "cuda:0", "NVIDIA A100-SXM4-80GB")
@@ -155,7 +163,7 @@ def test_cuda_visible_devices_mapping(env: dict[str, str], expected: list[int]) 
     views, _ = _probe(fake, environ=env).sample()
     assert [v.index for v in views[: len(expected)]] == expected
     assert [v.label for v in views] == [f"cuda:{i}" for i in range(len(expected))] + [
-        f"nvml:{v.index}" for v in views[len(expected):]
+        f"nvml:{v.index}" for v in views[len(expected) :]
     ]
 
 
@@ -177,7 +185,9 @@ def test_mixed_models_need_pci_bus_order_or_the_child_uuids() -> None:
 def test_cuda_order_pure_function() -> None:
     uuids = ["GPU-aa", "GPU-bb"]
     assert cuda_order(uuids, ["A", "B"], {"CUDA_VISIBLE_DEVICES": "1"}) == (
-        None, "CUDA order unknown for mixed GPU models: set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+        None,
+        "CUDA order unknown for mixed GPU models: set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+    )
     assert cuda_order(uuids, ["A", "B"], {"CUDA_VISIBLE_DEVICES": "GPU-b"}) == ([1], "")
 
 
@@ -226,8 +236,10 @@ def test_close_is_idempotent() -> None:
 
 
 def test_probe_module_imports_neither_torch_nor_pynvml() -> None:
-    code = ("import sys, torchpar_top.probes.host.nvml; "
-            "print('torch' in sys.modules, 'pynvml' in sys.modules, 'textual' in sys.modules)")
+    code = (
+        "import sys, torchpar_top.probes.host.nvml; "
+        "print('torch' in sys.modules, 'pynvml' in sys.modules, 'textual' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False", "False"]
 

@@ -9,9 +9,14 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: top-level folder -> package name, as pyproject.toml's package-dir maps them
-MAPPING = {"cli": "torchpar_top", "tui": "torchpar_top.tui", "probes": "torchpar_top.probes",
-           "session": "torchpar_top.session", "workloads": "torchpar_top.workloads",
-           "analysis": "torchpar_top.analysis"}
+MAPPING = {
+    "cli": "torchpar_top",
+    "tui": "torchpar_top.tui",
+    "probes": "torchpar_top.probes",
+    "session": "torchpar_top.session",
+    "workloads": "torchpar_top.workloads",
+    "analysis": "torchpar_top.analysis",
+}
 
 
 def source_modules():
@@ -25,8 +30,21 @@ def source_modules():
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(out), str(ROOT)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+    )
     return next(out.glob("torchpar_top-*.whl"))
 
 
@@ -39,8 +57,10 @@ def test_wheel_contains_every_module_and_the_stylesheet(wheel):
 
 
 def test_every_module_imports_from_the_wheel(wheel, tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path),
-                    str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path), str(wheel)],
+        check=True,
+    )
     modules = sorted(m for m, _ in source_modules() if not m.endswith("__main__"))
     code = (
         "import importlib, sys\n"
@@ -49,7 +69,12 @@ def test_every_module_imports_from_the_wheel(wheel, tmp_path):
         "    assert mod.__file__.startswith(sys.path[1]), (m, mod.__file__)\n"  # from the wheel, not the tree
         "print('ok')"
     )
-    proc = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
-                          cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *modules],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"

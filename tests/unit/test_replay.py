@@ -12,12 +12,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from waiting import wait_for
-
 from torchpar_top.analysis import NO_GPU_NOTE, NO_OP, analyse_path, summary
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, LogSource, Mode, Quantity
 from torchpar_top.session.replay import MAX_SPEED, RATE_FRAMES, UNIT, ReplaySession, trace_time
 from torchpar_top.session.store import HISTORY
+from waiting import wait_for
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
 
@@ -28,19 +27,29 @@ def cpu(name, ts, dur, cat="cpu_op", corr=None, tid=1, pid=100):
 
 
 def gpu(ts, dur, corr, stream, device=0, cat="kernel"):
-    return {"ph": "X", "cat": cat, "name": f"op{corr}", "ts": ts, "dur": dur, "pid": device, "tid": stream,
-            "args": {"correlation": corr, "stream": stream, "device": device}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": f"op{corr}",
+        "ts": ts,
+        "dur": dur,
+        "pid": device,
+        "tid": stream,
+        "args": {"correlation": corr, "stream": stream, "device": device},
+    }
 
 
 #: One thread launching onto streams 7 and 13 of device 0, 0..90 µs: nine frames of 10 µs. In the
 #: comments, the queue depth of s7 and s13, as HTA counts it (+1 at a launch, -1 when its op starts).
 TINY = [
     cpu("aten::mm", 0, 10),
-    cpu("cudaLaunchKernel", 0, 1, "cuda_runtime", corr=1),   # s7: 1 at 0; its kernel runs [20, 50)
+    cpu("cudaLaunchKernel", 0, 1, "cuda_runtime", corr=1),  # s7: 1 at 0; its kernel runs [20, 50)
     cpu("aten::add", 10, 10),
     cpu("cudaLaunchKernel", 12, 1, "cuda_runtime", corr=2),  # s7: 2 at 12; its kernel runs [50, 60)
-    cpu("cudaMemcpyAsync", 14, 1, "cuda_runtime", corr=3),   # s13: 1 at 14; the copy runs [30, 70)
-    gpu(20, 30, 1, 7), gpu(50, 10, 2, 7), gpu(30, 40, 3, 13, cat="gpu_memcpy"),
+    cpu("cudaMemcpyAsync", 14, 1, "cuda_runtime", corr=3),  # s13: 1 at 14; the copy runs [30, 70)
+    gpu(20, 30, 1, 7),
+    gpu(50, 10, 2, 7),
+    gpu(30, 40, 3, 13, cat="gpu_memcpy"),
     cpu("aten::item", 40, 35),
     cpu("aten::_local_scalar_dense", 41, 33),
     cpu("cudaStreamSynchronize", 45, 25, "cuda_runtime", corr=4),
@@ -78,7 +87,13 @@ def test_every_frame_of_the_tiny_trace_is_worked_out_by_hand(tiny):
     assert (s7.name, s13.name) == ("cuda:0 s7", "cuda:0 s13")
     for e in (s7, s13):
         assert (e.kind, e.quantity, e.counts, e.capacity, e.emulated, e.rank) == (
-            ExecutorKind.CUDA_STREAM, Quantity.DEPTH, Counted.KERNELS, 1024, False, None)
+            ExecutorKind.CUDA_STREAM,
+            Quantity.DEPTH,
+            Counted.KERNELS,
+            1024,
+            False,
+            None,
+        )
     # the highest depth within each frame, so that a burst shorter than a frame stays visible
     assert s7.history == (1, 2, 1, 1, 1, 0, 0, 0, 0)
     assert s13.history == (0, 1, 1, 0, 0, 0, 0, 0, 0)
@@ -102,10 +117,17 @@ def test_every_frame_of_the_tiny_trace_is_worked_out_by_hand(tiny):
     assert RATE_FRAMES >= 9
     assert {(s.where, s.call, s.count, s.rank) for s in snap.syncpoints} == {
         ("aten::_local_scalar_dense", "cudaStreamSynchronize", 1, None),
-        (NO_OP, "cudaDeviceSynchronize", 1, None)}
+        (NO_OP, "cudaDeviceSynchronize", 1, None),
+    }
     assert all(s.per_second == pytest.approx(1 / 90e-6) for s in snap.syncpoints)
     (rank,) = snap.ranks
-    assert (rank.rank, rank.pid, rank.state, rank.unit, rank.depth) == (None, 100, ChildState.FINISHED, UNIT, 0)
+    assert (rank.rank, rank.pid, rank.state, rank.unit, rank.depth) == (
+        None,
+        100,
+        ChildState.FINISHED,
+        UNIT,
+        0,
+    )
     assert snap.child.state == ChildState.FINISHED and snap.child.message == "replay finished"
     assert snap.mode == Mode.ASYNC and snap.target == "replay tiny.json" and snap.experiment == "replay"
     assert snap.replay.finished and snap.replay.position == pytest.approx(90e-6)
@@ -151,8 +173,11 @@ def test_a_position_shows_the_same_however_it_was_reached(tiny, tmp_path):
     for _ in range(5):
         tiny.tick()
     played = comparable(tiny.snapshot())
-    other = ReplaySession(write(tmp_path / "tiny.json", TINY, deviceProperties=[{"id": 0, "name": "Hand-made GPU"}]),
-                          clock=False, **FRAME)
+    other = ReplaySession(
+        write(tmp_path / "tiny.json", TINY, deviceProperties=[{"id": 0, "name": "Hand-made GPU"}]),
+        clock=False,
+        **FRAME,
+    )
     other.step(7)
     other.step(-2)  # back to 50: the frames ending there are made again
     assert other.position == 50 and comparable(other.snapshot()) == played
@@ -260,10 +285,12 @@ def test_the_log_lists_what_was_found_and_the_whole_trace_summary(tiny):
     texts = log_texts(tiny.snapshot())
     assert texts[0].endswith("tiny.json: 1 rank, 90.0 µs of trace, 2 streams on 1 GPU")
     assert "rank 0 cuda:0 (Hand-made GPU): kernel-active 55.6% of the trace" in texts
-    assert ("rank 0 cuda:0 s7: 2 launches, depth max 2 mean 1.0 (HTA's), never at the cap, busy 40.0 µs"
-            in texts)
-    assert ("rank 0 cuda:0 s13: 1 launches, depth max 1 mean 0.5 (HTA's), never at the cap, busy 40.0 µs"
-            in texts)
+    assert (
+        "rank 0 cuda:0 s7: 2 launches, depth max 2 mean 1.0 (HTA's), never at the cap, busy 40.0 µs" in texts
+    )
+    assert (
+        "rank 0 cuda:0 s13: 1 launches, depth max 1 mean 0.5 (HTA's), never at the cap, busy 40.0 µs" in texts
+    )
     assert texts[-1].startswith("playing from t = 0.0 µs at 0.0001×: a frame of 10.0 µs every 0.1 s")
 
 
@@ -289,11 +316,17 @@ def test_ranks_of_a_folder_are_told_apart(tmp_path):
         session.tick()
     snap = session.snapshot()
     assert snap.target == "replay job ×2 ranks"
-    assert [(e.rank, e.name) for e in snap.executors] == [(0, "cuda:0 s7"), (0, "cuda:0 s13"),
-                                                          (1, "cuda:0 s7"), (1, "cuda:0 s13")]
+    assert [(e.rank, e.name) for e in snap.executors] == [
+        (0, "cuda:0 s7"),
+        (0, "cuda:0 s13"),
+        (1, "cuda:0 s7"),
+        (1, "cuda:0 s13"),
+    ]
     assert [g.label for g in snap.gpus] == ["r0:cuda:0", "r1:cuda:0"]
-    assert [(r.rank, r.state, r.throughput) for r in snap.ranks] == [(0, ChildState.FINISHED, 0),
-                                                                    (1, ChildState.FINISHED, 0)]
+    assert [(r.rank, r.state, r.throughput) for r in snap.ranks] == [
+        (0, ChildState.FINISHED, 0),
+        (1, ChildState.FINISHED, 0),
+    ]
     assert {(s.rank, s.count) for s in snap.syncpoints} == {(0, 1), (1, 1)}
 
 
@@ -326,7 +359,13 @@ def test_without_the_clock_start_runs_no_thread(tiny):
 
 def test_trace_time_is_three_digits_and_a_unit():
     assert [trace_time(x) for x in (0, 12.34, 950, 12_300, 1_234_567, 43_425_365)] == [
-        "0 µs", "12.3 µs", "950 µs", "12.3 ms", "1.23 s", "43.4 s"]
+        "0 µs",
+        "12.3 µs",
+        "950 µs",
+        "12.3 ms",
+        "1.23 s",
+        "43.4 s",
+    ]
 
 
 def play_to_the_end(session):
@@ -356,7 +395,11 @@ def test_the_a100_two_stream_trace_played_through(speed):
         assert max(e.history) == s["max_depth"]  # 18 and 2
         assert (e.launched, e.completed, e.value) == (s["launches"], s["launches"], 0)
         busy = sum(b * f for b, f in zip(e.busy[-played:], lengths))
-        assert busy == pytest.approx(lane.busy.covered(first, analysis.end)) == pytest.approx(s["busy_seconds"] * 1e6)
+        assert (
+            busy
+            == pytest.approx(lane.busy.covered(first, analysis.end))
+            == pytest.approx(s["busy_seconds"] * 1e6)
+        )
     assert [max(e.history) for e in snap.executors] == [18, 2]
     counts = {(p["site"], p["call"]): p["count"] for p in whole["ranks"][0]["sync_points"]}
     assert {(s.where, s.call): s.count for s in snap.syncpoints} == counts
@@ -387,6 +430,10 @@ def test_a_live_session_answers_the_replay_keys_in_the_log():
         texts = log_texts(session.snapshot())[-4:]
     finally:
         session.close()
-    assert [t.split(":")[0] for t in texts] == ["stepping frame by frame", "seeking", "going back to the start",
-                                                "changing the speed"]
+    assert [t.split(":")[0] for t in texts] == [
+        "stepping frame by frame",
+        "seeking",
+        "going back to the start",
+        "changing the speed",
+    ]
     assert all(t.endswith("only in a replay of a recorded trace (torchpar-top replay TRACE)") for t in texts)

@@ -18,11 +18,22 @@ import sys
 import time
 
 import pytest
-
-from torchpar_top.probes.host import stacks as st
-from torchpar_top.probes.host.process import ProcessInfo, check_attach, describe_pid, is_python_exe, maps_libpython
-from torchpar_top.probes.host.stacks import StackPoller, StackSampler, classify_wait, explain_error, parse_dump
 from torchpar_top.contract.snapshot import StackFrame, StackView
+from torchpar_top.probes.host import stacks as st
+from torchpar_top.probes.host.process import (
+    ProcessInfo,
+    check_attach,
+    describe_pid,
+    is_python_exe,
+    maps_libpython,
+)
+from torchpar_top.probes.host.stacks import (
+    StackPoller,
+    StackSampler,
+    classify_wait,
+    explain_error,
+    parse_dump,
+)
 
 SLEEP = r"""[
  {"pid": 29702, "thread_id": 139789512442560, "thread_name": null, "os_thread_id": 29702, "active": false, "owns_gil": false, "frames": [
@@ -108,12 +119,17 @@ SOURCES = {  # the scripts' source lines, as linecache would read them on the ma
     ("/tmp/cap/emu_full.py", 8): "s.launch(torch.mm, a, a)",
     ("/tmp/cap/qget.py", 4): "return q.get()",
     ("/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", 327): "waiter.acquire()",
-    ("/root/.pyenv/versions/3.11.7/lib/python3.11/selectors.py", 415): "fd_event_list = self._selector.poll(timeout)",
+    (
+        "/root/.pyenv/versions/3.11.7/lib/python3.11/selectors.py",
+        415,
+    ): "fd_event_list = self._selector.poll(timeout)",
 }
 
 ERR_DEAD = "Error: Failed to get process executable name. Check that the process is running.\n\nCaused by:\n    0: No such file or directory (os error 2)\n    1: No such file or directory (os error 2)\n"
 ERR_NOT_PYTHON = "Error: Failed to find python version from target process\n"
-ERR_PERM_USER = "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'\n"
+ERR_PERM_USER = (
+    "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'\n"
+)
 ERR_PERM_NOCAP = "Error: Failed to get process executable name. Check that the process is running.\n\nCaused by:\n    0: Permission denied (os error 13)\n    1: Permission denied (os error 13)\n"
 ERR_RACE = "Error: Failed to get stack traces\n\nCaused by:\n    0: Failed to call get_stack_trace for thread 140071807108800\n    1: Failed to copy PyFrameObject\n    2: Bad address (os error 14)\n    3: Bad address (os error 14)\n"
 ERR_RACE_INTERP = "Error: Failed to find a python interpreter in the .data section\n"
@@ -237,7 +253,11 @@ USER = f("train", "/home/u/train.py", 10)
         ([f("Stream.synchronize", f"{TORCH}/cuda/streams.py")], "", st.WAIT_SYNC),
         ([], "loss.cpu()", st.WAIT_ITEM),
         ([], "xs = out.tolist()", st.WAIT_ITEM),
-        ([f("_tensor_str", f"{TORCH}/_tensor_str.py"), f("_str", f"{TORCH}/_tensor_str.py")], "", st.WAIT_ITEM),
+        (
+            [f("_tensor_str", f"{TORCH}/_tensor_str.py"), f("_str", f"{TORCH}/_tensor_str.py")],
+            "",
+            st.WAIT_ITEM,
+        ),
         ([f("all_reduce", f"{TORCH}/distributed/distributed_c10d.py")], "", st.WAIT_COLLECTIVE),
         ([f("barrier", f"{TORCH}/distributed/distributed_c10d.py")], "", st.WAIT_COLLECTIVE),
         ([], "work.wait()", st.WAIT_COLLECTIVE),
@@ -288,7 +308,7 @@ def test_sample_runs_nonblocking_json_dump_with_a_timeout():
     runner = FakeRunner((0, SLEEP, ""))
     view, status = sampler(runner, 29702).sample()
     assert status == "" and view is not None and view.waiting_in == st.WAIT_SLEEP
-    (cmd, kw), = runner.calls
+    ((cmd, kw),) = runner.calls
     assert cmd == ["/opt/py-spy", "dump", "--json", "--nonblocking", "--pid", "29702"]
     assert 0 < kw["timeout"] <= 5 and kw["capture_output"] is True
     assert kw["env"]["RUST_BACKTRACE"] == "0"
@@ -300,8 +320,14 @@ def test_sample_errors_never_raise():
     assert sampler(FakeRunner((1, "", ERR_DEAD)), dead_pid()).sample()[1].endswith("has exited")
     assert sampler(FakeRunner(subprocess.TimeoutExpired("py-spy", 2)), me).sample() == (None, st.MSG_TIMEOUT)
     assert sampler(FakeRunner(FileNotFoundError(2, "nope")), me).sample() == (None, st.MSG_NO_PYSPY)
-    assert sampler(FakeRunner(PermissionError(13, "Permission denied")), me).sample()[1].startswith("cannot run")
-    assert sampler(FakeRunner((0, "Error", "")), me).sample()[1].startswith("py-spy printed something unexpected")
+    assert (
+        sampler(FakeRunner(PermissionError(13, "Permission denied")), me).sample()[1].startswith("cannot run")
+    )
+    assert (
+        sampler(FakeRunner((0, "Error", "")), me)
+        .sample()[1]
+        .startswith("py-spy printed something unexpected")
+    )
     assert sampler(FakeRunner((0, "[]", "")), me).sample() == (None, f"process {me} has no Python thread")
 
 
@@ -441,8 +467,13 @@ def test_describe_a_non_python_process_and_require_python():
     try:
         # Mid-exec the kernel has the new name before the new argv (``/proc/PID/cmdline`` reads empty
         # for a moment; seen on a loaded CI machine): wait for both.
-        wait_for(lambda: isinstance(info := describe_pid(p.pid), ProcessInfo) and info.name == "sleep"
-                 and bool(info.cmdline))
+        wait_for(
+            lambda: (
+                isinstance(info := describe_pid(p.pid), ProcessInfo)
+                and info.name == "sleep"
+                and bool(info.cmdline)
+            )
+        )
         info = describe_pid(p.pid)
         assert not info.is_python and info.cmdline == ("sleep", "30")
         assert check_attach(p.pid) is None

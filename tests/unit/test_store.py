@@ -3,7 +3,6 @@
 import json
 
 from pytest import approx
-
 from torchpar_top.contract import messages as m
 from torchpar_top.contract.snapshot import ChildStatus, HostSample, ThreadInfo
 from torchpar_top.contract.vocab import ChildState, DataBound, Role
@@ -17,14 +16,36 @@ def wire(**plain):
 
 
 def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5, draining=False, **over):
-    return wire(**{
-        "type": "sample", "t": 1.0, "window": window, "mode": mode, "throughput": throughput, "unit": "it/s",
-        "num_threads": 2, "frontend": {"busy": 1 - wait, "wait": wait}, "overlap": 0.25, "draining": draining,
-        "executors": [{"name": "s0", "kind": "emulated-stream", "emulated": True, "quantity": "depth",
-                       "value": depth, "capacity": 1024, "launched": 5 + depth, "completed": 3,
-                       "busy": 0.9, "blocked": 0.4}],
-        "roles": [{"tid": 7, "role": "frontend (main)"}], **over,
-    })
+    return wire(
+        **{
+            "type": "sample",
+            "t": 1.0,
+            "window": window,
+            "mode": mode,
+            "throughput": throughput,
+            "unit": "it/s",
+            "num_threads": 2,
+            "frontend": {"busy": 1 - wait, "wait": wait},
+            "overlap": 0.25,
+            "draining": draining,
+            "executors": [
+                {
+                    "name": "s0",
+                    "kind": "emulated-stream",
+                    "emulated": True,
+                    "quantity": "depth",
+                    "value": depth,
+                    "capacity": 1024,
+                    "launched": 5 + depth,
+                    "completed": 3,
+                    "busy": 0.9,
+                    "blocked": 0.4,
+                }
+            ],
+            "roles": [{"tid": 7, "role": "frontend (main)"}],
+            **over,
+        }
+    )
 
 
 def test_scoreboard_means_per_mode_skip_the_switch_and_the_drain():
@@ -73,8 +94,11 @@ def test_pause_freezes_samples_but_keeps_the_log():
 
 def test_threads_are_grouped_and_results_kept_by_label():
     st = SessionStore("multi-device")
-    threads = (ThreadInfo(1, "python", Role.FRONTEND, 95.0), ThreadInfo(2, "python", Role.INTRAOP, 50.0),
-               ThreadInfo(3, "python", Role.INTRAOP, 1.0))
+    threads = (
+        ThreadInfo(1, "python", Role.FRONTEND, 95.0),
+        ThreadInfo(2, "python", Role.INTRAOP, 50.0),
+        ThreadInfo(3, "python", Role.INTRAOP, 1.0),
+    )
     st.on_host(HostSample(1.0, (1.0,), threads))
     st.on_message(wire(type="result", label="both at once", value=0.5, unit="s"))
     st.on_message(wire(type="result", label="both at once", value=0.4, unit="s"))
@@ -95,8 +119,16 @@ def test_a_dead_child_carries_its_last_stderr_lines():
 
 
 def _hello(pid, rank=None):
-    return m.Hello(pid=pid, experiment="run", torch="2", device="cpu", num_threads=1, interop_threads=1,
-                   rank=rank, world_size=None if rank is None else 2)
+    return m.Hello(
+        pid=pid,
+        experiment="run",
+        torch="2",
+        device="cpu",
+        num_threads=1,
+        interop_threads=1,
+        rank=rank,
+        world_size=None if rank is None else 2,
+    )
 
 
 def test_a_rank_reports_its_exit_status_before_its_connection_closes():
@@ -123,7 +155,9 @@ def test_a_report_that_agrees_with_wait_says_why_the_code_ended():
     store.on_message(_hello(12), source=0)
     store.on_message(wire(type="exit", status=1, reason="ValueError: bad value 42"), source=0)
     store.on_source_closed(0, 1)
-    assert store.snapshot().log[-1].text == "the workload's code ended with status 1: ValueError: bad value 42"
+    assert (
+        store.snapshot().log[-1].text == "the workload's code ended with status 1: ValueError: bad value 42"
+    )
 
 
 def test_a_spoofed_exit_while_the_process_runs_marks_nothing():
@@ -146,7 +180,9 @@ def test_a_connection_that_closes_while_its_process_runs_on_is_monitoring_lost()
     store.on_message(_hello(12), source=0)
     assert store.on_source_lost(0)
     snap = store.snapshot()
-    assert snap.notice.startswith("monitoring lost: the workload (pid 12)") and snap.ranks[0].state == "running"
+    assert (
+        snap.notice.startswith("monitoring lost: the workload (pid 12)") and snap.ranks[0].state == "running"
+    )
     assert snap.log[-1].text == snap.notice
     store.on_source_closed(0, 0)
     assert store.snapshot().notice == "" and store.snapshot().ranks[0].exit_code == 0
@@ -183,15 +219,28 @@ def test_ranks_are_fields_not_name_prefixes():
     for rank in (0, 1):
         store.on_message(_hello(20 + rank, rank=rank), source=rank + 1)
         store.on_message(sample(), source=rank + 1)
-    store.on_message(wire(type="syncpoints", sites=[{"where": "t.py:3", "call": "item()", "count": 4}]), source=2)
+    store.on_message(
+        wire(type="syncpoints", sites=[{"where": "t.py:3", "call": "item()", "count": 4}]), source=2
+    )
     snap = store.snapshot()
     assert [(e.rank, e.name) for e in snap.executors] == [(0, "s0"), (1, "s0")]
     assert [(s.rank, s.where) for s in snap.syncpoints] == [(1, "t.py:3")]
 
 
 def test_the_dataloader_verdict_is_computed_once_per_rank():
-    loader = {"name": "dataloader:0", "kind": "dataloader", "emulated": False, "quantity": "outstanding",
-              "value": 4, "capacity": 4, "launched": 40, "completed": 36, "busy": 1.0, "blocked": 0.0, "ready": 0}
+    loader = {
+        "name": "dataloader:0",
+        "kind": "dataloader",
+        "emulated": False,
+        "quantity": "outstanding",
+        "value": 4,
+        "capacity": 4,
+        "launched": 40,
+        "completed": 36,
+        "busy": 1.0,
+        "blocked": 0.0,
+        "ready": 0,
+    }
     store = SessionStore("run")
     store.on_message(_hello(20, rank=0), source=1)
     store.on_message(_hello(21, rank=1), source=2)
@@ -207,13 +256,25 @@ def test_the_dataloader_verdict_is_computed_once_per_rank():
 
 
 def _round(st, number, d0, d1, both, close=True):
-    rows = [("device 0 alone", d0, "s"), ("device 1 alone", d1, "s"), ("both at once", both, "s"),
-            ("speed-up of both", (d0 + d1) / both, "×")]
+    rows = [
+        ("device 0 alone", d0, "s"),
+        ("device 1 alone", d1, "s"),
+        ("both at once", both, "s"),
+        ("speed-up of both", (d0 + d1) / both, "×"),
+    ]
     for i, (label, value, unit) in enumerate(rows):
         if i == len(rows) - 1 and not close:
             return
-        st.on_message(wire(type="result", label=label, value=value, unit=unit, round=number,
-                           closes_round=i == len(rows) - 1))
+        st.on_message(
+            wire(
+                type="result",
+                label=label,
+                value=value,
+                unit=unit,
+                round=number,
+                closes_round=i == len(rows) - 1,
+            )
+        )
 
 
 def test_results_in_rounds_never_mix_two_rounds():
@@ -225,8 +286,11 @@ def test_results_in_rounds_never_mix_two_rounds():
     st.on_message(wire(type="result", label="device 1 alone", value=0.6191, unit="s", round=2))
     rows = st.snapshot().results
     assert [(r.label, r.value, r.round) for r in rows] == [
-        ("device 0 alone", 0.60, 1), ("device 1 alone", 0.62, 1), ("both at once", 1.20, 1),
-        ("speed-up of both", approx((0.60 + 0.62) / 1.20), 1)]
+        ("device 0 alone", 0.60, 1),
+        ("device 1 alone", 0.62, 1),
+        ("both at once", 1.20, 1),
+        ("speed-up of both", approx((0.60 + 0.62) / 1.20), 1),
+    ]
     _round(st, 2, 0.5847, 0.6191, 1.1612)  # now complete: its own speed-up, 1.037
     speed = {r.label: r for r in st.snapshot().results}["speed-up of both"]
     assert speed.round == 2 and speed.value == approx((0.5847 + 0.6191) / 1.1612)
@@ -254,11 +318,28 @@ def test_plain_results_are_kept_beside_rounds():
 
 def test_running_and_waiting_for_a_core_are_kept_beside_busy():
     st = SessionStore("multi-device")
-    row = {"name": "s0", "kind": "emulated-stream", "emulated": True, "quantity": "depth", "value": 3,
-           "capacity": 1024, "launched": 5, "completed": 2, "busy": 1.0, "blocked": 0.0}
+    row = {
+        "name": "s0",
+        "kind": "emulated-stream",
+        "emulated": True,
+        "quantity": "depth",
+        "value": 3,
+        "capacity": 1024,
+        "launched": 5,
+        "completed": 2,
+        "busy": 1.0,
+        "blocked": 0.0,
+    }
     st.on_message(sample(executors=[row]))  # the first window: no schedstat span yet
-    st.on_message(sample(executors=[row | {"running": 0.31, "core_wait": 0.69}], overlap=0.0, overlap_high=0.3,
-                         overlap_in_progress=1.0, frontend={"busy": 0.01, "wait": 0.9, "core_wait": 0.02}))
+    st.on_message(
+        sample(
+            executors=[row | {"running": 0.31, "core_wait": 0.69}],
+            overlap=0.0,
+            overlap_high=0.3,
+            overlap_in_progress=1.0,
+            frontend={"busy": 0.01, "wait": 0.9, "core_wait": 0.02},
+        )
+    )
     snap = st.snapshot()
     (ex,) = snap.executors
     assert ex.busy == (1.0, 1.0) and ex.running == (1.0, 0.31) and ex.core_wait == (0.0, 0.69)
@@ -280,15 +361,19 @@ def test_a_timing_round_counts_in_neither_mode():
 
 
 def test_the_agents_stack_is_classified_and_can_be_turned_off():
-    frames = [{"function": "run", "filename": "/x/workloads/async_compute.py", "line": 78},
-              {"function": "EmulatedStream.synchronize", "filename": "/x/probes/agent/stream.py", "line": 79},
-              {"function": "Condition.wait", "filename": "/usr/lib/python3.11/threading.py", "line": 331}]
+    frames = [
+        {"function": "run", "filename": "/x/workloads/async_compute.py", "line": 78},
+        {"function": "EmulatedStream.synchronize", "filename": "/x/probes/agent/stream.py", "line": 79},
+        {"function": "Condition.wait", "filename": "/usr/lib/python3.11/threading.py", "line": 331},
+    ]
     st = SessionStore("async")
     st.on_message(_hello(42))
     st.on_message(sample(stack={"frames": frames, "idle": True}))
     stack = st.snapshot().stack
     assert (stack.pid, stack.source, stack.idle) == (42, "agent", True)
-    assert stack.waiting_in == "synchronize (emulated stream)" and stack.frames[-1].function == "Condition.wait"
+    assert (
+        stack.waiting_in == "synchronize (emulated stream)" and stack.frames[-1].function == "Condition.wait"
+    )
     st.on_message(sample())  # samples without a stack keep the last one
     assert st.snapshot().stack == stack
     off = SessionStore("async")
@@ -323,8 +408,19 @@ def test_the_session_serves_the_same_snapshot_until_something_changes():
 def test_the_dataloader_verdict_is_over_the_last_second_of_windows():
     """Recorded on a loaded machine: one window of waiting, then the loop computes (a core was taken):
     compute-bound; the same loop with its workers' sleeps dominating: input-bound."""
-    loader = {"name": "dataloader:0", "kind": "dataloader", "emulated": False, "quantity": "outstanding",
-              "value": 4, "capacity": 4, "launched": 40, "completed": 36, "busy": 1.0, "blocked": 0.0, "ready": 0}
+    loader = {
+        "name": "dataloader:0",
+        "kind": "dataloader",
+        "emulated": False,
+        "quantity": "outstanding",
+        "value": 4,
+        "capacity": 4,
+        "launched": 40,
+        "completed": 36,
+        "busy": 1.0,
+        "blocked": 0.0,
+        "ready": 0,
+    }
     st = SessionStore("run")
     for wait in (0.79, 0.196, 0.042, 0.047, 0.067, 0.049, 0.06, 0.05, 0.02, 0.03):
         st.on_message(sample(executors=[loader], data_wait=wait))

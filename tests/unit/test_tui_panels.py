@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 from fakes.fake_session import make_attach_snapshot, make_run_snapshot, make_snapshot, make_torchrun_snapshot
-
 from torchpar_top.contract.snapshot import ChildStatus, RankView, StackFrame, SyncSite
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind
 from torchpar_top.tui.widgets.cores import CoresPanel
@@ -78,7 +77,13 @@ def test_ranks() -> None:
 def test_eager_executors_of_several_ranks_share_a_row() -> None:
     ddp = make_torchrun_snapshot(ranks=4, dead=None)
     labels = [label for label, _ in executor_rows(ddp.executors)]
-    assert labels == ["cpu (eager) ×4", "r0:dataloader:0", "r1:dataloader:0", "r2:dataloader:0", "r3:dataloader:0"]
+    assert labels == [
+        "cpu (eager) ×4",
+        "r0:dataloader:0",
+        "r1:dataloader:0",
+        "r2:dataloader:0",
+        "r3:dataloader:0",
+    ]
     run = make_run_snapshot()
     assert [label for label, _ in executor_rows(run.executors)] == ["cpu (eager)", "dataloader:0"]
 
@@ -88,7 +93,9 @@ def test_sync_points() -> None:
     top = top_sites(run)
     assert len(top) == 5 and top[0].per_second >= top[-1].per_second
     assert [s.where for s in top[:2]] == ["train.py:49", "train.py:57"]  # equal rates: by line
-    assert top_sites(dataclasses.replace(run, syncpoints=(SyncSite("a.py:1", "item()", 5, 0.0),)))[0].count == 5
+    assert (
+        top_sites(dataclasses.replace(run, syncpoints=(SyncSite("a.py:1", "item()", 5, 0.0),)))[0].count == 5
+    )
     assert not on_device(run)
     assert rate_text(6.2) == "6.2/s" and rate_text(0.0) == "0.0/s" and rate_text(1234.0) == "1.23k/s"
     assert count_text(1860) == "1860" and count_text(123_456) == "123k"
@@ -100,7 +107,10 @@ def test_stack_texts() -> None:
     assert verdict(stack) == "waiting in: DataLoader"
     assert verdict(dataclasses.replace(stack, waiting_in="", idle=True)).startswith("idle")
     assert verdict(dataclasses.replace(stack, waiting_in="", idle=False)) == "running Python"
-    assert short_path("/v/lib/python3.11/site-packages/torch/utils/data/dataloader.py") == "torch/utils/data/dataloader.py"
+    assert (
+        short_path("/v/lib/python3.11/site-packages/torch/utils/data/dataloader.py")
+        == "torch/utils/data/dataloader.py"
+    )
     assert short_path("/home/u/proj/train.py") == "train.py"
     assert where(StackFrame("f", "/usr/lib/python3.11/selectors.py", 415)) == "selectors.py:415"
 
@@ -113,7 +123,9 @@ def test_queue_texts() -> None:
     assert blocked_text(pool, short=False) == "unbounded: launch never blocks"
     assert kind_tag(full) == "emulated"
     assert kind_tag(eager) == "eager"
-    calls = dataclasses.replace(full, kind=ExecutorKind.CUDA_STREAM, emulated=False, counts=Counted.TORCH_CALLS, blocked=None)
+    calls = dataclasses.replace(
+        full, kind=ExecutorKind.CUDA_STREAM, emulated=False, counts=Counted.TORCH_CALLS, blocked=None
+    )
     assert kind_tag(calls) == "cuda calls"  # a function-mode counter: torch calls, not kernels
     assert blocked_text(calls, short=False) == "blocking not observable here"  # not "never blocked"
     assert history_scale(full) == 1024
@@ -138,7 +150,9 @@ def test_ratio_until_both_modes_measured() -> None:
 
 def test_status_lines() -> None:
     assert status_lines(ChildStatus(pid=1, state=ChildState.RUNNING)) == []
-    lines = status_lines(ChildStatus(pid=1, state=ChildState.EXITED, exit_code=1, last_stderr=("boom\x1b[2J",)))
+    lines = status_lines(
+        ChildStatus(pid=1, state=ChildState.EXITED, exit_code=1, last_stderr=("boom\x1b[2J",))
+    )
     assert lines == ["child exited with code 1", "  boom␛[2J"]
     assert status_lines(ChildStatus(pid=None, state=ChildState.FAILED, message="no such file"))[0] == (
         "child failed to start: no such file"
@@ -190,6 +204,7 @@ def test_executor_lane_marks_cells_that_waited_more_than_they_ran() -> None:
 def test_overlap_line_says_on_cores_and_in_progress() -> None:
     snap = make_snapshot(executors=2)
     assert overlap_text(snap) == "overlap on cores 18–29% · in progress 37%"  # at least, at most
-    plain = dataclasses.replace(snap, executors=tuple(dataclasses.replace(e, running=(), core_wait=())
-                                                      for e in snap.executors))
+    plain = dataclasses.replace(
+        snap, executors=tuple(dataclasses.replace(e, running=(), core_wait=()) for e in snap.executors)
+    )
     assert overlap_text(plain) == "overlap 18%"  # nothing read: the sweep of intervals, one figure

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from torchpar_top.tui import render
 
 
@@ -69,7 +68,15 @@ def test_fraction_and_pct() -> None:
 
 @pytest.mark.parametrize(
     ("x", "expected"),
-    [(12.4, "12.4"), (9.1, "9.10"), (1234.0, "1.23k"), (4.5e6, "4.50M"), (0.0, "0.0"), (None, "—"), (math.inf, "—")],
+    [
+        (12.4, "12.4"),
+        (9.1, "9.10"),
+        (1234.0, "1.23k"),
+        (4.5e6, "4.50M"),
+        (0.0, "0.0"),
+        (None, "—"),
+        (math.inf, "—"),
+    ],
 )
 def test_num(x: float | None, expected: str) -> None:
     assert render.num(x) == expected
@@ -119,11 +126,10 @@ def test_squeeze_keeps_a_number_whole_or_leaves_it_out():
 def test_the_line_compositor_runs_only_under_the_textual_it_was_tested_with() -> None:
     """LineCompositor overrides a private Textual method: pyproject pins exactly the version it was checked
     against, and any other version gets Textual's own screen."""
-    import tomllib
     from pathlib import Path
 
+    import tomllib
     from textual.screen import Screen
-
     from torchpar_top.tui.compositor import TESTED_TEXTUAL, LineScreen, screen_class, textual_version
 
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8"))

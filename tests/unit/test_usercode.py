@@ -10,15 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
-
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.probes.agent import usercode
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.run import UsageError, exception_line, parse_args, system_exit_status
 from torchpar_top.probes.agent.usercode import CPU_SYNC_NOTE, UserCode
 from torchpar_top.probes.agent.usercode_install import Instrumentation, after_fork_in_child
 from torchpar_top.probes.agent.usercode_target import check_target
-from torchpar_top.contract import messages as m
-from torchpar_top.contract.vocab import SyncScope
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -283,8 +282,9 @@ def test_check_target_says_what_is_wrong_in_one_line(tmp_path, monkeypatch):
         (str(syntax), False): f"{syntax}:4: SyntaxError: invalid syntax",
         ("no_such_module_xyz", True): "No module named 'no_such_module_xyz'",
         ("json.nope", True): "No module named 'json.nope'",
-        ("json", True): ("No module named 'json.__main__'; 'json' is a package and cannot be directly "
-                         "executed"),
+        ("json", True): (
+            "No module named 'json.__main__'; 'json' is a package and cannot be directly executed"
+        ),
         ("not a name", True): "No module named 'not a name'",
     }
     for (target, is_module), message in cases.items():
@@ -294,16 +294,23 @@ def test_check_target_says_what_is_wrong_in_one_line(tmp_path, monkeypatch):
 
 
 def test_parse_args_stops_at_the_users_command():
-    opts = parse_args(["--fd", "5", "--interval", "0.2", "--sync", "--sync-scope", "step",
-                       "train.py", "--fd", "x"])
+    opts = parse_args(
+        ["--fd", "5", "--interval", "0.2", "--sync", "--sync-scope", "step", "train.py", "--fd", "x"]
+    )
     assert (opts.fd, opts.interval, opts.sync, opts.sync_scope) == (5, 0.2, True, "step")
     assert (opts.target, opts.is_module, opts.args) == ("train.py", False, ["--fd", "x"])
     opts = parse_args(["--fd=3", "-m", "pkg.mod", "-m", "x"])
     assert (opts.fd, opts.target, opts.is_module, opts.args) == (3, "pkg.mod", True, ["-m", "x"])
     assert parse_args(["-mpkg"]).target == "pkg"
     assert parse_args(["--", "-weird.py"]).target == "-weird.py"
-    bad_lines = ([], ["--fd"], ["--sync-scope", "epoch", "a.py"], ["--bogus", "a.py"], ["-m"],
-                 ["--interval", "0", "a.py"])
+    bad_lines = (
+        [],
+        ["--fd"],
+        ["--sync-scope", "epoch", "a.py"],
+        ["--bogus", "a.py"],
+        ["-m"],
+        ["--interval", "0", "a.py"],
+    )
     for bad in bad_lines:
         with pytest.raises(UsageError):
             parse_args(bad)

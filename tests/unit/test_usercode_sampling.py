@@ -9,7 +9,6 @@ import time
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
-
 from torchpar_top.probes.agent.usercode_sampling import LATE, SampledCounting, SwitchSignal
 
 
@@ -109,8 +108,9 @@ def test_calls_wait_for_the_frontend_thread(rig):
     clock, mode, counting = rig
     counting.tick()  # on
     ran = []
-    other = threading.Thread(target=lambda: (counting.run_soon(lambda: ran.append(threading.get_ident())),
-                                             counting.tick()))
+    other = threading.Thread(
+        target=lambda: (counting.run_soon(lambda: ran.append(threading.get_ident())), counting.tick())
+    )
     other.start()
     other.join()
     assert ran == []  # a tick from another thread does nothing

@@ -248,18 +248,25 @@ def test_a_replay_counts_trace_time_once():
 
 
 @pytest.mark.parametrize("where, needle", [("missing/r.json", "no such folder"), (".", "is a folder")])
-def test_a_report_path_that_cannot_be_written_is_one_line_and_status_2_before_the_run(tmp_path, where, needle):
+def test_a_report_path_that_cannot_be_written_is_one_line_and_status_2_before_the_run(
+    tmp_path, where, needle
+):
     import subprocess
     import sys
 
     path = str(tmp_path / where)
     proc = subprocess.run(
         [sys.executable, "-m", "torchpar_top", "--headless", "--duration", "30", "--report", path],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == [f"torchpar-top: error: --report {path}: {needle}" + (
-        f" {tmp_path / 'missing'}" if needle == "no such folder" else "")]
+    assert proc.stderr.strip().splitlines() == [
+        f"torchpar-top: error: --report {path}: {needle}"
+        + (f" {tmp_path / 'missing'}" if needle == "no such folder" else "")
+    ]
 
 
 def test_the_watch_feeds_recent_snapshots_and_a_fresh_last_one():

@@ -10,7 +10,7 @@ MIB = 1 << 20
 def _feed(stream, data, chunk=65536):
     """Feed ``data`` in pieces of ``chunk`` bytes, as the reader's ``os.read`` does."""
     for i in range(0, len(data), chunk):
-        stream.feed(data[i:i + chunk])
+        stream.feed(data[i : i + chunk])
 
 
 def test_a_line_over_a_mib_is_cut_to_its_start_with_a_marker_and_the_next_line_is_intact():
@@ -18,7 +18,12 @@ def test_a_line_over_a_mib_is_cut_to_its_start_with_a_marker_and_the_next_line_i
     stream = TextStream(lines.append)
     _feed(stream, b"start" + b"x" * (3 * MIB // 2) + b"\nnext\n")
     assert len(lines) == 2
-    assert lines[0] == "start" + "x" * (LOG_LINE_KEEP - 5) + f" … [{5 + 3 * MIB // 2 - LOG_LINE_KEEP} more bytes left out]"
+    assert (
+        lines[0]
+        == "start"
+        + "x" * (LOG_LINE_KEEP - 5)
+        + f" … [{5 + 3 * MIB // 2 - LOG_LINE_KEEP} more bytes left out]"
+    )
     assert len(lines[0]) <= LOG_LINE_MAX
     assert lines[1] == "next"
 

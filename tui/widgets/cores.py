@@ -12,7 +12,6 @@ import math
 from rich.color import Color as RichColor
 from rich.style import Style
 from textual.color import Color
-
 from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
@@ -48,8 +47,11 @@ class CoresPanel(SnapshotPanel):
         cores = snapshot.cores
         n = len(cores)
         if n == 0 and snapshot.replay is not None:
-            return [Row().add("CPU  ", self.style("accent")).add(render.clip(NO_HOST_IN_REPLAY, width - 5),
-                                                               self.style("dim"))]
+            return [
+                Row()
+                .add("CPU  ", self.style("accent"))
+                .add(render.clip(NO_HOST_IN_REPLAY, width - 5), self.style("dim"))
+            ]
         if n == 0:
             return [Row().add("no per-core readings yet", self.style("dim"))]
         label_w = len(f"cpu{n - 1}")
@@ -120,7 +122,9 @@ class CoresPanel(SnapshotPanel):
         label_w = len(str(n - 1)) + 1
         per_row = max(1, width - label_w)
         # equal rows of a round size read better than one ragged tail
-        per_row = min(per_row, 64 if per_row >= 64 else 32 if per_row >= 32 else 16 if per_row >= 16 else per_row)
+        per_row = min(
+            per_row, 64 if per_row >= 64 else 32 if per_row >= 32 else 16 if per_row >= 16 else per_row
+        )
         if math.ceil(n / per_row) > self.max_rows:
             return self._heat(snapshot, per_row, label_w)
         out = []

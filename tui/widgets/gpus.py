@@ -40,14 +40,20 @@ class GpusPanel(SnapshotPanel):
     def title(self, snapshot: Snapshot) -> str:
         """``GPU  2 devices (NVML)``."""
         n = len(snapshot.gpus)
-        source = "from the trace, not NVML" if snapshot.replay is not None and snapshot.replay.trace else "NVML"
+        source = (
+            "from the trace, not NVML" if snapshot.replay is not None and snapshot.replay.trace else "NVML"
+        )
         return f"GPU  {n} device{'s' if n != 1 else ''} ({source})" if n else "GPU"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """One row per GPU, or the reason there is none."""
         gpus = snapshot.gpus
         if not gpus:
-            return [Row().add("GPU  ", self.style("accent")).add(snapshot.gpu_status or "no GPU", self.style("dim"))]
+            return [
+                Row()
+                .add("GPU  ", self.style("accent"))
+                .add(snapshot.gpu_status or "no GPU", self.style("dim"))
+            ]
         label_w = max(len(g.label) for g in gpus)
         details = [gpu_details(g) for g in gpus]
         details_w = max(len(d) for d in details)

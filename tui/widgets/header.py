@@ -87,8 +87,16 @@ class HeaderBar(SnapshotPanel):
         """The one header row: the fullest form that fits. Words give way first (the app's name, the
         target shrinks, ``depth``'s label), then whole numbers, never part of one; ``monitor N%`` (the app's
         own CPU) is shown only at :data:`MONITOR_MIN_WIDTH` columns and more, and goes first."""
-        forms = ((True, 8, 3), (True, 8, 3), (False, 8, 3), (False, 8, 2), (False, 4, 2), (False, 0, 2),
-                 (False, 0, 1), (False, 0, 0))
+        forms = (
+            (True, 8, 3),
+            (True, 8, 3),
+            (False, 8, 3),
+            (False, 8, 2),
+            (False, 4, 2),
+            (False, 0, 2),
+            (False, 0, 1),
+            (False, 0, 0),
+        )
         for i, (name, target_min, numbers) in enumerate(forms):
             right = self._right(snapshot, numbers, monitor=i == 0 and width >= MONITOR_MIN_WIDTH)
             row = self._left(snapshot, width, right.width, name, target_min)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import groupby
-from typing import Sequence
 
 from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.contract.vocab import ExecutorKind
@@ -19,8 +19,9 @@ LAUNCH, WAIT, CORE = "▌", "·", "░"
 and a thread runnable but waiting for a core (frontend or executor)."""
 
 
-def frontend_lane(busy: Sequence[float], wait: Sequence[float], width: int,
-                  core_wait: Sequence[float] = ()) -> str:
+def frontend_lane(
+    busy: Sequence[float], wait: Sequence[float], width: int, core_wait: Sequence[float] = ()
+) -> str:
     """One glyph per cell for what the frontend mostly did there: ``▌`` ran, ``·`` was blocked, ``░``
     waited for a core, blank was idle (the rest of the window: sleeping, reading a file) or unknown."""
     b, w = render.fit(busy, width), render.fit(wait, width)
@@ -91,8 +92,10 @@ class LanesPanel(SnapshotPanel):
         if replay is not None and replay.trace and snapshot.interval > 0:
             span = render.seconds(WINDOW_SECONDS / snapshot.interval * replay.frame)
             return f"lanes, last {span} of trace  ({LAUNCH} launching  {WAIT} in a sync)"
-        return (f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} blocked  {CORE} waiting for "
-                f"a core)")
+        return (
+            f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} blocked  {CORE} waiting for "
+            f"a core)"
+        )
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The frontend lane, one lane per executor, and the overlap line.
@@ -115,8 +118,9 @@ class LanesPanel(SnapshotPanel):
         name_w = max(0, min(name_w, width - 1 - 1 - right_w))
         lane_w = max(0, width - (name_w + 1 if name_w else 0) - right_w)
 
-        def column(running: Sequence[float], core_wait: Sequence[float] | None, row: Row,
-                   word: str = "busy") -> str:
+        def column(
+            running: Sequence[float], core_wait: Sequence[float] | None, row: Row, word: str = "busy"
+        ) -> str:
             """The right column for a lane (``core_wait`` None: no split, ``word`` and one percent)."""
             if form == "bare":
                 text = " " + render.pct(render.mean(running), 4)
@@ -137,8 +141,10 @@ class LanesPanel(SnapshotPanel):
         accent, dim, warn = self.style("accent"), self.style("dim"), self.style("warn")
         for glyph, run in groupby(text):  # one piece per run of one colour
             row.add("".join(run), accent if glyph == LAUNCH else warn if glyph == CORE else dim)
-        row.add(column(busy, core if snapshot.frontend_core_wait else None, row, "run" if split else "busy"),
-                self.style("value"))
+        row.add(
+            column(busy, core if snapshot.frontend_core_wait else None, row, "run" if split else "busy"),
+            self.style("value"),
+        )
         out = [row]
         exited = exited_ranks(snapshot)
         track = self.style("track")
@@ -162,8 +168,10 @@ class LanesPanel(SnapshotPanel):
         if snapshot.throughput_history:
             values = win(snapshot.throughput_history)
             top = max(values) or 1.0
-            row = Row().add(render.clip(snapshot.throughput_unit, name_w).ljust(name_w) + " " if name_w else "",
-                            self.style("dim"))
+            row = Row().add(
+                render.clip(snapshot.throughput_unit, name_w).ljust(name_w) + " " if name_w else "",
+                self.style("dim"),
+            )
             row.add(render.spark(render.fit(values, lane_w), lane_w, top), self.style("track"))
             scale = f" 0..{render.num(top)}"
             if len(scale) <= right_w:  # the strip's scale, whole or not at all

@@ -14,14 +14,18 @@ from rich.style import Style
 from textual import events
 from textual.strip import Strip
 from textual.widget import Widget
-
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, Snapshot
 from torchpar_top.contract.vocab import LOG_LINE_MAX, ChildState, LogSource
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row
 
-SOURCE_TAGS = {LogSource.STDOUT: "out", LogSource.STDERR: "err", LogSource.CHILD: "child", LogSource.APP: "app",
-               LogSource.PROTOCOL: "proto"}
+SOURCE_TAGS = {
+    LogSource.STDOUT: "out",
+    LogSource.STDERR: "err",
+    LogSource.CHILD: "child",
+    LogSource.APP: "app",
+    LogSource.PROTOCOL: "proto",
+}
 """The tag shown before each line."""
 
 inert = render.inert
@@ -59,7 +63,13 @@ def pieces_of(line: LogLine) -> tuple[Piece, ...]:
 class LogPanel(Widget):
     """Fed from snapshots: appends only the lines it has not shown yet (by ``seq``), newest at the bottom."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"log--tag", "log--stdout", "log--stderr", "log--dim", "log--status"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "log--tag",
+        "log--stdout",
+        "log--stderr",
+        "log--dim",
+        "log--status",
+    }
 
     DEFAULT_CSS = """
     LogPanel {
@@ -152,7 +162,9 @@ class LogPanel(Widget):
 
     def _show_scroll(self) -> None:
         """The border says when the view is not following the newest line."""
-        self.border_subtitle = f"↑ {self.scroll_back} lines back · scroll down to follow" if self.scroll_back else ""
+        self.border_subtitle = (
+            f"↑ {self.scroll_back} lines back · scroll down to follow" if self.scroll_back else ""
+        )
 
     def _style(self, name: str) -> Style:
         style = self._styles.get(name)

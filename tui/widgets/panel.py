@@ -12,7 +12,6 @@ from textual.dom import DOMNode
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
-
 from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.tui.render import inert
 

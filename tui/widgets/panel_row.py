@@ -5,7 +5,6 @@ from __future__ import annotations
 from textual import events
 from textual.containers import Horizontal
 from textual.widget import Widget
-
 from torchpar_top.tui.widgets.panel import SnapshotPanel
 
 

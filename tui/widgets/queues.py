@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.style import Style
-
 from torchpar_top.contract.snapshot import DataVerdict, ExecutorView, Snapshot
 from torchpar_top.contract.vocab import Counted, DataBound, ExecutorKind
 from torchpar_top.tui import render
@@ -60,7 +59,11 @@ def verdict_text(verdict: DataVerdict | None, short: bool) -> str:
     """``input-bound: waits for data 62% of the time`` (short: ``input-bound``)."""
     if verdict is None:
         return ""
-    return verdict.bound.value if short else f"{verdict.bound.value}: waits for data {verdict.wait:.0%} of the time"
+    return (
+        verdict.bound.value
+        if short
+        else f"{verdict.bound.value}: waits for data {verdict.wait:.0%} of the time"
+    )
 
 
 def data_text(snapshot: Snapshot, executor: ExecutorView, short: bool) -> str:
@@ -114,11 +117,25 @@ def layout(snapshot: Snapshot, rows: list[tuple[str, ExecutorView]], width: int,
     name_w = min(max(len(label) for label, _ in rows), 18)
     tag_w = max(len(kind_tag(e)) for e in executors)
     qty_w = max(len(e.quantity) for e in executors)
-    status_w = {s: max(len(status_text(snapshot, e, s == "short")) for e in executors) for s in ("long", "short")}
-    for tag, qty, status, min_hist in ((True, True, "long", 16), (True, True, "short", 16), (True, True, None, 8),
-                                       (False, True, None, 8), (False, False, None, 4)):
-        fixed = (name_w + 2 + (tag_w + 2 if tag else 0) + (qty_w + 1 if qty else 0) + 1 + value_w
-                 + (2 + status_w[status] if status else 0))
+    status_w = {
+        s: max(len(status_text(snapshot, e, s == "short")) for e in executors) for s in ("long", "short")
+    }
+    for tag, qty, status, min_hist in (
+        (True, True, "long", 16),
+        (True, True, "short", 16),
+        (True, True, None, 8),
+        (False, True, None, 8),
+        (False, False, None, 4),
+    ):
+        fixed = (
+            name_w
+            + 2
+            + (tag_w + 2 if tag else 0)
+            + (qty_w + 1 if qty else 0)
+            + 1
+            + value_w
+            + (2 + status_w[status] if status else 0)
+        )
         if width - fixed >= min_hist:
             return Layout(name_w, tag_w if tag else 0, qty_w if qty else 0, width - fixed, status)
     hist_w = max(0, min(4, width - 1 - value_w))
@@ -140,8 +157,10 @@ class QueuesPanel(SnapshotPanel):
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """A row per executor, then the session's notice (wrapped); in a replay the notice, where it
         stands, comes first (a short panel cuts its last rows)."""
-        notice = [Row().add("  " if i else "» ", self.style("note")).add(line, self.style("note"))
-                  for i, line in enumerate(render.wrap(snapshot.notice, width - 2))]
+        notice = [
+            Row().add("  " if i else "» ", self.style("note")).add(line, self.style("note"))
+            for i, line in enumerate(render.wrap(snapshot.notice, width - 2))
+        ]
         executors = self._executors(snapshot, width)
         out = notice + executors if snapshot.replay is not None else executors + notice
         if not out:

@@ -94,7 +94,13 @@ class RanksPanel(SnapshotPanel):
         thr_w = max(len(unit), 6)
         # rank, pid, state, throughput, depth, data wait: drop data wait, then pid, when narrow
         cols = {"rank": 5, "pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
-        for drop in ((), ("data",), ("data", "pid"), ("data", "pid", "depth"), ("data", "pid", "depth", "thr")):
+        for drop in (
+            (),
+            ("data",),
+            ("data", "pid"),
+            ("data", "pid", "depth"),
+            ("data", "pid", "depth", "thr"),
+        ):
             if sum(w for k, w in cols.items() if k not in drop) <= width:
                 break
         for key in drop:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.style import Style
-
 from torchpar_top.contract.snapshot import ModeStats, ResultRow, Snapshot
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
@@ -71,7 +71,9 @@ class ScoreboardPanel(SnapshotPanel):
                 row.add(" ◀ now", self.style("accent"))
             out.append(row)
         out.append(
-            Row().add("ratio".ljust(cols[0]), self.style("label")).add(ratio_text(snapshot).rjust(cols[1]), self.style("value"))
+            Row()
+            .add("ratio".ljust(cols[0]), self.style("label"))
+            .add(ratio_text(snapshot).rjust(cols[1]), self.style("value"))
             .add("  async / sync", self.style("dim"))
         )
         if snapshot.results:
@@ -84,7 +86,9 @@ class ScoreboardPanel(SnapshotPanel):
             for p in sorted(snapshot.scaling, key=lambda p: p.threads):
                 frac = render.fraction(p.gflops, top)
                 out.append(
-                    Row().add(f"{p.threads:>7d} ", self.style("label")).add(render.bar(frac, bar_w), self.style("track"))
+                    Row()
+                    .add(f"{p.threads:>7d} ", self.style("label"))
+                    .add(render.bar(frac, bar_w), self.style("track"))
                     .add(render.num(p.gflops).rjust(7), self.style("value"))
                 )
         return out
@@ -106,9 +110,12 @@ class ScoreboardPanel(SnapshotPanel):
                 if spread and r.rounds > 1:
                     head = head.ljust(label_w + 1 + value_w + unit_w + 1) + "median (range)"
                 out.append(Row().add(render.clip(head, width), self.style("dim")))
-            row = (Row().add(render.clip(r.label, label_w).ljust(label_w) + " ", self.style("label"))
-                   .add(result_number(r.value * k).rjust(value_w), self.style("value"))
-                   .add(f" {unit}".ljust(unit_w), self.style("dim")))
+            row = (
+                Row()
+                .add(render.clip(r.label, label_w).ljust(label_w) + " ", self.style("label"))
+                .add(result_number(r.value * k).rjust(value_w), self.style("value"))
+                .add(f" {unit}".ljust(unit_w), self.style("dim"))
+            )
             if spread and r.median is not None and r.low is not None and r.high is not None and r.rounds > 1:
                 row.add(f" {render.num(r.median * k, 3):>6}", self.style("label"))
                 row.add(f" ({render.num(r.low * k, 2)}–{render.num(r.high * k, 2)})", self.style("dim"))
@@ -117,11 +124,19 @@ class ScoreboardPanel(SnapshotPanel):
 
     def _mode_row(self, label: str, stats: ModeStats | None, cols: tuple[int, ...]) -> Row:
         """``ASYNC   12.4   1013    3%   42 s``; dashes where nothing was measured."""
-        row = Row().add(label.ljust(cols[0]), self.style("score--async" if label == "ASYNC" else "score--sync"))
+        row = Row().add(
+            label.ljust(cols[0]), self.style("score--async" if label == "ASYNC" else "score--sync")
+        )
         if stats is None:
             return row.add("".join("—".rjust(w) for w in cols[1:]), self.style("dim"))
         row.add(render.num(stats.throughput).rjust(cols[1]), self.style("value"))
-        depth = None if stats.mean_depth is None else f"{stats.mean_depth:.0f}" if stats.mean_depth >= 10 else f"{stats.mean_depth:.1f}"
+        depth = (
+            None
+            if stats.mean_depth is None
+            else f"{stats.mean_depth:.0f}"
+            if stats.mean_depth >= 10
+            else f"{stats.mean_depth:.1f}"
+        )
         row.add((depth or "—").rjust(cols[2]), self.style("label"))
         row.add(render.pct(stats.frontend_wait, cols[3]), self.style("label"))
         if len(cols) > 4:

@@ -83,7 +83,9 @@ class StackPanel(SnapshotPanel):
             return [Row().add(line, self.style("note")) for line in lines]
         head = verdict(stack)
         waiting = bool(stack.waiting_in) or stack.idle
-        row = Row().add(f" {render.clip(head, width - 2)} ", self.style("stack--waiting" if waiting else "stack--running"))
+        row = Row().add(
+            f" {render.clip(head, width - 2)} ", self.style("stack--waiting" if waiting else "stack--running")
+        )
         if stack.idle and stack.waiting_in:
             row.add("  idle", self.style("dim"))
         # the age only once it is stale: a fresh stack is at most STALE_S old, and a text that changes
@@ -107,7 +109,10 @@ class StackPanel(SnapshotPanel):
             inner = i == len(frames) - 1
             mark = "▶ " if inner else "  "
             row = Row().add(mark, self.style("accent"))
-            row.add(render.clip(frame.function, func_w).ljust(func_w) + "  ", self.style("stack--inner" if inner else "label"))
+            row.add(
+                render.clip(frame.function, func_w).ljust(func_w) + "  ",
+                self.style("stack--inner" if inner else "label"),
+            )
             row.add(render.clip(where(frame), max(0, width - row.width)), self.style("dim"))
             out.append(row)
         return out

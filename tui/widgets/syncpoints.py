@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from torchpar_top.contract.snapshot import Snapshot, SyncSite
 from torchpar_top.contract.vocab import ExecutorKind
-from torchpar_top.tui.widgets.ranks import with_rank
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.ranks import with_rank
 
 TOP_SITES = 5
 """How many sites are listed."""
@@ -66,13 +66,20 @@ class SyncPointsPanel(SnapshotPanel):
         where_w = min(where_need, max(room - 1 - call_need, room * 3 // 5))
         call_w = max(4, min(call_need, room - 1 - where_w))
         out = [
-            Row().add("line".ljust(where_w + 1), self.style("dim")).add("call".ljust(call_w), self.style("dim"))
-            .add("per s".rjust(rate_w), self.style("dim")).add("total".rjust(total_w)[:total_w], self.style("dim"))
+            Row()
+            .add("line".ljust(where_w + 1), self.style("dim"))
+            .add("call".ljust(call_w), self.style("dim"))
+            .add("per s".rjust(rate_w), self.style("dim"))
+            .add("total".rjust(total_w)[:total_w], self.style("dim"))
         ]
         for site in sites:
             hot = site.per_second >= 1.0
             out.append(
-                Row().add(render.clip(with_rank(site.where, site.rank), where_w).ljust(where_w + 1), self.style("label"))
+                Row()
+                .add(
+                    render.clip(with_rank(site.where, site.rank), where_w).ljust(where_w + 1),
+                    self.style("label"),
+                )
                 .add(render.clip(site.call, call_w).ljust(call_w), self.style("accent"))
                 .add(rate_text(site.per_second).rjust(rate_w), self.style("value" if hot else "dim"))
                 .add(count_text(site.count).rjust(total_w)[:total_w], self.style("dim"))

@@ -67,16 +67,23 @@ class ThreadsPanel(SnapshotPanel):
         """A row per thread group, then the SYNC note when it applies."""
         groups = snapshot.thread_groups
         if not groups and snapshot.replay is not None:
-            return [Row().add("threads  ", self.style("accent"))
-                    .add(render.clip(NO_THREADS_IN_REPLAY, width - 9), self.style("dim"))]
+            return [
+                Row()
+                .add("threads  ", self.style("accent"))
+                .add(render.clip(NO_THREADS_IN_REPLAY, width - 9), self.style("dim"))
+            ]
         if not groups:
             return [Row().add("no threads sampled yet", self.style("dim"))]
         names = [self.label_of(g) for g in groups]
         busy_w = 7  # "12 busy"
-        wait_w = 11 if width >= WAIT_COLUMN_MIN_WIDTH else 0  # " waits 156%" (run-queue wait; blank when small)
+        wait_w = (
+            11 if width >= WAIT_COLUMN_MIN_WIDTH else 0
+        )  # " waits 156%" (run-queue wait; blank when small)
         name_w = min(max(len(s) for s in names), max(8, width - busy_w - 1 - 6 - 6 - wait_w))
         bar_w = max(4, min(30, width - name_w - 1 - busy_w - 1 - 6 - wait_w))
-        if name_w + 1 + busy_w + 1 + bar_w + 6 > width:  # narrow: the name, then the bar, then "busy" give way
+        if (
+            name_w + 1 + busy_w + 1 + bar_w + 6 > width
+        ):  # narrow: the name, then the bar, then "busy" give way
             name_w, bar_w, busy_w = narrow_columns(max(len(s) for s in names), width)
         out = []
         for group, name in zip(groups, names):

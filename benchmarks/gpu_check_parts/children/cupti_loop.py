@@ -79,8 +79,9 @@ def counts(ops: int) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        ) as prof:
             loop(ops, side)
         prof.export_chrome_trace(path)
         with open(path) as f:
@@ -88,9 +89,18 @@ def counts(ops: int) -> dict:
     theirs = {f"{d}:{s}": v.launches for (d, s), v in series.items()}
     busy = {k: v for k, v in theirs.items() if v >= ops // 4}
     same = bool(busy) and all(ours.get(k) == v for k, v in busy.items())
-    return {"ok": same, "cupti": ours, "profiler": theirs, "pending": pending, "orphans": orphans,
-            "buffers": monitor.buffers, "records": monitor.records, "cbids_off": monitor.filtered,
-            "ops": ops, "log": logs[-5:]}
+    return {
+        "ok": same,
+        "cupti": ours,
+        "profiler": theirs,
+        "pending": pending,
+        "orphans": orphans,
+        "buffers": monitor.buffers,
+        "records": monitor.records,
+        "cbids_off": monitor.filtered,
+        "ops": ops,
+        "log": logs[-5:],
+    }
 
 
 if mode == "speed":
