@@ -187,8 +187,8 @@ def bare_child(experiment: str, seconds: float) -> None:
 def with_agent(experiment: str, seconds: float) -> float:
     """Throughput the agent measures in a real child, averaged over samples after the warm-up."""
     from torchpar_top.contract.messages import Sample
-    from torchpar_top.session.child import ChildProcess
-    from torchpar_top.session.targets import ExperimentTarget
+    from torchpar_top.sources.live.child import ChildProcess
+    from torchpar_top.sources.live.targets import ExperimentTarget
 
     samples: list[tuple[float, float]] = []
     start = time.time()
@@ -228,7 +228,7 @@ def without_agent(experiment: str, seconds: float) -> float:
 def agent_thread_share(experiment: str, seconds: float) -> tuple[float, float]:
     """CPU of the agent's own threads (sampler, control) in a real run, in % of one core, and the
     workload's throughput then, read through the session's own thread probe."""
-    from torchpar_top.session.session import Session
+    from torchpar_top.sources.live.session import Session
 
     session = Session(experiment)
     session.start()

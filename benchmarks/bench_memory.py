@@ -16,7 +16,7 @@ import tracemalloc
 from torchpar_top.contract.messages import ExecutorRow, Frontend, Sample, ThreadRole
 from torchpar_top.contract.snapshot import HostSample, ThreadInfo
 from torchpar_top.contract.vocab import ExecutorKind, Mode, Quantity, Role
-from torchpar_top.session.store import SessionStore
+from torchpar_top.model.store import SessionStore
 
 
 def sample(i: int) -> Sample:

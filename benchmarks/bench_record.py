@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from torchpar_top.contract.codec import dumps
-    from torchpar_top.session.recording import Decoder, Encoder, Recorder, read_recording
-    from torchpar_top.session.session import Session
+    from torchpar_top.contract.recording import Decoder, Encoder, Recorder, read_recording
+    from torchpar_top.sources.live.session import Session
 
     tmp = tempfile.mkdtemp(prefix="tpt-bench-record-")
     path = os.path.join(tmp, "run.jsonl")
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp, "run.jsonl.gz"
     )  # --record run.jsonl.gz: the same lines, gzipped, flushed each
     gz_s = []
-    from torchpar_top.session.recording import open_output
+    from torchpar_top.contract.recording import open_output
 
     with open_output(gz_path) as f:
         for line in lines:

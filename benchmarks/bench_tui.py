@@ -152,7 +152,7 @@ def run_inner(kind: str, cores: int, seconds: float, out: Path, headless: bool) 
 
     warmup = WARMUP_LATENCY_S if kind == "latency" else WARMUP_CPU_S
     if kind == "latency":
-        from torchpar_top.session.session import Session
+        from torchpar_top.sources.live.session import Session
 
         session: Any = Session("async")
     else:

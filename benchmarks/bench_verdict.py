@@ -2,8 +2,8 @@
 
     python benchmarks/bench_verdict.py [--cores 16] [--executors 4] [--gpus 8] [--repeats 2000]
 
-The tally (``session/verdict.py``) is fed one snapshot per interval for the whole run; a scrape
-(``session/metrics.py``) builds every family from one snapshot and renders the text. Both run on the
+The tally (``sinks/verdict.py``) is fed one snapshot per interval for the whole run; a scrape
+(``sinks/metrics.py``) builds every family from one snapshot and renders the text. Both run on the
 monitor's side, so their cost adds to the app's own CPU. The snapshot is the fake session's (600
 samples of history per series, as after a minute at 10 Hz), sized by the options. Prints medians and
 ranges over ``--repeats`` calls, in microseconds of CPU time.
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fakes.fake_session import make_snapshot
 from prometheus_client import CollectorRegistry, generate_latest
-from torchpar_top.session.metrics import SnapshotCollector
-from torchpar_top.session.verdict import RunTally
+from torchpar_top.sinks.metrics import SnapshotCollector
+from torchpar_top.sinks.verdict import RunTally
 
 
 def cpu_us(fn, repeats: int) -> tuple[float, float, float]:

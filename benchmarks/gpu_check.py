@@ -60,7 +60,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = Path(__file__).resolve().parent
 #: The checkout's folders and the subpackage each is installed as (pyproject's package-dir).
-SUBPACKAGES = ("contract", "analysis", "workloads", "probes", "session", "tui")
+SUBPACKAGES = ("contract", "analysis", "model", "workloads", "probes", "sources", "sinks", "tui")
 NO_CUDA = "no CUDA device: nothing to check; run this on a GPU machine"
 
 

@@ -134,7 +134,7 @@ def outputs(parser: argparse.ArgumentParser) -> None:
 
 def compare_parser() -> Parser:
     """``torchpar-top compare A.json B.json [--tolerance X] [--metric NAME]``: two reports, for CI."""
-    from torchpar_top.session.verdict import METRICS
+    from torchpar_top.sinks.verdict import METRICS
 
     parser = Parser(
         prog="torchpar-top compare",

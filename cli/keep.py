@@ -24,7 +24,7 @@ def open_record(path: str | None) -> Any:
     """The file ``--record`` writes, opened before anything starts (an unwritable path fails at once)."""
     if path is None:
         return None
-    from torchpar_top.session.recording import RecordingError, open_output
+    from torchpar_top.contract.recording import RecordingError, open_output
 
     try:
         return open_output(path)
@@ -33,12 +33,12 @@ def open_record(path: str | None) -> Any:
 
 
 def start_recorder(out: Any, session: Any, command: Sequence[str]) -> Any:
-    """A :class:`~torchpar_top.session.recording.Recorder` of ``session`` into ``out`` (None: none).
+    """A :class:`~torchpar_top.contract.recording.Recorder` of ``session`` into ``out`` (None: none).
 
     Close it after the session: it writes the last snapshot and closes the file."""
     if out is None:
         return None
-    from torchpar_top.session.recording import Recorder
+    from torchpar_top.contract.recording import Recorder
 
     recorder = Recorder(session, out, command)
     recorder.start()
@@ -69,15 +69,15 @@ def replay(
     """``torchpar-top replay FILE``: a recording or an export is played here; a trace goes to
     ``trace_replay``. ``play(session, args, note)`` runs a session on the screen or headless (``note`` on
     stderr there)."""
-    from torchpar_top.session.recording import sniff
+    from torchpar_top.contract.recording import sniff
 
     args = parser.parse_args(argv)
     kind = sniff(args.trace)
     if kind == "trace":
         return trace_replay(args)
-    from torchpar_top.session.export import export_summary, read_export
-    from torchpar_top.session.playback import RecordingSession
-    from torchpar_top.session.recording import RecordingError, headless_output, read_recording
+    from torchpar_top.contract.recording import RecordingError, headless_output, read_recording
+    from torchpar_top.sinks.export import export_summary, read_export
+    from torchpar_top.sources.recording import RecordingReplay
 
     if kind == "headless":
         _fail(str(headless_output(args.trace)))
@@ -108,7 +108,7 @@ def replay(
     if args.duration is not None and not args.headless:
         parser.error("--duration only applies with --headless")
     try:
-        session = RecordingSession(rec, interval=args.interval, speed=args.speed or 1.0, snapshots=snaps)
+        session = RecordingReplay(rec, interval=args.interval, speed=args.speed or 1.0, snapshots=snaps)
     except RecordingError as exc:
         _fail(str(exc))
     return play(session, args, rec.note)
@@ -117,8 +117,8 @@ def replay(
 def export(argv: list[str]) -> int:
     """``torchpar-top export FILE --perfetto OUT.json --csv OUT.csv``."""
     from torchpar_top.analysis import TraceError
-    from torchpar_top.session.export import load_source, write_csv, write_perfetto
-    from torchpar_top.session.recording import RecordingError, open_output
+    from torchpar_top.contract.recording import RecordingError, open_output
+    from torchpar_top.sinks.export import load_source, write_csv, write_perfetto
 
     parser = export_parser()
     args = parser.parse_args(argv)

@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = args.experiment
     record = keep.open_record(args.record)  # an unwritable path fails before anything starts
 
-    from torchpar_top.session.session import Session
+    from torchpar_top.sources.live.session import Session
 
     session = Session(
         target,
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recorder = keep.start_recorder(record, session, argv)
     atexit.register(keep.stop_recorder, recorder)  # runs first (last in, first out); idempotent
     if args.headless:
-        from torchpar_top.session import headless
+        from torchpar_top.sinks import headless
 
         stop = threading.Event()
         signals = QuitSignals(lambda: stop.set())
@@ -120,7 +120,7 @@ def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
     from torchpar_top.probes.agent.run import check_target
-    from torchpar_top.session.targets import ScriptTarget
+    from torchpar_top.sources.live.targets import ScriptTarget
 
     parser = run_parser()
     ours, what, is_module, user_args = split_run(argv)
@@ -147,7 +147,7 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
 
 def _attach_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
     from torchpar_top.probes.host.process import check_attach
-    from torchpar_top.session.targets import AttachTarget
+    from torchpar_top.sources.live.targets import AttachTarget
 
     parser = attach_parser()
     args = parser.parse_args(argv)
@@ -179,10 +179,10 @@ def _replay(argv: list[str]) -> int:
     if args.duration is not None and not args.headless:
         parser.error("--duration only applies with --headless")
 
-    from torchpar_top.session.replay import DEFAULT_SPEED, ReplaySession
+    from torchpar_top.sources.trace import DEFAULT_SPEED, TraceReplay
 
     try:
-        session = ReplaySession(args.trace, interval=args.interval or 0.1, speed=args.speed or DEFAULT_SPEED)
+        session = TraceReplay(args.trace, interval=args.interval or 0.1, speed=args.speed or DEFAULT_SPEED)
     except TraceError as exc:
         parser.exit(2, f"torchpar-top: error: {exc}\n")
     from torchpar_top.analysis import NO_GPU_NOTE
@@ -196,7 +196,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
     atexit.register(session.close)  # the clock's thread stops however we leave
     outputs = _outputs(session, args)
     if args.headless:
-        from torchpar_top.session import headless
+        from torchpar_top.sinks import headless
 
         if note:
             print(f"torchpar-top: note: {note}", file=sys.stderr)

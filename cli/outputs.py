@@ -22,7 +22,7 @@ class Outputs:
     """
 
     def __init__(self, session: Any, args: argparse.Namespace) -> None:
-        from torchpar_top.session.verdict import RunTally, TallyWatch
+        from torchpar_top.sinks.verdict import RunTally, TallyWatch
 
         self.session = session
         self.report_path: str | None = args.report
@@ -34,7 +34,7 @@ class Outputs:
         if args.report:
             _check_writable(args.report)
         if args.metrics_port is not None:
-            from torchpar_top.session.metrics import MetricsError, MetricsServer, SnapshotCollector
+            from torchpar_top.sinks.metrics import MetricsError, MetricsServer, SnapshotCollector
 
             try:
                 self.metrics = MetricsServer(
@@ -68,7 +68,7 @@ class Outputs:
         self._finished = True
         if self.metrics is not None:
             self.metrics.close()
-        from torchpar_top.session import verdict
+        from torchpar_top.sinks import verdict
 
         if self._started:
             self.watch.stop()
@@ -130,8 +130,8 @@ def _check_writable(path: str) -> None:
 def compare(argv: Sequence[str]) -> int:
     """``torchpar-top compare A.json B.json [--tolerance X] [--metric NAME]``: 1 when the figure fell."""
     from torchpar_top.args import compare_parser
-    from torchpar_top.session.verdict import ReportError, load
-    from torchpar_top.session.verdict import compare as side_by_side
+    from torchpar_top.sinks.verdict import ReportError, load
+    from torchpar_top.sinks.verdict import compare as side_by_side
 
     parser = compare_parser()
     args = parser.parse_args(argv)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Union
 
 from torchpar_top.contract.codec import MAX_LINE, ProtocolError, bounded, from_plain, to_plain
-from torchpar_top.contract.vocab import Counted, ExecutorKind, Mode, Quantity, Role, SyncScope
+from torchpar_top.contract.vocab import Counted, ExecutorKind, Mode, Quantity, Role, StepSource, SyncScope
 
 #: Version of the wire format; a line of another version is refused.
 VERSION = 2
@@ -130,6 +130,86 @@ class SyncCount:
     count: int = bounded(lo=0)
 
 
+@dataclass(frozen=True)
+class StepPhases:
+    """Seconds of steps spent in each phase, summed over the steps they describe (``vocab.PHASES``).
+
+    ``data``: waiting for the next batch; ``transfer``: host-to-device copies (``.to()``/``.cuda()``);
+    ``forward``: inside the outermost module's call; ``backward``: computing gradients; ``comm``: waiting
+    for other ranks (collectives, DDP's all-reduce that backward waits for, barriers); ``optimizer``:
+    ``optimizer.step()``; ``sync``: blocking ``.item()``/``.cpu()``/synchronize outside the phases
+    above; ``other``: the rest of the step. They add up to the steps' time."""
+
+    data: float = bounded(0.0, lo=0.0)
+    transfer: float = bounded(0.0, lo=0.0)
+    forward: float = bounded(0.0, lo=0.0)
+    backward: float = bounded(0.0, lo=0.0)
+    comm: float = bounded(0.0, lo=0.0)
+    optimizer: float = bounded(0.0, lo=0.0)
+    sync: float = bounded(0.0, lo=0.0)
+    other: float = bounded(0.0, lo=0.0)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step, whole: when it ended (``time.time()``) and its phases (seconds)."""
+
+    end: float
+    phases: StepPhases
+
+
+#: The most whole steps one sample carries.
+MAX_STEP_RECORDS = 16
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The workload's training steps, cumulative since the run started (the parent takes differences
+    between samples for a window, and the totals for the run)."""
+
+    source: StepSource
+    """What marks a step (optimizer steps, backward calls, DataLoader batches, module calls)."""
+    count: int = bounded(lo=0)
+    """Steps completed so far."""
+    seconds: float = bounded(lo=0.0)
+    """Their summed duration (each step from the end of the one before)."""
+    phases: StepPhases
+    """Summed over those steps; the fields add up to ``seconds``."""
+    ends: tuple[float, ...] = ()
+    """``time.time()`` at the end of each step completed in this window, the latest ``MAX_STEP_ENDS``
+    at most: ranks' rates are then counted over the same span of time (lockstep ranks agree)."""
+    recent: tuple[StepRecord, ...] = ()
+    """The last steps completed in this window, each whole (at most ``MAX_STEP_RECORDS``): what the
+    export draws as one slice per phase per step."""
+    gpu: bool = False
+    """True when the phases are GPU time from CUDA events at the phase boundaries, False for the
+    frontend's wall time."""
+
+
+#: The most step end times one sample carries (a faster loop's rate still comes from ``count``).
+MAX_STEP_ENDS = 512
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One CUDA device's caching allocator (``torch.cuda.memory_stats``), as the child sees it."""
+
+    device: str
+    """``cuda:N`` in the child's numbering."""
+    allocated_bytes: int = bounded(lo=0)
+    reserved_bytes: int = bounded(lo=0)
+    peak_bytes: int = bounded(lo=0)
+    """Peak allocated since the run started."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The workload process's memory at the end of a window."""
+
+    rss_bytes: int = bounded(lo=0)
+    devices: tuple[DeviceMemory, ...] = ()
+
+
 # -- child -> parent -------------------------------------------------------------------------------
 
 
@@ -146,8 +226,14 @@ class Hello(Message):
     interop_threads: int = bounded(lo=1)
     roles: tuple[ThreadRole, ...] = ()
     rank: int | None = bounded(None, lo=0)
-    """torchrun: this process's rank (``RANK``)."""
+    """torchrun: this process's global rank (``RANK``)."""
     world_size: int | None = bounded(None, lo=1)
+    local_rank: int | None = bounded(None, lo=0)
+    """torchrun: its rank on its node (``LOCAL_RANK``)."""
+    node_rank: int | None = bounded(None, lo=0)
+    """torchrun: its node's rank (``GROUP_RANK``), 0 on a single node."""
+    hostname: str = ""
+    """The host the rank runs on (``socket.gethostname()``)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +275,10 @@ class Sample(Message):
     mode's steady state, like ``draining``)."""
     stack: FrontendStack | None = None
     """The frontend's Python stack, in about every fifth sample (twice a second), else null."""
+    steps: Steps | None = None
+    """User code: its training steps so far (cumulative), null before the first step is seen."""
+    memory: Memory | None = None
+    """The process's resident memory and, on CUDA, each device's allocator figures."""
 
 
 @dataclass(frozen=True)
@@ -335,10 +425,13 @@ def decode_command(line: bytes | str) -> Message:
 
 __all__ = [
     "MAX_FRAMES",
+    "MAX_STEP_ENDS",
+    "MAX_STEP_RECORDS",
     "VERSION",
     "Ack",
     "ChildMessage",
     "Command",
+    "DeviceMemory",
     "ExecutorRow",
     "Exit",
     "Frame",
@@ -346,6 +439,7 @@ __all__ = [
     "FrontendStack",
     "Hello",
     "Log",
+    "Memory",
     "Message",
     "Profile",
     "ProtocolError",
@@ -354,6 +448,9 @@ __all__ = [
     "Scaling",
     "SetSync",
     "SetThreads",
+    "StepPhases",
+    "StepRecord",
+    "Steps",
     "Stop",
     "SyncCount",
     "SyncPoints",

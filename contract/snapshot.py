@@ -398,6 +398,20 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Straggler:
+    """The rank that holds the others back, and why (:func:`torchpar_top.model.steps.find_straggler`)."""
+
+    rank: int
+    cause: str
+    """The phase (``vocab.PHASES``, never ``comm``) that is longer on it than on the others."""
+    ratio: float
+    """Its ``cause`` phase over the median of the other ranks' (seconds per step)."""
+    costs: float
+    """Seconds per step the others wait for it: the others' median ``comm`` less its own where ranks
+    wait in collectives, else its excess in ``cause``."""
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A built-in experiment, as the picker lists it."""
 
@@ -409,7 +423,7 @@ class Experiment:
 class SessionLike(Protocol):
     """What the TUI needs from a session: snapshots to draw and commands to send.
 
-    :class:`torchpar_top.session.session.Session` is the real one; tests inject fakes.
+    :class:`torchpar_top.sources.live.session.Session` is the real one; tests inject fakes.
     """
 
     def start(self) -> None:

@@ -112,6 +112,21 @@ class LogSource(Word):
     """A message that failed validation (dropped)."""
 
 
+class StepSource(Word):
+    """What marks a training step in the user's code, in this order of preference (the first one seen
+    wins): optimizer steps, else backward calls, else DataLoader batches, else calls of the outermost
+    module."""
+
+    OPTIMIZER = "optimizer"
+    BACKWARD = "backward"
+    DATALOADER = "dataloader"
+    MODULE = "module"
+
+
+#: The phases of a training step, in the order a step goes through them (``StepPhases``' fields).
+PHASES = ("data", "transfer", "forward", "backward", "comm", "optimizer", "sync", "other")
+
+
 class DataBound(Word):
     """The DataLoader verdict."""
 

@@ -53,12 +53,12 @@ SHOTS = {
 
 def _session(target: str):
     from torchpar_top.main import _gpu_probe, _stack_source
-    from torchpar_top.session.replay import ReplaySession
-    from torchpar_top.session.session import Session
-    from torchpar_top.session.targets import ScriptTarget
+    from torchpar_top.sources.live.session import Session
+    from torchpar_top.sources.live.targets import ScriptTarget
+    from torchpar_top.sources.trace import TraceReplay
 
     if target.startswith("replay:"):
-        return ReplaySession(os.path.relpath(TRACES / target.split(":", 1)[1]))  # as a user would type it
+        return TraceReplay(os.path.relpath(TRACES / target.split(":", 1)[1]))  # as a user would type it
     if target == "run":
         script = os.path.relpath(SCRIPTS / "train_dataloader.py")  # as a user would type it
         target = ScriptTarget(script, ("400",))

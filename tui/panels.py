@@ -50,7 +50,7 @@ PANELS: tuple[Panel, ...] = (
         "`PTThreadPool` is the inter-op pool, `pt_autograd_*` autograd, "
         "`pt_data*` data; OpenMP workers inherit their creator's name and the other unnamed native threads "
         "are shown as intra-op workers. Processes the child started are included (the tree is walked "
-        "again once a second). The session decides *starved* and the SYNC note (`session/derive.py`); "
+        "again once a second). The session decides *starved* and the SYNC note (`model/derive.py`); "
         "headless output carries both.",
     ),
     Panel(

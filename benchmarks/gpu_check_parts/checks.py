@@ -420,8 +420,8 @@ def _profile_window(ctx: Context, session: Any, name: str) -> tuple[str | None, 
 
 def _start_session(ctx: Context, experiment: str) -> tuple[Any, Recorder]:
     from torchpar_top.probes.host.nvml import NvmlProbe
-    from torchpar_top.session.session import Session
-    from torchpar_top.session.targets import ExperimentTarget
+    from torchpar_top.sources.live.session import Session
+    from torchpar_top.sources.live.targets import ExperimentTarget
 
     session = Session(ExperimentTarget(experiment), interval=0.1, gpu_probe=NvmlProbe())
     recorder = Recorder(session)

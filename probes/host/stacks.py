@@ -11,9 +11,7 @@ line of the innermost frame is read too (``linecache``) to tell what it calls.
 from __future__ import annotations
 
 import json
-import linecache
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -24,13 +22,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from torchpar_top.contract.snapshot import StackFrame, StackView
+from torchpar_top.model.stacks import classify_wait, source_line
 from torchpar_top.probes.host.process import describe_pid
 
 TIMEOUT_S = 2.0
-WAIT_SYNC, WAIT_ITEM, WAIT_DATA, WAIT_COLLECTIVE = "synchronize", "item()/cpu()", "DataLoader", "collective"
-WAIT_EMU_SYNC, WAIT_EMU_FULL = "synchronize (emulated stream)", "launch (queue full)"
-WAIT_SLEEP, WAIT_QUEUE = "sleep", "queue get"
-
 MSG_NO_PYSPY = "py-spy not found: pip install py-spy"
 MSG_PTRACE = (
     "ptrace not permitted: run as the same user and set /proc/sys/kernel/yama/ptrace_scope to 0, or run "
@@ -39,18 +34,6 @@ MSG_PTRACE = (
 MSG_TIMEOUT = "py-spy timed out"
 MSG_RACE = "py-spy read the stack while it changed (nonblocking); retrying"
 
-_DATALOADER_FUNCS = {"__next__", "_next_data", "_get_data", "_try_get_data"}
-_COLLECTIVES = {
-    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-    "broadcast", "barrier", "monitored_barrier", "reduce", "all_to_all", "all_to_all_single", "gather",
-    "scatter", "send", "recv", "wait",
-}  # fmt: skip
-_LINE_RULES = (  # the innermost frame's source line, for calls into C
-    (re.compile(r"\bsleep\("), WAIT_SLEEP),
-    (re.compile(r"\.(item|cpu|tolist)\(\s*\)"), WAIT_ITEM),
-    (re.compile(r"\bsynchronize\("), WAIT_SYNC),
-    (re.compile(r"\.wait\(\s*\)"), WAIT_COLLECTIVE),  # c10d Work.wait() is C; Python waits have frames
-)
 _PERMISSION = ("permission denied", "operation not permitted")
 _GONE = ("no such file or directory (os error 2)", "no such process", "check if it is running")
 _RACE = ("failed to get stack traces", "failed to copy", "bad address")
@@ -66,58 +49,8 @@ def find_py_spy() -> str | None:
     return shutil.which("py-spy")
 
 
-def _source_line(filename: str, line: int) -> str:
-    """Line ``line`` of ``filename`` (the target's source, same machine), or '' when unreadable."""
-    if line <= 0 or filename.startswith("<"):
-        return ""
-    linecache.checkcache(filename)
-    return linecache.getline(filename, line).strip()
-
-
-def _short(name: str) -> str:
-    """``Queue.get`` -> ``get``: py-spy shows qualified names for Python 3.11+, bare ones before."""
-    return name.rsplit(".", 1)[-1]
-
-
-def _torch_not_dist(path: str) -> bool:
-    """Inside torch but not torch.distributed (there ``.wait()`` is a future's, not a collective's)."""
-    return "/torch/" in path and "/torch/distributed/" not in path
-
-
-def classify_wait(frames: tuple[StackFrame, ...], source: Callable[[str, int], str] = _source_line) -> str:
-    """What the stack (outermost first) waits in: one of the ``WAIT_*`` labels, or '' (running Python)."""
-    path = [f.filename.replace("\\", "/") for f in frames]
-    for f, p in zip(frames, path):  # fetching a batch, even inside the user's own Dataset code
-        if p.endswith("torch/utils/data/dataloader.py") and _short(f.function) in _DATALOADER_FUNCS:
-            return WAIT_DATA
-    weak = ""
-    for i in range(len(frames) - 1, -1, -1):  # innermost first
-        f, p, name = frames[i], path[i], _short(frames[i].function)
-        inner = _short(frames[i + 1].function) if i + 1 < len(frames) else ""
-        if i == len(frames) - 1:
-            text = source(f.filename, f.line)
-            for pattern, label in _LINE_RULES:
-                if text and pattern.search(text) and not (label == WAIT_COLLECTIVE and _torch_not_dist(p)):
-                    return label
-        if p.endswith("probes/agent/stream.py"):
-            if name == "synchronize":
-                return WAIT_EMU_SYNC
-            if name == "launch" and inner == "put":
-                return WAIT_EMU_FULL
-        if "/torch/" in p:
-            if name == "synchronize":
-                return WAIT_SYNC
-            if "/torch/distributed/" in p and name in _COLLECTIVES:
-                return WAIT_COLLECTIVE
-            if p.endswith("torch/_tensor_str.py"):
-                return WAIT_ITEM  # printing a tensor copies it to the host
-        if not weak and name == "get" and p.endswith(("/queue.py", "/queues.py")):
-            weak = WAIT_QUEUE
-    return weak
-
-
 def parse_dump(
-    text: str, pid: int, t: float, source: Callable[[str, int], str] = _source_line
+    text: str, pid: int, t: float, source: Callable[[str, int], str] = source_line
 ) -> StackView | None:
     """Turn py-spy's JSON into the main thread's :class:`StackView` (with the ids of every Python thread it
     lists); None when it lists no thread."""
@@ -195,7 +128,7 @@ class StackSampler:
         *,
         py_spy: str | None = None,
         runner: Runner = subprocess.run,
-        source: Callable[[str, int], str] = _source_line,
+        source: Callable[[str, int], str] = source_line,
     ) -> None:
         """Watch ``pid``; ``py_spy`` is found with :func:`find_py_spy` when not given."""
         self.pid = pid

@@ -29,7 +29,7 @@ from torchpar_top.contract.snapshot import (
     ThreadInfo,
 )
 from torchpar_top.contract.vocab import ChildState, DataBound, ExecutorKind, LogSource, Mode, Quantity, Role
-from torchpar_top.session import derive
+from torchpar_top.model import derive
 
 EXPERIMENTS = (
     Experiment("async", "async vs sync launch queue", "randn(1000,1000) + mm, key s toggles sync"),
@@ -42,7 +42,7 @@ EXPERIMENTS = (
 def typed(snap: Snapshot) -> Snapshot:
     """The snapshot as the real session serves it: words as enums, and the meaning the store derives
     (attached, starved, frontend hot in SYNC, the description less the target) computed by the same
-    :mod:`torchpar_top.session.derive` functions."""
+    :mod:`torchpar_top.model.derive` functions."""
     groups = tuple(dataclasses.replace(g, role=Role(g.role)) for g in snap.thread_groups)
     mode = Mode(snap.mode)
     return dataclasses.replace(
@@ -669,7 +669,7 @@ class FakeSession:
         self.snapshot_value = dataclasses.replace(self.snapshot_value, child=child)
 
     def step(self, frames: int) -> None:
-        """Record; a replay pauses to step (as :class:`~torchpar_top.session.replay.ReplaySession` does)."""
+        """Record; a replay pauses to step (as :class:`~torchpar_top.sources.trace.TraceReplay` does)."""
         self.calls.append(("step", frames))
         if self.snapshot_value.replay is not None:
             self.snapshot_value = dataclasses.replace(self.snapshot_value, paused=True)

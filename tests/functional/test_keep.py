@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from terminal import Screen
-from torchpar_top.session.recording import FORMAT, read_recording
+from torchpar_top.contract.recording import FORMAT, read_recording
 from waiting import running, wait_for
 
 pytestmark = pytest.mark.slow

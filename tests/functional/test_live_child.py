@@ -12,9 +12,9 @@ import time
 
 import pytest
 from torchpar_top.contract.vocab import LOG_LINE_MAX
-from torchpar_top.session.child import ChildProcess
-from torchpar_top.session.session import Session
-from torchpar_top.session.store import SessionStore
+from torchpar_top.model.store import SessionStore
+from torchpar_top.sources.live.child import ChildProcess
+from torchpar_top.sources.live.session import Session
 from waiting import group_alive, wait_for
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ import pytest
 from torchpar_top.contract import messages as msgs
 from torchpar_top.contract.vocab import ENV_SOCKET as ENV_VAR
 from torchpar_top.contract.vocab import SyncScope
-from torchpar_top.session.child import ChildProcess
-from torchpar_top.session.listener import AgentListener
+from torchpar_top.sources.live.child import ChildProcess
+from torchpar_top.sources.live.listener import AgentListener
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from torchpar_top.session.session import Session
-from torchpar_top.session.targets import ScriptTarget
+from torchpar_top.sources.live.session import Session
+from torchpar_top.sources.live.targets import ScriptTarget
 from waiting import running, wait_for
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"

@@ -1,4 +1,4 @@
-"""A recording played on the screen: a real RecordingSession driven by hand (``clock=False``), through Pilot:
+"""A recording played on the screen: a real RecordingReplay driven by hand (``clock=False``), through Pilot:
 the recorded host readings and scoreboard are shown (not a trace's "none in a replay"), and the replay keys
 pause, step, seek and change the speed."""
 
@@ -12,7 +12,7 @@ from fakes.recordings import store_snapshots, write_recording
 from pilot import settle, text_of
 from torchpar_top.contract.snapshot import GpuView, ModeStats
 from torchpar_top.contract.vocab import Mode
-from torchpar_top.session.playback import RecordingSession
+from torchpar_top.sources.recording import RecordingReplay
 from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.widgets.cores import CoresPanel
 from torchpar_top.tui.widgets.gpus import GpusPanel
@@ -34,7 +34,7 @@ def session(tmp_path):
         for i, s in enumerate(store_snapshots(120))
     ]
     path = write_recording(tmp_path / "run.jsonl", snaps)
-    return RecordingSession(str(path), clock=False)
+    return RecordingReplay(str(path), clock=False)
 
 
 def test_a_recording_on_the_screen_shows_what_was_recorded_and_the_keys_move_it(session):

@@ -1,5 +1,5 @@
 """The replay keys through Pilot (a FakeSession records the calls), and the replay screen drawn from a real
-ReplaySession driven by hand (``clock=False``: no timer, nothing here depends on timing)."""
+TraceReplay driven by hand (``clock=False``: no timer, nothing here depends on timing)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
 from torchpar_top.analysis import NO_GPU_NOTE
 from torchpar_top.contract.snapshot import ReplayView, Snapshot
-from torchpar_top.session.replay import ReplaySession
+from torchpar_top.sources.trace import TraceReplay
 from torchpar_top.tui import keys
 from torchpar_top.tui.app import SEEK_SHARE, TorchparTopApp
 from torchpar_top.tui.screens.picker import PickerScreen
@@ -117,9 +117,9 @@ async def test_w_without_experiments_asks_the_session_instead_of_an_empty_picker
     assert ("switch_experiment", "") in session.calls
 
 
-def replay(name: str, ticks: int = 0, **kwargs) -> ReplaySession:
-    """A real ReplaySession, clock off, ``ticks`` frames in."""
-    session = ReplaySession(DATA / name, clock=False, **kwargs)
+def replay(name: str, ticks: int = 0, **kwargs) -> TraceReplay:
+    """A real TraceReplay, clock off, ``ticks`` frames in."""
+    session = TraceReplay(DATA / name, clock=False, **kwargs)
     for _ in range(ticks):
         session.tick()
     return session

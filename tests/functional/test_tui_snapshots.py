@@ -21,7 +21,7 @@ from fakes.fake_session import (
 )
 from textual.pilot import Pilot
 from torchpar_top.contract.snapshot import Snapshot
-from torchpar_top.session.replay import ReplaySession
+from torchpar_top.sources.trace import TraceReplay
 from torchpar_top.tui.app import TorchparTopApp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_replay_a100_5_streams_120x36(snap_compare: SnapCompare, monkeypatch: py
     """``torchpar-top replay a100_sxm4_5_streams.json.gz``, 240 ms in (six streams busy in the lanes' last
     50 ms of trace), driven by hand: the clock is off, each frame a ``tick()``."""
     monkeypatch.chdir(ROOT)  # the log names the trace as given: a path relative to the checkout
-    session = ReplaySession("tests/data/hta/a100_sxm4_5_streams.json.gz", clock=False)
+    session = TraceReplay("tests/data/hta/a100_sxm4_5_streams.json.gz", clock=False)
     for _ in range(239):
         session.tick()
     app = TorchparTopApp(session, render_interval=None)

@@ -2,7 +2,7 @@
 
 import pytest
 from torchpar_top.args import run_parser, split_run
-from torchpar_top.session.targets import ExperimentTarget
+from torchpar_top.sources.live.targets import ExperimentTarget
 
 
 @pytest.mark.parametrize(

@@ -432,7 +432,7 @@ def test_a_rows_note_reaches_the_snapshot_and_headless_json() -> None:
 
     from torchpar_top.contract import messages as m
     from torchpar_top.contract.codec import to_plain
-    from torchpar_top.session.store import SessionStore
+    from torchpar_top.model.store import SessionStore
 
     def sample(note):
         return m.decode(
@@ -541,7 +541,7 @@ def test_a_profiler_running_at_start_is_waited_for() -> None:
 def test_cupti_duty_goes_from_the_command_line_to_the_monitor(capsys) -> None:
     from torchpar_top.args import run_parser
     from torchpar_top.probes.agent.run import UsageError, parse_args
-    from torchpar_top.session.targets import ScriptTarget
+    from torchpar_top.sources.live.targets import ScriptTarget
 
     assert run_parser().parse_args(["--cupti-duty", "0.25"]).cupti_duty == 0.25
     with pytest.raises(SystemExit) as exit_:

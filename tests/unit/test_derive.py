@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchpar_top.contract.snapshot import ThreadGroup
 from torchpar_top.contract.vocab import DataBound, Mode, Role
-from torchpar_top.session import derive
+from torchpar_top.model import derive
 
 
 def _g(role: Role, cpu: float, wait: float = 0.0, count: int = 1) -> ThreadGroup:

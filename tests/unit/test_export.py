@@ -10,9 +10,10 @@ from collections import defaultdict
 
 import pytest
 from fakes.recordings import store_snapshots, write_recording
+from torchpar_top.contract.recording import RecordingError, sniff
 from torchpar_top.contract.snapshot import GpuView, SyncSite
 from torchpar_top.contract.vocab import Mode
-from torchpar_top.session.export import (
+from torchpar_top.sinks.export import (
     EXPORT_FORMAT,
     load_source,
     perfetto,
@@ -20,8 +21,7 @@ from torchpar_top.session.export import (
     write_csv,
     write_perfetto,
 )
-from torchpar_top.session.playback import RecordingSession
-from torchpar_top.session.recording import RecordingError, sniff
+from torchpar_top.sources.recording import RecordingReplay
 
 TRACE = "tests/data/hta/a100_event_sync_3_streams.json.gz"
 
@@ -170,7 +170,7 @@ def test_replay_reads_an_export_back(recording, tmp_path):
         assert back.gpus[0].util_percent == snap.gpus[0].util_percent
         if snap.executors:
             assert back.mode == snap.mode
-    session = RecordingSession(rec, clock=False, snapshots=snaps)
+    session = RecordingReplay(rec, clock=False, snapshots=snaps)
     session.seek(1.0)
     last = session.snapshot()
     assert last.replay.finished and last.cores == with_samples[-1].cores

@@ -99,8 +99,8 @@ def test_the_checks_import_chain_has_no_textual_and_no_torch(tmp_path):
         import gpu_check
         gpu_check.use_checkout()
         from gpu_check_parts import checks, compare, report
-        import torchpar_top.session.session, torchpar_top.session.targets, torchpar_top.probes.host.nvml
-        import torchpar_top.contract.messages, torchpar_top.analysis, torchpar_top.session.headless
+        import torchpar_top.sources.live.session, torchpar_top.sources.live.targets, torchpar_top.probes.host.nvml
+        import torchpar_top.contract.messages, torchpar_top.analysis, torchpar_top.sinks.headless
         bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch', 'rich'))
         print(bad)
     """)
@@ -141,7 +141,7 @@ def test_without_an_install_the_checkout_is_linked_in(tmp_path):
         sys.path.insert(0, {str(ROOT / "benchmarks")!r})
         import gpu_check
         print(gpu_check.use_checkout())
-        import torchpar_top.analysis, torchpar_top.session.session
+        import torchpar_top.analysis, torchpar_top.sources.live.session
         child = subprocess.run([sys.executable, "-c", "import os, torchpar_top.probes.agent.agent as a; "
                                 "print(os.path.realpath(a.__file__))"],
                                capture_output=True, text=True)

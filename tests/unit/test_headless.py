@@ -5,8 +5,8 @@ import threading
 
 from torchpar_top.contract.snapshot import ChildStatus
 from torchpar_top.contract.vocab import ChildState, LogSource
-from torchpar_top.session import headless
-from torchpar_top.session.store import SessionStore
+from torchpar_top.model.store import SessionStore
+from torchpar_top.sinks import headless
 
 
 def _store_with_lines(n):

@@ -15,9 +15,10 @@ import pytest
 from torchpar_top.contract.messages import ThreadRole
 from torchpar_top.contract.snapshot import ThreadInfo
 from torchpar_top.contract.vocab import Role
+from torchpar_top.model.threads import group
 from torchpar_top.probes.host import threads as th
 from torchpar_top.probes.host.cores import CoreSampler
-from torchpar_top.probes.host.threads import ThreadSampler, classify, group, parse_stat
+from torchpar_top.probes.host.threads import ThreadSampler, classify, parse_stat
 from waiting import wait_for
 
 

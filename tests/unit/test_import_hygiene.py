@@ -1,4 +1,4 @@
-"""The layers import one way only: contract → analysis → workloads → probes → session → tui → cli.
+"""The layers import one way only: contract → analysis → model → workloads → probes → sources → sinks → tui → cli.
 
 Each layer may import itself and the layers before it, never one after it (so there are no cycles);
 the ground floor imports only the standard library; the UI never measures or spawns.
@@ -13,7 +13,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 #: Folders in layer order, and the package each is installed as.
-LAYERS = ("contract", "analysis", "workloads", "probes", "session", "tui", "cli")
+LAYERS = ("contract", "analysis", "model", "workloads", "probes", "sources", "sinks", "tui", "cli")
 PACKAGE = {folder: f"torchpar_top.{folder}" for folder in LAYERS} | {"cli": "torchpar_top"}
 
 
@@ -55,7 +55,7 @@ def test_the_ground_floor_needs_only_the_standard_library():
 
 
 def test_nothing_below_the_ui_imports_textual():
-    for folder in ("contract", "analysis", "probes", "session", "workloads"):
+    for folder in ("contract", "analysis", "model", "workloads", "probes", "sources", "sinks"):
         if not (ROOT / folder).is_dir():
             continue
         for path, name in imports(folder):
@@ -69,7 +69,7 @@ def test_the_tui_does_not_measure_or_spawn():
         "subprocess",
         "torch",
         "torchpar_top.probes",
-        "torchpar_top.session.child",
+        "torchpar_top.sources.live.child",
     }
     for path, name in imports("tui"):
         parts = name.split(".")

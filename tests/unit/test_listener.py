@@ -8,7 +8,7 @@ import tempfile
 import time
 
 from torchpar_top.contract.messages import Log
-from torchpar_top.session.listener import AgentListener
+from torchpar_top.sources.live.listener import AgentListener
 
 
 def _dead_pid():

@@ -15,7 +15,7 @@ from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot, ma
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from torchpar_top.contract.vocab import ExecutorKind
-from torchpar_top.session.metrics import MetricsServer, SnapshotCollector
+from torchpar_top.sinks.metrics import MetricsServer, SnapshotCollector
 
 TRACE = os.path.join(os.path.dirname(__file__), os.pardir, "data", "hta", "cpu_only.json.gz")
 UUIDS = ("GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52", "GPU-11111111-2222-3333-4444-555555555555")

@@ -11,11 +11,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: top-level folder -> package name, as pyproject.toml's package-dir maps them
 MAPPING = {
     "cli": "torchpar_top",
-    "tui": "torchpar_top.tui",
-    "probes": "torchpar_top.probes",
-    "session": "torchpar_top.session",
-    "workloads": "torchpar_top.workloads",
+    "contract": "torchpar_top.contract",
     "analysis": "torchpar_top.analysis",
+    "model": "torchpar_top.model",
+    "workloads": "torchpar_top.workloads",
+    "probes": "torchpar_top.probes",
+    "sources": "torchpar_top.sources",
+    "sinks": "torchpar_top.sinks",
+    "tui": "torchpar_top.tui",
 }
 
 

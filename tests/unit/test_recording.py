@@ -8,13 +8,10 @@ import threading
 
 import pytest
 from fakes.recordings import FakeSession, store_snapshots, write_recording
+from torchpar_top.contract import recording as rec_mod
 from torchpar_top.contract.codec import from_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
-from torchpar_top.contract.snapshot import Snapshot, SyncSite
-from torchpar_top.contract.vocab import ChildState, Mode
-from torchpar_top.session import recording as rec_mod
-from torchpar_top.session.playback import RecordingSession
-from torchpar_top.session.recording import (
+from torchpar_top.contract.recording import (
     FORMAT,
     FORMAT_VERSION,
     Decoder,
@@ -25,7 +22,10 @@ from torchpar_top.session.recording import (
     read_recording,
     sniff,
 )
-from torchpar_top.session.store import CORE_HISTORY, HISTORY
+from torchpar_top.contract.snapshot import Snapshot, SyncSite
+from torchpar_top.contract.vocab import ChildState, Mode
+from torchpar_top.model.store import CORE_HISTORY, HISTORY
+from torchpar_top.sources.recording import RecordingReplay
 from waiting import wait_for
 
 
@@ -143,7 +143,7 @@ def test_a_truncated_last_line_is_left_out_with_a_note(snaps, tmp_path):
     rec = read_recording(str(path))
     assert len(rec.lines) == 19 and list(rec.snapshots()) == snaps[:19]
     assert "cut off while being written and is left out" in rec.note
-    session = RecordingSession(rec, clock=False)
+    session = RecordingReplay(rec, clock=False)
     assert any("cut off" in line.text for line in session.snapshot().log)
 
 
@@ -212,7 +212,7 @@ def test_a_line_that_is_no_snapshot_ends_the_replay_before_it(snaps, tmp_path):
         read_recording(str(path), check=True)
     with pytest.raises(RecordingError, match="line 7"):
         list(rec.snapshots())
-    session = RecordingSession(rec, clock=False)
+    session = RecordingReplay(rec, clock=False)
     session.seek(1.0)
     assert session.finished and session.index == 4 and len(session.times) == 5
     assert bare(session.snapshot()) == bare(timed[4])
@@ -246,7 +246,7 @@ def played(snaps, tmp_path):
     # 200 snapshots 0.1 s apart (the store's own clock stamps are replaced by a regular one)
     timed = [dataclasses.replace(s, t=100.0 + 0.1 * i, interval=0.1) for i, s in enumerate(snaps[:200])]
     path = write_recording(tmp_path / "run.jsonl", timed)
-    return RecordingSession(str(path), clock=False), timed
+    return RecordingReplay(str(path), clock=False), timed
 
 
 def test_playing_shows_each_snapshot_as_recorded(played):

@@ -1,4 +1,4 @@
-"""ReplaySession: a hand-made trace whose every frame is worked out by hand, and the real A100 traces.
+"""TraceReplay: a hand-made trace whose every frame is worked out by hand, and the real A100 traces.
 
 The clock is off (``clock=False``) except in the one test of the clock itself: each test calls
 ``tick()`` (one frame), ``step``, ``seek``... and reads the snapshot.
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from torchpar_top.analysis import NO_GPU_NOTE, NO_OP, analyse_path, summary
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, LogSource, Mode, Quantity
-from torchpar_top.session.replay import MAX_SPEED, RATE_FRAMES, UNIT, ReplaySession, trace_time
-from torchpar_top.session.store import HISTORY
+from torchpar_top.model.store import HISTORY
+from torchpar_top.sources.trace import MAX_SPEED, RATE_FRAMES, UNIT, TraceReplay, trace_time
 from waiting import wait_for
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
@@ -66,9 +66,9 @@ def write(path: Path, events, **metadata) -> Path:
 
 @pytest.fixture
 def tiny(tmp_path):
-    """A ReplaySession on TINY with 10 µs frames, clock off."""
+    """A TraceReplay on TINY with 10 µs frames, clock off."""
     props = {"deviceProperties": [{"id": 0, "name": "Hand-made GPU"}]}
-    session = ReplaySession(write(tmp_path / "tiny.json", TINY, **props), clock=False, **FRAME)
+    session = TraceReplay(write(tmp_path / "tiny.json", TINY, **props), clock=False, **FRAME)
     yield session
     session.close()
 
@@ -155,7 +155,7 @@ def test_each_frame_as_it_plays(tiny):
 
 
 def test_blocked_is_the_share_of_the_frame_at_the_cap(tmp_path):
-    session = ReplaySession(write(tmp_path / "t.json", TINY), clock=False, cap=2, **FRAME)
+    session = TraceReplay(write(tmp_path / "t.json", TINY), clock=False, cap=2, **FRAME)
     session.tick()
     session.tick()  # [10, 20]: s7 at its cap of 2 from 12 to 20
     s7, s13 = session.snapshot().executors
@@ -173,7 +173,7 @@ def test_a_position_shows_the_same_however_it_was_reached(tiny, tmp_path):
     for _ in range(5):
         tiny.tick()
     played = comparable(tiny.snapshot())
-    other = ReplaySession(
+    other = TraceReplay(
         write(tmp_path / "tiny.json", TINY, deviceProperties=[{"id": 0, "name": "Hand-made GPU"}]),
         clock=False,
         **FRAME,
@@ -296,7 +296,7 @@ def test_the_log_lists_what_was_found_and_the_whole_trace_summary(tiny):
 
 def test_a_trace_that_begins_long_before_its_gpu_work_plays_from_its_first_launch(tmp_path):
     shifted = [dict(e, ts=e["ts"] + 1000) for e in TINY] + [cpu("startup", 0, 500)]
-    session = ReplaySession(write(tmp_path / "late.json", shifted), clock=False, **FRAME)
+    session = TraceReplay(write(tmp_path / "late.json", shifted), clock=False, **FRAME)
     assert session.position == 1000
     snap = session.snapshot()
     assert snap.replay.position == pytest.approx(1000e-6)
@@ -311,7 +311,7 @@ def test_ranks_of_a_folder_are_told_apart(tmp_path):
     folder.mkdir()
     write(folder / "rank-0.json", TINY)
     write(folder / "rank-1.json", [dict(e, pid=e["pid"] + 1) if e["cat"] == "cpu_op" else e for e in TINY])
-    session = ReplaySession(folder, clock=False, **FRAME)
+    session = TraceReplay(folder, clock=False, **FRAME)
     for _ in range(9):
         session.tick()
     snap = session.snapshot()
@@ -331,7 +331,7 @@ def test_ranks_of_a_folder_are_told_apart(tmp_path):
 
 
 def test_a_trace_without_gpu_work_is_finished_at_once_and_says_why():
-    session = ReplaySession(DATA / "cpu_only.json.gz", clock=False)
+    session = TraceReplay(DATA / "cpu_only.json.gz", clock=False)
     snap = session.snapshot()
     assert session.finished and not session.tick()
     assert snap.notice == NO_GPU_NOTE and NO_GPU_NOTE in log_texts(snap)
@@ -340,7 +340,7 @@ def test_a_trace_without_gpu_work_is_finished_at_once_and_says_why():
 
 
 def test_the_clock_ticks_on_its_own_thread_and_stops_on_close(tmp_path):
-    session = ReplaySession(write(tmp_path / "t.json", TINY), interval=0.01, speed=1e-3)
+    session = TraceReplay(write(tmp_path / "t.json", TINY), interval=0.01, speed=1e-3)
     assert session.frame_us == 10
     session.start()
     wait_for(lambda: session.finished and session.host_samples >= 12)
@@ -383,7 +383,7 @@ def test_the_a100_two_stream_trace_played_through(speed):
     path = DATA / "a100_alexnet_2_streams.json.gz"
     analysis = analyse_path(path)
     whole = summary(analysis)
-    session = ReplaySession(path, clock=False, speed=speed)
+    session = TraceReplay(path, clock=False, speed=speed)
     first = session.position
     assert first == min(s.queue.times[0] for s in analysis.streams())  # 30.4 s in: a CUDA start-up first
     assert (analysis.end - first) / session.frame_us <= HISTORY  # the history holds the whole replay
@@ -411,7 +411,7 @@ def test_the_a100_two_stream_trace_played_through(speed):
 
 def test_the_a100_five_stream_trace_reaches_its_deepest_queue():
     path = DATA / "a100_sxm4_5_streams.json.gz"
-    session = ReplaySession(path, clock=False, speed=0.025)  # 2.5 ms frames: 493 of them
+    session = TraceReplay(path, clock=False, speed=0.025)  # 2.5 ms frames: 493 of them
     snap, _ = play_to_the_end(session)
     assert [max(e.history) for e in snap.executors] == [946, 4, 17, 3, 4, 4]
     assert max(snap.overlap) > 0 and snap.gpus[0].name == "NVIDIA A100-SXM4-80GB"
@@ -419,7 +419,7 @@ def test_the_a100_five_stream_trace_reaches_its_deepest_queue():
 
 
 def test_a_live_session_answers_the_replay_keys_in_the_log():
-    from torchpar_top.session.session import Session
+    from torchpar_top.sources.live.session import Session
 
     session = Session("async")  # not started: nothing runs
     try:

@@ -6,8 +6,8 @@ from pytest import approx
 from torchpar_top.contract import messages as m
 from torchpar_top.contract.snapshot import ChildStatus, HostSample, ThreadInfo
 from torchpar_top.contract.vocab import ChildState, DataBound, Role
-from torchpar_top.session import store as store_mod
-from torchpar_top.session.store import SessionStore, thread_every
+from torchpar_top.model import store as store_mod
+from torchpar_top.model.store import SessionStore, thread_every
 
 
 def wire(**plain):
@@ -396,7 +396,7 @@ def test_threads_are_read_every_half_second_whatever_the_interval():
 
 
 def test_the_session_serves_the_same_snapshot_until_something_changes():
-    from torchpar_top.session.session import Session
+    from torchpar_top.sources.live.session import Session
 
     s = Session("async")  # not started: nothing runs
     first = s.snapshot()
@@ -435,7 +435,7 @@ def test_the_host_loop_reads_threads_every_few_samples_and_a_new_process_at_once
     import threading
     import time
 
-    from torchpar_top.session.session import Session
+    from torchpar_top.sources.live.session import Session
 
     class CountingSampler:
         error = None
@@ -474,7 +474,7 @@ def test_the_host_loop_reads_threads_every_few_samples_and_a_new_process_at_once
 
 
 def test_a_reader_on_its_own_clock_shares_a_recent_snapshot():
-    from torchpar_top.session.session import Session
+    from torchpar_top.sources.live.session import Session
 
     s = Session("async")  # not started: nothing runs
     first = s.snapshot()
@@ -488,7 +488,7 @@ def test_a_reader_on_its_own_clock_shares_a_recent_snapshot():
 def test_attached_python_threads_are_named_from_the_last_dump():
     from torchpar_top.contract.messages import ThreadRole
     from torchpar_top.contract.snapshot import StackView
-    from torchpar_top.session.session import Session
+    from torchpar_top.sources.live.session import Session
 
     class Poller:
         latest = (StackView(100, "MainThread", (), False, 0.0, python_tids=(100, 101, 102)), "")

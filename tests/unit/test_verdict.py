@@ -9,8 +9,8 @@ import pytest
 from fakes.fake_session import make_run_snapshot, make_snapshot
 from torchpar_top.contract.snapshot import DataVerdict
 from torchpar_top.contract.vocab import DataBound
-from torchpar_top.session import verdict
-from torchpar_top.session.verdict import Bound, RunTally
+from torchpar_top.sinks import verdict
+from torchpar_top.sinks.verdict import Bound, RunTally
 
 
 def fed(*snaps, seconds: float = 2.0, step: float = 0.1) -> RunTally:
@@ -272,7 +272,7 @@ def test_a_report_path_that_cannot_be_written_is_one_line_and_status_2_before_th
 def test_the_watch_feeds_recent_snapshots_and_a_fresh_last_one():
     import time
 
-    from torchpar_top.session.verdict import TallyWatch
+    from torchpar_top.sinks.verdict import TallyWatch
 
     ages: list[float] = []
     built: list[str] = []

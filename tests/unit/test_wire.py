@@ -1,8 +1,8 @@
 """The workload's text streams: lines cut to a bounded size with a visible marker, never accumulated."""
 
 from torchpar_top.contract.vocab import LOG_LINE_KEEP, LOG_LINE_MAX, LogSource
-from torchpar_top.session.store import SessionStore
-from torchpar_top.session.wire import TextStream
+from torchpar_top.model.store import SessionStore
+from torchpar_top.sources.live.wire import TextStream
 
 MIB = 1 << 20
 

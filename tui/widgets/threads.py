@@ -35,7 +35,7 @@ def narrow_columns(longest_name: int, width: int) -> tuple[int, int, int]:
 
 class ThreadsPanel(SnapshotPanel):
     """One row per role; the bar's scale is 100% per thread of the group. Its figures are means over
-    the last second (``session/store.py``): it redraws twice a second."""
+    the last second (``model/store.py``): it redraws twice a second."""
 
     redraw_every = 0.5
 

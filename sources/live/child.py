@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 
 from torchpar_top.contract.messages import Message, Stop
 from torchpar_top.contract.vocab import ENV_RUN, PARENT_STOP_GRACE, LogSource
-from torchpar_top.session.tree import ProcessTree
-from torchpar_top.session.wire import MessageStream, TextStream
+from torchpar_top.sources.live.tree import ProcessTree
+from torchpar_top.sources.live.wire import MessageStream, TextStream
 
 OnMessage = Callable[[Message], None]
 OnOutput = Callable[[str, str], None]

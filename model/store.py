@@ -54,9 +54,9 @@ from torchpar_top.contract.vocab import (
     Mode,
     Quantity,
 )
-from torchpar_top.probes.host.stacks import classify_wait
-from torchpar_top.probes.host.threads import group
-from torchpar_top.session import derive
+from torchpar_top.model import derive
+from torchpar_top.model.stacks import classify_wait
+from torchpar_top.model.threads import group
 
 #: Samples kept per series (60 s at the default 10 Hz).
 HISTORY = 600

@@ -23,8 +23,8 @@ from typing import Any
 
 from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.contract.vocab import ChildState, DataBound, ExecutorKind, Word
-from torchpar_top.probes.host.stacks import WAIT_EMU_SYNC, WAIT_ITEM, WAIT_SYNC
-from torchpar_top.session import derive
+from torchpar_top.model import derive
+from torchpar_top.model.stacks import WAIT_EMU_SYNC, WAIT_ITEM, WAIT_SYNC
 
 #: The version of the report's JSON layout (``compare`` refuses another).
 REPORT_VERSION = 1
@@ -59,7 +59,7 @@ MAX_GAP = 5.0
 #: Sync-point sites kept in the report.
 TOP_SITES = 5
 
-#: The stack's wait labels that mean "waiting for the device" (``probes/host/stacks.py``).
+#: The stack's wait labels that mean "waiting for the device" (``model/stacks.py``).
 SYNC_WAITS = frozenset({WAIT_SYNC, WAIT_ITEM, WAIT_EMU_SYNC})
 #: Executors whose depth is a device's launch queue (an eager CPU runs on the frontend; a DataLoader
 #: is the input side).

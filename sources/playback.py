@@ -1,5 +1,5 @@
-"""What the two replays share: :class:`~torchpar_top.session.replay.ReplaySession` (a profiler trace) and
-:class:`~torchpar_top.session.playback.RecordingSession` (a recording of a run).
+"""What the two replays share: :class:`~torchpar_top.sources.trace.TraceReplay` (a profiler trace) and
+:class:`~torchpar_top.sources.recording.RecordingReplay` (a recording of a run).
 
 Both are a position on a timeline moved by a clock thread (``interval`` seconds on screen, ``interval ×
 speed`` of the timeline), commands that pause, step, seek and change the speed under one lock, a log of
@@ -18,13 +18,13 @@ from typing import ClassVar
 
 from torchpar_top.contract.snapshot import Experiment, LogLine, Snapshot
 from torchpar_top.contract.vocab import LogSource
-from torchpar_top.session.store import LOG_LINES
+from torchpar_top.model.store import LOG_LINES
 
 #: The slowest and fastest speeds ``change_speed`` goes to.
 MIN_SPEED, MAX_SPEED = 1e-5, 100.0
 
 
-class Player:
+class Playback:
     """The clock, the log, the snapshot cache and the shared commands of a replay."""
 
     THING: ClassVar[str] = "a replay"

@@ -30,9 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
-from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
-from torchpar_top.session.recording import (
+from torchpar_top.contract.recording import (
     FORMAT_VERSION,
     Header,
     Machine,
@@ -42,7 +40,9 @@ from torchpar_top.session.recording import (
     headless_output,
     read_recording,
 )
-from torchpar_top.session.store import CORE_HISTORY, HISTORY
+from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
+from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
+from torchpar_top.model.store import CORE_HISTORY, HISTORY
 
 #: ``otherData.format`` of an export.
 EXPORT_FORMAT = "torchpar-top-export"
@@ -65,7 +65,7 @@ class Sample:
 
 
 def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[Sample]:
-    """Samples with the values each history gained (:func:`~torchpar_top.session.recording.delta`)."""
+    """Samples with the values each history gained (:func:`~torchpar_top.contract.recording.delta`)."""
     prev: Snapshot | None = None
     for t, snap in times_snaps:
         new = {}
@@ -111,7 +111,7 @@ def load_source(path: str) -> Source:
     Raises:
         RecordingError, TraceError: the file is neither (one line).
     """
-    from torchpar_top.session.recording import sniff
+    from torchpar_top.contract.recording import sniff
 
     kind = sniff(path)
     if kind == "recording":
@@ -135,9 +135,9 @@ def recording_source(rec: Recording) -> Source:
 def trace_source(path: str) -> Source:
     """A trace cut into :data:`TRACE_FRAMES` frames by the trace replay (same figures as on its screen),
     plus the exact busy intervals of its streams and its sync points."""
-    from torchpar_top.session.replay import ReplaySession
+    from torchpar_top.sources.trace import TraceReplay
 
-    session = ReplaySession(path, clock=False, interval=1.0)
+    session = TraceReplay(path, clock=False, interval=1.0)
     a = session.analysis
     duration_s = max((a.end - a.start) / 1e6, 1e-6)
     session.change_speed(duration_s / TRACE_FRAMES / session.frame_us * 1e6)
@@ -476,7 +476,7 @@ def read_export(path: str) -> tuple[Recording, list[Snapshot]]:
     Raises:
         RecordingError: not an export this version reads (one line).
     """
-    from torchpar_top.session.recording import _read_bytes
+    from torchpar_top.contract.recording import _read_bytes
 
     try:
         obj = json.loads(_read_bytes(path))

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 
 from torchpar_top.contract.messages import Message
-from torchpar_top.session.wire import MessageStream
+from torchpar_top.sources.live.wire import MessageStream
 
 #: The start of the private directories' names; the pid of the torchpar-top that made one follows.
 DIR_PREFIX = "torchpar-top-"

@@ -53,10 +53,10 @@ from torchpar_top.contract.snapshot import (
     SyncSite,
 )
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
-from torchpar_top.session.player import MAX_SPEED, MIN_SPEED, Player
-from torchpar_top.session.store import HISTORY
+from torchpar_top.model.store import HISTORY
+from torchpar_top.sources.playback import MAX_SPEED, MIN_SPEED, Playback
 
-__all__ = ["DEFAULT_SPEED", "KEYS_HINT", "MAX_SPEED", "MIN_SPEED", "ReplaySession", "trace_time"]
+__all__ = ["DEFAULT_SPEED", "KEYS_HINT", "MAX_SPEED", "MIN_SPEED", "TraceReplay", "trace_time"]
 
 #: Trace seconds per second on screen by default: 100 times slower than real time.
 DEFAULT_SPEED = 0.01
@@ -117,7 +117,7 @@ def _at_cap(seconds: float) -> str:
     return f"at the cap {trace_time(seconds * 1e6)}" if seconds > 0 else "never at the cap"
 
 
-class ReplaySession(Player):
+class TraceReplay(Playback):
     """A :class:`~torchpar_top.contract.snapshot.SessionLike` that plays a recorded trace back."""
 
     THING, SOURCE, SHORT, THREAD = "a recorded trace", "the program", "trace", "tpt-replay"

@@ -1,6 +1,6 @@
 """Play a recording back through the same screen: ``torchpar-top replay RUN.jsonl``.
 
-A ``SessionLike`` like :class:`~torchpar_top.session.replay.ReplaySession`
+A ``SessionLike`` like :class:`~torchpar_top.sources.trace.TraceReplay`
 for traces, but what it shows is the snapshots recorded, not an analysis: a clock thread moves the position
 ``interval × speed`` seconds of recording time on each tick, and the snapshot shown is the last one
 recorded at or before the position, exactly as it was recorded (histories included), with the replay's
@@ -16,11 +16,11 @@ import os
 from bisect import bisect_right
 from collections.abc import Sequence
 
+from torchpar_top.contract.recording import Decoder, Recording, RecordingError, decode_line, read_recording
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, ReplayView, Snapshot
 from torchpar_top.contract.vocab import ChildState, Mode
-from torchpar_top.session.player import Player
-from torchpar_top.session.recording import Decoder, Recording, RecordingError, decode_line, read_recording
-from torchpar_top.session.replay import KEYS_HINT
+from torchpar_top.sources.playback import Playback
+from torchpar_top.sources.trace import KEYS_HINT
 
 #: Snapshots between two kept whole (a seek decodes at most this many lines).
 CHECKPOINT = 100
@@ -28,8 +28,8 @@ CHECKPOINT = 100
 SHOWN_LOG = 200
 
 
-class RecordingSession(Player):
-    """Plays a :class:`~torchpar_top.session.recording.Recording` (read from a file, or given)."""
+class RecordingReplay(Playback):
+    """Plays a :class:`~torchpar_top.contract.recording.Recording` (read from a file, or given)."""
 
     THING, SOURCE, SHORT, THREAD = "a recording", "the run", "recording", "tpt-playback"
 

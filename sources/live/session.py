@@ -26,12 +26,12 @@ from torchpar_top.contract.messages import (
 )
 from torchpar_top.contract.snapshot import ChildStatus, Experiment, HostSample, Snapshot, StackView
 from torchpar_top.contract.vocab import ENV_SOCKET, PARENT_STOP_GRACE, ChildState, LogSource, Role
+from torchpar_top.model.store import SessionStore, thread_every
 from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler
-from torchpar_top.session.child import ChildProcess
-from torchpar_top.session.listener import AgentListener
-from torchpar_top.session.store import SessionStore, thread_every
-from torchpar_top.session.targets import AttachTarget, ExperimentTarget, ScriptTarget, Target
+from torchpar_top.sources.live.child import ChildProcess
+from torchpar_top.sources.live.listener import AgentListener
+from torchpar_top.sources.live.targets import AttachTarget, ExperimentTarget, ScriptTarget, Target
 
 StackSource = Callable[[int], Any]
 """Given a pid, starts a poller with ``latest -> (StackView | None, status)`` and ``stop()``."""
