@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from torchpar_top.contract.messages import DeviceMemory, StepPhases
 from torchpar_top.contract.vocab import (
     ChildState,
     Counted,
@@ -20,6 +21,7 @@ from torchpar_top.contract.vocab import (
     Mode,
     Quantity,
     Role,
+    StepSource,
 )
 
 
@@ -215,6 +217,37 @@ class DataVerdict:
 
 
 @dataclass(frozen=True)
+class StepsView:
+    """A workload's training steps, as headless JSON's ``steps`` object shows them."""
+
+    source: StepSource
+    """What marks a step: optimizer steps, backward calls, DataLoader batches or module calls."""
+    count: int
+    """Steps completed since the run started."""
+    per_second: float | None
+    """Steps per second over the last window (ranks' rates over the same span of time)."""
+    seconds: float | None
+    """Mean step time over the last window."""
+    phases: StepPhases
+    """Seconds per step in each phase over the last window (they add up to ``seconds``)."""
+    run_seconds: float | None = None
+    """Mean step time over the run."""
+    run_phases: StepPhases | None = None
+    """Seconds per step in each phase over the run."""
+    gpu: bool = False
+    """The phases are GPU time (CUDA events), not the frontend's wall time."""
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One rank's memory: resident set and, on CUDA, each device's caching allocator."""
+
+    rank: int | None
+    rss_bytes: int
+    devices: tuple[DeviceMemory, ...] = ()
+
+
+@dataclass(frozen=True)
 class RankView:
     """One agent process: the workload, or one torchrun rank."""
 
@@ -231,6 +264,14 @@ class RankView:
     exit_code: int | None = None
     data_verdict: DataVerdict | None = None
     """This rank's DataLoader verdict, when it feeds from a watched DataLoader."""
+    steps: StepsView | None = None
+    """This rank's training steps, once one was seen."""
+    local_rank: int | None = None
+    """torchrun: the rank's number on its node (``LOCAL_RANK``)."""
+    node_rank: int | None = None
+    """torchrun: its node's rank (``GROUP_RANK``)."""
+    hostname: str = ""
+    """The host it runs on."""
 
 
 @dataclass(frozen=True)
@@ -386,6 +427,12 @@ class Snapshot:
     """Why there is no stack (py-spy missing, ptrace not permitted...), or ''."""
     replay: ReplayView | None = None
     """A recorded trace played back: no host readings, every figure from the trace's analysis."""
+    steps: StepsView | None = None
+    """The workload's training steps (the primary rank's; every rank's in :attr:`ranks`)."""
+    straggler: Straggler | None = None
+    """The rank that holds the others back, over the run so far (``model.steps.find_straggler``)."""
+    memory: tuple[RankMemory, ...] = ()
+    """Each rank's memory at its latest sample."""
 
     @property
     def ratio(self) -> float | None:
