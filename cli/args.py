@@ -243,7 +243,58 @@ def run_parser() -> Parser:
         metavar="N",
         help="launch through torchrun with N ranks on this node (Gloo on CPU)",
     )
+    nodes(parser)
     return parser
+
+
+#: torchrun's options for a job on several nodes, passed through as torchrun takes them (``--flag value``
+#: or ``--flag=value``); ``run`` checks them first (:func:`check_nodes`, one line and exit 2).
+NODE_OPTIONS = {
+    "--nnodes": "nodes in the job: N, or MIN:MAX (elastic)",
+    "--node-rank": "this node's rank, 0 to N-1 (the static rendezvous)",
+    "--rdzv-endpoint": "HOST[:PORT] of the rendezvous (every node the same)",
+    "--rdzv-backend": "rendezvous backend: static (torchrun's default) or c10d",
+    "--rdzv-id": "the job's id for the rendezvous",
+    "--rdzv-conf": "KEY=VALUE,... for the rendezvous (join_timeout=600...)",
+    "--master-addr": "address of node 0 (static rendezvous without --rdzv-endpoint)",
+    "--master-port": "port on node 0 (static rendezvous without --rdzv-endpoint)",
+}
+
+
+def nodes(parser: argparse.ArgumentParser) -> None:
+    """torchrun's multi-node options on ``run`` (:data:`NODE_OPTIONS`) and ``--standalone``."""
+    group = parser.add_argument_group("several nodes (torchrun's own options, passed through)")
+    for flag, text in NODE_OPTIONS.items():
+        kind = {"--node-rank": int, "--master-port": port}.get(flag, str)
+        group.add_argument(flag, type=kind, metavar=flag[2:].upper().replace("-", "_"), help=text)
+    group.add_argument("--standalone", action="store_true", help="one node, its own rendezvous")
+
+
+def check_nodes(args: argparse.Namespace) -> str:
+    """What is wrong with ``run``'s node options, in one line, or ''."""
+    from torchpar_top.sources.live.targets import max_nodes, parse_endpoint
+
+    given = [f for f in NODE_OPTIONS if getattr(args, f[2:].replace("-", "_")) is not None]
+    if given and args.nproc_per_node is None:
+        args.nproc_per_node = 1  # torchrun's default
+    nnodes = 1
+    if args.nnodes is not None:
+        nnodes = max_nodes(args.nnodes)
+        if nnodes is None:
+            return f"--nnodes {args.nnodes!r}: not N or MIN:MAX with 1 <= MIN <= MAX"
+    if args.standalone and nnodes > 1:
+        return f"--standalone is one node: it cannot go with --nnodes {args.nnodes}"
+    if args.standalone and args.nproc_per_node is None:
+        return "--standalone needs --nproc-per-node N"
+    if args.node_rank is not None and not 0 <= args.node_rank < nnodes:
+        return f"--node-rank {args.node_rank} must be between 0 and --nnodes - 1 ({nnodes - 1})"
+    if args.rdzv_endpoint is not None and parse_endpoint(args.rdzv_endpoint) is None:
+        return f"--rdzv-endpoint {args.rdzv_endpoint!r}: not HOST:PORT (port 1 to 65535)"
+    if nnodes > 1 and args.rdzv_endpoint is None and args.master_addr is None:
+        return f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (or --master-addr and --master-port)"
+    if args.rdzv_backend not in (None, "static") and args.rdzv_endpoint is None and nnodes > 1:
+        return f"--rdzv-backend {args.rdzv_backend} needs --rdzv-endpoint HOST:PORT"
+    return ""
 
 
 def attach_parser() -> Parser:
@@ -339,6 +390,7 @@ def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[st
         "--report",
         "--metrics-port",
         "--metrics-addr",
+        *NODE_OPTIONS,
     }
     ours: list[str] = []
     i = 0

@@ -120,7 +120,7 @@ def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
     from torchpar_top.probes.agent.run import check_target
-    from torchpar_top.sources.live.targets import ScriptTarget
+    from torchpar_top.sources.live.targets import Nodes, ScriptTarget
 
     parser = run_parser()
     ours, what, is_module, user_args = split_run(argv)
@@ -133,6 +133,12 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
         parser.exit(2, f"torchpar-top: error: {problem}\n")
     if args.sync_scope != "op" and not args.sync:
         parser.error("--sync-scope only applies with --sync")
+    from torchpar_top.args import NODE_OPTIONS, check_nodes
+
+    problem = check_nodes(args)
+    if problem:
+        parser.exit(2, f"torchpar-top: error: {problem}\n")
+    nodes = {f[2:].replace("-", "_"): getattr(args, f[2:].replace("-", "_")) for f in NODE_OPTIONS}
     target = ScriptTarget(
         what,
         tuple(user_args),
@@ -141,6 +147,7 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
         sync_scope=args.sync_scope,
         every_op=args.every_op,
         cupti_duty=args.cupti_duty,
+        nodes=Nodes(**nodes, standalone=args.standalone),
     )
     return target, args
 

@@ -77,6 +77,8 @@ THREADS_MEAN_S = 1.0
 #: as ten (the kernel's counters are cumulative); at the default 10 Hz this took most of the host
 #: probes' CPU (``benchmarks/bench_tui.py --footprint``).
 THREAD_SAMPLE_S = 0.5
+#: A multi-node run's notice until its first rank says hello (``sources/live/targets.py``).
+RENDEZVOUS_NOTICE = "waiting for rendezvous at "
 
 
 def thread_every(interval: float) -> int:
@@ -201,6 +203,8 @@ class _Source:
     """The status and reason its agent reported in an ``exit`` message: taken only once the process ended."""
     lost: bool = False
     """Its connection closed while its process ran on: nothing more comes from it."""
+    where: tuple[int | None, int | None, str] = (None, None, "")
+    """Its hello's ``local_rank``, ``node_rank`` and ``hostname``."""
 
     @property
     def who(self) -> str:
@@ -219,6 +223,9 @@ class _Source:
             self.data_wait,
             self.exit_code,
             derive.data_verdict(self.data_wait, self.has_dataloader),
+            local_rank=self.where[0],
+            node_rank=self.where[1],
+            hostname=self.where[2],
         )
 
 
@@ -469,6 +476,9 @@ class SessionStore:
             else:
                 second = False
                 src.pid, src.rank = msg.pid, msg.rank
+                src.where = (msg.local_rank, msg.node_rank, msg.hostname)
+                if self._notice.startswith(RENDEZVOUS_NOTICE):
+                    self._notice = ""  # a rank said hello: the rendezvous is done
                 self._num_threads = msg.num_threads
                 self._interop_threads = msg.interop_threads
                 self._roles.update({r.tid: r for r in msg.roles})

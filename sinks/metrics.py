@@ -10,7 +10,8 @@ server), which :meth:`MetricsServer.close` shuts down: nothing is left running a
 Names are prefixed ``torchpar_``, in base units (seconds, bytes, ratios 0-1, watts, cores), counters end
 in ``_total``. Labels join with dcgm-exporter's series: ``Hostname`` (the node), ``gpu`` (the NVML
 index), ``UUID`` (``GPU-...``), ``device`` (``nvidiaN``) and ``modelName`` on GPU series; ``rank`` (the
-torchrun rank, empty for a single workload) and ``executor``/``stream``/``kind`` on queue series,
+torchrun's global rank, empty for a single workload; beside it ``node``, ``hostname`` and ``local_rank``,
+where the rank runs) and ``executor``/``stream``/``kind`` on queue series,
 ``core`` on CPU series, ``role`` on thread series.
 """
 
@@ -30,6 +31,16 @@ PREFIX = "torchpar_"
 
 def _rank(rank: int | None) -> str:
     return "" if rank is None else str(rank)
+
+
+#: Labels beside ``rank`` on every per-rank series: where the (global) rank runs, from its hello.
+WHERE = ["node", "hostname", "local_rank"]
+
+
+def _where(snap: Snapshot, host: str) -> Callable[[int | None], list[str]]:
+    """``rank -> [node, hostname, local_rank]`` (node rank, its host, ``LOCAL_RANK``; '' where unknown)."""
+    known = {r.rank: [_rank(r.node_rank), r.hostname or host, _rank(r.local_rank)] for r in snap.ranks}
+    return lambda rank: known.get(rank) or ["", host, ""]
 
 
 def _stream(name: str, kind: ExecutorKind) -> str:
@@ -171,7 +182,8 @@ class SnapshotCollector:
         yield from (util, used, total, power, proc)
 
     def _queues(self, snap: Snapshot, host: str) -> Iterator[Metric]:
-        names = ["Hostname", "rank", "executor", "kind", "quantity", "gpu", "UUID", "stream"]
+        names = ["Hostname", "rank", "executor", "kind", "quantity", "gpu", "UUID", "stream", *WHERE]
+        where = _where(snap, host)
         # A CUDA stream's GPU by NVML index and UUID, as dcgm-exporter labels it: the GPU panel's label is
         # the workload's own ``cuda:N`` (mapped through its CUDA UUIDs or CUDA_VISIBLE_DEVICES).
         nvml = {g.label: (str(g.index), g.uuid) for g in snap.gpus}
@@ -215,6 +227,7 @@ class SnapshotCollector:
                 gpu,
                 uuid,
                 _stream(e.name, e.kind),
+                *where(e.rank),
             ]
             depth.add_metric(labels, e.value)
             if e.capacity is not None:
@@ -290,7 +303,7 @@ class SnapshotCollector:
         yield seconds
 
     def _ranks(self, snap: Snapshot, host: str) -> Iterator[Metric]:
-        names = ["Hostname", "rank"]
+        names, where = ["Hostname", "rank", *WHERE], _where(snap, host)
         up = GaugeMetricFamily(
             PREFIX + "rank_running",
             "1 while an agent process (the workload, or a torchrun rank) runs",
@@ -311,7 +324,7 @@ class SnapshotCollector:
             unit="ratio",
         )
         for r in snap.ranks:
-            labels = [host, _rank(r.rank)]
+            labels = [host, _rank(r.rank), *where(r.rank)]
             up.add_metric(labels, 1.0 if r.state == ChildState.RUNNING else 0.0)
             if r.throughput is not None:
                 tp.add_metric(labels + [r.unit.split()[0].removesuffix("/s")], r.throughput)
@@ -325,10 +338,13 @@ class SnapshotCollector:
             PREFIX + "sync_points",
             "Calls that wait for the device, per source line "
             "(counted in the op counter's slices unless --every-op: sampled=1)",
-            labels=["Hostname", "rank", "where", "call", "sampled"],
+            labels=["Hostname", "rank", "where", "call", "sampled", *WHERE],
         )
+        at = _where(snap, host)
         for s in snap.syncpoints:
-            sites.add_metric([host, _rank(s.rank), s.where, s.call, "1" if s.sampled else "0"], s.count)
+            sites.add_metric(
+                [host, _rank(s.rank), s.where, s.call, "1" if s.sampled else "0", *at(s.rank)], s.count
+            )
         yield sites
 
 

@@ -279,6 +279,7 @@ class Agent:
                 roles=self.roles(),
                 rank=self.rank,
                 world_size=self.world_size,
+                **_node_identity(self.rank),
             )
         )
         for target, name in ((self._sample_loop, "tpt-sampler"), (self._command_loop, "tpt-control")):
@@ -666,3 +667,22 @@ def _kill_own_group() -> None:
     except OSError:
         pass
     os._exit(1)
+
+
+def _node_identity(rank: int | None) -> dict[str, Any]:
+    """Where a rank runs, for hello: its ``LOCAL_RANK`` and node (``GROUP_RANK``) as torchrun set them (only
+    for a ranked agent), and the host name."""
+
+    def env(name: str) -> int | None:
+        try:
+            value = int(os.environ[name])
+        except (KeyError, ValueError):
+            return None
+        return value if value >= 0 else None
+
+    ranked = rank is not None
+    return {
+        "local_rank": env("LOCAL_RANK") if ranked else None,
+        "node_rank": env("GROUP_RANK") if ranked else None,
+        "hostname": socket.gethostname()[:255],
+    }

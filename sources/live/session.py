@@ -264,6 +264,8 @@ class Session:
                     expected=target.nproc,
                 )
                 env[ENV_SOCKET] = self._listener.path
+                if target.nodes.waiting:  # cleared by the first hello
+                    self.store.set_target(target.label, target.nodes.waiting)
             child = ChildProcess(
                 lambda fd: target.command(fd, self.interval, self._sync_wanted),
                 on_message=self._on_child_message,
