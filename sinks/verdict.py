@@ -277,6 +277,18 @@ class RunTally:
                     }
                     for i, g in sorted(self._gpus.items())
                 ],
+                "ranks": [  # each agent at the end: global rank, where it ran, its last throughput
+                    {
+                        "rank": r.rank,
+                        "local_rank": r.local_rank,
+                        "node": r.node_rank,
+                        "hostname": r.hostname,
+                        "state": r.state.value,
+                        "exit_code": r.exit_code,
+                        "throughput": _round(r.throughput, 4),
+                    }
+                    for r in (snap.ranks if snap else ())
+                ],
                 "sync_points": [
                     {"where": s.where, "call": s.call, "count": s.count, "rank": s.rank, "sampled": s.sampled}
                     for s in sites[:TOP_SITES]

@@ -53,6 +53,15 @@ def rank_label(rank: RankView) -> str:
     return "main" if rank.rank is None else f"r{rank.rank}"
 
 
+def rank_node(rank: RankView) -> str:
+    """Where a global rank runs: ``1 host/0`` (node rank, host name, local rank); '' where unknown."""
+    if rank.node_rank is None and rank.local_rank is None:
+        return ""
+    node = "?" if rank.node_rank is None else str(rank.node_rank)
+    local = "?" if rank.local_rank is None else str(rank.local_rank)
+    return f"{node} {rank.hostname[:12]}/{local}" if rank.hostname else f"{node}/{local}"
+
+
 def rank_state(rank: RankView) -> str:
     """``running``, ``exited 1`` (marked ``✗`` when the code is not 0), or another state as it is."""
     if rank.state != ChildState.EXITED:
@@ -93,19 +102,26 @@ class RanksPanel(SnapshotPanel):
         pid_w = max([3, *(len(str(r.pid)) for r in ranks)])
         thr_w = max(len(unit), 6)
         # rank, pid, state, throughput, depth, data wait: drop data wait, then pid, when narrow
-        cols = {"rank": 5, "pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
+        node_w = max([0, *(len(rank_node(r)) + 1 for r in ranks)])  # node host/local_rank, when known
+        cols = {"rank": 5, "node": max(node_w, 13) if node_w else 0}
+        cols |= {"pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
+        if not node_w:
+            del cols["node"]
         for drop in (
             (),
             ("data",),
             ("data", "pid"),
-            ("data", "pid", "depth"),
-            ("data", "pid", "depth", "thr"),
+            ("data", "pid", "node"),
+            ("data", "pid", "node", "depth"),
+            ("data", "pid", "node", "depth", "thr"),
         ):
             if sum(w for k, w in cols.items() if k not in drop) <= width:
                 break
         for key in drop:
-            del cols[key]
+            cols.pop(key, None)
         head = Row().add("rank".ljust(cols["rank"]), self.style("dim"))
+        if "node" in cols:
+            head.add("node host/lr".ljust(cols["node"]), self.style("dim"))
         if "pid" in cols:
             head.add("pid".ljust(cols["pid"]), self.style("dim"))
         head.add("state".ljust(cols["state"]), self.style("dim"))
@@ -120,6 +136,8 @@ class RanksPanel(SnapshotPanel):
             exited = r.state == ChildState.EXITED
             number = self.style("dim") if exited else self.style("value")
             row = Row().add(rank_label(r).ljust(cols["rank"]), self.style("label"))
+            if "node" in cols:
+                row.add(rank_node(r).ljust(cols["node"]), self.style("dim"))
             if "pid" in cols:
                 row.add(str(r.pid).ljust(cols["pid"]), self.style("dim"))
             state = rank_state(r)

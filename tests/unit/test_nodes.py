@@ -1,0 +1,114 @@
+"""Multi-node ``run``: torchrun's options checked, then passed through as torchrun takes them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from torchpar_top.args import check_nodes, run_parser, split_run
+from torchpar_top.contract.snapshot import RankView
+from torchpar_top.contract.vocab import ChildState
+from torchpar_top.sources.live.targets import Nodes, ScriptTarget, max_nodes, parse_endpoint
+from torchpar_top.tui.widgets.ranks import rank_node
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("127.0.0.1:29400", ("127.0.0.1", 29400)),
+        ("node0.cluster:1", ("node0.cluster", 1)),
+        ("[::1]:5000", ("::1", 5000)),
+        ("host", ("host", None)),
+        ("host:0", None),
+        ("host:65536", None),
+        ("host:port", None),
+        ("::1", None),
+        (":29400", None),
+        ("", None),
+        ("[::1", None),
+        ("http://host:1", None),
+    ],
+)
+def test_endpoints(text, expected):
+    assert parse_endpoint(text) == expected
+
+
+def test_nnodes():
+    assert max_nodes("4") == 4 and max_nodes("1:4") == 4
+    assert max_nodes("0") is None and max_nodes("4:1") is None and max_nodes("x") is None
+
+
+def _args(argv):
+    ours, _, _, _ = split_run([*argv, "train.py"])
+    return run_parser().parse_args(ours)
+
+
+@pytest.mark.parametrize(
+    "argv, problem",
+    [
+        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], "--node-rank 2 must be between 0"),
+        (["--nnodes=2", "--node-rank=-1", "--rdzv-endpoint=h:1"], "--node-rank -1"),
+        (["--nnodes", "2", "--rdzv-endpoint", "h:port"], "--rdzv-endpoint 'h:port': not HOST:PORT"),
+        (["--nnodes", "2", "--standalone", "--nproc-per-node", "2"], "--standalone is one node"),
+        (["--nnodes", "2"], "needs --rdzv-endpoint"),
+        (["--nnodes", "two", "--rdzv-endpoint", "h:1"], "--nnodes 'two'"),
+    ],
+)
+def test_bad_combinations(argv, problem):
+    assert problem in check_nodes(_args(argv))
+
+
+def test_torchrun_gets_the_options_as_given():
+    args = _args(["--nnodes=2", "--node-rank", "1", "--rdzv-endpoint", "10.0.0.1:29400", "--rdzv-id=job7"])
+    assert check_nodes(args) == "" and args.nproc_per_node == 1  # torchrun's default
+    nodes = Nodes(
+        nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint, rdzv_id="job7"
+    )
+    cmd = ScriptTarget("train.py", ("--lr", "1"), nproc=4, nodes=nodes).command(None, 0.1, False)
+    torchrun = cmd[cmd.index("torch.distributed.run") + 1 : cmd.index("torchpar_top.probes.agent.run") - 1]
+    assert torchrun == [
+        "--nnodes=2",
+        "--node-rank=1",
+        "--rdzv-endpoint=10.0.0.1:29400",
+        "--rdzv-id=job7",
+        "--nproc-per-node=4",
+    ]
+    assert cmd[-3:] == ["train.py", "--lr", "1"]
+    assert nodes.waiting.startswith("waiting for rendezvous at 10.0.0.1:29400: 2 nodes expected")
+    # one node and no rendezvous of its own: standalone, as before
+    alone = ScriptTarget("train.py", nproc=2).command(None, 0.1, False)
+    assert "--standalone" in alone and Nodes().waiting == ""
+
+
+def test_bad_combination_is_one_line_and_status_2(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("pass\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchpar_top",
+            "run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "5",
+            "--rdzv-endpoint",
+            "127.0.0.1:1",
+            "--nproc-per-node",
+            "2",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--node-rank 5 must be between 0 and --nnodes - 1 (1)" in proc.stderr
+
+
+def test_the_rank_table_says_where_a_rank_runs():
+    view = RankView(5, 1, ChildState.RUNNING, 1.0, "steps/s", 0, local_rank=1, node_rank=1, hostname="gpu-b")
+    assert rank_node(view) == "1 gpu-b/1"
+    assert rank_node(RankView(0, 1, ChildState.RUNNING, 1.0, "steps/s", 0)) == ""
