@@ -359,6 +359,40 @@ def replay_parser() -> Parser:
     return parser
 
 
+def cluster_parser() -> Parser:
+    """``torchpar-top cluster --prometheus URL [--job NAME]``: the whole job, from Prometheus."""
+    parser = Parser(
+        prog="torchpar-top cluster",
+        description="A live view of a job on several nodes, read from Prometheus' HTTP API: each node runs "
+        "`torchpar-top run ... --metrics-port P` and Prometheus scrapes them (docs/cluster.md). A row per "
+        "(node, rank): state, steps/s, step time and phases, queue depth, data wait, GPU use, the "
+        "straggler; a stale node is marked, not dropped.",
+        epilog="Keys: p pause, ? help, q quit.",
+    )
+    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus, http://HOST:9090")
+    parser.add_argument("--job", metavar="NAME", help="only the series of this scrape job (its job label)")
+    parser.add_argument(
+        "--nodes", type=positive_int, metavar="N", help="nodes expected (default: the job's scrape targets)"
+    )
+    parser.add_argument(
+        "--interval",
+        type=interval,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between refreshes (default: 2; Prometheus has nothing newer than its scrape_interval)",
+    )
+    parser.add_argument(
+        "--headless", action="store_true", help="no screen: one JSON object per refresh on stdout"
+    )
+    parser.add_argument(
+        "--duration", type=positive, metavar="SECONDS", help="with --headless: how long (required there)"
+    )
+    parser.add_argument(
+        "--report", metavar="FILE.json", help="when it ends, write the job's summary as JSON (always printed)"
+    )
+    return parser
+
+
 def export_parser() -> Parser:
     """``torchpar-top export FILE --perfetto OUT.json --csv OUT.csv``."""
     parser = Parser(

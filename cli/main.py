@@ -23,6 +23,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return keep.replay(argv[1:], replay_parser(), lambda args: _replay(argv[1:]), _play)
     if argv[:1] == ["export"]:
         return keep.export(argv[1:])
+    if argv[:1] == ["cluster"]:
+        from torchpar_top.cluster import cluster
+
+        return cluster(argv[1:])
     if argv[:1] == ["compare"]:
         from torchpar_top.outputs import compare
 

@@ -1,0 +1,259 @@
+"""The whole job from Prometheus' series: a row per (node, rank) and the job's summary.
+
+:class:`ClusterModel` is fed one refresh's query results at a time (``sources/prometheus.py`` runs the
+queries; this module only reads their labelled values) and builds a frozen :class:`ClusterView`:
+
+- a rank is a ``torchpar_rank_running`` series seen within the lookback, keyed by its scrape target
+  (``instance``) and its global ``rank`` label; its node, host name and local rank are the labels each
+  node's ``run --metrics-port`` puts beside the rank (``sinks/metrics.py``);
+- a rank whose series left the latest scrape (its monitor stopped answering: Prometheus' staleness
+  marker) or whose target is down is *stale*: kept, with what it last said;
+- steps/s is ``rate(torchpar_steps_total[1m])`` where the step anatomy's series exist, else the rank's
+  throughput when its unit is steps; the job's steps/s is the slowest fresh, running rank's;
+- step time and phases are ``torchpar_step_seconds`` and ``torchpar_step_phase_seconds{phase}`` (seconds
+  per step over the monitor's last window); each refresh adds one window per rank, (steps since the last
+  refresh, phases × those steps), and :func:`torchpar_top.model.steps.find_straggler` names the
+  straggler from them, as a live run does from its samples. Without those series, steps are unknown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from torchpar_top.contract.messages import StepPhases
+from torchpar_top.contract.snapshot import Straggler
+from torchpar_top.contract.vocab import PHASES
+from torchpar_top.model.steps import Window, find_straggler
+
+#: One labelled value from a query.
+Series = tuple[dict[str, str], float]
+#: Windows kept per rank for the straggler (at a 2 s refresh, two minutes).
+WINDOWS = 60
+
+
+@dataclass(frozen=True)
+class ClusterRank:
+    """One rank of the job, as its node's monitor last exported it."""
+
+    node: int | None
+    """Its node's rank (torchrun's ``GROUP_RANK``); None where the series do not say."""
+    hostname: str
+    rank: int | None
+    """The global rank (``RANK``); None for a single workload."""
+    local_rank: int | None
+    instance: str
+    """The scrape target it came from (``HOST:PORT`` of that node's ``--metrics-port``)."""
+    state: str
+    """``running``, ``exited`` (its process ended, its monitor still answers) or ``stale`` (no answer)."""
+    stale: bool
+    """Its series were not in the latest scrape of its node (or the target is down)."""
+    steps_per_s: float | None
+    throughput: float | None
+    """Its throughput in its own unit (steps, ops...), over the monitor's last window."""
+    unit: str
+    step_seconds: float | None
+    phases: dict[str, float] | None
+    """Seconds per step in each phase; None where the step anatomy's series are absent."""
+    depth: float | None
+    data_wait: float | None
+    gpu_util: float | None
+    """Its GPU's kernel-active share (the node's GPU whose NVML index is its local rank), 0-1."""
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One node (one monitor, one scrape target)."""
+
+    node: int | None
+    hostname: str
+    instance: str
+    up: bool | None
+    """Prometheus' ``up`` for its target: whether the latest scrape answered (None: not a target now)."""
+    ranks: int
+    stale: bool
+    """No fresh series from it (its target is down or its series went stale)."""
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Everything the cluster screen and its headless lines show at one refresh."""
+
+    t: float
+    """Prometheus' time of the refresh."""
+    ranks: tuple[ClusterRank, ...] = ()
+    nodes: tuple[ClusterNode, ...] = ()
+    targets: int = 0
+    """Scrape targets of the job (``up`` series)."""
+    expected_nodes: int | None = None
+    """``--nodes`` where given, else the number of targets."""
+    steps_per_s: float | None = None
+    """The job's steps/s: its slowest fresh, running rank's."""
+    slowest: int | None = None
+    """That rank."""
+    scrape_age: float | None = None
+    """Seconds since the newest scrape of any of the job's targets."""
+    steps_known: bool = False
+    """The step anatomy's series exist (step time, phases and the straggler can be shown)."""
+    straggler: Straggler | None = None
+    error: str = ""
+    """Why there is nothing (or nothing new) to show: Prometheus unreachable, no series..."""
+    query_seconds: float | None = None
+    """Wall time of the refresh's queries."""
+
+    @property
+    def fresh_nodes(self) -> int:
+        """Nodes with fresh series."""
+        return sum(not n.stale for n in self.nodes)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+Key = tuple[str, str]
+"""A rank's key: (instance, rank label)."""
+
+
+def _key(labels: Mapping[str, str]) -> Key:
+    return labels.get("instance", ""), labels.get("rank", "")
+
+
+def _by_key(series: Sequence[Series]) -> dict[Key, float]:
+    return {_key(labels): value for labels, value in series}
+
+
+@dataclass
+class _Steps:
+    """A rank's step count at the previous refresh and its windows since."""
+
+    count: float | None = None
+    windows: deque = field(default_factory=lambda: deque(maxlen=WINDOWS))
+
+
+class ClusterModel:
+    """Folds successive refreshes into :class:`ClusterView`; keeps per-rank step windows."""
+
+    def __init__(self, expected_nodes: int | None = None) -> None:
+        self.expected_nodes = expected_nodes
+        self._steps: dict[Key, _Steps] = {}
+
+    def error(self, t: float, text: str) -> ClusterView:
+        """A refresh that failed: the message, no rows."""
+        return ClusterView(t=t, expected_nodes=self.expected_nodes, error=text)
+
+    def update(self, t: float, results: Mapping[str, Sequence[Series]], seconds: float = 0.0) -> ClusterView:
+        """The view of one refresh: ``results`` by the names of ``sources.prometheus.queries``."""
+
+        def get(name: str) -> Sequence[Series]:
+            return results.get(name, ())
+
+        seen, running = get("seen"), _by_key(get("running"))
+        up = {labels.get("instance", ""): value for labels, value in get("up")}
+        scraped = [value for _, value in get("scraped")]
+        throughput = {_key(labels): (value, labels.get("what", "")) for labels, value in get("throughput")}
+        depth, data = _by_key(get("depth")), _by_key(get("data_wait"))
+        rate = _by_key(get("steps_rate"))
+        step_s = _by_key(get("step_seconds"))
+        totals = _by_key(get("steps_total"))
+        phases: dict[Key, dict[str, float]] = {}
+        for labels, value in get("phase_seconds"):
+            if labels.get("phase") in PHASES:
+                phases.setdefault(_key(labels), {})[labels["phase"]] = value
+        gpus = {
+            (labels.get("instance", ""), labels.get("gpu", "")): value for labels, value in get("gpu_util")
+        }
+        steps_known = bool(totals or step_s or phases)
+
+        rows: list[ClusterRank] = []
+        for labels, last in seen:
+            key = _key(labels)
+            instance = key[0]
+            stale = key not in running or up.get(instance) == 0
+            value = running.get(key, last)
+            state = "exited" if value == 0 else "stale" if stale else "running"
+            tp, what = throughput.get(key, (None, "")) if not stale else (None, "")
+            per_s = rate.get(key) if key in totals else (tp if what == "steps" else None)
+            local = _int(labels.get("local_rank"))
+            rows.append(
+                ClusterRank(
+                    node=_int(labels.get("node")),
+                    hostname=labels.get("hostname") or labels.get("Hostname", ""),
+                    rank=_int(key[1]),
+                    local_rank=local,
+                    instance=instance,
+                    state=state,
+                    stale=stale,
+                    steps_per_s=None if stale else _finite(per_s),
+                    throughput=_finite(tp),
+                    unit=f"{what}/s" if what else "",
+                    step_seconds=None if stale else _finite(step_s.get(key)),
+                    phases=None if stale or key not in phases else dict(phases[key]),
+                    depth=None if stale else depth.get(key),
+                    data_wait=None if stale else data.get(key),
+                    gpu_util=None if stale else gpus.get((instance, "" if local is None else str(local))),
+                )
+            )
+        rows.sort(key=lambda r: (r.rank is None, r.rank or 0, r.node or 0, r.instance))
+        straggler = self._straggler(rows, totals, phases) if steps_known else None
+
+        nodes: dict[tuple[int | None, str], list[ClusterRank]] = {}
+        for r in rows:
+            nodes.setdefault((r.node, r.instance), []).append(r)
+        node_views = tuple(
+            ClusterNode(
+                node=node,
+                hostname=members[0].hostname,
+                instance=instance,
+                up=None if instance not in up else up[instance] == 1,
+                ranks=len(members),
+                stale=all(m.stale for m in members),
+            )
+            for (node, instance), members in sorted(nodes.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1]))
+        )
+        live = [r for r in rows if r.state == "running" and r.steps_per_s is not None]
+        slowest = min(live, key=lambda r: r.steps_per_s or 0.0) if live else None
+        return ClusterView(
+            t=t,
+            ranks=tuple(rows),
+            nodes=node_views,
+            targets=len(up),
+            expected_nodes=self.expected_nodes if self.expected_nodes is not None else len(up) or None,
+            steps_per_s=slowest.steps_per_s if slowest else None,
+            slowest=slowest.rank if slowest else None,
+            scrape_age=max(0.0, t - max(scraped)) if scraped else None,
+            steps_known=steps_known,
+            straggler=straggler,
+            query_seconds=seconds,
+        )
+
+    def _straggler(
+        self, rows: Sequence[ClusterRank], totals: Mapping[Key, float], phases: Mapping[Key, Mapping[str, float]]
+    ) -> Straggler | None:
+        """Add this refresh's window to each fresh rank's and ask :func:`find_straggler`."""
+        windows: dict[int, list[Window]] = {}
+        for r in rows:
+            key = (r.instance, "" if r.rank is None else str(r.rank))
+            if r.stale or r.rank is None or key not in totals:
+                continue
+            steps = self._steps.setdefault(key, _Steps())
+            count = totals[key]
+            done = 0 if steps.count is None else count - steps.count
+            if done < 0:
+                done = count  # the counter started over (the node's monitor restarted)
+            steps.count = count
+            n = int(round(done))
+            per = phases.get(key, {})
+            steps.windows.append((n, StepPhases(**{p: max(0.0, per.get(p, 0.0)) * n for p in PHASES})))
+            if r.state == "running":
+                windows[r.rank] = list(steps.windows)
+        return find_straggler(windows)

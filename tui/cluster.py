@@ -1,0 +1,289 @@
+"""``torchpar-top cluster``: the whole job on one screen, read from Prometheus.
+
+A header (the job's steps/s, nodes seen of expected, the newest scrape's age, what a refresh cost), and a
+table with a row per (node, rank): state, steps/s, step time and its phases, launch-queue depth, data
+wait, GPU use; the straggler marked with its cause, a stale node's rows dimmed and said *stale*. The app
+only draws :class:`~torchpar_top.model.cluster.ClusterView`; a refresh (``source.refresh()``, a few HTTP
+requests) runs on a worker thread every interval. A refresh that fails says why on the header's second
+line and the next one tries again. Keys: ``p`` pause, ``?`` help, ``q`` quit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Markdown, Static
+from torchpar_top.contract.vocab import PHASES
+from torchpar_top.model.cluster import ClusterRank, ClusterView
+from torchpar_top.tui import render
+
+#: Short names of the phases in the phase column.
+PHASE_SHORT = {
+    "data": "data",
+    "transfer": "h2d",
+    "forward": "fwd",
+    "backward": "bwd",
+    "comm": "comm",
+    "optimizer": "opt",
+    "sync": "sync",
+    "other": "oth",
+}
+
+HELP = """\
+# torchpar-top cluster
+
+The whole job, read from Prometheus: every node runs `torchpar-top run ... --metrics-port P`, Prometheus
+scrapes them (docs/cluster.md), and this screen asks Prometheus for the `torchpar_*` series every interval.
+
+**Header**: the job's steps/s (the slowest running rank's: in data-parallel training the job goes at its
+pace), nodes seen of expected (`--nodes`, else the scrape targets), the age of the newest scrape, and what
+the refresh's queries took.
+
+**A row per rank** (the global rank, with its node, host and local rank): state (`running`, `exited`,
+`stale`: its node's monitor no longer answers Prometheus; the row keeps what it last said), steps/s, step
+time and its largest phases (the step anatomy's series; `?` where a node does not export them), launch
+queue depth, DataLoader wait, and the kernel-active share of the GPU whose index is its local rank.
+
+**Straggler**: the rank that holds the others back, from each rank's phases over the refreshes so far
+(the same test as a live run's: its phase clearly longer than the others' in most windows).
+
+Keys: `p` pause (stop asking Prometheus), `?` this help, `q` quit.
+"""
+
+
+def phases_text(phases: dict[str, float] | None, seconds: float | None, width: int = 24) -> str:
+    """The largest phases as shares of the step: ``bwd 45% fwd 30% comm 20%``; ``?`` when unknown."""
+    if not phases:
+        return "?"
+    total = seconds if seconds else sum(phases.values())
+    if not total:
+        return "—"
+    parts = [
+        f"{PHASE_SHORT.get(p, p)} {round(100 * v / total)}%"
+        for p, v in sorted(phases.items(), key=lambda kv: (-kv[1], PHASES.index(kv[0])))
+        if v > 0
+    ]
+    out = ""
+    for part in parts:
+        if len(out) + len(part) + (1 if out else 0) > width:
+            break
+        out = f"{out} {part}" if out else part
+    return out or "—"
+
+
+def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> tuple[Text, Text]:
+    """The header's two lines: the job's figures, then the error, the straggler or what is unknown."""
+    first = Text()
+    first.append("torchpar-top cluster ", style="bold")
+    first.append(f"{url}{f' job={job}' if job else ''}", style="dim")
+    rate = "—" if view.steps_per_s is None else render.num(view.steps_per_s)
+    first.append("  job ")
+    first.append(f"{rate} steps/s", style="bold")
+    if view.slowest is not None:
+        first.append(f" (r{view.slowest} slowest)", style="dim")
+    first.append(f"  nodes {view.fresh_nodes}")
+    stale = len(view.nodes) - view.fresh_nodes
+    if stale:
+        first.append(f"+{stale} stale", style="bold red")
+    first.append(f"/{view.expected_nodes if view.expected_nodes is not None else '?'}")
+    age = "—" if view.scrape_age is None else render.seconds(view.scrape_age)
+    first.append(f"  scrape {age} ago")
+    if view.query_seconds is not None:
+        first.append(f"  query {render.seconds(view.query_seconds)}", style="dim")
+    if paused:
+        first.append("  PAUSED", style="bold yellow")
+    second = Text()
+    if view.error:
+        second.append(view.error, style="bold red")
+    elif view.straggler is not None:
+        s = view.straggler
+        second.append(f"straggler r{s.rank}: ", style="bold yellow")
+        second.append(
+            f"{s.cause} {s.ratio:.2g}× the others', costs them {render.seconds(s.costs)} a step",
+        )
+    elif not view.steps_known:
+        second.append(
+            "steps unknown: no torchpar_step_* series (step time, phases and the straggler need them); "
+            "steps/s from the ranks' throughput",
+            style="dim",
+        )
+    else:
+        second.append("no straggler", style="dim")
+    return first, second
+
+
+COLUMNS = (
+    ("node host", 14, "l"),
+    ("rank", 5, "l"),
+    ("lr", 3, "r"),
+    ("state", 8, "l"),
+    ("steps/s", 8, "r"),
+    ("step", 9, "r"),
+    ("phases", 26, "l"),
+    ("depth", 6, "r"),
+    ("data", 5, "r"),
+    ("gpu", 5, "r"),
+)
+
+
+def _cells(r: ClusterRank, straggler: int | None) -> list[str]:
+    node = "?" if r.node is None else str(r.node)
+    return [
+        f"{node} {r.hostname}",
+        "main" if r.rank is None else f"r{r.rank}",
+        "" if r.local_rank is None else str(r.local_rank),
+        r.state,
+        render.num(r.steps_per_s),
+        "—" if r.step_seconds is None else render.seconds(r.step_seconds),
+        phases_text(r.phases, r.step_seconds) + (" ◀ straggler" if r.rank == straggler else ""),
+        "—" if r.depth is None else f"{r.depth:.0f}",
+        render.pct(r.data_wait),
+        render.pct(r.gpu_util),
+    ]
+
+
+def table_lines(view: ClusterView, width: int) -> list[Text]:
+    """The table: a header line and a line per rank, cut to ``width`` (the phases column last in room)."""
+    straggler = view.straggler.rank if view.straggler else None
+
+    def line(cells: list[str], style: str = "") -> Text:
+        text = Text(style=style)
+        for (_, w, align), cell in zip(COLUMNS, cells):
+            cell = render.clip(render.inert(cell), w - 1) if w < 20 else render.clip(cell, w)
+            text.append((cell.rjust(w - 1) + " ") if align == "r" else cell.ljust(w))
+        text.truncate(width)
+        return text
+
+    out = [line([c[0] for c in COLUMNS], "dim")]
+    for r in view.ranks:
+        style = "dim" if r.stale or r.state == "exited" else "bold yellow" if r.rank == straggler else ""
+        out.append(line(_cells(r, straggler), style))
+    return out
+
+
+class ClusterHelp(ModalScreen[None]):
+    """``?``: what the cluster screen shows; Escape, ``q`` or ``?`` close it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "close"),
+        Binding("q", "close", "close", show=False),
+        Binding("question_mark", "close", "close", show=False),
+    ]
+    DEFAULT_CSS = """
+    ClusterHelp { align: center middle; }
+    ClusterHelp > VerticalScroll { width: 96; max-width: 100%; height: 80%; border: round $accent;
+        background: $surface; }
+    ClusterHelp Markdown { background: $surface; margin: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        """The help text."""
+        with VerticalScroll() as box:
+            box.border_title = "help · Escape closes"
+            yield Markdown(HELP)
+
+    def action_close(self) -> None:
+        """Back to the table."""
+        self.dismiss(None)
+
+
+class ClusterApp(App[None]):
+    """Draws ``source.refresh()``'s views, one refresh per ``interval`` seconds."""
+
+    TITLE = "torchpar-top cluster"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "pause", "pause"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+    ]
+    CSS = """
+    #header { height: 2; padding: 0 1; }
+    #table { border: round $primary 50%; border-title-color: $accent; border-title-style: bold;
+        padding: 0 1; height: 1fr; }
+    """
+
+    def __init__(self, source: Any, interval: float, url: str, job: str | None,
+                 on_view: Callable[[ClusterView], None] | None = None) -> None:
+        super().__init__()
+        self.source, self.interval, self.url, self.job = source, interval, url, job
+        self.on_view = on_view
+        self.paused = False
+        self.view: ClusterView | None = None
+        self._busy = False
+        self._signal_loop: asyncio.AbstractEventLoop | None = None
+        self._quit_when_mounted = False
+
+    def compose(self) -> ComposeResult:
+        """Header, table, footer."""
+        yield Static(id="header")
+        with VerticalScroll(id="table") as box:
+            box.border_title = "ranks"
+            yield Static(id="rows")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """First refresh now, then every interval."""
+        self._signal_loop = asyncio.get_running_loop()
+        if self._quit_when_mounted:
+            self.exit()
+            return
+        self.query_one("#header", Static).update(Text(f"asking Prometheus at {self.url}…", style="dim"))
+        self._tick()
+        self.set_interval(self.interval, self._tick)
+
+    def _tick(self) -> None:
+        if self.paused or self._busy:
+            return
+        self._busy = True
+        self.run_worker(self._refresh(), name="refresh", group="refresh")
+
+    async def _refresh(self) -> None:
+        try:
+            view = await asyncio.to_thread(self.source.refresh)
+        finally:
+            self._busy = False
+        self.view = view
+        if self.on_view is not None:
+            self.on_view(view)
+        self.draw()
+
+    def draw(self) -> None:
+        """Draw the latest view."""
+        view = self.view
+        if view is None:
+            return
+        first, second = header_lines(view, self.url, self.job, self.paused)
+        self.query_one("#header", Static).update(Text("\n").join([first, second]))
+        table = self.query_one("#table", VerticalScroll)
+        table.border_title = f"ranks · {len(view.ranks)} on {len(view.nodes)} nodes"
+        width = max(20, table.size.width - 2)
+        self.query_one("#rows", Static).update(Text("\n").join(table_lines(view, width)))
+
+    def action_pause(self) -> None:
+        """``p``: stop or resume asking Prometheus."""
+        self.paused = not self.paused
+        self.draw()
+
+    def action_help(self) -> None:
+        """``?``: the help screen."""
+        self.push_screen(ClusterHelp())
+
+    def quit_from_signal(self) -> None:
+        """SIGINT/SIGTERM/SIGHUP: schedule the exit on the app's loop (never blocks in the handler)."""
+        signal.signal(signal.SIGCONT, signal.SIG_IGN)  # a hung-up terminal also sends SIGCONT
+        loop = self._signal_loop
+        if loop is None:
+            self._quit_when_mounted = True
+            return
+        try:
+            loop.call_soon_threadsafe(self.exit)
+        except RuntimeError:  # the loop has closed
+            pass
