@@ -112,8 +112,9 @@ def test_two_nodes_four_ranks_then_one_node_goes(tmp_path):
         summary = json.loads(report.read_text())
         assert summary["nodes_seen"] == 2 and summary["steps_per_s_mean"] > 0 and len(summary["ranks"]) == 4
 
-        # node 1's monitor goes (with its ranks): its rows stay, stale; node 0's stay fresh
-        gone = 1 if ranks[2]["instance"] == f"127.0.0.1:{m1}" else 0
+        # node 1's monitor goes (with its ranks): its rows stay, stale. Node 0's ranks then fail in their
+        # next all-reduce and its headless monitor ends with them, so node 0's rows may go stale as well,
+        # but they stay listed with what they last said.
         stop(nodes[1], signal.SIGTERM)
         wait_for(lambda: prom.query(f'up{{instance="127.0.0.1:{m1}"}} == 0'), timeout=120, every=1.0)
         after = _cluster(prom, tmp_path, 2)[-1]
@@ -123,13 +124,12 @@ def test_two_nodes_four_ranks_then_one_node_goes(tmp_path):
         lost = [r for r in rows.values() if r["instance"] == f"127.0.0.1:{m1}"]
         kept = [r for r in rows.values() if r["instance"] == f"127.0.0.1:{m0}"]
         assert len(lost) == 2 and all(r["stale"] and r["state"] in ("stale", "exited") for r in lost), lost
-        assert len(kept) == 2 and not any(r["stale"] for r in kept), kept
-        assert after["nodes_seen"] == 2 and after["nodes_fresh"] == 1
-        assert {n["instance"]: n["stale"] for n in after["nodes"]} == {
-            f"127.0.0.1:{m0}": False,
-            f"127.0.0.1:{m1}": True,
-        }
-        assert gone in (0, 1)
+        assert all(r["steps_per_s"] is None for r in lost)  # nothing current is claimed for a stale rank
+        assert len(kept) == 2 and {r["node"] for r in kept} == {ranks[0]["node"]}
+        assert (
+            after["nodes_seen"] == 2
+            and {n["instance"]: n["stale"] for n in after["nodes"]}[f"127.0.0.1:{m1}"]
+        )
     finally:
         for node in nodes:
             stop(node, signal.SIGTERM)
