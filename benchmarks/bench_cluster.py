@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from torchpar_top.contract.vocab import PHASES  # noqa: E402
+from torchpar_top.contract.vocab import PHASES
 
 SHARE = {"data": 0.05, "transfer": 0.02, "forward": 0.25, "backward": 0.4, "comm": 0.2, "optimizer": 0.08}
 
@@ -57,7 +57,9 @@ class SyntheticNode:
         data = GaugeMetricFamily("torchpar_data_wait_ratio", "data wait", labels=names)
         steps = CounterMetricFamily("torchpar_steps", "steps", labels=names)
         step_s = GaugeMetricFamily("torchpar_step_seconds", "seconds per step", labels=names)
-        phase = GaugeMetricFamily("torchpar_step_phase_seconds", "phase seconds per step", labels=[*names, "phase"])
+        phase = GaugeMetricFamily(
+            "torchpar_step_phase_seconds", "phase seconds per step", labels=[*names, "phase"]
+        )
         gpu = GaugeMetricFamily(
             "torchpar_gpu_utilization_ratio", "GPU", labels=["Hostname", "gpu", "UUID", "device", "modelName"]
         )
@@ -88,7 +90,9 @@ def main() -> int:
     parser.add_argument("--refreshes", type=int, default=10)
     parser.add_argument("--scrape", type=float, default=2.0, help="Prometheus' scrape_interval, seconds")
     parser.add_argument("--slow", type=int, default=77, help="the slow rank (straggler)")
-    parser.add_argument("--keep", type=float, default=0, help="stay up this many seconds (to look at the TUI)")
+    parser.add_argument(
+        "--keep", type=float, default=0, help="stay up this many seconds (to look at the TUI)"
+    )
     args = parser.parse_args()
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not os.path.exists(binary):
@@ -119,10 +123,14 @@ def main() -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     prom = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={folder / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
         stdout=subprocess.DEVNULL,
-        stderr=open(folder / "prometheus.log", "wb"),
+        stderr=open(folder / "prometheus.log", "wb"),  # noqa: SIM115 (the child keeps it)
     )
     url = f"http://127.0.0.1:{port}"
     source = ClusterSource(url, "synthetic", args.nodes)
@@ -161,7 +169,10 @@ def main() -> int:
             render_s.append(time.perf_counter() - t0)
 
         def summary(values: list[float]) -> dict[str, float]:
-            return {"median_ms": round(1000 * statistics.median(values), 2), "max_ms": round(1000 * max(values), 2)}
+            return {
+                "median_ms": round(1000 * statistics.median(values), 2),
+                "max_ms": round(1000 * max(values), 2),
+            }
 
         result = {
             "nodes": args.nodes,

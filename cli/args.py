@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from torchpar_top import __version__, workloads
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY as DEFAULT_CUPTI_DUTY
@@ -265,7 +265,8 @@ def nodes(parser: argparse.ArgumentParser) -> None:
     """torchrun's multi-node options on ``run`` (:data:`NODE_OPTIONS`) and ``--standalone``."""
     group = parser.add_argument_group("several nodes (torchrun's own options, passed through)")
     for flag, text in NODE_OPTIONS.items():
-        kind = {"--node-rank": int, "--master-port": port}.get(flag, str)
+        types: dict[str, Callable[[str], Any]] = {"--node-rank": int, "--master-port": port}
+        kind = types.get(flag, str)
         group.add_argument(flag, type=kind, metavar=flag[2:].upper().replace("-", "_"), help=text)
     group.add_argument("--standalone", action="store_true", help="one node, its own rendezvous")
 

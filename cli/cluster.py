@@ -27,7 +27,9 @@ def cluster(argv: Sequence[str]) -> int:
     if not problem and args.report:
         folder = os.path.dirname(os.path.abspath(args.report))
         if os.path.isdir(args.report) or not os.path.isdir(folder):
-            problem = f"--report {args.report}: {'is a folder' if os.path.isdir(args.report) else 'no such folder'}"
+            problem = (
+                f"--report {args.report}: {'is a folder' if os.path.isdir(args.report) else 'no such folder'}"
+            )
     if problem:
         parser.exit(2, f"torchpar-top: error: {problem}\n")
     source = ClusterSource(args.prometheus, args.job, args.nodes)
@@ -41,7 +43,7 @@ def cluster(argv: Sequence[str]) -> int:
             )
             if status:
                 return status
-            ended = "--duration %g s reached" % args.duration
+            ended = f"--duration {args.duration:g} s reached"
             out = sys.stderr
         else:
             from torchpar_top.tui.cluster import ClusterApp

@@ -237,7 +237,10 @@ class ClusterModel:
         )
 
     def _straggler(
-        self, rows: Sequence[ClusterRank], totals: Mapping[Key, float], phases: Mapping[Key, Mapping[str, float]]
+        self,
+        rows: Sequence[ClusterRank],
+        totals: Mapping[Key, float],
+        phases: Mapping[Key, Mapping[str, float]],
     ) -> Straggler | None:
         """Add this refresh's window to each fresh rank's and ask :func:`find_straggler`."""
         windows: dict[int, list[Window]] = {}
@@ -251,7 +254,7 @@ class ClusterModel:
             if done < 0:
                 done = count  # the counter started over (the node's monitor restarted)
             steps.count = count
-            n = int(round(done))
+            n = round(done)
             per = phases.get(key, {})
             steps.windows.append((n, StepPhases(**{p: max(0.0, per.get(p, 0.0)) * n for p in PHASES})))
             if r.state == "running":

@@ -48,10 +48,7 @@ def to_record(view: ClusterView, url: str, job: str | None) -> dict[str, Any]:
         "error": view.error,
         "nodes": [dataclasses.asdict(n) for n in view.nodes],
         "ranks": [
-            {
-                k: _round(v) if isinstance(v, float) else v
-                for k, v in dataclasses.asdict(r).items()
-            }
+            {k: _round(v) if isinstance(v, float) else v for k, v in dataclasses.asdict(r).items()}
             for r in view.ranks
         ],
         "straggler": None if view.straggler is None else dataclasses.asdict(view.straggler),

@@ -70,7 +70,7 @@ class PrometheusServer:
                 f"--web.listen-address=127.0.0.1:{self.port}",
             ],
             stdout=subprocess.DEVNULL,
-            stderr=open(self.log, "wb"),
+            stderr=open(self.log, "wb"),  # noqa: SIM115 (the child keeps it)
             cwd=folder,
         )
         self.url = f"http://127.0.0.1:{self.port}"

@@ -11,6 +11,7 @@ line and the next one tries again. Keys: ``p`` pause, ``?`` help, ``q`` quit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -156,7 +157,7 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
 
     def line(cells: list[str], style: str = "") -> Text:
         text = Text(style=style)
-        for (_, w, align), cell in zip(COLUMNS, cells):
+        for (_, w, align), cell in zip(COLUMNS, cells, strict=True):
             cell = render.clip(render.inert(cell), w - 1) if w < 20 else render.clip(cell, w)
             text.append((cell.rjust(w - 1) + " ") if align == "r" else cell.ljust(w))
         text.truncate(width)
@@ -210,8 +211,14 @@ class ClusterApp(App[None]):
         padding: 0 1; height: 1fr; }
     """
 
-    def __init__(self, source: Any, interval: float, url: str, job: str | None,
-                 on_view: Callable[[ClusterView], None] | None = None) -> None:
+    def __init__(
+        self,
+        source: Any,
+        interval: float,
+        url: str,
+        job: str | None,
+        on_view: Callable[[ClusterView], None] | None = None,
+    ) -> None:
         super().__init__()
         self.source, self.interval, self.url, self.job = source, interval, url, job
         self.on_view = on_view
@@ -283,7 +290,5 @@ class ClusterApp(App[None]):
         if loop is None:
             self._quit_when_mounted = True
             return
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop has closed
             loop.call_soon_threadsafe(self.exit)
-        except RuntimeError:  # the loop has closed
-            pass

@@ -150,7 +150,8 @@ class ScriptTarget:
         what = f"-m {self.path}" if self.module else self.path
         node = ""
         if self.nodes.count > 1:
-            node = f" on node {'?' if self.nodes.node_rank is None else self.nodes.node_rank} of {self.nodes.count}"
+            rank = "?" if self.nodes.node_rank is None else self.nodes.node_rank
+            node = f" on node {rank} of {self.nodes.count}"
         return f"run {what}" + (f" ×{self.nproc} ranks{node}" if self.nproc else "")
 
     @property

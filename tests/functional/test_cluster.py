@@ -164,8 +164,8 @@ def test_unreachable_prometheus_is_one_line_and_status_2(tmp_path):
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert (
-        proc.stderr
-        == f"torchpar-top: error: Prometheus at http://127.0.0.1:{port} cannot be reached: connection refused\n"
+        proc.stderr == f"torchpar-top: error: Prometheus at http://127.0.0.1:{port} cannot be reached: "
+        "connection refused\n"
     )
 
 
