@@ -8,7 +8,7 @@ queries; this module only reads their labelled values) and builds a frozen :clas
   node's ``run --metrics-port`` puts beside the rank (``sinks/metrics.py``);
 - a rank whose series left the latest scrape (its monitor stopped answering: Prometheus' staleness
   marker) or whose target is down is *stale*: kept, with what it last said;
-- steps/s is ``rate(torchpar_steps_total[1m])`` where the step anatomy's series exist, else the rank's
+- steps/s is ``irate(torchpar_steps_total[...])`` (its last two scrapes) where the step anatomy's series exist, else the rank's
   throughput when its unit is steps; the job's steps/s is the slowest fresh, running rank's;
 - step time and phases are ``torchpar_step_seconds`` and ``torchpar_step_phase_seconds{phase}`` (seconds
   per step over the monitor's last window); each refresh adds one window per rank, (steps since the last

@@ -53,7 +53,8 @@ def queries(job: str | None) -> dict[str, str]:
         "gpu_util": f"torchpar_gpu_utilization_ratio{j}",
         # the step anatomy's series (absent until the monitor exports them: steps unknown then)
         "steps_total": f"torchpar_steps_total{j}",
-        "steps_rate": f"rate(torchpar_steps_total{j}[1m])",
+        # the last two scrapes' rate (rate() over a window reads low while a series is younger than it)
+        "steps_rate": f"irate(torchpar_steps_total{j}[{LOOKBACK}])",
         "step_seconds": f"torchpar_step_seconds{j}",
         "phase_seconds": f"torchpar_step_phase_seconds{j}",
         # the scrape targets of the job: expected nodes, which answered, how old the newest scrape is

@@ -22,6 +22,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Markdown, Static
+from torchpar_top.contract.snapshot import Straggler
 from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.cluster import ClusterRank, ClusterView
 from torchpar_top.tui import render
@@ -83,10 +84,8 @@ def phases_text(phases: dict[str, float] | None, seconds: float | None, width: i
 def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> tuple[Text, Text]:
     """The header's two lines: the job's figures, then the error, the straggler or what is unknown."""
     first = Text()
-    first.append("torchpar-top cluster ", style="bold")
-    first.append(f"{url}{f' job={job}' if job else ''}", style="dim")
     rate = "—" if view.steps_per_s is None else render.num(view.steps_per_s)
-    first.append("  job ")
+    first.append("job ")
     first.append(f"{rate} steps/s", style="bold")
     if view.slowest is not None:
         first.append(f" (r{view.slowest} slowest)", style="dim")
@@ -101,6 +100,8 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
         first.append(f"  query {render.seconds(view.query_seconds)}", style="dim")
     if paused:
         first.append("  PAUSED", style="bold yellow")
+    first.append(f"  {url}{f' job={job}' if job else ''}", style="dim")
+    first.no_wrap, first.overflow = True, "ellipsis"
     second = Text()
     if view.error:
         second.append(view.error, style="bold red")
@@ -132,11 +133,17 @@ COLUMNS = (
     ("depth", 6, "r"),
     ("data", 5, "r"),
     ("gpu", 5, "r"),
+    ("", 40, "l"),
 )
 
 
-def _cells(r: ClusterRank, straggler: int | None) -> list[str]:
+def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
     node = "?" if r.node is None else str(r.node)
+    note = ""
+    if straggler is not None and r.rank == straggler.rank:
+        note = f"◀ straggler: {straggler.cause} {straggler.ratio:.2g}×"
+    elif r.stale:
+        note = "no answer from its node's monitor"
     return [
         f"{node} {r.hostname}",
         "main" if r.rank is None else f"r{r.rank}",
@@ -144,10 +151,11 @@ def _cells(r: ClusterRank, straggler: int | None) -> list[str]:
         r.state,
         render.num(r.steps_per_s),
         "—" if r.step_seconds is None else render.seconds(r.step_seconds),
-        phases_text(r.phases, r.step_seconds) + (" ◀ straggler" if r.rank == straggler else ""),
+        phases_text(r.phases, r.step_seconds),
         "—" if r.depth is None else f"{r.depth:.0f}",
         render.pct(r.data_wait),
         render.pct(r.gpu_util),
+        note,
     ]
 
 
@@ -158,15 +166,16 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
     def line(cells: list[str], style: str = "") -> Text:
         text = Text(style=style)
         for (_, w, align), cell in zip(COLUMNS, cells, strict=True):
-            cell = render.clip(render.inert(cell), w - 1) if w < 20 else render.clip(cell, w)
-            text.append((cell.rjust(w - 1) + " ") if align == "r" else cell.ljust(w))
+            cell = render.clip(render.inert(cell), w - 1)
+            last = w == COLUMNS[-1][1]
+            text.append((cell.rjust(w - 1) + " ") if align == "r" else cell if last else cell.ljust(w))
         text.truncate(width)
         return text
 
     out = [line([c[0] for c in COLUMNS], "dim")]
     for r in view.ranks:
         style = "dim" if r.stale or r.state == "exited" else "bold yellow" if r.rank == straggler else ""
-        out.append(line(_cells(r, straggler), style))
+        out.append(line(_cells(r, view.straggler), style))
     return out
 
 
@@ -206,7 +215,7 @@ class ClusterApp(App[None]):
         Binding("q", "quit", "quit"),
     ]
     CSS = """
-    #header { height: 2; padding: 0 1; }
+    #header { height: auto; max-height: 4; padding: 0 1; }
     #table { border: round $primary 50%; border-title-color: $accent; border-title-style: bold;
         padding: 0 1; height: 1fr; }
     """
