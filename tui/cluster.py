@@ -165,9 +165,9 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
 
     def line(cells: list[str], style: str = "") -> Text:
         text = Text(style=style)
-        for (_, w, align), cell in zip(COLUMNS, cells, strict=True):
+        for i, ((_, w, align), cell) in enumerate(zip(COLUMNS, cells, strict=True)):
             cell = render.clip(render.inert(cell), w - 1)
-            last = w == COLUMNS[-1][1]
+            last = i == len(COLUMNS) - 1
             text.append((cell.rjust(w - 1) + " ") if align == "r" else cell if last else cell.ljust(w))
         text.truncate(width)
         return text

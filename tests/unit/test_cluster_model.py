@@ -1,0 +1,138 @@
+"""The cluster view from Prometheus' query results: rows per (node, rank), stale ranks, the job's pace,
+the straggler from successive refreshes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from torchpar_top.contract.vocab import PHASES
+from torchpar_top.model.cluster import ClusterModel, ClusterView
+from torchpar_top.tui.cluster import ClusterApp, header_lines, phases_text, table_lines
+
+
+def _labels(instance: str, node: int, rank: int, local: int) -> dict[str, str]:
+    return {
+        "instance": instance,
+        "job": "j",
+        "node": str(node),
+        "hostname": f"host{node}",
+        "Hostname": f"host{node}",
+        "rank": str(rank),
+        "local_rank": str(local),
+    }
+
+
+RANKS = [("a:1", 0, 0, 0), ("a:1", 0, 1, 1), ("b:1", 1, 2, 0), ("b:1", 1, 3, 1)]
+
+
+def _results(fresh=("a:1", "b:1"), steps=None, rates=None, slow=None, count=0.0):
+    out: dict[str, list] = {k: [] for k in ("seen", "running", "throughput", "depth", "up", "scraped")}
+    for inst, node, rank, local in RANKS:
+        lab = _labels(inst, node, rank, local)
+        out["seen"].append((lab, 1.0))
+        if inst in fresh:
+            out["running"].append((lab, 1.0))
+            out["throughput"].append((lab | {"what": "steps"}, (rates or {}).get(rank, 10.0)))
+            out["depth"].append((lab, 3.0))
+    for inst in ("a:1", "b:1"):
+        out["up"].append(({"instance": inst, "job": "j"}, 1.0 if inst in fresh else 0.0))
+        out["scraped"].append(({"instance": inst, "job": "j"}, 99.0))
+    if steps:
+        out["steps_total"], out["step_seconds"], out["phase_seconds"], out["steps_rate"] = [], [], [], []
+        for inst, node, rank, local in RANKS:
+            lab = _labels(inst, node, rank, local)
+            out["steps_total"].append((lab, count))
+            out["steps_rate"].append((lab, 5.0))
+            out["step_seconds"].append((lab, 0.2))
+            for p in PHASES:
+                share = {"forward": 0.3, "backward": 0.4, "comm": 0.3}.get(p, 0.0)
+                if rank == slow:
+                    share = {"forward": 0.6, "backward": 0.4, "comm": 0.0}.get(p, 0.0)
+                out["phase_seconds"].append((lab | {"phase": p}, share * 0.2))
+    return out
+
+
+def test_rows_per_node_and_rank_and_the_job_pace():
+    view = ClusterModel().update(100.0, _results(rates={0: 10.0, 1: 9.0, 2: 12.0, 3: 11.0}), 0.01)
+    assert [(r.node, r.rank, r.local_rank, r.hostname) for r in view.ranks] == [
+        (0, 0, 0, "host0"),
+        (0, 1, 1, "host0"),
+        (1, 2, 0, "host1"),
+        (1, 3, 1, "host1"),
+    ]
+    assert all(r.state == "running" and not r.stale for r in view.ranks)
+    assert view.steps_per_s == 9.0 and view.slowest == 1  # the slowest rank's
+    assert view.expected_nodes == 2 and view.fresh_nodes == 2 and view.scrape_age == 1.0
+    assert not view.steps_known and view.straggler is None and view.ranks[0].phases is None
+    first, second = header_lines(view, "http://p:9090", "j", False)
+    assert "job 9.00 steps/s (r1 slowest)" in first.plain and "nodes 2/2" in first.plain
+    assert second.plain.startswith("steps unknown")
+
+
+def test_a_node_that_stops_answering_is_stale_not_dropped():
+    model = ClusterModel(expected_nodes=3)
+    view = model.update(100.0, _results(fresh=("a:1",)))
+    stale = [r for r in view.ranks if r.instance == "b:1"]
+    assert len(view.ranks) == 4 and all(r.stale and r.state == "stale" for r in stale)
+    assert all(r.steps_per_s is None and r.depth is None for r in stale)  # nothing current is claimed
+    assert [(n.instance, n.stale, n.up) for n in view.nodes] == [("a:1", False, True), ("b:1", True, False)]
+    assert view.fresh_nodes == 1 and view.expected_nodes == 3
+    assert "+1 stale/3" in header_lines(view, "u", None, False)[0].plain
+    lines = [t.plain for t in table_lines(view, 200)]
+    assert "stale" in lines[3] and "no answer from its node's monitor" in lines[3]
+
+
+def test_the_straggler_from_successive_refreshes():
+    model = ClusterModel()
+    view = None
+    for i in range(8):
+        view = model.update(100.0 + i, _results(steps=True, slow=3, count=10.0 * i))
+    assert view is not None and view.steps_known
+    assert view.straggler is not None and view.straggler.rank == 3 and view.straggler.cause == "forward"
+    assert view.ranks[3].phases is not None and view.ranks[3].step_seconds == 0.2
+    assert view.ranks[0].steps_per_s == 5.0  # irate of steps_total, where it exists
+    assert "straggler r3: forward" in header_lines(view, "u", None, False)[1].plain
+    assert phases_text({"forward": 0.12, "backward": 0.08, "comm": 0.0}, 0.2) == "fwd 60% bwd 40%"
+
+
+def test_identical_ranks_have_no_straggler():
+    model = ClusterModel()
+    for i in range(8):
+        view = model.update(100.0 + i, _results(steps=True, count=10.0 * i))
+    assert view.straggler is None
+
+
+class _Source:
+    def __init__(self, views):
+        self.views, self.calls = views, 0
+
+    def refresh(self) -> ClusterView:
+        self.calls += 1
+        return self.views[min(self.calls, len(self.views)) - 1]
+
+
+def test_the_screen_says_an_error_keeps_trying_and_pauses():
+    error = ClusterModel().error(1.0, "Prometheus at http://x:1 cannot be reached: connection refused")
+    good = ClusterModel().update(100.0, _results())
+    source = _Source([error, good])
+
+    async def run() -> None:
+        app = ClusterApp(source, 0.05, "http://x:1", None)
+        async with app.run_test(size=(120, 20)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if app.view is good:
+                    break
+            assert source.calls >= 2 and app.view is good  # it tried again after the error
+            await pilot.press("p")
+            calls = source.calls
+            await pilot.pause(0.3)
+            assert app.paused and source.calls <= calls + 1  # at most the refresh already under way
+            await pilot.press("question_mark")
+            assert type(app.screen).__name__ == "ClusterHelp"
+            await pilot.press("escape")
+            await pilot.press("q")
+
+    asyncio.run(run())
+    header = header_lines(error, "http://x:1", None, False)[1].plain
+    assert header == "Prometheus at http://x:1 cannot be reached: connection refused"
