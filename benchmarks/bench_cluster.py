@@ -168,6 +168,15 @@ def main() -> int:
             console.print(body)
             render_s.append(time.perf_counter() - t0)
 
+        import httpx
+        from torchpar_top.sources.prometheus import queries
+
+        with httpx.Client(base_url=url, timeout=30) as client:  # what one refresh moves over HTTP
+            sizes = {
+                name: len(client.get("/api/v1/query", params={"query": expr}).content)
+                for name, expr in queries("synthetic").items()
+            }
+
         def summary(values: list[float]) -> dict[str, float]:
             return {
                 "median_ms": round(1000 * statistics.median(values), 2),
@@ -186,6 +195,8 @@ def main() -> int:
             "queries alone": summary(query_s),
             "screen build (header + table lines)": summary(build_s),
             "rich render at 160 columns": summary(render_s),
+            "response_bytes_per_refresh": sum(sizes.values()),
+            "largest_response": max(sizes.items(), key=lambda kv: kv[1]),
             "refreshes": args.refreshes,
             "scrape_interval_s": args.scrape,
             "cpu": os.cpu_count(),

@@ -34,6 +34,10 @@ that hangs is cut off at most 30 s past its limit, so the run stays under 5 minu
    ``cupti`` binding against a torch.profiler trace of the same loop, then a launch-bound loop
    (``x.add_(1)``) plain and under ``torchpar-top run --headless``, alternating, two rounds: median
    speed ratio >= 0.97. Needs cupti-python; without it the check is skipped and says so.
+9. ``nccl_flight_recorder``: an NCCL all-reduce loop under ``torchpar-top run --nproc-per-node 1`` with
+   torch's flight recorder on (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_ENABLE_TIMING=1``): the agent's log
+   names ``nccl:all_reduce`` with its time per collective (``probes/agent/collectives.py``), within 2x of
+   the script's own CUDA-event timing.
 
 Writes ``--out`` (JSON) and a Markdown summary beside it (``.md``); prints one line per check. Exit
 status 0 when nothing failed, 1 otherwise. Without a CUDA device it prints one line saying so, writes a

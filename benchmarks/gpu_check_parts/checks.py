@@ -1016,6 +1016,76 @@ def check_cupti(ctx: Context) -> Result:
     )
 
 
+# -- 9: NCCL's per-collective time from the flight recorder (probes/agent/collectives.py) --------------------
+
+#: The flight recorder's mean all-reduce time against the script's own CUDA events: within this factor.
+FR_FACTOR = 2.0
+
+
+def check_nccl_flight_recorder(ctx: Context) -> Result:
+    """An NCCL all-reduce loop under ``torchpar-top run --nproc-per-node 1 --headless`` with the flight
+    recorder on (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_ENABLE_TIMING=1``): the agent's log must say
+    ``nccl:all_reduce`` with a time per collective, close to the script's own CUDA-event timing."""
+    import re
+
+    duration = max(20, int(ctx.remaining(reserve=20)))
+    cmd = [
+        ctx.python,
+        "-m",
+        "torchpar_top",
+        "run",
+        "--nproc-per-node",
+        "1",
+        "--headless",
+        "--duration",
+        str(duration),
+        str(CHILDREN / "nccl_allreduce.py"),
+        str(max(10, duration - 15)),
+    ]
+    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="4000", TORCH_NCCL_ENABLE_TIMING="1")
+    proc = ctx.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    records: list[dict[str, Any]] = []
+    other: list[str] = []
+    reader = threading.Thread(target=_collect, args=(proc.stdout, records, other), daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=ctx.remaining(reserve=5))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+    reader.join(5)
+    texts = [line["text"] for r in records for line in r.get("log", [])]
+    lines = [t for t in texts if "collectives over" in t]
+    pattern = re.compile(r"nccl:all_reduce ×(\d+) \(([\d.e+-]+) ms each")
+    found = [(int(m.group(1)), float(m.group(2))) for t in lines if (m := pattern.search(t))]
+    result = cmp.marker_result(texts) or {}
+    details = {"command": cmd, "log_lines": lines[-10:], "script": result, "returncode": proc.returncode}
+    if not result.get("ok"):
+        tail = [t for t in texts if "Error" in t or "error" in t][-3:]
+        return "failed", f"the NCCL loop did not finish under run: {tail or other[-3:]}", details
+    if not found:
+        return (
+            "failed",
+            "no 'nccl:all_reduce ... ms each' in the agent's log (flight recorder not read?)",
+            details,
+        )
+    counted = sum(n for n, _ in found)
+    fr_ms = sum(n * ms for n, ms in found) / counted
+    ev_ms = float(result["event_ms_mean"])
+    details["fr_ms_mean"], details["event_ms_mean"] = fr_ms, ev_ms
+    if not (ev_ms / FR_FACTOR <= fr_ms <= ev_ms * FR_FACTOR):
+        return (
+            "failed",
+            f"flight recorder {fr_ms:.3g} ms per all-reduce vs CUDA events {ev_ms:.3g} ms",
+            details,
+        )
+    return (
+        "passed",
+        f"{counted} all-reduces timed by the flight recorder, {fr_ms:.3g} ms each "
+        f"(CUDA events: {ev_ms:.3g} ms)",
+        details,
+    )
+
+
 PLAN = (
     Planned("cuda_labels", "cuda:N ↔ NVML labels (UUIDs)", check_labels, 30, 5),
     Planned("nvml_vs_nvidia_smi", "NVML probe vs nvidia-smi (idle, loaded, idle)", check_nvml, 70, 25),
@@ -1038,6 +1108,13 @@ PLAN = (
         check_cupti,
         120,
         40,
+    ),
+    Planned(
+        "nccl_flight_recorder",
+        "NCCL per-collective time from the flight recorder under run",
+        check_nccl_flight_recorder,
+        60,
+        30,
     ),
 )
 

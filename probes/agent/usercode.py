@@ -27,6 +27,7 @@ from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
 from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
+from torchpar_top.probes.agent.collectives import watch as watch_collectives
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor, CuptiUnavailable, load_cupti
 from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
@@ -134,6 +135,8 @@ class UserCode:
         agent.sample_parts.append(self._data_wait)
         agent.sample_parts.append(self._op_coverage)
         agent.on_sample.append(self._after_sample)
+        if (collectives := watch_collectives(agent.log, rank)) is not None:  # TORCH_FR_BUFFER_SIZE > 0
+            agent.on_sample.append(collectives)
         agent.on_stop.append(self._on_stop)
         agent.device_syncs.append(self._sync_cuda)
         agent.sync.on_change(self._update_mode)

@@ -1,0 +1,196 @@
+"""Per-collective cost from torch's own flight recorder, where the user turned it on.
+
+torch.distributed keeps a ring buffer of the collectives each process group issued (the *flight
+recorder*) when ``TORCH_FR_BUFFER_SIZE`` (older: ``TORCH_NCCL_TRACE_BUFFER_SIZE``) is above 0: per
+collective its name (``nccl:all_reduce``, ``gloo:all_reduce``...), process group, sequence number, sizes,
+state and, on NCCL with ``TORCH_NCCL_ENABLE_TIMING=1``, ``duration_ms``: the time between CUDA events
+recorded before and after it on the NCCL stream (GPU time of the collective itself, not the host's wait).
+torch exposes it as ``torch._C._distributed_c10d._dump_fr_trace_json`` (2.7 and later; before,
+``_dump_nccl_trace_json``), the same dump its watchdog writes on a timeout.
+
+:class:`FlightRecorderReader` reads the dump now and then (``EVERY_S``, on the agent's sampler thread,
+never the frontend) and sums the collectives that finished since its last read, by name: how many, and
+their NCCL time where measured. Gloo records the collectives but no timing (``duration_ms`` absent):
+the counts are shown, the time is said to be unknown. The agent writes one log line per read with
+something new (``Agent.log``); each rank's ``comm`` phase (time the frontend waited in collectives) is
+the step anatomy's.
+
+Reading costs a copy of the ring under torch's lock and a JSON parse (``benchmarks/bench_cluster.py`` has
+no figure for it: the buffer is the user's size; at 2,000 entries it is a few milliseconds, every 5 s).
+On NCCL: untested on hardware (``benchmarks/gpu_check.py``'s ``nccl_flight_recorder`` check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: The environment variables that size the flight recorder's ring (the first set one counts).
+BUFFER_ENV = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+#: Seconds between two reads of the ring.
+EVERY_S = 5.0
+
+
+def buffer_size() -> int:
+    """Entries the user asked the flight recorder to keep (0: off)."""
+    for name in BUFFER_ENV:
+        value = os.environ.get(name)
+        if value is not None:
+            try:
+                return max(0, int(value))
+            except ValueError:
+                return 0
+    return 0
+
+
+def dump_function() -> Callable[..., Any] | None:
+    """torch's JSON dump of the flight recorder, under the name this torch has, or None."""
+    try:
+        import torch._C._distributed_c10d as c10d
+    except ImportError:  # torch built without distributed
+        return None
+    for name in ("_dump_fr_trace_json", "_dump_nccl_trace_json"):
+        fn = getattr(c10d, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+@dataclass
+class CollectiveCost:
+    """The collectives of one name that finished since the previous read."""
+
+    name: str
+    count: int = 0
+    timed: int = 0
+    """How many of them carried ``duration_ms`` (NCCL with ``TORCH_NCCL_ENABLE_TIMING=1``)."""
+    seconds: float = 0.0
+    """Their measured time, summed (over the :attr:`timed` ones)."""
+
+    @property
+    def mean(self) -> float | None:
+        """Mean seconds per timed collective, or None when none was timed."""
+        return self.seconds / self.timed if self.timed else None
+
+
+def finished(entry: dict[str, Any]) -> bool:
+    """A collective is done: completed (its end event seen) or retired (its work object finished)."""
+    return entry.get("state") == "completed" or bool(entry.get("retired"))
+
+
+class FlightRecorderReader:
+    """New finished collectives since the last read, by name, from ``dump()``'s JSON."""
+
+    def __init__(self, dump: Callable[..., Any] | None = None) -> None:
+        self._dump = dump if dump is not None else dump_function()
+        self._last = -1
+        """The last record id counted: entries up to it are counted."""
+
+    @property
+    def available(self) -> bool:
+        """torch has the dump."""
+        return self._dump is not None
+
+    lost: int = 0
+    """Collectives of the last read that had left the ring before it was read (counted in no name)."""
+
+    def read(self) -> dict[str, CollectiveCost]:
+        """Read the ring once; the collectives finished since the previous read (in record order, up to
+        the first one not finished, so that none is counted twice nor skipped)."""
+        if self._dump is None:
+            return {}
+        raw = self._dump(includeCollectives=True, onlyActive=False)
+        return self.add(json.loads(raw))
+
+    def add(self, dump: dict[str, Any]) -> dict[str, CollectiveCost]:
+        """Fold one parsed dump in (see :meth:`read`)."""
+        entries = sorted(
+            (e for e in dump.get("entries") or () if isinstance(e.get("record_id"), int)),
+            key=lambda e: e["record_id"],
+        )
+        last = self._last
+        if entries and entries[-1]["record_id"] < last:
+            last = -1  # the recorder was reset (ids start over)
+        out: dict[str, CollectiveCost] = {}
+        start = last
+        self.lost = 0
+        for e in entries:
+            rid = e["record_id"]
+            if rid <= last:
+                continue
+            if not finished(e):
+                break
+            if last == start and start >= 0 and rid > start + 1:
+                self.lost = rid - start - 1  # record ids are consecutive: these were overwritten
+            name = str(e.get("profiling_name") or "?")
+            cost = out.setdefault(name, CollectiveCost(name))
+            cost.count += 1
+            duration = e.get("duration_ms")
+            if isinstance(duration, (int, float)) and duration >= 0:
+                cost.timed += 1
+                cost.seconds += duration / 1000.0
+            last = rid
+        self._last = last
+        return out
+
+
+def describe(costs: dict[str, CollectiveCost], seconds: float, lost: int = 0, who: str = "") -> str:
+    """One log line: ``collectives over 5.0 s (flight recorder): nccl:all_reduce ×120 (3.20 ms each...)``;
+    with ``lost``, the ring was too small to keep them all: the total is said, the names are the kept."""
+    parts = []
+    for c in sorted(costs.values(), key=lambda c: (-c.seconds, -c.count, c.name)):
+        mean = c.mean
+        time = "time unknown" if mean is None else f"{mean * 1000:.3g} ms each, {c.seconds:.3g} s in all"
+        parts.append(f"{c.name} ×{c.count} ({time})")
+    kept = sum(c.count for c in costs.values())
+    head = f"{who}collectives over {seconds:.1f} s (flight recorder)"
+    if lost:
+        head += f": {kept + lost} in all, the last {kept} still in its ring (TORCH_FR_BUFFER_SIZE)"
+    return head + ": " + "; ".join(parts)
+
+
+class CollectiveWatch:
+    """The agent's hook (``Agent.on_sample``): every :data:`EVERY_S`, once the process group exists, one
+    log line with the collectives that finished since the last (nothing while none finished)."""
+
+    def __init__(
+        self, log: Callable[[str], None], reader: FlightRecorderReader | None = None, who: str = ""
+    ) -> None:
+        self.log, self.who = log, who
+        self.reader = reader if reader is not None else FlightRecorderReader()
+        self._last: float | None = None
+        self._off = not self.reader.available
+
+    def tick(self) -> None:
+        """Called after each sample, on the sampler thread."""
+        if self._off:
+            return
+        now = time.monotonic()
+        if self._last is not None and now - self._last < EVERY_S:
+            return
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        since, self._last = self._last, now
+        try:
+            costs = self.reader.read()
+        except Exception as exc:  # a torch that changed its dump: say so once, stop reading
+            self._off = True
+            self.log(
+                f"flight recorder: cannot read torch's dump ({type(exc).__name__}: {exc}); not read again"
+            )
+            return
+        if costs and since is not None:
+            self.log(describe(costs, now - since, self.reader.lost, self.who))
+
+
+def watch(log: Callable[[str], None], rank: int | None = None) -> Callable[[], None] | None:
+    """The hook for ``Agent.on_sample`` when the user turned the flight recorder on, else None."""
+    if buffer_size() <= 0:
+        return None
+    return CollectiveWatch(log, who="" if rank is None else f"rank {rank}: ").tick

@@ -1,0 +1,62 @@
+"""The flight recorder's dump read as per-collective counts and NCCL time (real dumps: a Gloo job in
+tests/functional/test_cluster.py; here the dump's format as torch writes it)."""
+
+from __future__ import annotations
+
+from torchpar_top.probes.agent.collectives import CollectiveWatch, FlightRecorderReader, describe
+
+
+def _entry(rid: int, name: str = "nccl:all_reduce", state: str = "completed", ms: float | None = 2.0) -> dict:
+    e = {"record_id": rid, "profiling_name": name, "state": state, "retired": state == "completed"}
+    if ms is not None:
+        e["duration_ms"] = ms
+    return e
+
+
+def test_counts_and_nccl_time_since_the_last_read():
+    reader = FlightRecorderReader(dump=lambda **_: "{}")
+    first = reader.add(
+        {"entries": [_entry(0), _entry(1, "nccl:broadcast", ms=1.0), _entry(2, state="started")]}
+    )
+    assert first["nccl:all_reduce"].count == 1 and first["nccl:broadcast"].mean == 0.001
+    # the started one is counted once it finished, never twice
+    second = reader.add({"entries": [_entry(0), _entry(1), _entry(2, ms=4.0), _entry(3, ms=6.0)]})
+    cost = second["nccl:all_reduce"]
+    assert (cost.count, cost.timed, round(cost.seconds, 6)) == (2, 2, 0.01) and reader.lost == 0
+    assert reader.add({"entries": [_entry(2), _entry(3)]}) == {}
+
+
+def test_a_ring_that_wrapped_says_how_many_it_lost():
+    reader = FlightRecorderReader(dump=lambda **_: "{}")
+    reader.add({"entries": [_entry(i) for i in range(5)]})
+    costs = reader.add({"entries": [_entry(i) for i in range(20, 25)]})  # 5..19 were overwritten
+    assert costs["nccl:all_reduce"].count == 5 and reader.lost == 15
+    line = describe(costs, 5.0, reader.lost, "rank 3: ")
+    assert line.startswith("rank 3: collectives over 5.0 s (flight recorder): 20 in all, the last 5")
+
+
+def test_gloo_has_counts_but_no_time():
+    reader = FlightRecorderReader(dump=lambda **_: "{}")
+    costs = reader.add(
+        {"entries": [_entry(0, "gloo:all_reduce", state="scheduled", ms=None) | {"retired": True}]}
+    )
+    assert costs["gloo:all_reduce"].count == 1 and costs["gloo:all_reduce"].mean is None
+    assert "gloo:all_reduce ×1 (time unknown)" in describe(costs, 5.0)
+
+
+def test_an_unreadable_dump_is_said_once_and_not_read_again(monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    lines: list[str] = []
+    calls = []
+
+    def broken(**_):
+        calls.append(1)
+        return "not json"
+
+    watch = CollectiveWatch(lines.append, FlightRecorderReader(dump=broken))
+    watch.tick()
+    watch._last = None
+    watch.tick()
+    assert len(calls) == 1 and len(lines) == 1 and lines[0].startswith("flight recorder: cannot read")
