@@ -192,3 +192,33 @@ def test_an_empty_prometheus_is_one_line_and_status_2(tmp_path):
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "Traceback" not in wrong.stderr, (
         wrong.stderr
     )
+
+
+def test_the_flight_recorder_counts_gloo_collectives(tmp_path):
+    """torch's flight recorder, turned on by the user, read by each rank's agent: Gloo records every
+    collective (DDP's all-reduces) but no time; the log says so per rank."""
+    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="20000")
+    proc = subprocess.run(
+        [
+            *CMD,
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--headless",
+            "--duration",
+            "30",
+            os.path.join(SCRIPTS, "ddp_gloo.py"),
+            "1000000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+    )
+    texts = [line["text"] for r in map(json.loads, proc.stdout.splitlines()) for line in r["log"]]
+    lines = [t for t in texts if "collectives over" in t]
+    assert lines, texts[-20:]
+    for rank in (0, 1):
+        mine = [t for t in lines if t.startswith(f"rank {rank}: collectives over ")]
+        assert mine and all("gloo:all_reduce ×" in t and "(time unknown)" in t for t in mine), lines
