@@ -112,3 +112,39 @@ def test_the_rank_table_says_where_a_rank_runs():
     view = RankView(5, 1, ChildState.RUNNING, 1.0, "steps/s", 0, local_rank=1, node_rank=1, hostname="gpu-b")
     assert rank_node(view) == "1 gpu-b/1"
     assert rank_node(RankView(0, 1, ChildState.RUNNING, 1.0, "steps/s", 0)) == ""
+
+
+def test_the_ranks_panel_has_a_node_column_only_where_ranks_say_where_they_run():
+    import dataclasses
+
+    from fakes.fake_session import FakeSession, make_torchrun_snapshot
+    from pilot import run_async, settle, text_of
+    from torchpar_top.tui.app import TorchparTopApp
+    from torchpar_top.tui.widgets.ranks import RanksPanel
+
+    plain = make_torchrun_snapshot(ranks=4, dead=None)
+    placed = dataclasses.replace(
+        plain,
+        ranks=tuple(
+            dataclasses.replace(
+                r, rank=r.rank + 4, local_rank=r.rank % 2, node_rank=2 + r.rank // 2, hostname="gpu-b"
+            )
+            for r in plain.ranks
+        ),
+    )
+
+    @run_async
+    async def check() -> None:
+        for snap, expect in ((plain, False), (placed, True)):
+            app = TorchparTopApp(FakeSession(snap), render_interval=None)
+            async with app.run_test(size=(120, 36)) as pilot:
+                await settle(pilot)
+                text = text_of(app.query_one(RanksPanel))
+                assert ("node host/lr" in text) is expect, text
+                if expect:
+                    r5 = next(line for line in text.splitlines() if line.startswith("r5"))
+                    assert "2 gpu-b/1" in r5 and "running" in r5
+                else:
+                    assert "5101" in text  # the pid column stays where there is no node column
+
+    check()

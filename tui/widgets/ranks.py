@@ -102,7 +102,7 @@ class RanksPanel(SnapshotPanel):
         pid_w = max([3, *(len(str(r.pid)) for r in ranks)])
         thr_w = max(len(unit), 6)
         # rank, pid, state, throughput, depth, data wait: drop data wait, then pid, when narrow
-        node_w = max([0, *(len(rank_node(r)) + 1 for r in ranks)])  # node host/local_rank, when known
+        node_w = max([0, *(len(rank_node(r)) + 1 for r in ranks if rank_node(r))])  # node host/lr, if known
         cols = {"rank": 5, "node": max(node_w, 13) if node_w else 0}
         cols |= {"pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
         if not node_w:
