@@ -8,8 +8,9 @@ queries; this module only reads their labelled values) and builds a frozen :clas
   node's ``run --metrics-port`` puts beside the rank (``sinks/metrics.py``);
 - a rank whose series left the latest scrape (its monitor stopped answering: Prometheus' staleness
   marker) or whose target is down is *stale*: kept, with what it last said;
-- steps/s is ``irate(torchpar_steps_total[...])`` (its last two scrapes) where the step anatomy's series exist, else the rank's
-  throughput when its unit is steps; the job's steps/s is the slowest fresh, running rank's;
+- steps/s is ``irate(torchpar_steps_total[...])`` (its last two scrapes) where the step anatomy's
+  series exist, else the rank's throughput when its unit is steps; the job's steps/s is the slowest
+  fresh, running rank's;
 - step time and phases are ``torchpar_step_seconds`` and ``torchpar_step_phase_seconds{phase}`` (seconds
   per step over the monitor's last window); each refresh adds one window per rank, (steps since the last
   refresh, phases × those steps), and :func:`torchpar_top.model.steps.find_straggler` names the
@@ -61,6 +62,8 @@ class ClusterRank:
     data_wait: float | None
     gpu_util: float | None
     """Its GPU's kernel-active share (the node's GPU whose NVML index is its local rank), 0-1."""
+    gpu_memory: float | None = None
+    """Bytes used on that GPU (by every process on it, as NVML counts)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,9 @@ class ClusterModel:
         gpus = {
             (labels.get("instance", ""), labels.get("gpu", "")): value for labels, value in get("gpu_util")
         }
+        gpu_mem = {
+            (labels.get("instance", ""), labels.get("gpu", "")): value for labels, value in get("gpu_memory")
+        }
         steps_known = bool(totals or step_s or phases)
 
         rows: list[ClusterRank] = []
@@ -201,6 +207,9 @@ class ClusterModel:
                     depth=None if stale else depth.get(key),
                     data_wait=None if stale else data.get(key),
                     gpu_util=None if stale else gpus.get((instance, "" if local is None else str(local))),
+                    gpu_memory=None
+                    if stale
+                    else gpu_mem.get((instance, "" if local is None else str(local))),
                 )
             )
         rows.sort(key=lambda r: (r.rank is None, r.rank or 0, r.node or 0, r.instance))

@@ -51,6 +51,7 @@ def queries(job: str | None) -> dict[str, str]:
         "depth": f"torchpar_rank_queue_depth{j}",
         "data_wait": f"torchpar_data_wait_ratio{j}",
         "gpu_util": f"torchpar_gpu_utilization_ratio{j}",
+        "gpu_memory": f"torchpar_gpu_memory_used_bytes{j}",
         # the step anatomy's series (absent until the monitor exports them: steps unknown then)
         "steps_total": f"torchpar_steps_total{j}",
         # the last two scrapes' rate (rate() over a window reads low while a series is younger than it)

@@ -52,7 +52,8 @@ the refresh's queries took.
 **A row per rank** (the global rank, with its node, host and local rank): state (`running`, `exited`,
 `stale`: its node's monitor no longer answers Prometheus; the row keeps what it last said), steps/s, step
 time and its largest phases (the step anatomy's series; `?` where a node does not export them), launch
-queue depth, DataLoader wait, and the kernel-active share of the GPU whose index is its local rank.
+queue depth, DataLoader wait, and the kernel-active share and memory used of the GPU whose index is its
+local rank.
 
 **Straggler**: the rank that holds the others back, from each rank's phases over the refreshes so far
 (the same test as a live run's: its phase clearly longer than the others' in most windows).
@@ -133,6 +134,7 @@ COLUMNS = (
     ("depth", 6, "r"),
     ("data", 5, "r"),
     ("gpu", 5, "r"),
+    ("gmem", 7, "r"),
     ("", 40, "l"),
 )
 
@@ -155,6 +157,7 @@ def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
         "—" if r.depth is None else f"{r.depth:.0f}",
         render.pct(r.data_wait),
         render.pct(r.gpu_util),
+        render.size(None if r.gpu_memory is None else int(r.gpu_memory)),
         note,
     ]
 

@@ -222,3 +222,49 @@ def test_the_flight_recorder_counts_gloo_collectives(tmp_path):
     for rank in (0, 1):
         mine = [t for t in lines if t.startswith(f"rank {rank}: collectives over ")]
         assert mine and all("gloo:all_reduce ×" in t and "(time unknown)" in t for t in mine), lines
+
+
+def test_a_node_whose_peers_never_come_waits_then_ends_with_torchruns_timeout(tmp_path):
+    rdzv = free_port()
+    proc = subprocess.run(
+        [
+            *CMD,
+            "run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{rdzv}",
+            "--rdzv-conf",
+            "join_timeout=8",
+            "--nproc-per-node",
+            "1",
+            "--headless",
+            "--duration",
+            "200",
+            os.path.join(SCRIPTS, "ddp_gloo.py"),
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    waiting = f"waiting for rendezvous at 127.0.0.1:{rdzv}: 2 nodes expected"
+    assert records and records[0]["notice"].startswith(waiting) and records[-1]["notice"].startswith(waiting)
+    texts = [line["text"] for r in records for line in r["log"]]
+    assert any("RendezvousTimeoutError" in t for t in texts), texts[-10:]
+    assert records[-1]["child"]["state"] == "exited" and records[-1]["child"]["exit_code"] == 1
+    assert proc.returncode == 1 and "workload exited with status 1" in proc.stderr
+    import psutil
+
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if f"127.0.0.1:{rdzv}" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert not [p for p in left if running(p.pid)]

@@ -34,6 +34,12 @@ def _results(fresh=("a:1", "b:1"), steps=None, rates=None, slow=None, count=0.0)
             out["running"].append((lab, 1.0))
             out["throughput"].append((lab | {"what": "steps"}, (rates or {}).get(rank, 10.0)))
             out["depth"].append((lab, 3.0))
+    out["gpu_util"], out["gpu_memory"] = [], []
+    for inst in fresh:  # per node, by NVML index: a rank reads the GPU whose index is its local rank
+        for gpu in (0, 1):
+            labels = {"instance": inst, "gpu": str(gpu), "Hostname": "h"}
+            out["gpu_util"].append((labels, 0.5 + 0.25 * gpu))
+            out["gpu_memory"].append((labels, 2.0**30 * (gpu + 1)))
     for inst in ("a:1", "b:1"):
         out["up"].append(({"instance": inst, "job": "j"}, 1.0 if inst in fresh else 0.0))
         out["scraped"].append(({"instance": inst, "job": "j"}, 99.0))
@@ -61,6 +67,7 @@ def test_rows_per_node_and_rank_and_the_job_pace():
         (1, 3, 1, "host1"),
     ]
     assert all(r.state == "running" and not r.stale for r in view.ranks)
+    assert [(r.gpu_util, r.gpu_memory) for r in view.ranks[2:]] == [(0.5, 2.0**30), (0.75, 2.0**31)]
     assert view.steps_per_s == 9.0 and view.slowest == 1  # the slowest rank's
     assert view.expected_nodes == 2 and view.fresh_nodes == 2 and view.scrape_age == 1.0
     assert not view.steps_known and view.straggler is None and view.ranks[0].phases is None
