@@ -60,9 +60,9 @@ class SyntheticNode:
         phase = GaugeMetricFamily(
             "torchpar_step_phase_seconds", "phase seconds per step", labels=[*names, "phase"]
         )
-        gpu = GaugeMetricFamily(
-            "torchpar_gpu_utilization_ratio", "GPU", labels=["Hostname", "gpu", "UUID", "device", "modelName"]
-        )
+        gpu_labels = ["Hostname", "gpu", "UUID", "device", "modelName"]
+        gpu = GaugeMetricFamily("torchpar_gpu_utilization_ratio", "GPU", labels=gpu_labels)
+        gpu_mem = GaugeMetricFamily("torchpar_gpu_memory_used_bytes", "GPU memory", labels=gpu_labels)
         for local in range(self.ranks):
             rank = self.node * self.ranks + local
             labels = [self.host, str(rank), str(self.node), self.host, str(local)]
@@ -79,8 +79,10 @@ class SyntheticNode:
             step_s.add_metric(labels, seconds)
             for p in PHASES:
                 phase.add_metric([*labels, p], share.get(p, 0.0) * seconds)
-            gpu.add_metric([self.host, str(local), f"GPU-{rank:08d}", f"nvidia{local}", "synthetic"], 0.8)
-        yield from (up, tp, depth, data, steps, step_s, phase, gpu)
+            gpu_row = [self.host, str(local), f"GPU-{rank:08d}", f"nvidia{local}", "synthetic"]
+            gpu.add_metric(gpu_row, 0.8)
+            gpu_mem.add_metric(gpu_row, 40e9)
+        yield from (up, tp, depth, data, steps, step_s, phase, gpu, gpu_mem)
 
 
 def main() -> int:
