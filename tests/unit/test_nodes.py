@@ -148,3 +148,32 @@ def test_the_ranks_panel_has_a_node_column_only_where_ranks_say_where_they_run()
                     assert "5101" in text  # the pid column stays where there is no node column
 
     check()
+
+
+def test_per_rank_prometheus_series_say_where_the_rank_runs():
+    import dataclasses
+
+    from fakes.fake_session import FakeSession, make_torchrun_snapshot
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from torchpar_top.sinks.metrics import SnapshotCollector
+
+    snap = make_torchrun_snapshot(ranks=2, dead=None)
+    snap = dataclasses.replace(
+        snap,
+        ranks=tuple(
+            dataclasses.replace(r, rank=r.rank + 2, local_rank=r.rank, node_rank=1, hostname="gpu-b")
+            for r in snap.ranks
+        ),
+        executors=tuple(dataclasses.replace(e, rank=e.rank + 2) for e in snap.executors),
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(FakeSession(snap).snapshot, hostname="monitor-host"))
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    for name in ("torchpar_rank_running", "torchpar_rank_queue_depth", "torchpar_queue_depth"):
+        where = {
+            (s.labels["rank"], s.labels["node"], s.labels["hostname"], s.labels["local_rank"])
+            for s in families[name].samples
+        }
+        assert where == {("2", "1", "gpu-b", "0"), ("3", "1", "gpu-b", "1")}, name
+        assert {s.labels["Hostname"] for s in families[name].samples} == {"monitor-host"}
