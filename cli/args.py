@@ -188,7 +188,8 @@ def main_parser() -> Parser:
         "overlap, and async vs sync throughput. Subcommands: `torchpar-top run SCRIPT.py [ARGS]` "
         "(your code, see `torchpar-top run --help`), `torchpar-top attach PID`, "
         "`torchpar-top replay FILE` (a recording or a torch.profiler trace, played back), "
-        "`torchpar-top export FILE` (Perfetto trace events, CSV) and "
+        "`torchpar-top export FILE` (Perfetto trace events, CSV), "
+        "`torchpar-top cluster --prometheus URL` (a job on several nodes, read from Prometheus) and "
         "`torchpar-top compare A.json B.json` (two --report files, exit 1 when steps/s fell).",
         epilog=KEYS,
     )
