@@ -283,8 +283,12 @@ class ClusterApp(App[None]):
         self.query_one("#header", Static).update(Text("\n").join([first, second]))
         table = self.query_one("#table", VerticalScroll)
         table.border_title = f"ranks · {len(view.ranks)} on {len(view.nodes)} nodes"
-        width = max(20, table.size.width - 2)
+        width = max(20, table.scrollable_content_region.width)
         self.query_one("#rows", Static).update(Text("\n").join(table_lines(view, width)))
+
+    def on_resize(self) -> None:
+        """Draw again for the new width (the table's lines are cut to it)."""
+        self.call_after_refresh(self.draw)
 
     def action_pause(self) -> None:
         """``p``: stop or resume asking Prometheus."""
