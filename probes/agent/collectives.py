@@ -15,9 +15,13 @@ the counts are shown, the time is said to be unknown. The agent writes one log l
 something new (``Agent.log``); each rank's ``comm`` phase (time the frontend waited in collectives) is
 the step anatomy's.
 
-Reading costs a copy of the ring under torch's lock and a JSON parse (``benchmarks/bench_cluster.py`` has
-no figure for it: the buffer is the user's size; at 2,000 entries it is a few milliseconds, every 5 s).
-On NCCL: untested on hardware (``benchmarks/gpu_check.py``'s ``nccl_flight_recorder`` check).
+Reading costs torch's dump of the whole ring and a JSON parse, and grows faster than the ring (measured on
+this 2-core VM under load, Gloo, 2 ranks: 500 entries 0.23 MB, 6.6 ms; 2,000 entries 0.94 MB, 100-137 ms;
+20,000 entries 9.5 MB, 2.3 s; docs/benchmarks.md). So the reads are spaced to keep their cost under
+:data:`READ_SHARE` of the wall time: every 5 s at a few hundred entries, every 10-14 s at 2,000, minutes
+at 20,000; the counts stay exact across the gaps (record ids are consecutive; what left the ring is
+counted, not named). On NCCL: untested on hardware (``benchmarks/gpu_check.py``'s
+``nccl_flight_recorder`` check).
 """
 
 from __future__ import annotations
@@ -31,8 +35,11 @@ from typing import Any
 
 #: The environment variables that size the flight recorder's ring (the first set one counts).
 BUFFER_ENV = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
-#: Seconds between two reads of the ring.
+#: Seconds between two reads of the ring, at least.
 EVERY_S = 5.0
+#: The most of the wall time reading may take: a read that took ``c`` seconds waits ``c / READ_SHARE``
+#: before the next one (a large ring is read less often).
+READ_SHARE = 0.01
 
 
 def buffer_size() -> int:
@@ -163,6 +170,7 @@ class CollectiveWatch:
         self.log, self.who = log, who
         self.reader = reader if reader is not None else FlightRecorderReader()
         self._last: float | None = None
+        self._gap = EVERY_S
         self._off = not self.reader.available
 
     def tick(self) -> None:
@@ -170,7 +178,7 @@ class CollectiveWatch:
         if self._off:
             return
         now = time.monotonic()
-        if self._last is not None and now - self._last < EVERY_S:
+        if self._last is not None and now - self._last < self._gap:
             return
         import torch.distributed as dist
 
@@ -179,6 +187,7 @@ class CollectiveWatch:
         since, self._last = self._last, now
         try:
             costs = self.reader.read()
+            self._gap = max(EVERY_S, (time.monotonic() - now) / READ_SHARE)
         except Exception as exc:  # a torch that changed its dump: say so once, stop reading
             self._off = True
             self.log(

@@ -60,3 +60,19 @@ def test_an_unreadable_dump_is_said_once_and_not_read_again(monkeypatch):
     watch._last = None
     watch.tick()
     assert len(calls) == 1 and len(lines) == 1 and lines[0].startswith("flight recorder: cannot read")
+
+
+def test_a_costly_ring_is_read_less_often(monkeypatch):
+    import time
+
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+
+    def slow(**_):
+        time.sleep(0.08)  # a large ring: torch's dump takes this long at least
+        return '{"entries": []}'
+
+    watch = CollectiveWatch(lambda line: None, FlightRecorderReader(dump=slow))
+    watch.tick()
+    assert watch._gap >= 0.08 / 0.01  # its cost is kept under 1 % of the wall time
