@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from torchpar_top.contract.messages import DeviceMemory, StepPhases
+from torchpar_top.contract.messages import DeviceMemory, StepPhases, StepRecord
 from torchpar_top.contract.vocab import (
     ChildState,
     Counted,
@@ -236,6 +236,9 @@ class StepsView:
     """Seconds per step in each phase over the run."""
     gpu: bool = False
     """The phases are GPU time (CUDA events), not the frontend's wall time."""
+    recent: tuple[StepRecord, ...] = ()
+    """The last whole steps (``model.steps.RECENT_KEEP`` at most), oldest first: what a recording keeps
+    and the export draws as a slice per phase per step (not in headless JSON)."""
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,9 @@ class RankMemory:
     rank: int | None
     rss_bytes: int
     devices: tuple[DeviceMemory, ...] = ()
+    rss_growth_bytes_per_min: float | None = None
+    """The least-squares slope of the resident set over the run (a steady rise is a leak); None before
+    a few seconds of samples."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ from torchpar_top.contract.snapshot import (
     Snapshot,
     StackFrame,
     StackView,
+    StepsView,
+    Straggler,
     SyncSite,
     ThreadGroup,
     ThreadInfo,
@@ -56,6 +58,7 @@ from torchpar_top.contract.vocab import (
 )
 from torchpar_top.model import derive
 from torchpar_top.model.stacks import classify_wait
+from torchpar_top.model.steps import StepsBook
 from torchpar_top.model.threads import group
 
 #: Samples kept per series (60 s at the default 10 Hz).
@@ -77,6 +80,10 @@ THREADS_MEAN_S = 1.0
 #: as ten (the kernel's counters are cumulative); at the default 10 Hz this took most of the host
 #: probes' CPU (``benchmarks/bench_tui.py --footprint``).
 THREAD_SAMPLE_S = 0.5
+#: Seconds over which the shown throughput is averaged where it is sampled ops/s: one 0.1 s window's
+#: rate comes from the op counter's slice of it and swings tenfold with what the slice caught (the header
+#: read 47 ops/s beside a scoreboard's 929); over the last seconds it agrees with the scoreboard.
+THROUGHPUT_MEAN_S = 2.0
 
 
 def thread_every(interval: float) -> int:
@@ -331,6 +338,9 @@ class SessionStore:
             self._target = experiment
             self._notice = ""
             self._stack: StackView | None = None
+            self._steps = StepsBook()
+            self._recent_tp: deque = deque(maxlen=max(1, round(THROUGHPUT_MEAN_S / self.interval)))
+            self._step_count = 0
 
     # -- writers ---------------------------------------------------------------------------------
 
@@ -575,11 +585,15 @@ class SessionStore:
             src.depth = sum(row.value for row in msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage
+            self._steps.add(source, msg.t, msg.window, msg.steps, msg.memory)
             primary = source == self._primary()
+            done = msg.throughput * msg.window
+            if primary and msg.steps is not None:  # steps found: the figure is steps, whatever the agent's
+                done, self._step_count = float(max(0, msg.steps.count - self._step_count)), msg.steps.count
             if primary:
                 self._mode = msg.mode
                 self._num_threads = msg.num_threads
-                self._unit = msg.unit
+                self._unit = "steps/s" if msg.steps is not None else msg.unit
                 self._sample_t = msg.t
             if self._paused:
                 return
@@ -614,15 +628,21 @@ class SessionStore:
             self._overlap_in_progress.append(
                 msg.overlap if msg.overlap_in_progress is None else msg.overlap_in_progress
             )
-            self._throughput.append(msg.throughput)
-            self._last_throughput = msg.throughput
+            self._throughput.append(done / msg.window)
+            self._recent_tp.append((msg.window, done))
+            if self._unit == "ops/s":  # sampled: the mean over the last seconds (THROUGHPUT_MEAN_S)
+                self._last_throughput = sum(d for _, d in self._recent_tp) / sum(
+                    w for w, _ in self._recent_tp
+                )
+            else:
+                self._last_throughput = done / msg.window
             # The first window after a mode change straddles both modes: count it in neither. After a
             # switch to SYNC, the backlog launched in ASYNC drains first (the agent says so): that is
             # neither mode's steady state either, nor is a timing round that paused the live loop.
             if self._prev_mode == msg.mode and not msg.draining and not msg.timing:
                 acc, w = self._modes[msg.mode], msg.window
                 acc.seconds += w
-                acc.items += msg.throughput * w
+                acc.items += done
                 acc.depth += src.depth * w
                 acc.wait += msg.frontend.wait * w
             self._prev_mode = msg.mode
@@ -636,11 +656,7 @@ class SessionStore:
             if self._groups[0] is not self._threads:  # threads are read twice a second, frames come at 10 Hz
                 self._groups = (self._threads, group(self._threads))
             groups = self._groups[1]
-            ranks = tuple(
-                s.view()
-                for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
-                if s.pid is not None
-            )
+            ranks, steps, straggler, memory = self._step_views()
             primary = self._sources.get(self._primary())
             return Snapshot(
                 t=time.time(),
@@ -662,7 +678,7 @@ class SessionStore:
                 overlap_high=tuple(self._overlap_high),
                 overlap_in_progress=tuple(self._overlap_in_progress),
                 timing=tuple(self._timing),
-                throughput=self._last_throughput,
+                throughput=self._last_throughput if steps is None else steps.per_second,
                 throughput_unit=self._unit,
                 throughput_history=tuple(self._throughput),
                 num_threads=self._num_threads,
@@ -685,7 +701,37 @@ class SessionStore:
                 op_coverage=None if primary is None else primary.op_coverage,
                 stack=self._stack,
                 monitor_cpu=self._monitor_cpu,
+                steps=steps,
+                straggler=straggler,
+                memory=memory,
             )
+
+    def _step_views(self) -> tuple[tuple[RankView, ...], StepsView | None, Straggler | None, tuple]:
+        """The ranks (each with its steps, rated over the same span as the others'), the primary's
+        steps, the straggler over the run, and each rank's memory."""
+        live = [
+            s
+            for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
+            if s.pid is not None
+        ]
+        running = {s.number for s in live if s.state == ChildState.RUNNING}
+        rates = self._steps.rates(running)
+        ranks, memory, primary = [], [], self._primary()
+        steps: StepsView | None = None
+        for s in live:
+            book = self._steps.ranks.get(s.number)
+            view = s.view()
+            if book is not None:
+                sv = book.view(rates.get(s.number))
+                if sv is not None:
+                    view = replace(view, throughput=sv.per_second, unit="steps/s", steps=sv)
+                    steps = sv if s.number == primary else steps
+                mem = book.memory_view(s.rank)
+                if mem is not None:
+                    memory.append(mem)
+            ranks.append(view)
+        numbers = {s.number: s.rank if s.rank is not None else s.number for s in live}
+        return tuple(ranks), steps, self._steps.straggler(numbers, running), tuple(memory)
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:
         sites = [
