@@ -434,7 +434,8 @@ class Snapshot:
     replay: ReplayView | None = None
     """A recorded trace played back: no host readings, every figure from the trace's analysis."""
     steps: StepsView | None = None
-    """The workload's training steps (the primary rank's; every rank's in :attr:`ranks`)."""
+    """The workload's training steps (the primary rank's; every rank's in :attr:`ranks`, where alone
+    ``recent`` is kept)."""
     straggler: Straggler | None = None
     """The rank that holds the others back, over the run so far (``model.steps.find_straggler``)."""
     memory: tuple[RankMemory, ...] = ()
@@ -457,8 +458,9 @@ class Straggler:
     rank: int
     cause: str
     """The phase (``vocab.PHASES``, never ``comm``) that is longer on it than on the others."""
-    ratio: float
-    """Its ``cause`` phase over the median of the other ranks' (seconds per step)."""
+    ratio: float | None
+    """Its ``cause`` phase over the median of the other ranks' (seconds per step); None where the others
+    spend no time in it (JSON has no infinity)."""
     costs: float
     """Seconds per step the others wait for it: the others' median ``comm`` less its own where ranks
     wait in collectives, else its excess in ``cause``."""

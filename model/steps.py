@@ -103,7 +103,7 @@ def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
     return Straggler(
         rank=rank,
         cause=cause,
-        ratio=means[rank][cause] / theirs if theirs > 0 else float("inf"),
+        ratio=means[rank][cause] / theirs if theirs > 0 else None,
         costs=waited if waited > 0 else excess,
     )
 

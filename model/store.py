@@ -725,7 +725,7 @@ class SessionStore:
                 sv = book.view(rates.get(s.number))
                 if sv is not None:
                     view = replace(view, throughput=sv.per_second, unit="steps/s", steps=sv)
-                    steps = sv if s.number == primary else steps
+                    steps = replace(sv, recent=()) if s.number == primary else steps  # kept in ranks
                 mem = book.memory_view(s.rank)
                 if mem is not None:
                     memory.append(mem)
