@@ -1,90 +1,17 @@
 """The store's step figures from synthetic samples: rates over a common span (lockstep ranks agree),
 window vs run phases, the straggler from per-rank windows (none for identical ranks), memory growth."""
 
-import json
-import random
-
 import pytest
-from torchpar_top.contract import messages as m
+from fakes.steps import Rank, hello
 from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.steps import RankSteps, slope_per_min
 from torchpar_top.model.store import SessionStore
-
-T0 = 1_700_000_000.0
-
-
-def wire(**plain):
-    return m.decode(json.dumps({"v": m.VERSION, **plain}))
-
-
-def hello(pid, rank=None):
-    return wire(
-        type="hello",
-        pid=pid,
-        experiment="run",
-        device="cpu",
-        torch="2",
-        num_threads=1,
-        interop_threads=1,
-        rank=rank,
-        world_size=None if rank is None else 2,
-    )
-
-
-class Rank:
-    """A rank's agent: steps of ``per_step`` phase seconds, cumulative, sampled every ``window`` s."""
-
-    def __init__(
-        self, step=0.01, offset=0.0, window=0.1, rss=100_000_000, leak=0.0, jitter=0.0, seed=0, **per_step
-    ):
-        self.t = T0 + offset
-        self.window, self.step, self.count, self.rss, self.leak = window, step, 0, rss, leak
-        self.per_step = per_step or {"forward": step}
-        self.total = dict.fromkeys(PHASES, 0.0)
-        self.next_end = self.t + step
-        self.rng, self.jitter = random.Random(seed), jitter
-
-    def sample(self, unit="steps/s", throughput=0.0, **phases_override):
-        start, self.t = self.t, self.t + self.window
-        ends, recent = [], []
-        per = {**self.per_step, **phases_override}
-        while self.next_end <= self.t:
-            ends.append(self.next_end)
-            ph = {p: v * (1 + self.rng.uniform(-self.jitter, self.jitter)) for p, v in per.items()}
-            for p, v in ph.items():
-                self.total[p] += v
-            recent.append({"end": self.next_end, "phases": ph})
-            self.count += 1
-            self.next_end += self.step
-        self.rss += self.leak * self.window
-        return wire(
-            type="sample",
-            t=self.t,
-            window=self.window,
-            mode="async",
-            throughput=throughput,
-            unit=unit,
-            num_threads=1,
-            frontend={"busy": 1.0, "wait": 0.0},
-            overlap=0.0,
-            steps=None
-            if not self.count
-            else {
-                "source": "backward",
-                "count": self.count,
-                "seconds": sum(self.total.values()),
-                "phases": self.total,
-                "ends": ends[-m.MAX_STEP_ENDS :],
-                "recent": recent[-m.MAX_STEP_RECORDS :],
-            },
-            memory={"rss_bytes": int(self.rss)},
-        ), start
 
 
 def feed(store, ranks, seconds):
     for _ in range(round(seconds / 0.1)):
         for i, r in enumerate(ranks):
-            store.on_message(r.sample()[0], source=i)
+            store.on_message(r.sample(), source=i)
 
 
 def two_ranks(a, b):
@@ -112,10 +39,10 @@ def test_window_phases_follow_the_last_seconds_run_phases_the_whole_run():
     st.on_message(hello(100))
     r = Rank(step=0.02, forward=0.015, data=0.005)
     for _ in range(50):  # 5 s of forward 15 ms
-        st.on_message(r.sample()[0])
+        st.on_message(r.sample())
     r.per_step = {"forward": 0.005, "data": 0.015}
     for _ in range(50):  # 5 s of data 15 ms
-        st.on_message(r.sample()[0])
+        st.on_message(r.sample())
     s = st.snapshot().steps
     assert s.source.value == "backward" and s.count == r.count
     assert s.phases.data == pytest.approx(0.015) and s.phases.forward == pytest.approx(0.005)
@@ -130,7 +57,7 @@ def test_slow_steps_keep_their_window_figures():
     st.on_message(hello(100))
     r = Rank(step=3.0, forward=3.0)
     for _ in range(70):
-        st.on_message(r.sample()[0])
+        st.on_message(r.sample())
     s = st.snapshot().steps
     assert s.count == 2 and s.seconds == pytest.approx(3.0)
 
@@ -162,7 +89,7 @@ def test_memory_growth_is_the_slope_of_rss():
     st.on_message(hello(100))
     r = Rank(leak=1_000_000.0)  # a megabyte a second
     for _ in range(100):
-        st.on_message(r.sample()[0])
+        st.on_message(r.sample())
     (mem,) = st.snapshot().memory
     assert mem.rss_growth_bytes_per_min == pytest.approx(60_000_000, rel=0.02)
     assert mem.rss_bytes == int(r.rss)
@@ -178,11 +105,11 @@ def test_sampled_ops_throughput_is_smoothed_like_the_scoreboard():
     st.on_message(hello(100))
     r = Rank(step=100.0)  # no steps: ops/s only
     for i in range(40):  # the op counter's slices catch 50 or 1000 ops/s in turn
-        st.on_message(r.sample(unit="ops/s", throughput=1000.0 if i % 2 else 50.0)[0])
+        st.on_message(r.sample(unit="ops/s", throughput=1000.0 if i % 2 else 50.0))
     snap = st.snapshot()
     assert snap.steps is None and snap.throughput_unit == "ops/s"
     assert snap.throughput == pytest.approx(525.0)
-    board = [b for b in snap.scoreboard if b.seconds][0]
+    board = next(b for b in snap.scoreboard if b.seconds)
     assert board.throughput == pytest.approx(snap.throughput, rel=0.05)
 
 
@@ -190,7 +117,7 @@ def test_recent_steps_are_kept_once_each():
     rs = RankSteps()
     r = Rank(step=0.03)
     for _ in range(10):
-        msg, start = r.sample()
+        msg = r.sample()
         rs.add(msg.t, msg.window, msg.steps, msg.memory)
     ends = [x.end for x in rs.recent]
     assert ends == sorted(set(ends)) and len(ends) == r.count
