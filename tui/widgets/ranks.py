@@ -8,6 +8,7 @@ from torchpar_top.contract.snapshot import ExecutorView, RankView, Snapshot
 from torchpar_top.contract.vocab import ChildState, ExecutorKind
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.steps import SHORT, slowest
 
 
 def shows_ranks(snapshot: Snapshot) -> bool:
@@ -94,13 +95,22 @@ class RanksPanel(SnapshotPanel):
         thr_w = max(len(unit), 6)
         # rank, pid, state, throughput, depth, data wait: drop data wait, then pid, when narrow
         cols = {"rank": 5, "pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
-        for drop in (
+        drops: tuple[tuple[str, ...], ...] = (
             (),
             ("data",),
             ("data", "pid"),
             ("data", "pid", "depth"),
             ("data", "pid", "depth", "thr"),
-        ):
+        )
+        if any(r.steps is not None for r in ranks):  # steps: each rank's step time and slowest phase
+            cols |= {"step": 9, "slow": 10}
+            drops = (
+                *drops[:4],
+                ("data", "pid", "depth", "step"),
+                ("data", "pid", "depth", "step", "thr"),
+                ("data", "pid", "depth", "step", "thr", "slow"),
+            )
+        for drop in drops:
             if sum(w for k, w in cols.items() if k not in drop) <= width:
                 break
         for key in drop:
@@ -115,6 +125,10 @@ class RanksPanel(SnapshotPanel):
             head.add("depth".rjust(cols["depth"]), self.style("dim"))
         if "data" in cols:
             head.add("data".rjust(cols["data"]), self.style("dim"))
+        if "step" in cols:
+            head.add("step".rjust(cols["step"]), self.style("dim"))
+        if "slow" in cols:
+            head.add("  slowest".ljust(cols["slow"]), self.style("dim"))
         out = [head]
         for r in ranks:
             exited = r.state == ChildState.EXITED
@@ -131,5 +145,12 @@ class RanksPanel(SnapshotPanel):
                 row.add(str(r.depth).rjust(cols["depth"]), number)
             if "data" in cols:
                 row.add(render.pct(r.data_wait, cols["data"]), number)
+            if "step" in cols:
+                step = r.steps.seconds if r.steps is not None else None
+                row.add((render.seconds(step) if step else "—").rjust(cols["step"]), number)
+            if "slow" in cols:
+                worst = slowest(r.steps) if r.steps is not None else None
+                text = f"{SHORT[worst[0]]} {render.pct(worst[1], 0)}" if worst else "—"
+                row.add(("  " + text).ljust(cols["slow"]), self.style("dim" if exited else "label"))
             out.append(row)
         return out
