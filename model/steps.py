@@ -15,6 +15,7 @@ then give no straggler whatever their noise.
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping, Sequence
 
@@ -75,6 +76,7 @@ def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
     if len(shared) < MIN_WINDOWS:
         return None
     means = {r: mean_per_step([tail[r][i] for i in shared]) for r in ranks}
+    each: dict[int, list[dict[str, float]]] = {}  # per window, computed once, when a candidate needs it
     step = statistics.median(sum(m.values()) for m in means.values())
     best: tuple[float, int, str] | None = None
     for r in ranks:
@@ -86,9 +88,11 @@ def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
             excess = means[r][phase] - theirs
             if excess < MIN_SHARE * step or means[r][phase] < MIN_RATIO * theirs:
                 continue
+            if not each:
+                each.update({o: [per_step(tail[o][i]) for i in shared] for o in ranks})
             ahead = sum(
-                per_step(tail[r][i])[phase] > statistics.median(per_step(tail[o][i])[phase] for o in others)
-                for i in shared
+                each[r][j][phase] > statistics.median(each[o][j][phase] for o in others)
+                for j in range(len(shared))
             )
             if ahead < CONSISTENT * len(shared):
                 continue
@@ -158,6 +162,14 @@ def slope_per_min(points: Sequence[tuple[float, float]]) -> float | None:
     return 60.0 * sum((t - mt) * (v - mv) for t, v in points) / var
 
 
+def compact(record: StepRecord) -> StepRecord:
+    """A step rounded to the microsecond (its end) and a tenth of one (its phases): what a recording
+    keeps of each step (a float's 17 digits would triple its size)."""
+    return StepRecord(
+        round(record.end, 6), StepPhases(*(round(getattr(record.phases, p), 7) for p in PHASES))
+    )
+
+
 class RankSteps:
     """One rank's steps as its samples come: the cumulative figures, each sample's difference, the step
     ends (rates over any span), clock-aligned windows (the straggler's), whole recent steps, memory."""
@@ -168,9 +180,16 @@ class RankSteps:
         """The newest sample's time (the child's ``time.time()``)."""
         self.since: float | None = None
         """Where this rank's samples begin (the first one's start)."""
-        self.diffs: deque[tuple[float, int, float, StepPhases]] = deque(maxlen=DIFFS_KEEP)
-        """Per sample with steps: (t, steps, their seconds, their phases)."""
-        self.ends: deque[float] = deque(maxlen=ENDS_KEEP)
+        self.marks: list[tuple[float, int, float, tuple[float, ...]]] = []
+        """Per sample with new steps: (t, count, seconds, phases in ``PHASES`` order), cumulative, the
+        latest :data:`DIFFS_KEEP` to twice that: a window's figures are the difference of two marks."""
+        self._marks_cut = False
+        self.ends: list[float] = []
+        """Step end times, ascending (the latest :data:`ENDS_KEEP` to ``2 * ENDS_KEEP``)."""
+        self._ends_cut = False
+        """Whether older ends were dropped (a span before ``ends[0]`` is then counted from the counts)."""
+        self._views: tuple[tuple, StepsView | None] = ((), None)
+        self._slope: tuple[int, float | None] = (-1, None)
         self.counts: deque[tuple[float, int]] = deque(maxlen=DIFFS_KEEP)
         """(t, cumulative count) per sample: the rate where the ends are not all there."""
         self.gaps: deque[tuple[float, float]] = deque(maxlen=DIFFS_KEEP)
@@ -201,18 +220,24 @@ class RankSteps:
         n = steps.count - (prev.count if prev else 0)
         if n < 0:  # the agent started over (a restart is a new run: the store resets before it)
             prev, n = None, steps.count
-        seconds = steps.seconds - (prev.seconds if prev else 0.0)
         phases = add_phases(steps.phases, prev.phases, -1.0) if prev else steps.phases
         self.total = steps
         self.counts.append((t, steps.count))
         if n > len(steps.ends):
             self.gaps.append((t - window, t))
-        self.ends.extend(e for e in steps.ends if not self.ends or e > self.ends[-1])
+        last_end = self.ends[-1] if self.ends else float("-inf")
+        self.ends.extend(e for e in steps.ends if e > last_end)
+        if len(self.ends) > 2 * ENDS_KEEP:
+            del self.ends[:-ENDS_KEEP]
+            self._ends_cut = True
         last = self.recent[-1].end if self.recent else float("-inf")
-        self.recent.extend(r for r in steps.recent if r.end > last)
+        self.recent.extend(compact(r) for r in steps.recent if r.end > last)
         if n <= 0:
             return
-        self.diffs.append((t, n, max(0.0, seconds), phases))
+        self.marks.append((t, steps.count, steps.seconds, tuple(getattr(steps.phases, p) for p in PHASES)))
+        if len(self.marks) > 2 * DIFFS_KEEP:
+            del self.marks[:-DIFFS_KEEP]
+            self._marks_cut = True
         k = int(t // STRAGGLER_WINDOW)
         had = self.windows.get(k, (0, ZERO))
         self.windows[k] = (had[0] + n, add_phases(had[1], phases))
@@ -236,30 +261,40 @@ class RankSteps:
         if end <= start or self.total is None:
             return None
         if any(a < end and b > start for a, b in self.gaps) or (
-            self.ends and self.ends[0] > start and len(self.ends) == self.ends.maxlen
+            self._ends_cut and self.ends and self.ends[0] > start
         ):
             return max(0.0, self.count_at(end) - self.count_at(start)) / (end - start)
-        return sum(1 for e in self.ends if start < e <= end) / (end - start)
+        return (bisect_right(self.ends, end) - bisect_right(self.ends, start)) / (end - start)
 
     def window_figures(self) -> tuple[float | None, StepPhases]:
         """Mean step time and seconds per step in each phase over the last :data:`RATE_SPAN` of samples
         (further back to the latest sample with a step, for steps slower than that)."""
-        if not self.diffs or self.t is None:
+        marks = self.marks
+        if not marks or self.t is None:
             return None, ZERO
-        n, seconds, phases = 0, 0.0, ZERO
-        for t, k, s, ph in reversed(self.diffs):
-            if n and t <= self.t - RATE_SPAN:
-                break
-            n, seconds, phases = n + k, seconds + s, add_phases(phases, ph)
-        return seconds / n, divide(phases, n)
+        last = marks[-1]
+        i = bisect_right(marks, self.t - RATE_SPAN, key=lambda m: m[0]) - 1
+        if i == len(marks) - 1:  # no step in the span: back to the latest step's own sample
+            i -= 1
+        if i < 0 and self._marks_cut:
+            i = 0
+        base = marks[i] if i >= 0 else (0.0, 0, 0.0, (0.0,) * len(PHASES))
+        n = last[1] - base[1]
+        if n <= 0:
+            return None, ZERO
+        phases = StepPhases(*(max(0.0, a - b) / n for a, b in zip(last[3], base[3], strict=True)))
+        return max(0.0, last[2] - base[2]) / n, phases
 
     def view(self, per_second: float | None) -> StepsView | None:
         """This rank's steps as the snapshot shows them."""
         total = self.total
         if total is None or total.count <= 0:
             return None
+        key = (id(total), self.t, per_second)
+        if self._views[0] == key:  # nothing new since the last snapshot
+            return self._views[1]
         seconds, phases = self.window_figures()
-        return StepsView(
+        view = StepsView(
             source=total.source,
             count=total.count,
             per_second=per_second,
@@ -270,12 +305,16 @@ class RankSteps:
             gpu=total.gpu,
             recent=tuple(self.recent),
         )
+        self._views = (key, view)
+        return view
 
     def memory_view(self, rank: int | None) -> RankMemory | None:
         """This rank's memory now, with its resident set's growth over the run."""
         if self.memory is None:
             return None
-        return RankMemory(rank, self.memory.rss_bytes, self.memory.devices, slope_per_min(self.rss))
+        if self._slope[0] != len(self.rss) or not self.rss:  # a new point: once a second at most
+            self._slope = (len(self.rss), slope_per_min(self.rss))
+        return RankMemory(rank, self.memory.rss_bytes, self.memory.devices, self._slope[1])
 
 
 class StepsBook:
@@ -323,10 +362,10 @@ class StepsBook:
             return None
         live = [r.t for k, r in stepping.items() if k in running and r.t is not None]
         last = int(min(live) // STRAGGLER_WINDOW) if live else None  # the window still filling
-        indexes = sorted({i for r in stepping.values() for i in r.windows if last is None or i < last})
-        key = (tuple(sorted(stepping)), indexes[-1] if indexes else None, len(indexes))
-        if key != self._straggler_key:
+        key = (tuple(sorted(stepping)), last, len(live))
+        if key != self._straggler_key:  # a window completed (once a second): judge again
             self._straggler_key = key
+            indexes = sorted({i for r in stepping.values() for i in r.windows if last is None or i < last})
             self._straggler = find_straggler(
                 {ranks[k]: [r.windows.get(i, (0, ZERO)) for i in indexes] for k, r in stepping.items()}
             )
