@@ -117,6 +117,10 @@ def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
 #: Seconds over which ranks' step rates (and each rank's window phases) are taken: a common span ending
 #: at the same moment for every rank, so ranks in lockstep read the same steps/s.
 RATE_SPAN = 2.0
+#: Step ends the rate span covers at least on every rank, where that takes longer than RATE_SPAN ...
+RATE_STEPS = 4
+#: ... up to this many seconds.
+MAX_RATE_SPAN = 30.0
 #: Seconds of one straggler window: every rank's steps are summed into windows aligned on the clock
 #: (``floor(t / STRAGGLER_WINDOW)``), so window ``i`` covers the same span of time on every rank.
 STRAGGLER_WINDOW = 1.0
@@ -317,6 +321,20 @@ class RankSteps:
         return RankMemory(rank, self.memory.rss_bytes, self.memory.devices, self._slope[1])
 
 
+def span_for(ranks: Sequence[RankSteps], end: float) -> float:
+    """:data:`RATE_SPAN`, or longer (up to :data:`MAX_RATE_SPAN`) where a rank's steps are slow: long
+    enough for every rank's last :data:`RATE_STEPS` step ends before ``end`` (a 3 s step would otherwise
+    read 0 or 0.5 steps/s over 2 s)."""
+    span = RATE_SPAN
+    for r in ranks:
+        k = bisect_right(r.ends, end)
+        if k >= RATE_STEPS:
+            span = max(span, end - r.ends[k - RATE_STEPS])
+        elif r.since is not None:
+            span = max(span, end - r.since)
+    return min(span, MAX_RATE_SPAN)
+
+
 class StepsBook:
     """Every rank's steps: rates over a common span, the straggler over the run, memory."""
 
@@ -345,12 +363,14 @@ class StepsBook:
         common = min((r.t for r in sampling if r.t is not None), default=None)
         begun = max((r.since for r in sampling if r.since is not None), default=None)
         out: dict[int, float | None] = {}
+        shared = span_for([r for r in sampling], common) if common is not None else RATE_SPAN
         for k, r in stepping.items():
             in_common = common is not None and k in live and r in sampling
             end = common if in_common else r.t
             start_of = begun if in_common else r.since
             assert end is not None
-            start = max(end - RATE_SPAN, start_of if start_of is not None else end)
+            span = shared if in_common else span_for([r], end)
+            start = max(end - span, start_of if start_of is not None else end)
             out[k] = r.rate(start, end)
         return out
 

@@ -31,6 +31,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import fields
 from typing import Any, TextIO
 
 from torchpar_top.contract.codec import to_plain
@@ -110,7 +111,11 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "scaling": [{"threads": p.threads, "gflops": round(p.gflops, 2)} for p in snap.scaling],
         "gpus": [to_plain(g) | {"util_history": None} for g in snap.gpus],
         "gpu_status": snap.gpu_status,
-        "ranks": [to_plain(r) | {"steps": steps_record(r.steps)} for r in snap.ranks],
+        "ranks": [
+            {f.name: to_plain(getattr(r, f.name)) for f in fields(r) if f.name != "steps"}
+            | {"steps": steps_record(r.steps)}
+            for r in snap.ranks
+        ],
         "syncpoints": to_plain(snap.syncpoints),
         "data_verdict": to_plain(snap.data_verdict),
         "stack": None
@@ -136,9 +141,7 @@ def steps_record(steps: StepsView | None) -> dict[str, Any] | None:
     """The ``steps`` object: the view less its whole recent steps (the recording and export have them)."""
     if steps is None:
         return None
-    out = to_plain(steps)
-    del out["recent"]
-    return out
+    return {f.name: to_plain(getattr(steps, f.name)) for f in fields(steps) if f.name != "recent"}
 
 
 def log_lines(snap: Snapshot, log_after: int) -> list[dict[str, Any]]:

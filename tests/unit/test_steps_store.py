@@ -62,6 +62,18 @@ def test_slow_steps_keep_their_window_figures():
     assert s.count == 2 and s.seconds == pytest.approx(3.0)
 
 
+def test_slow_steps_are_rated_over_a_longer_span():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=1.5, forward=1.5)
+    rates = []
+    for i in range(200):  # 20 s: 13 steps
+        st.on_message(r.sample())
+        if i >= 100:
+            rates.append(st.snapshot().steps.per_second)
+    assert all(x == pytest.approx(1 / 1.5, rel=0.35) for x in rates), (min(rates), max(rates))
+
+
 def test_the_straggler_is_named_from_the_ranks_windows():
     fast = {"forward": 0.002, "backward": 0.003, "comm": 0.010, "optimizer": 0.001}
     slow = {"forward": 0.010, "backward": 0.003, "comm": 0.002, "optimizer": 0.001}

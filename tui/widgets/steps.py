@@ -88,6 +88,9 @@ class StepsPanel(SnapshotPanel):
     }
     """
 
+    redraw_every = 0.5
+    """Its figures are means over the last 2 s: redrawn twice a second on the timer."""
+
     def shown(self, snapshot: Snapshot) -> bool:
         """Once a step was seen."""
         return bool(stepping(snapshot))
