@@ -80,10 +80,15 @@ THREADS_MEAN_S = 1.0
 #: as ten (the kernel's counters are cumulative); at the default 10 Hz this took most of the host
 #: probes' CPU (``benchmarks/bench_tui.py --footprint``).
 THREAD_SAMPLE_S = 0.5
-#: Seconds over which the shown throughput is averaged where it is sampled ops/s: one 0.1 s window's
-#: rate comes from the op counter's slice of it and swings tenfold with what the slice caught (the header
-#: read 47 ops/s beside a scoreboard's 929); over the last seconds it agrees with the scoreboard.
-THROUGHPUT_MEAN_S = 2.0
+#: Seconds over which the shown throughput is averaged where it is ops/s counted in the op counter's
+#: slices (50 ms on, about once a second: ``usercode_sampling``): a window's figure comes from what the
+#: last slices caught and swings tenfold with it (the header read 47 ops/s beside a scoreboard's 929;
+#: a loop alternating 150 ms of matmuls with 150 ms of tiny ops read 0.03-0.08x the scoreboard per
+#: window, 0.14-1.27x over 2 s, 0.71-0.99x over 10 s, p10-p90). Time-weighted over the last
+#: THROUGHPUT_MEAN_S, as the scoreboard is over the run; ops counted whole (``--every-op``) over the last
+#: RATE_MEAN_S.
+THROUGHPUT_MEAN_S = 10.0
+RATE_MEAN_S = 2.0
 
 
 def thread_every(interval: float) -> int:
@@ -629,13 +634,9 @@ class SessionStore:
                 msg.overlap if msg.overlap_in_progress is None else msg.overlap_in_progress
             )
             self._throughput.append(done / msg.window)
-            self._recent_tp.append((msg.window, done))
-            if self._unit == "ops/s":  # sampled: the mean over the last seconds (THROUGHPUT_MEAN_S)
-                self._last_throughput = sum(d for _, d in self._recent_tp) / sum(
-                    w for w, _ in self._recent_tp
-                )
-            else:
-                self._last_throughput = done / msg.window
+            covered = None if msg.op_coverage is None else msg.op_coverage * msg.window
+            self._recent_tp.append((msg.window, done, covered))
+            self._last_throughput = self._mean_ops() if self._unit == "ops/s" else done / msg.window
             # The first window after a mode change straddles both modes: count it in neither. After a
             # switch to SYNC, the backlog launched in ASYNC drains first (the agent says so): that is
             # neither mode's steady state either, nor is a timing round that paused the live loop.
@@ -646,6 +647,14 @@ class SessionStore:
                 acc.depth += src.depth * w
                 acc.wait += msg.frontend.wait * w
             self._prev_mode = msg.mode
+
+    def _mean_ops(self) -> float:
+        """Ops/s, time-weighted over the last :data:`THROUGHPUT_MEAN_S` where ops are counted in slices,
+        else over the last RATE_MEAN_S."""
+        recent = list(self._recent_tp)
+        if recent[-1][2] is None:  # every op counted: the last seconds are enough
+            recent = recent[-max(1, round(RATE_MEAN_S / self.interval)) :]
+        return sum(d for _, d, _ in recent) / sum(w for w, _, _ in recent)
 
     # -- reader ----------------------------------------------------------------------------------
 

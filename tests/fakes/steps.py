@@ -42,10 +42,10 @@ class Rank:
         self.next_end = self.t + step
         self.rng, self.jitter = random.Random(seed), jitter
 
-    def sample(self, unit="steps/s", throughput=0.0, **phases_override):
+    def sample(self, unit="steps/s", throughput=0.0, op_coverage=None):
         self.t += self.window
         ends, recent = [], []
-        per = {**self.per_step, **phases_override}
+        per = self.per_step
         while self.next_end <= self.t:
             ends.append(self.next_end)
             ph = {p: v * (1 + self.rng.uniform(-self.jitter, self.jitter)) for p, v in per.items()}
@@ -76,4 +76,5 @@ class Rank:
                 "recent": recent[-m.MAX_STEP_RECORDS :],
             },
             memory={"rss_bytes": int(self.rss)},
+            op_coverage=op_coverage,
         )

@@ -133,3 +133,17 @@ def test_recent_steps_are_kept_once_each():
         rs.add(msg.t, msg.window, msg.steps, msg.memory)
     ends = [x.end for x in rs.recent]
     assert ends == sorted(set(ends)) and len(ends) == r.count
+
+
+def test_sampled_ops_are_a_mean_over_the_last_ten_seconds_as_the_scoreboard_over_the_run():
+    # counted in the op counter's slices (op_coverage set): 8 s at 100 ops/s, then 2 s at 1900
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=100.0)
+    for i in range(101):
+        rate = 100.0 if i < 81 else 1900.0
+        st.on_message(r.sample(unit="ops/s", throughput=rate, op_coverage=0.05 if i % 10 == 0 else 0.0))
+    snap = st.snapshot()
+    assert snap.throughput == pytest.approx((80 * 100 + 20 * 1900) / 100)
+    board = next(b for b in snap.scoreboard if b.seconds)
+    assert board.throughput == pytest.approx(snap.throughput, rel=0.02)
