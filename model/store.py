@@ -590,7 +590,6 @@ class SessionStore:
             src.depth = sum(row.value for row in msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage
-            self._steps.add(source, msg.t, msg.window, msg.steps, msg.memory)
             primary = source == self._primary()
             done = msg.throughput * msg.window
             if primary and msg.steps is not None:  # steps found: the figure is steps, whatever the agent's
@@ -602,6 +601,7 @@ class SessionStore:
                 self._sample_t = msg.t
             if self._paused:
                 return
+            self._steps.add(source, msg.t, msg.window, msg.steps, msg.memory)
             for row in msg.executors:
                 key = (-1 if src.rank is None else src.rank, row.name)
                 ex = self._executors.get(key)
