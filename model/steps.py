@@ -254,10 +254,11 @@ class RankSteps:
         pts = self.counts
         if not pts or x <= pts[0][0]:
             return float(pts[0][1]) if pts else 0.0
-        for (t0, c0), (t1, c1) in zip(pts, list(pts)[1:], strict=False):
-            if t0 <= x <= t1:
-                return c0 + (c1 - c0) * (x - t0) / (t1 - t0) if t1 > t0 else float(c1)
-        return float(pts[-1][1])
+        i = bisect_right(pts, x, key=lambda p: p[0])
+        if i >= len(pts):
+            return float(pts[-1][1])
+        (t0, c0), (t1, c1) = pts[i - 1], pts[i]
+        return c0 + (c1 - c0) * (x - t0) / (t1 - t0) if t1 > t0 else float(c1)
 
     def rate(self, start: float, end: float) -> float | None:
         """Steps per second over ``(start, end]``: the step ends in it, or the counts where some ends

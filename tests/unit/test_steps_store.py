@@ -147,3 +147,12 @@ def test_sampled_ops_are_a_mean_over_the_last_ten_seconds_as_the_scoreboard_over
     assert snap.throughput == pytest.approx((80 * 100 + 20 * 1900) / 100)
     board = next(b for b in snap.scoreboard if b.seconds)
     assert board.throughput == pytest.approx(snap.throughput, rel=0.02)
+
+
+def test_a_loop_faster_than_the_ends_a_sample_carries_is_rated_from_its_counts():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=0.0001, forward=0.0001)  # 1,000 steps a sample, 512 ends carried
+    for _ in range(40):
+        st.on_message(r.sample())
+    assert st.snapshot().steps.per_second == pytest.approx(10_000, rel=0.02)
