@@ -139,7 +139,8 @@ def compare_parser() -> Parser:
     parser = Parser(
         prog="torchpar-top compare",
         description="Two --report files side by side (figures and verdicts). Exit status 1 when the chosen "
-        "figure fell from A to B by more than the tolerance, 0 otherwise, 2 for bad input.",
+        "figure fell from A to B by more than the tolerance (a time per step: rose), 0 otherwise, 2 for "
+        "bad input.",
     )
     parser.add_argument("a", metavar="A.json", help="the reference report")
     parser.add_argument("b", metavar="B.json", help="the report to check")

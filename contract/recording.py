@@ -156,6 +156,9 @@ def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
     for i, g in enumerate(snap.gpus):
         for name in GPU_HISTORIES:
             yield f"gpus.{i}.{name}", getattr(g, name)
+    for i, r in enumerate(snap.ranks):
+        if r.steps is not None:
+            yield f"ranks.{i}.steps.recent", r.steps.recent
 
 
 def _with_histories(snap: Snapshot, values: dict[str, tuple[Any, ...]]) -> Snapshot:
@@ -170,7 +173,15 @@ def _with_histories(snap: Snapshot, values: dict[str, tuple[Any, ...]]) -> Snaps
         dataclasses.replace(g, **{n: values[f"gpus.{i}.{n}"] for n in GPU_HISTORIES})
         for i, g in enumerate(snap.gpus)
     )
-    return dataclasses.replace(snap, core_history=cores, executors=executors, gpus=gpus, **top)
+    ranks = tuple(
+        r
+        if r.steps is None
+        else dataclasses.replace(
+            r, steps=dataclasses.replace(r.steps, recent=values[f"ranks.{i}.steps.recent"])
+        )
+        for i, r in enumerate(snap.ranks)
+    )
+    return dataclasses.replace(snap, core_history=cores, executors=executors, gpus=gpus, ranks=ranks, **top)
 
 
 class Encoder:

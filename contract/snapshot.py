@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from torchpar_top.contract.messages import DeviceMemory, StepPhases
+from torchpar_top.contract.messages import DeviceMemory, StepPhases, StepRecord
 from torchpar_top.contract.vocab import (
     ChildState,
     Counted,
@@ -236,6 +236,9 @@ class StepsView:
     """Seconds per step in each phase over the run."""
     gpu: bool = False
     """The phases are GPU time (CUDA events), not the frontend's wall time."""
+    recent: tuple[StepRecord, ...] = ()
+    """The last whole steps (``model.steps.RECENT_KEEP`` at most), oldest first: what a recording keeps
+    and the export draws as a slice per phase per step (not in headless JSON)."""
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,9 @@ class RankMemory:
     rank: int | None
     rss_bytes: int
     devices: tuple[DeviceMemory, ...] = ()
+    rss_growth_bytes_per_min: float | None = None
+    """The least-squares slope of the resident set over the run (a steady rise is a leak); None before
+    a few seconds of samples."""
 
 
 @dataclass(frozen=True)
@@ -428,7 +434,8 @@ class Snapshot:
     replay: ReplayView | None = None
     """A recorded trace played back: no host readings, every figure from the trace's analysis."""
     steps: StepsView | None = None
-    """The workload's training steps (the primary rank's; every rank's in :attr:`ranks`)."""
+    """The workload's training steps (the primary rank's; every rank's in :attr:`ranks`, where alone
+    ``recent`` is kept)."""
     straggler: Straggler | None = None
     """The rank that holds the others back, over the run so far (``model.steps.find_straggler``)."""
     memory: tuple[RankMemory, ...] = ()
@@ -451,8 +458,9 @@ class Straggler:
     rank: int
     cause: str
     """The phase (``vocab.PHASES``, never ``comm``) that is longer on it than on the others."""
-    ratio: float
-    """Its ``cause`` phase over the median of the other ranks' (seconds per step)."""
+    ratio: float | None
+    """Its ``cause`` phase over the median of the other ranks' (seconds per step); None where the others
+    spend no time in it (JSON has no infinity)."""
     costs: float
     """Seconds per step the others wait for it: the others' median ``comm`` less its own where ranks
     wait in collectives, else its excess in ``cause``."""

@@ -15,10 +15,12 @@ then give no straggler whatever their noise.
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
+from collections import deque
 from collections.abc import Mapping, Sequence
 
-from torchpar_top.contract.messages import StepPhases
-from torchpar_top.contract.snapshot import Straggler
+from torchpar_top.contract.messages import Memory, StepPhases, StepRecord, Steps
+from torchpar_top.contract.snapshot import RankMemory, StepsView, Straggler
 from torchpar_top.contract.vocab import PHASES
 
 #: Phases a rank can be slow in (``comm`` is where the others wait for it, not a cause).
@@ -74,6 +76,7 @@ def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
     if len(shared) < MIN_WINDOWS:
         return None
     means = {r: mean_per_step([tail[r][i] for i in shared]) for r in ranks}
+    each: dict[int, list[dict[str, float]]] = {}  # per window, computed once, when a candidate needs it
     step = statistics.median(sum(m.values()) for m in means.values())
     best: tuple[float, int, str] | None = None
     for r in ranks:
@@ -85,9 +88,11 @@ def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
             excess = means[r][phase] - theirs
             if excess < MIN_SHARE * step or means[r][phase] < MIN_RATIO * theirs:
                 continue
+            if not each:
+                each.update({o: [per_step(tail[o][i]) for i in shared] for o in ranks})
             ahead = sum(
-                per_step(tail[r][i])[phase] > statistics.median(per_step(tail[o][i])[phase] for o in others)
-                for i in shared
+                each[r][j][phase] > statistics.median(each[o][j][phase] for o in others)
+                for j in range(len(shared))
             )
             if ahead < CONSISTENT * len(shared):
                 continue
@@ -102,6 +107,287 @@ def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
     return Straggler(
         rank=rank,
         cause=cause,
-        ratio=means[rank][cause] / theirs if theirs > 0 else float("inf"),
+        ratio=means[rank][cause] / theirs if theirs > 0 else None,
         costs=waited if waited > 0 else excess,
     )
+
+
+# -- the store's side: each rank's steps over time ---------------------------------------------------
+
+#: Seconds over which ranks' step rates (and each rank's window phases) are taken: a common span ending
+#: at the same moment for every rank, so ranks in lockstep read the same steps/s.
+RATE_SPAN = 2.0
+#: Step ends the rate span covers at least on every rank, where that takes longer than RATE_SPAN ...
+RATE_STEPS = 4
+#: ... up to this many seconds.
+MAX_RATE_SPAN = 30.0
+#: Seconds of one straggler window: every rank's steps are summed into windows aligned on the clock
+#: (``floor(t / STRAGGLER_WINDOW)``), so window ``i`` covers the same span of time on every rank.
+STRAGGLER_WINDOW = 1.0
+#: Straggler windows kept (the run's distribution, bounded: the last ten minutes).
+STRAGGLER_KEEP = 600
+#: Step end times kept per rank (enough for :data:`RATE_SPAN` at 2,000 steps/s; a faster loop's rate
+#: comes from its counts).
+ENDS_KEEP = 4096
+#: Whole steps kept per rank for the export (a slice per phase per step).
+RECENT_KEEP = 64
+#: Per-sample differences kept per rank (the window phases).
+DIFFS_KEEP = 600
+#: Resident-memory points kept per rank for the growth slope; when full, every other one is dropped and
+#: the spacing doubles, so a run of any length is covered from its start.
+MEMORY_POINTS = 512
+#: Seconds between two memory points, at first.
+MEMORY_EVERY = 1.0
+
+ZERO = StepPhases()
+
+
+def add_phases(a: StepPhases, b: StepPhases, sign: float = 1.0) -> StepPhases:
+    """``a + sign * b``, phase by phase (never below 0: a counter reset is not negative time)."""
+    return StepPhases(**{p: max(0.0, getattr(a, p) + sign * getattr(b, p)) for p in PHASES})
+
+
+def divide(phases: StepPhases, n: float) -> StepPhases:
+    """Seconds per step: each phase over ``n`` steps."""
+    return StepPhases(**{p: getattr(phases, p) / n for p in PHASES}) if n > 0 else ZERO
+
+
+def slope_per_min(points: Sequence[tuple[float, float]]) -> float | None:
+    """The least-squares slope of ``(seconds, value)`` points, per minute; None for fewer than 3 points
+    or less than a second covered."""
+    if len(points) < 3 or points[-1][0] - points[0][0] < 1.0:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var <= 0:
+        return None
+    return 60.0 * sum((t - mt) * (v - mv) for t, v in points) / var
+
+
+def compact(record: StepRecord) -> StepRecord:
+    """A step rounded to the microsecond (its end) and a tenth of one (its phases): what a recording
+    keeps of each step (a float's 17 digits would triple its size)."""
+    return StepRecord(
+        round(record.end, 6), StepPhases(*(round(getattr(record.phases, p), 7) for p in PHASES))
+    )
+
+
+class RankSteps:
+    """One rank's steps as its samples come: the cumulative figures, each sample's difference, the step
+    ends (rates over any span), clock-aligned windows (the straggler's), whole recent steps, memory."""
+
+    def __init__(self) -> None:
+        self.total: Steps | None = None
+        self.t: float | None = None
+        """The newest sample's time (the child's ``time.time()``)."""
+        self.since: float | None = None
+        """Where this rank's samples begin (the first one's start)."""
+        self.marks: list[tuple[float, int, float, tuple[float, ...]]] = []
+        """Per sample with new steps: (t, count, seconds, phases in ``PHASES`` order), cumulative, the
+        latest :data:`DIFFS_KEEP` to twice that: a window's figures are the difference of two marks."""
+        self._marks_cut = False
+        self.ends: list[float] = []
+        """Step end times, ascending (the latest :data:`ENDS_KEEP` to ``2 * ENDS_KEEP``)."""
+        self._ends_cut = False
+        """Whether older ends were dropped (a span before ``ends[0]`` is then counted from the counts)."""
+        self._views: tuple[tuple, StepsView | None] = ((), None)
+        self._slope: tuple[int, float | None] = (-1, None)
+        self.counts: deque[tuple[float, int]] = deque(maxlen=DIFFS_KEEP)
+        """(t, cumulative count) per sample: the rate where the ends are not all there."""
+        self.gaps: deque[tuple[float, float]] = deque(maxlen=DIFFS_KEEP)
+        """Spans whose step ends were not all sent (a sample carries the latest ``MAX_STEP_ENDS``)."""
+        self.windows: dict[int, tuple[int, StepPhases]] = {}
+        self.recent: deque[StepRecord] = deque(maxlen=RECENT_KEEP)
+        self.memory: Memory | None = None
+        self.rss: list[tuple[float, float]] = []
+        self._rss_every = MEMORY_EVERY
+
+    def add(self, t: float, window: float, steps: Steps | None, memory: Memory | None) -> None:
+        """One sample of this rank (its steps and memory may be missing)."""
+        if self.since is None:
+            self.since = t - window
+        if self.t is not None and t <= self.t:
+            return  # a sample out of order (clock stepped back): its differences mean nothing
+        self.t = t
+        if memory is not None:
+            self.memory = memory
+            if not self.rss or t - self.rss[-1][0] >= self._rss_every:
+                self.rss.append((t, float(memory.rss_bytes)))
+                if len(self.rss) >= MEMORY_POINTS:
+                    self.rss = self.rss[::2]
+                    self._rss_every *= 2
+        if steps is None:
+            return
+        prev = self.total
+        n = steps.count - (prev.count if prev else 0)
+        if n < 0:  # the agent started over (a restart is a new run: the store resets before it)
+            prev, n = None, steps.count
+        phases = add_phases(steps.phases, prev.phases, -1.0) if prev else steps.phases
+        self.total = steps
+        self.counts.append((t, steps.count))
+        if n > len(steps.ends):
+            self.gaps.append((t - window, t))
+        last_end = self.ends[-1] if self.ends else float("-inf")
+        self.ends.extend(e for e in steps.ends if e > last_end)
+        if len(self.ends) > 2 * ENDS_KEEP:
+            del self.ends[:-ENDS_KEEP]
+            self._ends_cut = True
+        last = self.recent[-1].end if self.recent else float("-inf")
+        self.recent.extend(compact(r) for r in steps.recent if r.end > last)
+        if n <= 0:
+            return
+        self.marks.append((t, steps.count, steps.seconds, tuple(getattr(steps.phases, p) for p in PHASES)))
+        if len(self.marks) > 2 * DIFFS_KEEP:
+            del self.marks[:-DIFFS_KEEP]
+            self._marks_cut = True
+        k = int(t // STRAGGLER_WINDOW)
+        had = self.windows.get(k, (0, ZERO))
+        self.windows[k] = (had[0] + n, add_phases(had[1], phases))
+        if len(self.windows) > STRAGGLER_KEEP:
+            for old in sorted(self.windows)[: len(self.windows) - STRAGGLER_KEEP]:
+                del self.windows[old]
+
+    def count_at(self, x: float) -> float:
+        """Steps done by time ``x``, interpolated between samples."""
+        pts = self.counts
+        if not pts or x <= pts[0][0]:
+            return float(pts[0][1]) if pts else 0.0
+        i = bisect_right(pts, x, key=lambda p: p[0])
+        if i >= len(pts):
+            return float(pts[-1][1])
+        (t0, c0), (t1, c1) = pts[i - 1], pts[i]
+        return c0 + (c1 - c0) * (x - t0) / (t1 - t0) if t1 > t0 else float(c1)
+
+    def rate(self, start: float, end: float) -> float | None:
+        """Steps per second over ``(start, end]``: the step ends in it, or the counts where some ends
+        were not sent."""
+        if end <= start or self.total is None:
+            return None
+        if any(a < end and b > start for a, b in self.gaps) or (
+            self._ends_cut and self.ends and self.ends[0] > start
+        ):
+            return max(0.0, self.count_at(end) - self.count_at(start)) / (end - start)
+        return (bisect_right(self.ends, end) - bisect_right(self.ends, start)) / (end - start)
+
+    def window_figures(self) -> tuple[float | None, StepPhases]:
+        """Mean step time and seconds per step in each phase over the last :data:`RATE_SPAN` of samples
+        (further back to the latest sample with a step, for steps slower than that)."""
+        marks = self.marks
+        if not marks or self.t is None:
+            return None, ZERO
+        last = marks[-1]
+        i = bisect_right(marks, self.t - RATE_SPAN, key=lambda m: m[0]) - 1
+        if i == len(marks) - 1:  # no step in the span: back to the latest step's own sample
+            i -= 1
+        if i < 0 and self._marks_cut:
+            i = 0
+        base = marks[i] if i >= 0 else (0.0, 0, 0.0, (0.0,) * len(PHASES))
+        n = last[1] - base[1]
+        if n <= 0:
+            return None, ZERO
+        phases = StepPhases(*(max(0.0, a - b) / n for a, b in zip(last[3], base[3], strict=True)))
+        return max(0.0, last[2] - base[2]) / n, phases
+
+    def view(self, per_second: float | None) -> StepsView | None:
+        """This rank's steps as the snapshot shows them."""
+        total = self.total
+        if total is None or total.count <= 0:
+            return None
+        key = (id(total), self.t, per_second)
+        if self._views[0] == key:  # nothing new since the last snapshot
+            return self._views[1]
+        seconds, phases = self.window_figures()
+        view = StepsView(
+            source=total.source,
+            count=total.count,
+            per_second=per_second,
+            seconds=seconds,
+            phases=phases,
+            run_seconds=total.seconds / total.count,
+            run_phases=divide(total.phases, total.count),
+            gpu=total.gpu,
+            recent=tuple(self.recent),
+        )
+        self._views = (key, view)
+        return view
+
+    def memory_view(self, rank: int | None) -> RankMemory | None:
+        """This rank's memory now, with its resident set's growth over the run."""
+        if self.memory is None:
+            return None
+        if self._slope[0] != len(self.rss) or not self.rss:  # a new point: once a second at most
+            self._slope = (len(self.rss), slope_per_min(self.rss))
+        return RankMemory(rank, self.memory.rss_bytes, self.memory.devices, self._slope[1])
+
+
+def span_for(ranks: Sequence[RankSteps], end: float) -> float:
+    """:data:`RATE_SPAN`, or longer (up to :data:`MAX_RATE_SPAN`) where a rank's steps are slow: long
+    enough for every rank's last :data:`RATE_STEPS` step ends before ``end`` (a 3 s step would otherwise
+    read 0 or 0.5 steps/s over 2 s)."""
+    span = RATE_SPAN
+    for r in ranks:
+        k = bisect_right(r.ends, end)
+        if k >= RATE_STEPS:
+            span = max(span, end - r.ends[k - RATE_STEPS])
+        elif r.since is not None:
+            span = max(span, end - r.since)
+    return min(span, MAX_RATE_SPAN)
+
+
+class StepsBook:
+    """Every rank's steps: rates over a common span, the straggler over the run, memory."""
+
+    def __init__(self) -> None:
+        self.ranks: dict[int, RankSteps] = {}
+        self._straggler_key: tuple | None = None
+        self._straggler: Straggler | None = None
+
+    def add(self, key: int, t: float, window: float, steps: Steps | None, memory: Memory | None) -> None:
+        """A sample of rank ``key`` (the store's source number)."""
+        rs = self.ranks.get(key)
+        if rs is None:
+            rs = self.ranks[key] = RankSteps()
+        rs.add(t, window, steps, memory)
+
+    def rates(self, running: set[int]) -> dict[int, float | None]:
+        """Each rank's steps/s over the same span: the last :data:`RATE_SPAN` seconds ending at the
+        newest sample of the rank that is furthest behind (of the running ranks still sampling); a rank
+        that ended is rated over the span ending at its own last sample."""
+        stepping = {k: r for k, r in self.ranks.items() if r.total is not None and r.t is not None}
+        live = {k: r for k, r in stepping.items() if k in running}
+        newest = max((r.t for r in live.values() if r.t is not None), default=None)
+        sampling = [
+            r for r in live.values() if newest is not None and r.t is not None and r.t >= newest - RATE_SPAN
+        ]
+        common = min((r.t for r in sampling if r.t is not None), default=None)
+        begun = max((r.since for r in sampling if r.since is not None), default=None)
+        out: dict[int, float | None] = {}
+        shared = span_for([r for r in sampling], common) if common is not None else RATE_SPAN
+        for k, r in stepping.items():
+            in_common = common is not None and k in live and r in sampling
+            end = common if in_common else r.t
+            start_of = begun if in_common else r.since
+            assert end is not None
+            span = shared if in_common else span_for([r], end)
+            start = max(end - span, start_of if start_of is not None else end)
+            out[k] = r.rate(start, end)
+        return out
+
+    def straggler(self, ranks: dict[int, int], running: set[int]) -> Straggler | None:
+        """:func:`find_straggler` over the clock-aligned windows every rank has completed (``ranks``:
+        source number → rank number); computed again only when a window completes."""
+        stepping = {k: r for k, r in self.ranks.items() if r.windows and k in ranks}
+        if len(stepping) < 2:
+            return None
+        live = [r.t for k, r in stepping.items() if k in running and r.t is not None]
+        last = int(min(live) // STRAGGLER_WINDOW) if live else None  # the window still filling
+        key = (tuple(sorted(stepping)), last, len(live))
+        if key != self._straggler_key:  # a window completed (once a second): judge again
+            self._straggler_key = key
+            indexes = sorted({i for r in stepping.values() for i in r.windows if last is None or i < last})
+            self._straggler = find_straggler(
+                {ranks[k]: [r.windows.get(i, (0, ZERO)) for i in indexes] for k, r in stepping.items()}
+            )
+        return self._straggler

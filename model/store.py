@@ -40,6 +40,8 @@ from torchpar_top.contract.snapshot import (
     Snapshot,
     StackFrame,
     StackView,
+    StepsView,
+    Straggler,
     SyncSite,
     ThreadGroup,
     ThreadInfo,
@@ -56,6 +58,7 @@ from torchpar_top.contract.vocab import (
 )
 from torchpar_top.model import derive
 from torchpar_top.model.stacks import classify_wait
+from torchpar_top.model.steps import StepsBook
 from torchpar_top.model.threads import group
 
 #: Samples kept per series (60 s at the default 10 Hz).
@@ -79,6 +82,15 @@ THREADS_MEAN_S = 1.0
 THREAD_SAMPLE_S = 0.5
 #: A multi-node run's notice until its first rank says hello (``sources/live/targets.py``).
 RENDEZVOUS_NOTICE = "waiting for rendezvous at "
+#: Seconds over which the shown throughput is averaged where it is ops/s counted in the op counter's
+#: slices (50 ms on, about once a second: ``usercode_sampling``): a window's figure comes from what the
+#: last slices caught and swings tenfold with it (the header read 47 ops/s beside a scoreboard's 929;
+#: a loop alternating 150 ms of matmuls with 150 ms of tiny ops read 0.03-0.08x the scoreboard per
+#: window, 0.14-1.27x over 2 s, 0.71-0.99x over 10 s, p10-p90). Time-weighted over the last
+#: THROUGHPUT_MEAN_S, as the scoreboard is over the run; ops counted whole (``--every-op``) over the last
+#: RATE_MEAN_S.
+THROUGHPUT_MEAN_S = 10.0
+RATE_MEAN_S = 2.0
 
 
 def thread_every(interval: float) -> int:
@@ -338,6 +350,9 @@ class SessionStore:
             self._target = experiment
             self._notice = ""
             self._stack: StackView | None = None
+            self._steps = StepsBook()
+            self._recent_tp: deque = deque(maxlen=max(1, round(THROUGHPUT_MEAN_S / self.interval)))
+            self._step_count = 0
 
     # -- writers ---------------------------------------------------------------------------------
 
@@ -586,13 +601,17 @@ class SessionStore:
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage
             primary = source == self._primary()
+            done = msg.throughput * msg.window
+            if primary and msg.steps is not None:  # steps found: the figure is steps, whatever the agent's
+                done, self._step_count = float(max(0, msg.steps.count - self._step_count)), msg.steps.count
             if primary:
                 self._mode = msg.mode
                 self._num_threads = msg.num_threads
-                self._unit = msg.unit
+                self._unit = "steps/s" if msg.steps is not None else msg.unit
                 self._sample_t = msg.t
             if self._paused:
                 return
+            self._steps.add(source, msg.t, msg.window, msg.steps, msg.memory)
             for row in msg.executors:
                 key = (-1 if src.rank is None else src.rank, row.name)
                 ex = self._executors.get(key)
@@ -624,18 +643,28 @@ class SessionStore:
             self._overlap_in_progress.append(
                 msg.overlap if msg.overlap_in_progress is None else msg.overlap_in_progress
             )
-            self._throughput.append(msg.throughput)
-            self._last_throughput = msg.throughput
+            self._throughput.append(done / msg.window)
+            covered = None if msg.op_coverage is None else msg.op_coverage * msg.window
+            self._recent_tp.append((msg.window, done, covered))
+            self._last_throughput = self._mean_ops() if self._unit == "ops/s" else done / msg.window
             # The first window after a mode change straddles both modes: count it in neither. After a
             # switch to SYNC, the backlog launched in ASYNC drains first (the agent says so): that is
             # neither mode's steady state either, nor is a timing round that paused the live loop.
             if self._prev_mode == msg.mode and not msg.draining and not msg.timing:
                 acc, w = self._modes[msg.mode], msg.window
                 acc.seconds += w
-                acc.items += msg.throughput * w
+                acc.items += done
                 acc.depth += src.depth * w
                 acc.wait += msg.frontend.wait * w
             self._prev_mode = msg.mode
+
+    def _mean_ops(self) -> float:
+        """Ops/s, time-weighted over the last :data:`THROUGHPUT_MEAN_S` where ops are counted in slices,
+        else over the last RATE_MEAN_S."""
+        recent = list(self._recent_tp)
+        if recent[-1][2] is None:  # every op counted: the last seconds are enough
+            recent = recent[-max(1, round(RATE_MEAN_S / self.interval)) :]
+        return sum(d for _, d, _ in recent) / sum(w for w, _, _ in recent)
 
     # -- reader ----------------------------------------------------------------------------------
 
@@ -646,11 +675,7 @@ class SessionStore:
             if self._groups[0] is not self._threads:  # threads are read twice a second, frames come at 10 Hz
                 self._groups = (self._threads, group(self._threads))
             groups = self._groups[1]
-            ranks = tuple(
-                s.view()
-                for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
-                if s.pid is not None
-            )
+            ranks, steps, straggler, memory = self._step_views()
             primary = self._sources.get(self._primary())
             return Snapshot(
                 t=time.time(),
@@ -672,7 +697,7 @@ class SessionStore:
                 overlap_high=tuple(self._overlap_high),
                 overlap_in_progress=tuple(self._overlap_in_progress),
                 timing=tuple(self._timing),
-                throughput=self._last_throughput,
+                throughput=self._last_throughput if steps is None else steps.per_second,
                 throughput_unit=self._unit,
                 throughput_history=tuple(self._throughput),
                 num_threads=self._num_threads,
@@ -695,7 +720,37 @@ class SessionStore:
                 op_coverage=None if primary is None else primary.op_coverage,
                 stack=self._stack,
                 monitor_cpu=self._monitor_cpu,
+                steps=steps,
+                straggler=straggler,
+                memory=memory,
             )
+
+    def _step_views(self) -> tuple[tuple[RankView, ...], StepsView | None, Straggler | None, tuple]:
+        """The ranks (each with its steps, rated over the same span as the others'), the primary's
+        steps, the straggler over the run, and each rank's memory."""
+        live = [
+            s
+            for s in sorted(self._sources.values(), key=lambda s: (s.rank or 0, s.number))
+            if s.pid is not None
+        ]
+        running = {s.number for s in live if s.state == ChildState.RUNNING}
+        rates = self._steps.rates(running)
+        ranks, memory, primary = [], [], self._primary()
+        steps: StepsView | None = None
+        for s in live:
+            book = self._steps.ranks.get(s.number)
+            view = s.view()
+            if book is not None:
+                sv = book.view(rates.get(s.number))
+                if sv is not None:
+                    view = replace(view, throughput=sv.per_second, unit="steps/s", steps=sv)
+                    steps = replace(sv, recent=()) if s.number == primary else steps  # kept in ranks
+                mem = book.memory_view(s.rank)
+                if mem is not None:
+                    memory.append(mem)
+            ranks.append(view)
+        numbers = {s.number: s.rank if s.rank is not None else s.number for s in live}
+        return tuple(ranks), steps, self._steps.straggler(numbers, running), tuple(memory)
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:
         sites = [

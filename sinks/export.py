@@ -41,7 +41,7 @@ from torchpar_top.contract.recording import (
     read_recording,
 )
 from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
-from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
+from torchpar_top.contract.vocab import PHASES, ChildState, Counted, ExecutorKind, Mode, Quantity
 from torchpar_top.model.store import CORE_HISTORY, HISTORY
 
 #: ``otherData.format`` of an export.
@@ -236,6 +236,7 @@ def perfetto(source: Source) -> dict[str, Any]:
     _lanes(ev, source)
     _modes(ev, source)
     _frontend(ev, source)
+    step_slices(ev, source)
     return {
         "otherData": {
             "format": EXPORT_FORMAT,
@@ -397,6 +398,31 @@ def _frontend(ev: TraceEvents, source: Source) -> None:
                     "sync",
                     {"where": p.where, "rank": p.rank, "count": gained, "sampled": p.sampled},
                 )
+
+
+def step_slices(ev: TraceEvents, source: Source) -> None:
+    """Each recorded step on its rank's steps track (beside the frontend's): a ``step`` slice and under
+    it a slice per phase. A step records how long each phase took, not when: the phases are laid end to
+    end in the order of ``vocab.PHASES``, ending at the step's end."""
+    seen: dict[int | None, float] = {}
+    for s in source.samples:
+        for r in s.snap.ranks:
+            if r.steps is None:
+                continue
+            last = seen.get(r.rank, float("-inf"))
+            fresh = [rec for rec in r.steps.recent if rec.end > last]
+            if not fresh:
+                continue
+            seen[r.rank] = fresh[-1].end
+            name = "frontend: steps" if r.rank is None else f"rank {r.rank} frontend: steps"
+            tid = ev.thread(RUN_PID, f"steps r{r.rank}", name)
+            for rec in fresh:
+                durations = [(p, getattr(rec.phases, p)) for p in PHASES]
+                start = rec.end - source.t0 - sum(d for _, d in durations)
+                ev.slice(RUN_PID, tid, "step", _us(start), _us(rec.end - source.t0) - _us(start), "step")
+                for phase, d in durations:
+                    ev.slice(RUN_PID, tid, phase, _us(start), _us(start + d) - _us(start), "phase")
+                    start += d
 
 
 def write_perfetto(source: Source, out: IO[str]) -> int:

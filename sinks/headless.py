@@ -14,7 +14,11 @@ at least, at most),
 data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
 or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu``
 (torchpar-top's own share of a core over the last second), ``replay`` {path, position, duration, speed,
-frame, finished, recorded} or null, ``log`` [new log lines since the previous object, after a ``dropped``
+frame, finished, recorded} or null, ``steps`` {source, count, per_second, seconds, phases {data,
+transfer, forward, backward, comm, optimizer, sync, other: seconds per step}, run_seconds, run_phases, gpu}
+or null (also in each of ``ranks``), ``straggler`` {rank, cause, ratio, costs} or null, ``memory`` [{rank,
+rss_bytes, rss_growth_bytes_per_min, devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}],
+``log`` [new log lines since the previous object, after a ``dropped``
 marker when some came and went between two objects]. Every field is a
 :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
 derived here but the count of log lines left out.
@@ -27,10 +31,11 @@ import os
 import signal
 import threading
 import time
+from dataclasses import fields
 from typing import Any, TextIO
 
 from torchpar_top.contract.codec import to_plain
-from torchpar_top.contract.snapshot import ChildStatus, Snapshot
+from torchpar_top.contract.snapshot import ChildStatus, Snapshot, StepsView
 from torchpar_top.contract.vocab import ChildState, LogSource
 
 
@@ -106,7 +111,11 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "scaling": [{"threads": p.threads, "gflops": round(p.gflops, 2)} for p in snap.scaling],
         "gpus": [to_plain(g) | {"util_history": None} for g in snap.gpus],
         "gpu_status": snap.gpu_status,
-        "ranks": to_plain(snap.ranks),
+        "ranks": [
+            {f.name: to_plain(getattr(r, f.name)) for f in fields(r) if f.name != "steps"}
+            | {"steps": steps_record(r.steps)}
+            for r in snap.ranks
+        ],
         "syncpoints": to_plain(snap.syncpoints),
         "data_verdict": to_plain(snap.data_verdict),
         "stack": None
@@ -121,8 +130,18 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "stack_status": snap.stack_status,
         "monitor_cpu": None if snap.monitor_cpu is None else round(snap.monitor_cpu, 4),
         "replay": to_plain(snap.replay),
+        "steps": steps_record(snap.steps),
+        "straggler": to_plain(snap.straggler),
+        "memory": to_plain(snap.memory),
         "log": log_lines(snap, log_after),
     }
+
+
+def steps_record(steps: StepsView | None) -> dict[str, Any] | None:
+    """The ``steps`` object: the view less its whole recent steps (the recording and export have them)."""
+    if steps is None:
+        return None
+    return {f.name: to_plain(getattr(steps, f.name)) for f in fields(steps) if f.name != "recent"}
 
 
 def log_lines(snap: Snapshot, log_after: int) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from torchpar_top.contract.snapshot import Snapshot
-from torchpar_top.contract.vocab import ChildState, ExecutorKind, Mode
+from torchpar_top.contract.vocab import PHASES, ChildState, ExecutorKind, Mode
 
 PREFIX = "torchpar_"
 
@@ -100,6 +100,7 @@ class SnapshotCollector:
         yield from self._queues(snap, host)
         yield from self._frontend(snap, host)
         yield from self._ranks(snap, host)
+        yield from self._steps(snap, host)
         yield from self._syncpoints(snap, host)
 
     # -- families -------------------------------------------------------------------------------------
@@ -332,6 +333,82 @@ class SnapshotCollector:
             if r.data_wait is not None:
                 data.add_metric(labels, r.data_wait)
         yield from (up, tp, depth, data)
+
+    def _steps(self, snap: Snapshot, host: str) -> Iterator[Metric]:
+        """Training steps per rank (count, rate, mean step, seconds per step in each phase), the
+        straggler, and each rank's memory."""
+        names = ["Hostname", "rank"]
+        total = CounterMetricFamily(PREFIX + "steps", "Training steps a rank completed", labels=names)
+        rate = GaugeMetricFamily(
+            PREFIX + "steps_per_second", "A rank's steps per second over the last seconds", labels=names
+        )
+        step = GaugeMetricFamily(
+            PREFIX + "step_seconds",
+            "A rank's mean step time over the last seconds",
+            labels=names,
+            unit="seconds",
+        )
+        phase = GaugeMetricFamily(
+            PREFIX + "step_phase_seconds",
+            "Seconds per step a rank spent in each phase over the last seconds (they add up to the step)",
+            labels=[*names, "phase"],
+            unit="seconds",
+        )
+        for r in snap.ranks:
+            if r.steps is None:
+                continue
+            labels = [host, _rank(r.rank)]
+            total.add_metric(labels, r.steps.count)
+            if r.steps.per_second is not None:
+                rate.add_metric(labels, r.steps.per_second)
+            if r.steps.seconds is not None:
+                step.add_metric(labels, r.steps.seconds)
+                for p in PHASES:
+                    phase.add_metric([*labels, p], getattr(r.steps.phases, p))
+        straggler = GaugeMetricFamily(
+            PREFIX + "straggler_ratio",
+            "The straggler rank's cause phase over the other ranks' median (absent: no straggler)",
+            labels=[*names, "cause"],
+            unit="ratio",
+        )
+        if snap.straggler is not None and snap.straggler.ratio is not None:
+            st = snap.straggler
+            straggler.add_metric([host, str(st.rank), st.cause], st.ratio)
+        rss = GaugeMetricFamily(PREFIX + "rss_bytes", "A rank's resident memory", labels=names, unit="bytes")
+        growth = GaugeMetricFamily(
+            PREFIX + "rss_growth_bytes_per_minute",
+            "A rank's resident memory growth over the run (least-squares slope)",
+            labels=names,
+        )
+        dev = ["Hostname", "rank", "device"]
+        allocated = GaugeMetricFamily(
+            PREFIX + "cuda_memory_allocated_bytes",
+            "CUDA caching allocator: allocated",
+            labels=dev,
+            unit="bytes",
+        )
+        reserved = GaugeMetricFamily(
+            PREFIX + "cuda_memory_reserved_bytes",
+            "CUDA caching allocator: reserved",
+            labels=dev,
+            unit="bytes",
+        )
+        peak = GaugeMetricFamily(
+            PREFIX + "cuda_memory_peak_bytes",
+            "CUDA caching allocator: peak allocated",
+            labels=dev,
+            unit="bytes",
+        )
+        for mem in snap.memory:
+            labels = [host, _rank(mem.rank)]
+            rss.add_metric(labels, mem.rss_bytes)
+            if mem.rss_growth_bytes_per_min is not None:
+                growth.add_metric(labels, mem.rss_growth_bytes_per_min)
+            for d in mem.devices:
+                allocated.add_metric([*labels, d.device], d.allocated_bytes)
+                reserved.add_metric([*labels, d.device], d.reserved_bytes)
+                peak.add_metric([*labels, d.device], d.peak_bytes)
+        yield from (total, rate, step, phase, straggler, rss, growth, allocated, reserved, peak)
 
     def _syncpoints(self, snap: Snapshot, host: str) -> Iterator[Metric]:
         sites = CounterMetricFamily(

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchpar_top.contract.snapshot import Snapshot
-from torchpar_top.contract.vocab import ChildState, DataBound, ExecutorKind, Word
+from torchpar_top.contract.vocab import PHASES, ChildState, DataBound, ExecutorKind, Word
 from torchpar_top.model import derive
 from torchpar_top.model.stacks import WAIT_EMU_SYNC, WAIT_ITEM, WAIT_SYNC
 
@@ -74,6 +74,8 @@ class Bound(Word):
     BACKEND = "GPU/backend-bound"
     SYNC = "sync-bound"
     STARVED = "CPU-starved"
+    COMPUTE_CPU = "compute-bound (CPU)"
+    STRAGGLER = "straggler"
     NONE = "no clear bottleneck"
 
 
@@ -89,6 +91,10 @@ ADVICE: Mapping[Bound, str] = {
     "no torch.cuda.synchronize() in the loop; the sync-point lines are below",
     Bound.STARVED: "give it cores: fewer threads than cores (torch.set_num_threads, num_workers), or stop "
     "what else runs on the machine (the cores panel shows who)",
+    Bound.COMPUTE_CPU: "the CPU's compute is the limit: more intra-op threads (torch.set_num_threads, up "
+    "to the cores), less work per step (a smaller model or batch, torch.compile)",
+    Bound.STRAGGLER: "even the ranks out: find why that rank's phase is longer (its data, its share of the "
+    "batch, a slower core or device, another process on its cores); the others wait for it every step",
     Bound.NONE: "nothing dominates: profile a step (key h, torch.profiler) to see where its time goes",
 }
 
@@ -153,6 +159,7 @@ class RunTally:
         self.has_async = False
         self.has_eager = False
         self.has_dataloader = False
+        self.has_cuda = False
         self._gpus: dict[int, _GpuTally] = {}
 
     def feed(self, snap: Snapshot) -> None:
@@ -197,6 +204,11 @@ class RunTally:
         bounded = [e for e in snap.executors if e.kind in ASYNC_KINDS]
         self.has_async = self.has_async or bool(bounded)
         self.has_eager = self.has_eager or any(e.kind == ExecutorKind.EAGER for e in snap.executors)
+        self.has_cuda = (
+            self.has_cuda
+            or bool(snap.gpus)
+            or any(e.kind == ExecutorKind.CUDA_STREAM for e in snap.executors)
+        )
         self.has_dataloader = self.has_dataloader or any(
             e.kind == ExecutorKind.DATALOADER for e in snap.executors
         )
@@ -233,7 +245,7 @@ class RunTally:
         with self._lock:
             snap = final or self._last
             figures = self._figures(snap)
-            verdict = classify(figures)
+            verdict = classify({**figures, "straggler": _straggler(snap)})
             modes = {}
             if snap is not None:
                 modes = {
@@ -293,6 +305,9 @@ class RunTally:
                     {"where": s.where, "call": s.call, "count": s.count, "rank": s.rank, "sampled": s.sampled}
                     for s in sites[:TOP_SITES]
                 ],
+                "ranks": _ranks(snap),
+                "straggler": _straggler(snap),
+                "memory": _memory(snap),
                 "verdict": verdict,
             }
 
@@ -329,7 +344,69 @@ class RunTally:
             "device_queue": self.has_async,
             "eager_cpu": self.has_eager and not self.has_async,
             "dataloader": self.has_dataloader,
+            "cuda": self.has_cuda,
+            **_step_figures(snap),
         }
+
+
+def _phases(phases: Any) -> dict[str, float] | None:
+    return None if phases is None else {p: round(getattr(phases, p), 6) for p in PHASES}
+
+
+def _step_figures(snap: Snapshot | None) -> dict[str, Any]:
+    """``step_seconds`` and ``phases`` (seconds per step over the run, the primary rank's), and the
+    straggler's share of the step (what the others wait for it), for :func:`classify`."""
+    steps = snap.steps if snap is not None else None
+    out: dict[str, Any] = {
+        "step_seconds": None if steps is None else _round(steps.run_seconds, 6),
+        "phases": None if steps is None else _phases(steps.run_phases),
+        "straggler_share": None,
+    }
+    if snap is not None and snap.straggler is not None and steps is not None and steps.run_seconds:
+        out["straggler_share"] = round(min(1.0, snap.straggler.costs / steps.run_seconds), 4)
+    return out
+
+
+def _ranks(snap: Snapshot | None) -> list[dict[str, Any]]:
+    """Each rank's steps over the run: steps/s (the inverse of its mean step), mean step, phases."""
+    return [
+        {
+            "rank": r.rank,
+            "steps_per_s": _round(1 / r.steps.run_seconds, 4) if r.steps.run_seconds else None,
+            "step_seconds": _round(r.steps.run_seconds, 6),
+            "phases": _phases(r.steps.run_phases),
+        }
+        for r in (snap.ranks if snap is not None else ())
+        if r.steps is not None
+    ]
+
+
+def _straggler(snap: Snapshot | None) -> dict[str, Any] | None:
+    st = snap.straggler if snap is not None else None
+    if st is None:
+        return None
+    return {"rank": st.rank, "cause": st.cause, "ratio": _round(st.ratio, 3), "costs": round(st.costs, 6)}
+
+
+def _memory(snap: Snapshot | None) -> dict[str, Any]:
+    """The fastest resident-set growth of any rank (bytes per minute, a least-squares slope over the
+    run), and each device's peak allocated bytes."""
+    mems = snap.memory if snap is not None else ()
+    growth = [m.rss_growth_bytes_per_min for m in mems if m.rss_growth_bytes_per_min is not None]
+    return {
+        "rss_growth_bytes_per_min": round(max(growth, key=lambda g: abs(g))) if growth else None,
+        "ranks": [
+            {
+                "rank": m.rank,
+                "rss_bytes": m.rss_bytes,
+                "rss_growth_bytes_per_min": _round(m.rss_growth_bytes_per_min, 0),
+            }
+            for m in mems
+        ],
+        "devices": [
+            {"rank": m.rank, "device": d.device, "peak_bytes": d.peak_bytes} for m in mems for d in m.devices
+        ],
+    }
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -341,17 +418,27 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
     scored by the share of the run it accounts for; the highest wins, the others are listed as ``also``."""
     found: list[tuple[float, Bound, str]] = []
     data = f.get("data_wait")
+    step, phases = f.get("step_seconds"), f.get("phases")
+    measured = bool(step and isinstance(phases, Mapping))
+    phases = phases if isinstance(phases, Mapping) else {}
+    if measured:  # the step's own phases: time in a main-process DataLoader is data, not device
+        data = phases.get("data", 0.0) / step
     if data is not None and derive.data_verdict(data, True).bound == DataBound.INPUT:
         found.append(
             (
                 data,
                 Bound.INPUT,
-                f"the frontend waited for its next batch {_pct(data)} of the time a "
+                f"the steps waited for their next batch {_pct(data)} of their time "
+                f"(input-bound above {_pct(INPUT_BOUND_WAIT)})"
+                if measured
+                else f"the frontend waited for its next batch {_pct(data)} of the time a "
                 f"DataLoader fed it "
                 f"(input-bound above {_pct(INPUT_BOUND_WAIT)})",
             )
         )
     sync = max(f.get("sync_wait") or 0.0, f.get("stack_in_sync") or 0.0)
+    if measured:
+        sync = phases.get("sync", 0.0) / step
     if sync > SYNC_BOUND_WAIT:
         found.append(
             (
@@ -362,11 +449,13 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
             )
         )
     blocked, fill, busy = f.get("blocked"), f.get("queue_fill"), f.get("frontend_busy")
+    # no GPU on the machine: the device is the CPU (its threads, emulated streams): never say "GPU"
+    backend = Bound.BACKEND if f.get("cuda", True) else Bound.COMPUTE_CPU
     if blocked is not None and blocked > BLOCKED_BOUND:
         found.append(
             (
                 blocked,
-                Bound.BACKEND,
+                backend,
                 f"launches blocked on a full queue {_pct(blocked)} of the run (above {_pct(BLOCKED_BOUND)})",
             )
         )
@@ -374,7 +463,7 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
         found.append(
             (
                 fill,
-                Bound.BACKEND,
+                backend,
                 f"the device's queue stayed {_pct(fill)} full on average (above {_pct(QUEUE_FULL)})",
             )
         )
@@ -382,7 +471,7 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
         found.append(
             (
                 busy,
-                Bound.BACKEND,
+                Bound.COMPUTE_CPU,
                 f"eager CPU ops run on the frontend thread, busy {_pct(busy)} of "
                 f"the run (above {_pct(FRONTEND_BUSY)}): the CPU is the device",
             )
@@ -413,6 +502,18 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
                 f"threads waited for a core (starved) {_pct(starved)} of the "
                 f"run, {cores or 0:.2f} cores' worth of run-queue wait on "
                 f"average (above {_pct(STARVED_TIME)})",
+            )
+        )
+    straggler, share = f.get("straggler"), f.get("straggler_share")
+    if isinstance(straggler, Mapping) and share is not None:
+        ratio = straggler.get("ratio")
+        times = f"{ratio:.1f}× the others'" if ratio is not None else "longer than the others' (none there)"
+        found.append(
+            (
+                share,
+                Bound.STRAGGLER,
+                f"rank {straggler['rank']}'s {straggler['cause']} is {times}: the other ranks wait "
+                f"{1000 * straggler['costs']:.1f} ms per step for it ({_pct(share)} of the step)",
             )
         )
     found.sort(key=lambda x: -x[0])
@@ -468,6 +569,21 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
     ]
     if parts:
         lines.append("  frontend: " + ", ".join(parts))
+    if f.get("step_seconds") and f.get("phases"):
+        step, ph = f["step_seconds"], f["phases"]
+        parts = [f"{p} {_ms(ph[p])}" for p in PHASES if ph.get(p)]
+        lines.append(f"  step: {_ms(step)} ({', '.join(parts)})")
+    straggler = report.get("straggler")
+    if straggler:
+        lines.append(
+            f"  straggler: rank {straggler['rank']} ({straggler['cause']}), the others wait "
+            f"{_ms(straggler['costs'])} per step"
+        )
+    growth = (report.get("memory") or {}).get("rss_growth_bytes_per_min")
+    if growth is not None:
+        lines.append(
+            f"  memory: resident set {'+' if growth >= 0 else ''}{growth / 2**20:.1f} MiB/min over the run"
+        )
     if f["data_wait"] is not None:
         lines.append(
             f"  data: the frontend waited for its next batch {_pct(f['data_wait'])} of the time a "
@@ -487,6 +603,10 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
     if path:
         lines.append(f"  report: {path}")
     return "\n".join(lines) + "\n"
+
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.3g} ms"
 
 
 def write(report: Mapping[str, Any], path: str) -> None:
@@ -543,12 +663,26 @@ METRICS = (
     "starved_share",
     "run_queue_wait_cores",
     "cpu_load",
+    "step_seconds",
+    *(f"phases.{p}" for p in PHASES),
 )
+#: Figures where a rise is the regression (times per step), not a fall.
+LOWER_IS_BETTER = frozenset(m for m in METRICS if m == "step_seconds" or m.startswith("phases."))
+
+
+def _figure(figures: Mapping[str, Any], metric: str) -> Any:
+    """A figure by name; ``phases.forward`` is the forward phase's seconds per step."""
+    if metric.startswith("phases."):
+        phases = figures.get("phases")
+        return phases.get(metric.partition(".")[2]) if isinstance(phases, Mapping) else None
+    return figures.get(metric)
 
 
 def _unit(report: Mapping[str, Any], metric: str) -> str:
     if metric == "throughput":
         return report["figures"].get("throughput_unit", "")
+    if metric in LOWER_IS_BETTER:
+        return "s/step"
     return (
         "steps/s"
         if metric == "steps_per_s"
@@ -579,7 +713,8 @@ def compare(
     names: tuple[str, str] = ("A", "B"),
 ) -> Comparison:
     """Two reports side by side; ``regressed`` when the chosen figure fell by more than ``tolerance``
-    (a share of A's value). The default figure is steps/s where both runs counted steps, else throughput.
+    (a share of A's value), or for a time per step (``step_seconds``, ``phases.forward``...) rose by more
+    than it. The default figure is steps/s where both runs counted steps, else throughput.
     :class:`ReportError` when the figure is missing or its units differ."""
     fa, fb = a["figures"], b["figures"]
     if metric is None:
@@ -593,18 +728,23 @@ def compare(
     ua, ub = _unit(a, metric), _unit(b, metric)
     if ua != ub:
         raise ReportError(f"{metric} is in different units: {ua!r} in {names[0]}, {ub!r} in {names[1]}")
-    va, vb = fa.get(metric), fb.get(metric)
+    va, vb = _figure(fa, metric), _figure(fb, metric)
     for value, name in ((va, names[0]), (vb, names[1])):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ReportError(f"{name} has no {metric} figure")
     change = (vb - va) / va if va else None
-    regressed = change is not None and change < -tolerance
+    lower = metric in LOWER_IS_BETTER
+    regressed = change is not None and (change > tolerance if lower else change < -tolerance)
     rows = [
         ("target", a.get("target", ""), b.get("target", "")),
         ("seconds", a.get("seconds"), b.get("seconds")),
         ("verdict", a["verdict"].get("class"), b["verdict"].get("class")),
     ]
-    rows += [(k, fa.get(k), fb.get(k)) for k in METRICS if fa.get(k) is not None or fb.get(k) is not None]
+    rows += [
+        (k, _figure(fa, k), _figure(fb, k))
+        for k in METRICS
+        if _figure(fa, k) is not None or _figure(fb, k) is not None
+    ]
     width = max(len(r[0]) for r in rows)
     cols = [
         max(len(names[0]), *(len(_cell(r[1])) for r in rows)),
@@ -617,7 +757,7 @@ def compare(
             delta = f"{100 * (y - x) / x:+.1f} %"
         mark = "  <" if key == metric else ""
         out.append(f"{key:{width}}  {_cell(x):>{cols[0]}}  {_cell(y):>{cols[1]}}  {delta}{mark}")
-    verdict = "FELL" if regressed else "ok"
+    verdict = ("ROSE" if lower else "FELL") if regressed else "ok"
     amount = "n/a (A is 0)" if change is None else f"{100 * change:+.1f} %"
     out.append(f"{metric} ({ua}): {amount}, tolerance {100 * tolerance:.1f} %: {verdict}")
     return Comparison("\n".join(out) + "\n", metric, change, regressed)

@@ -35,6 +35,7 @@ from torchpar_top.tui.widgets.queues import QueuesPanel
 from torchpar_top.tui.widgets.ranks import RanksPanel, shows_ranks
 from torchpar_top.tui.widgets.scoreboard import ScoreboardPanel
 from torchpar_top.tui.widgets.stack import StackPanel
+from torchpar_top.tui.widgets.steps import StepsPanel
 from torchpar_top.tui.widgets.syncpoints import SyncPointsPanel
 from torchpar_top.tui.widgets.threads import ThreadsPanel
 
@@ -137,7 +138,8 @@ class TorchparTopApp(App[None]):
         return screen_class()(id="_default")
 
     def compose(self) -> ComposeResult:
-        """Header; cores | threads (| ranks); queues; lanes | scoreboard; GPUs; stack | sync points; log."""
+        """Header; cores | threads (| ranks); queues; lanes | scoreboard; steps; GPUs; stack | sync points;
+        log."""
         yield HeaderBar(title_extra=self.title_extra, id="header")
         with PanelRow(id="top"):
             yield CoresPanel(id="cores", classes="panel")
@@ -147,6 +149,7 @@ class TorchparTopApp(App[None]):
         with PanelRow(id="middle"):
             yield LanesPanel(id="lanes", classes="panel")
             yield ScoreboardPanel(id="scoreboard", classes="panel")
+        yield StepsPanel(id="steps", classes="panel")
         yield GpusPanel(id="gpus", classes="panel")
         with PanelRow(id="detail", flexible=True):
             yield StackPanel(id="stack", classes="panel")
@@ -222,6 +225,9 @@ class TorchparTopApp(App[None]):
                 row.fit()
             if self._main_screen is not None and self._detail is not None:
                 self._main_screen.set_class(self._detail.display, "-detail")
+                self._main_screen.set_class(
+                    bool(snapshot.steps or any(r.steps for r in snapshot.ranks)), "-steps"
+                )
                 self._main_screen.set_class(snapshot.replay is not None and snapshot.replay.trace, "-replay")
         replay = snapshot.replay is not None
         self._footer_for(replay, 0 < self._columns < keys.footer_width(replay))

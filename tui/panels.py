@@ -106,9 +106,24 @@ PANELS: tuple[Panel, ...] = (
         "ranks",
         "(torchrun): one row per rank, its state (a rank that exited is marked with its exit code, the "
         "others keep being shown), throughput, queue depth and the share of time it waited for data. "
-        "Executors of rank N are prefixed `rN:` in the queue and lanes panels.",
+        "Executors of rank N are prefixed `rN:` in the queue and lanes panels. Once steps are found, each "
+        "rank's **step** time and its **slowest** phase (and its share of the step) join the table.",
         "A rank's agent reports its exit status with the exception's last line; a rank killed by a signal "
         "shows just *exited*.",
+    ),
+    Panel(
+        "steps",
+        "once a training step is seen: one bar per rank, split into the step's phases (**data**, "
+        "**transfer**, **forward**, **backward**, **comm**: waiting for other ranks, **optimizer**, **sync**, "
+        "**other**), as long as its step compared with the longest, then its step time and steps/s; the "
+        "**straggler** (the rank the others wait for) is marked with the phase that makes it slow. The title "
+        "says what marks a step (optimizer steps, backward calls, DataLoader batches, model calls). On "
+        "short terminals the panel steps aside (the ranks table keeps the slowest phase).",
+        "Seconds per step over the last 2 s, from a handful of timestamps per step in the workload (on CUDA "
+        "from CUDA events: GPU time, untested on hardware). Ranks' steps/s are counted over the same span "
+        "of time, so ranks in lockstep read the same rate. The straggler is judged over the run, on "
+        "one-second windows aligned across ranks (`model/steps.py`): a rank is named when one phase other "
+        "than comm is clearly longer than the others' in most windows, never on one step's noise.",
     ),
     Panel(
         "GPU",

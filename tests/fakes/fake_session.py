@@ -10,6 +10,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+from torchpar_top.contract.messages import StepPhases, StepRecord
 from torchpar_top.contract.snapshot import (
     ChildStatus,
     DataVerdict,
@@ -18,17 +19,30 @@ from torchpar_top.contract.snapshot import (
     GpuView,
     LogLine,
     ModeStats,
+    RankMemory,
     RankView,
     ResultRow,
     ScalingPoint,
     Snapshot,
     StackFrame,
     StackView,
+    StepsView,
+    Straggler,
     SyncSite,
     ThreadGroup,
     ThreadInfo,
 )
-from torchpar_top.contract.vocab import ChildState, DataBound, ExecutorKind, LogSource, Mode, Quantity, Role
+from torchpar_top.contract.vocab import (
+    PHASES,
+    ChildState,
+    DataBound,
+    ExecutorKind,
+    LogSource,
+    Mode,
+    Quantity,
+    Role,
+    StepSource,
+)
 from torchpar_top.model import derive
 
 EXPERIMENTS = (
@@ -552,6 +566,58 @@ def make_torchrun_snapshot(*, ranks: int = 2, dead: int | None = 1) -> Snapshot:
             ),
             data_verdict=DataVerdict(DataBound.COMPUTE, 0.12),
             stack=stack,
+        )
+    )
+
+
+#: Seconds per step in each phase on the two ranks of :func:`make_steps_snapshot` (rank 1's forward is
+#: 4x: rank 0 waits for it in DDP's all-reduce, its ``comm``).
+STEP_PHASES = (
+    StepPhases(
+        data=0.0008,
+        transfer=0.0002,
+        forward=0.0030,
+        backward=0.0050,
+        comm=0.0110,
+        optimizer=0.0010,
+        sync=0.0003,
+        other=0.0007,
+    ),
+    StepPhases(
+        data=0.0009,
+        transfer=0.0002,
+        forward=0.0120,
+        backward=0.0052,
+        comm=0.0018,
+        optimizer=0.0010,
+        sync=0.0002,
+        other=0.0007,
+    ),
+)
+
+
+def make_steps_snapshot(*, ranks: int = 2, straggler: bool = True) -> Snapshot:
+    """:func:`make_torchrun_snapshot` with every rank running and stepping (:data:`STEP_PHASES`): the
+    straggler (rank 1's forward), memory per rank (one slowly growing), and a few whole recent steps."""
+    base = make_torchrun_snapshot(ranks=ranks, dead=None)
+    views, memory = [], []
+    for r, view in enumerate(base.ranks):
+        phases = STEP_PHASES[min(r, 1)] if straggler else STEP_PHASES[0]
+        step = sum(getattr(phases, p) for p in PHASES)
+        recent = tuple(StepRecord(999.0 + i * step, phases) for i in range(4))
+        steps = StepsView(
+            StepSource.BACKWARD, 1200 + r, 1 / 0.0230, step, phases, step * 1.01, phases, recent=recent
+        )
+        views.append(dataclasses.replace(view, throughput=steps.per_second, steps=steps))
+        memory.append(RankMemory(r, 812_000_000 + 4_000_000 * r, (), 120_000.0 if r else 0.0))
+    return typed(
+        dataclasses.replace(
+            base,
+            ranks=tuple(views),
+            steps=dataclasses.replace(views[0].steps, recent=()),
+            throughput=views[0].steps.per_second,
+            straggler=Straggler(1, "forward", 4.0, 0.0092) if straggler else None,
+            memory=tuple(memory),
         )
     )
 

@@ -20,6 +20,7 @@ from fakes.fake_session import (
     make_attach_snapshot,
     make_run_snapshot,
     make_snapshot,
+    make_steps_snapshot,
     make_torchrun_snapshot,
     typed,
 )
@@ -806,6 +807,7 @@ def cut_numbers(panel: Widget) -> list[str]:
         lambda: make_snapshot(executors=2, gpus=2, child_state="exited", exit_code=1),
         make_run_snapshot,
         make_torchrun_snapshot,
+        make_steps_snapshot,
         lambda: make_snapshot(executors=2, paused=True, cores=16),
         lambda: dataclasses.replace(  # a replay: its position line, no host panels
             make_snapshot(executors=2),

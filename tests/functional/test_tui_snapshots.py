@@ -17,6 +17,7 @@ from fakes.fake_session import (
     make_attach_snapshot,
     make_run_snapshot,
     make_snapshot,
+    make_steps_snapshot,
     make_torchrun_snapshot,
 )
 from textual.pilot import Pilot
@@ -91,6 +92,17 @@ def test_run_script_80x24(snap_compare: SnapCompare) -> None:
 def test_torchrun_rank_exited_120x36(snap_compare: SnapCompare) -> None:
     """Two ranks, rank 1 exited with code 1; executors ``r0:``/``r1:``."""
     assert snap_compare(app_serving(make_torchrun_snapshot()), terminal_size=(120, 36), run_before=redraw)
+
+
+def test_steps_straggler_120x36(snap_compare: SnapCompare) -> None:
+    """Two DDP ranks stepping, rank 1's forward 4x: the steps panel's bars, the straggler marked, the ranks
+    table's step time and slowest phase."""
+    assert snap_compare(app_serving(make_steps_snapshot()), terminal_size=(120, 36), run_before=redraw)
+
+
+def test_steps_straggler_80x24(snap_compare: SnapCompare) -> None:
+    """Short and narrow: the steps panel steps aside, the ranks table keeps each rank's slowest phase."""
+    assert snap_compare(app_serving(make_steps_snapshot()), terminal_size=(80, 24), run_before=redraw)
 
 
 def test_attach_no_ptrace_120x36(snap_compare: SnapCompare) -> None:

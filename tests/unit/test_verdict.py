@@ -63,7 +63,7 @@ def test_cpu_starved_when_the_threads_wait_for_cores():
 
 
 def test_backend_bound_when_launches_block_on_a_full_queue():
-    snap = calm(with_queue(make_snapshot(executors=1), 1024, blocked=0.61), busy=0.2, wait=0.7)
+    snap = calm(with_queue(make_snapshot(executors=1, gpus=1), 1024, blocked=0.61), busy=0.2, wait=0.7)
     report = fed(snap).report()
     assert report["verdict"]["class"] == Bound.BACKEND
     assert report["figures"]["blocked"] == pytest.approx(0.61) and report["figures"]["queue_fill"] == 1.0
@@ -71,8 +71,16 @@ def test_backend_bound_when_launches_block_on_a_full_queue():
 
 
 def test_backend_bound_on_a_full_queue_that_never_blocks_in_a_sample():
-    snap = calm(with_queue(make_snapshot(executors=1), 1000, blocked=0.0), busy=0.4, wait=0.0)
+    snap = calm(with_queue(make_snapshot(executors=1, gpus=1), 1000, blocked=0.0), busy=0.4, wait=0.0)
     assert verdict_of(fed(snap))["class"] == Bound.BACKEND
+
+
+def test_a_full_queue_without_a_gpu_is_compute_bound_cpu_never_gpu():
+    snap = calm(with_queue(make_snapshot(executors=1), 1024, blocked=0.61), busy=0.2, wait=0.7)
+    report = fed(snap).report()
+    assert report["figures"]["cuda"] is False
+    assert report["verdict"]["class"] == Bound.COMPUTE_CPU == "compute-bound (CPU)"
+    assert "GPU" not in json.dumps(report["verdict"]) and "GPU" not in verdict.render(report)
 
 
 def test_launch_bound_when_the_frontend_is_busy_and_the_queue_empty():
@@ -87,7 +95,7 @@ def test_sync_bound_when_the_frontend_waits_in_synchronize():
     assert v["class"] == Bound.SYNC and "85 %" in v["why"]
 
 
-def test_eager_cpu_busy_frontend_is_backend_bound():
+def test_eager_cpu_busy_frontend_is_compute_bound_cpu():
     snap = calm(
         dataclasses.replace(make_run_snapshot(), data_verdict=DataVerdict(DataBound.COMPUTE, 0.05)),
         busy=0.9,
@@ -95,7 +103,8 @@ def test_eager_cpu_busy_frontend_is_backend_bound():
     )
     report = fed(snap).report()
     assert report["figures"]["eager_cpu"] is True
-    assert report["verdict"]["class"] == Bound.BACKEND and "eager CPU" in report["verdict"]["why"]
+    assert report["verdict"]["class"] == Bound.COMPUTE_CPU and "eager CPU" in report["verdict"]["why"]
+    assert "GPU" not in report["verdict"]["next"]
 
 
 def test_no_clear_bottleneck():

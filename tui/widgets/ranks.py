@@ -8,6 +8,7 @@ from torchpar_top.contract.snapshot import ExecutorView, RankView, Snapshot
 from torchpar_top.contract.vocab import ChildState, ExecutorKind
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
+from torchpar_top.tui.widgets.steps import SHORT, slowest
 
 
 def shows_ranks(snapshot: Snapshot) -> bool:
@@ -107,14 +108,23 @@ class RanksPanel(SnapshotPanel):
         cols |= {"pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
         if not node_w:
             del cols["node"]
-        for drop in (
+        drops: tuple[tuple[str, ...], ...] = (
             (),
             ("data",),
             ("data", "pid"),
             ("data", "pid", "node"),
             ("data", "pid", "node", "depth"),
             ("data", "pid", "node", "depth", "thr"),
-        ):
+        )
+        if any(r.steps is not None for r in ranks):  # steps: each rank's step time and slowest phase
+            cols |= {"step": 9, "slow": 10}
+            drops = (
+                *drops[:5],
+                ("data", "pid", "node", "depth", "step"),
+                ("data", "pid", "node", "depth", "step", "thr"),
+                ("data", "pid", "node", "depth", "step", "thr", "slow"),
+            )
+        for drop in drops:
             if sum(w for k, w in cols.items() if k not in drop) <= width:
                 break
         for key in drop:
@@ -131,6 +141,10 @@ class RanksPanel(SnapshotPanel):
             head.add("depth".rjust(cols["depth"]), self.style("dim"))
         if "data" in cols:
             head.add("data".rjust(cols["data"]), self.style("dim"))
+        if "step" in cols:
+            head.add("step".rjust(cols["step"]), self.style("dim"))
+        if "slow" in cols:
+            head.add("  slowest".ljust(cols["slow"]), self.style("dim"))
         out = [head]
         for r in ranks:
             exited = r.state == ChildState.EXITED
@@ -149,5 +163,12 @@ class RanksPanel(SnapshotPanel):
                 row.add(str(r.depth).rjust(cols["depth"]), number)
             if "data" in cols:
                 row.add(render.pct(r.data_wait, cols["data"]), number)
+            if "step" in cols:
+                step = r.steps.seconds if r.steps is not None else None
+                row.add((render.seconds(step) if step else "—").rjust(cols["step"]), number)
+            if "slow" in cols:
+                worst = slowest(r.steps) if r.steps is not None else None
+                text = f"{SHORT[worst[0]]} {render.pct(worst[1], 0)}" if worst else "—"
+                row.add(("  " + text).ljust(cols["slow"]), self.style("dim" if exited else "label"))
             out.append(row)
         return out

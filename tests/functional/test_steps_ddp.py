@@ -1,0 +1,87 @@
+"""End to end: 2-rank DDP (Gloo) jobs under ``torchpar-top run --nproc-per-node 2 --headless``; the
+headless ``straggler`` names the rank slowed in its forward, the rank slowed in its data, and no one when
+the ranks are identical. Lockstep ranks read the same steps/s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xfail(reason="needs the agent side", strict=False),
+]
+
+CMD = [sys.executable, "-m", "torchpar_top"]
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ddp_steps.py"
+#: Seconds the job runs (the straggler needs MIN_WINDOWS one-second windows, and torchrun a few to start).
+SECONDS = 14
+
+
+def _gloo() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_gloo_available()
+
+
+def headless(*script_args: str) -> list[dict]:
+    """The headless objects of a 2-rank run of ``ddp_steps.py``."""
+    proc = subprocess.run(
+        [
+            *CMD,
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--headless",
+            "--duration",
+            str(SECONDS + 60),
+            str(SCRIPT),
+            str(SECONDS),
+            *script_args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS + 180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def last_straggler(records: list[dict]) -> dict | None:
+    """The straggler of the last object where both ranks had stepped."""
+    stepped = [r for r in records if len([k for k in r["ranks"] if k.get("steps")]) == 2]
+    assert stepped, "no object had both ranks' steps"
+    return stepped[-1]["straggler"]
+
+
+@pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
+def test_a_rank_slowed_in_its_forward_is_named_with_forward():
+    records = headless("forward", "1", "12")
+    found = last_straggler(records)
+    assert found is not None and (found["rank"], found["cause"]) == (1, "forward"), found
+    assert found["ratio"] > 2 and found["costs"] > 0.005
+    last = [r for r in records if r["steps"]][-1]
+    assert {"source", "count", "per_second", "seconds", "phases"} <= set(last["steps"])
+    # the fast rank waits for it in the all-reduce: its comm is the longer
+    ranks = {k["rank"]: k["steps"] for k in last["ranks"]}
+    assert ranks[0]["phases"]["comm"] > ranks[1]["phases"]["comm"]
+
+
+@pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
+def test_a_rank_slowed_in_its_data_is_named_with_data():
+    found = last_straggler(headless("data", "0", "12"))
+    assert found is not None and (found["rank"], found["cause"]) == (0, "data"), found
+
+
+@pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
+def test_identical_ranks_have_no_straggler_and_read_the_same_rate():
+    records = headless()
+    assert last_straggler(records) is None
+    both = [r for r in records if len([k for k in r["ranks"] if k.get("steps")]) == 2][-5:]
+    for r in both:
+        a, b = (k["steps"]["per_second"] for k in r["ranks"])
+        assert a is not None and b is not None and abs(a - b) <= 0.05 * max(a, b), (a, b)

@@ -1,0 +1,67 @@
+"""The steps panel and the ranks table's step columns, drawn through Pilot from a FakeSession."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fakes.fake_session import STEP_PHASES, FakeSession, make_run_snapshot, make_steps_snapshot
+from pilot import run_async, settle, text_of
+from torchpar_top.contract.vocab import PHASES
+from torchpar_top.tui.app import TorchparTopApp
+from torchpar_top.tui.widgets.ranks import RanksPanel
+from torchpar_top.tui.widgets.steps import StepsPanel, cells, shares
+
+
+def test_cells_split_the_bar_by_shares_exactly() -> None:
+    parts = shares(make_steps_snapshot().ranks[1].steps)
+    split = dict(cells(parts, 44))
+    assert sum(split.values()) == 44
+    total = sum(getattr(STEP_PHASES[1], p) for p in PHASES)
+    assert abs(split["forward"] - 44 * STEP_PHASES[1].forward / total) <= 1
+    assert "transfer" not in split or split["transfer"] <= 1
+
+
+@run_async
+async def test_the_panel_draws_a_bar_per_rank_and_marks_the_straggler() -> None:
+    app = TorchparTopApp(FakeSession(make_steps_snapshot()), render_interval=None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        panel = app.query_one(StepsPanel)
+        assert panel.display
+        lines = text_of(panel).splitlines()
+        assert "forward" in lines[0] and "comm" in lines[0]  # the legend
+        r0, r1 = (line for line in lines if line.startswith(("r0", "r1")))
+        assert "22.0 ms" in r0 and "43.5/s" in r0 and "straggler" not in r0
+        assert "◀ straggler: forward 4.0×" in r1
+        assert "backward calls" in str(panel.border_title)
+        # the bar: forward (its colour) takes about its share of rank 1's bar
+        strip = panel.render_line(lines.index(r1))
+        forward_style = panel.style("steps--forward")
+        fwd = sum(len(s.text) for s in strip if s.style and s.style.color == forward_style.color)
+        bar = sum(len(s.text) for s in strip if s.text and set(s.text) == {"█"})
+        assert abs(fwd / bar - STEP_PHASES[1].forward / sum(getattr(STEP_PHASES[1], p) for p in PHASES)) < 0.1
+        ranks = text_of(app.query_one(RanksPanel))
+        assert "slowest" in ranks and "fwd 55%" in ranks and "comm 50%" in ranks and "22.0 ms" in ranks
+
+
+@run_async
+async def test_no_steps_no_panel_and_identical_ranks_say_so() -> None:
+    app = TorchparTopApp(FakeSession(make_run_snapshot()), render_interval=None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        assert not app.query_one(StepsPanel).display
+    app = TorchparTopApp(FakeSession(make_steps_snapshot(straggler=False)), render_interval=None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        panel = app.query_one(StepsPanel)
+        assert "no straggler" in str(panel.border_title) and "◀" not in text_of(panel)
+
+
+@run_async
+async def test_short_screens_put_the_panel_aside_the_ranks_keep_the_slowest_phase() -> None:
+    snap = make_steps_snapshot()
+    app = TorchparTopApp(FakeSession(dataclasses.replace(snap)), render_interval=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert not app.query_one(StepsPanel).display
+        assert "fwd 55%" in text_of(app.query_one(RanksPanel))

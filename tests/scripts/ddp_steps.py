@@ -1,0 +1,81 @@
+"""DDP (Gloo, CPU) with a DataLoader, for torchrun: one rank can be made slow in its forward or its data.
+
+    torchrun --standalone --nproc-per-node=2 ddp_steps.py SECONDS [forward|data RANK [MS]]
+
+Every step: a batch from a DataLoader (main process), the model's forward, backward (DDP all-reduces the
+gradients), an optimizer step. ``forward RANK MS``: that rank's forward sleeps MS ms more (default 12);
+``data RANK MS``: its batches take MS ms more to load. Runs for SECONDS, then every rank stops together.
+"""
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+
+
+class Items(Dataset):
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.delay:
+            time.sleep(self.delay)
+        return torch.randn(32)
+
+
+class Net(nn.Module):
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 1))
+        self.delay = delay
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.delay:
+            time.sleep(self.delay)
+        return self.body(x)
+
+
+def main() -> None:
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    what = sys.argv[2] if len(sys.argv) > 2 else ""
+    slow = int(sys.argv[3]) if len(sys.argv) > 3 else -1
+    ms = float(sys.argv[4]) if len(sys.argv) > 4 else 12.0
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(rank)
+    mine = rank == slow
+    batch = 4
+    data = DataLoader(Items(ms / 1000 / batch if mine and what == "data" else 0.0), batch_size=batch)
+    model = DDP(Net(ms / 1000 if mine and what == "forward" else 0.0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    end = time.monotonic() + seconds
+    going = torch.ones(1)
+    step = 0
+    for x in data:
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if step % 20 == 0:  # stop together: every rank runs the same number of steps
+            going.fill_(1.0 if time.monotonic() < end else 0.0)
+            dist.all_reduce(going, op=dist.ReduceOp.MIN)
+            if going.item() == 0:
+                break
+    dist.barrier()
+    if rank == 0:
+        print(f"done: {step} steps on {world} ranks", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

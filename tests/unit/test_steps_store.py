@@ -1,0 +1,158 @@
+"""The store's step figures from synthetic samples: rates over a common span (lockstep ranks agree),
+window vs run phases, the straggler from per-rank windows (none for identical ranks), memory growth."""
+
+import pytest
+from fakes.steps import Rank, hello
+from torchpar_top.contract.vocab import PHASES
+from torchpar_top.model.steps import RankSteps, slope_per_min
+from torchpar_top.model.store import SessionStore
+
+
+def feed(store, ranks, seconds):
+    for _ in range(round(seconds / 0.1)):
+        for i, r in enumerate(ranks):
+            store.on_message(r.sample(), source=i)
+
+
+def two_ranks(a, b):
+    st = SessionStore("run")
+    st.on_message(hello(100, 0), source=0)
+    st.on_message(hello(101, 1), source=1)
+    return st, [a, b]
+
+
+def test_lockstep_ranks_read_the_same_rate_whatever_their_sample_phase():
+    # same steps (every 27 ms) but samples taken 60 ms apart: each rank's own last window disagrees
+    st, ranks = two_ranks(Rank(step=0.027, offset=0.0), Rank(step=0.027, offset=0.06))
+    ranks[1].next_end = ranks[0].next_end  # the steps end at the same moments on both
+    feed(st, ranks, 6)
+    snap = st.snapshot()
+    a, b = (r.steps.per_second for r in snap.ranks)
+    assert a == b
+    assert a == pytest.approx(1 / 0.027, rel=0.05)
+    assert snap.steps.per_second == a and snap.throughput == a and snap.throughput_unit == "steps/s"
+    assert [r.throughput for r in snap.ranks] == [a, b]
+
+
+def test_window_phases_follow_the_last_seconds_run_phases_the_whole_run():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=0.02, forward=0.015, data=0.005)
+    for _ in range(50):  # 5 s of forward 15 ms
+        st.on_message(r.sample())
+    r.per_step = {"forward": 0.005, "data": 0.015}
+    for _ in range(50):  # 5 s of data 15 ms
+        st.on_message(r.sample())
+    s = st.snapshot().steps
+    assert s.source.value == "backward" and s.count == r.count
+    assert s.phases.data == pytest.approx(0.015) and s.phases.forward == pytest.approx(0.005)
+    assert s.run_phases.data == pytest.approx(0.010, rel=0.02)
+    assert s.run_phases.forward == pytest.approx(0.010, rel=0.02)
+    assert s.seconds == pytest.approx(0.020) and s.run_seconds == pytest.approx(0.020)
+    assert sum(getattr(s.phases, p) for p in PHASES) == pytest.approx(s.seconds)
+
+
+def test_slow_steps_keep_their_window_figures():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=3.0, forward=3.0)
+    for _ in range(70):
+        st.on_message(r.sample())
+    s = st.snapshot().steps
+    assert s.count == 2 and s.seconds == pytest.approx(3.0)
+
+
+def test_slow_steps_are_rated_over_a_longer_span():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=1.5, forward=1.5)
+    rates = []
+    for i in range(200):  # 20 s: 13 steps
+        st.on_message(r.sample())
+        if i >= 100:
+            rates.append(st.snapshot().steps.per_second)
+    assert all(x == pytest.approx(1 / 1.5, rel=0.35) for x in rates), (min(rates), max(rates))
+
+
+def test_the_straggler_is_named_from_the_ranks_windows():
+    fast = {"forward": 0.002, "backward": 0.003, "comm": 0.010, "optimizer": 0.001}
+    slow = {"forward": 0.010, "backward": 0.003, "comm": 0.002, "optimizer": 0.001}
+    st, ranks = two_ranks(
+        Rank(step=0.016, jitter=0.2, seed=1, **fast), Rank(step=0.016, jitter=0.2, seed=2, **slow)
+    )
+    feed(st, ranks, 10)
+    found = st.snapshot().straggler
+    assert found is not None and (found.rank, found.cause) == (1, "forward")
+    assert found.ratio == pytest.approx(5, rel=0.2)
+    assert found.costs == pytest.approx(0.008, rel=0.2)
+
+
+def test_identical_ranks_have_no_straggler():
+    same = {"forward": 0.004, "backward": 0.006, "comm": 0.002, "optimizer": 0.001}
+    st, ranks = two_ranks(
+        Rank(step=0.013, jitter=0.3, seed=3, **same), Rank(step=0.013, jitter=0.3, seed=4, **same)
+    )
+    feed(st, ranks, 10)
+    assert st.snapshot().straggler is None
+
+
+def test_memory_growth_is_the_slope_of_rss():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(leak=1_000_000.0)  # a megabyte a second
+    for _ in range(100):
+        st.on_message(r.sample())
+    (mem,) = st.snapshot().memory
+    assert mem.rss_growth_bytes_per_min == pytest.approx(60_000_000, rel=0.02)
+    assert mem.rss_bytes == int(r.rss)
+
+
+def test_slope_needs_points_and_time():
+    assert slope_per_min([(0, 1), (0.5, 2)]) is None
+    assert slope_per_min([(0, 5), (1, 5), (2, 5)]) == 0
+
+
+def test_sampled_ops_throughput_is_smoothed_like_the_scoreboard():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=100.0)  # no steps: ops/s only
+    for i in range(40):  # the op counter's slices catch 50 or 1000 ops/s in turn
+        st.on_message(r.sample(unit="ops/s", throughput=1000.0 if i % 2 else 50.0))
+    snap = st.snapshot()
+    assert snap.steps is None and snap.throughput_unit == "ops/s"
+    assert snap.throughput == pytest.approx(525.0)
+    board = next(b for b in snap.scoreboard if b.seconds)
+    assert board.throughput == pytest.approx(snap.throughput, rel=0.05)
+
+
+def test_recent_steps_are_kept_once_each():
+    rs = RankSteps()
+    r = Rank(step=0.03)
+    for _ in range(10):
+        msg = r.sample()
+        rs.add(msg.t, msg.window, msg.steps, msg.memory)
+    ends = [x.end for x in rs.recent]
+    assert ends == sorted(set(ends)) and len(ends) == r.count
+
+
+def test_sampled_ops_are_a_mean_over_the_last_ten_seconds_as_the_scoreboard_over_the_run():
+    # counted in the op counter's slices (op_coverage set): 8 s at 100 ops/s, then 2 s at 1900
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=100.0)
+    for i in range(101):
+        rate = 100.0 if i < 81 else 1900.0
+        st.on_message(r.sample(unit="ops/s", throughput=rate, op_coverage=0.05 if i % 10 == 0 else 0.0))
+    snap = st.snapshot()
+    assert snap.throughput == pytest.approx((80 * 100 + 20 * 1900) / 100)
+    board = next(b for b in snap.scoreboard if b.seconds)
+    assert board.throughput == pytest.approx(snap.throughput, rel=0.02)
+
+
+def test_a_loop_faster_than_the_ends_a_sample_carries_is_rated_from_its_counts():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=0.0001, forward=0.0001)  # 1,000 steps a sample, 512 ends carried
+    for _ in range(40):
+        st.on_message(r.sample())
+    assert st.snapshot().steps.per_second == pytest.approx(10_000, rel=0.02)
