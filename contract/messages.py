@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from typing import ClassVar, Union
 
 from torchpar_top.contract.codec import MAX_LINE, ProtocolError, bounded, from_plain, to_plain
-from torchpar_top.contract.vocab import Counted, ExecutorKind, Mode, Quantity, Role, StepSource, SyncScope
+from torchpar_top.contract.vocab import (
+    Counted,
+    ExecutorKind,
+    Mode,
+    Quantity,
+    Role,
+    StepSource,
+    SyncScope,
+    ThroughputUnit,
+)
 
 #: Version of the wire format; a line of another version is refused.
 VERSION = 2
@@ -247,7 +256,7 @@ class Sample(Message):
     """Seconds covered."""
     mode: Mode
     throughput: float = bounded(lo=0.0)
-    unit: str
+    unit: ThroughputUnit
     num_threads: int = bounded(lo=1)
     frontend: Frontend
     overlap: float = bounded(lo=0.0, hi=1.0)

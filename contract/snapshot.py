@@ -20,6 +20,8 @@ from torchpar_top.contract.vocab import (
     Mode,
     Quantity,
     Role,
+    ThroughputUnit,
+    WaitKind,
 )
 
 
@@ -223,9 +225,9 @@ class RankView:
     state: ChildState
     """``running`` or ``exited``."""
     throughput: float | None
-    unit: str
+    unit: ThroughputUnit
     depth: int
-    """Sum of the rank's executor values."""
+    """Sum of the rank's executor values (:func:`torchpar_top.model.figures.total_depth`)."""
     data_wait: float | None = None
     """Fraction of the last window the frontend waited for the next batch (DataLoader)."""
     exit_code: int | None = None
@@ -271,8 +273,9 @@ class StackView:
     """py-spy's own verdict that the thread is idle (waiting)."""
     t: float
     """``time.time()`` of the dump."""
-    waiting_in: str = ""
-    """What the innermost frames say the frontend waits in (synchronize, item, DataLoader...), or ''."""
+    waiting_in: WaitKind = WaitKind.NONE
+    """What the innermost frames say the frontend waits in (synchronize, item, DataLoader...), or
+    :attr:`WaitKind.NONE` ('')."""
     source: str = "py-spy"
     """Who read it: ``agent`` (the agent in the workload, ``sys._current_frames()``; its ``idle`` is the
     thread's run share) or ``py-spy`` (``dump --nonblocking`` from outside, for ``attach``)."""
@@ -306,6 +309,70 @@ class ReplayView:
     def trace(self) -> bool:
         """A profiler trace's analysis (no host readings, trace time), not a recording."""
         return not self.recorded
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """The queues summed, the header's ``depth 1024/1024`` (``model.figures.queue_depth``)."""
+
+    value: int
+    """Every executor's value (``depth`` or ``outstanding``) summed, every rank's."""
+    capacity: int | None
+    """Their capacities summed; ``None`` when one of them is unbounded."""
+
+
+@dataclass(frozen=True)
+class LaneShare:
+    """One lane's figures: means over the lanes' window (:func:`torchpar_top.model.figures.lanes`)."""
+
+    name: str
+    """``frontend``, or the executor's name."""
+    rank: int | None = None
+    """The executor's rank (``None`` for the frontend and for a single workload)."""
+    busy: float | None = None
+    """Executors: share with an item in progress. The frontend: on a core outside its waits."""
+    running: float | None = None
+    """Executors whose thread was read: share on a core with an item in progress; else ``None``."""
+    core_wait: float | None = None
+    """Share runnable but waiting for a core (an item in progress, for executors); ``None`` where the
+    thread's ``schedstat`` was not read."""
+    wait: float | None = None
+    """The frontend: share blocked (full queue, synchronize, data); ``None`` for executors."""
+
+
+@dataclass(frozen=True)
+class LanesView:
+    """The lanes panel's percentages, over its window (the last ``windows`` values of each history)."""
+
+    windows: int
+    """How many sample windows (frames, in a replayed trace) the means reach back over, at most."""
+    frontend: LaneShare
+    executors: tuple[LaneShare, ...] = ()
+    """One per executor, in :attr:`Snapshot.executors`' order."""
+    overlap: float | None = None
+    """Mean of :attr:`Snapshot.overlap` (running at once, at least)."""
+    overlap_high: float | None = None
+    """Mean of :attr:`Snapshot.overlap_high` (running at once, at most)."""
+    overlap_in_progress: float | None = None
+    """Mean of :attr:`Snapshot.overlap_in_progress` (work in progress at once)."""
+
+    def of(self, executor: ExecutorView) -> LaneShare | None:
+        """The lane of ``executor`` (by rank and name)."""
+        return next((x for x in self.executors if (x.rank, x.name) == (executor.rank, executor.name)), None)
+
+
+@dataclass(frozen=True)
+class SteadyStats:
+    """The scoreboard's modes taken together: every steady window of the run, time-weighted
+    (:func:`torchpar_top.model.figures.steady`)."""
+
+    seconds: float
+    done: float
+    """Work done in those windows (throughput × seconds), in the throughput's unit less ``/s``."""
+    throughput: float | None
+    mean_depth: float | None
+    """Mean of the primary rank's summed queue values (the scoreboard's ``mean_depth``)."""
+    frontend_wait: float | None
 
 
 @dataclass(frozen=True)
@@ -345,7 +412,7 @@ class Snapshot:
     overlap_in_progress: tuple[float, ...] = ()
     """Fraction of each window in which two or more executors had an item in progress, running or not."""
     throughput: float | None = None
-    throughput_unit: str = "it/s"
+    throughput_unit: ThroughputUnit = ThroughputUnit.ITEMS
     throughput_history: tuple[float, ...] = ()
     num_threads: int | None = None
     interop_threads: int | None = None
@@ -386,6 +453,19 @@ class Snapshot:
     """Why there is no stack (py-spy missing, ptrace not permitted...), or ''."""
     replay: ReplayView | None = None
     """A recorded trace played back: no host readings, every figure from the trace's analysis."""
+    # Derived by torchpar_top.model.snapshot.build from the fields above (every source builds its
+    # snapshot there): readers read them, never compute them again. ``DERIVED`` names them.
+    primary_rank: int | None = None
+    """The rank whose frontend, lanes, scoreboard and data verdict are shown: the lowest rank number;
+    ``None`` for a single workload."""
+    depth: QueueDepth | None = None
+    """Every queue summed, now; ``None`` without executors."""
+    core_load: float | None = None
+    """Mean load over the cores now, percent; ``None`` without a reading."""
+    lanes: LanesView | None = None
+    """The lanes' percentages (``None`` only in a snapshot that did not come from ``build``)."""
+    steady: SteadyStats | None = None
+    """Both modes of the scoreboard together; ``None`` before a steady window was measured."""
 
     @property
     def ratio(self) -> float | None:
@@ -395,6 +475,10 @@ class Snapshot:
         if a and s and a.throughput and s.throughput:
             return a.throughput / s.throughput
         return None
+
+
+#: The :class:`Snapshot` fields derived from the others (``model/snapshot.py``), not measured.
+DERIVED = ("primary_rank", "depth", "core_load", "lanes", "steady")
 
 
 @dataclass(frozen=True)

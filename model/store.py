@@ -53,8 +53,10 @@ from torchpar_top.contract.vocab import (
     LogSource,
     Mode,
     Quantity,
+    ThroughputUnit,
 )
-from torchpar_top.model import derive
+from torchpar_top.model import derive, figures
+from torchpar_top.model.snapshot import build
 from torchpar_top.model.stacks import classify_wait
 from torchpar_top.model.threads import group
 
@@ -185,7 +187,7 @@ class _Source:
     state: ChildState = ChildState.RUNNING
     exit_code: int | None = None
     throughput: float | None = None
-    unit: str = "it/s"
+    unit: ThroughputUnit = ThroughputUnit.ITEMS
     depth: int = 0
     data_wait: float | None = None
     """Mean share of the last second's windows the frontend waited for its next batch."""
@@ -309,7 +311,7 @@ class SessionStore:
             self._overlap_high: deque = deque(maxlen=HISTORY)
             self._timing: deque = deque(maxlen=HISTORY)
             self._throughput: deque = deque(maxlen=HISTORY)
-            self._unit = "it/s"
+            self._unit = ThroughputUnit.ITEMS
             self._last_throughput: float | None = None
             self._mode = Mode.ASYNC
             self._modes = {Mode.ASYNC: _ModeAccumulator(), Mode.SYNC: _ModeAccumulator()}
@@ -538,9 +540,11 @@ class SessionStore:
         return src
 
     def _primary(self) -> int:
-        """The source whose frontend, lanes and scoreboard are shown: the single child, or rank 0."""
-        ranked = sorted(self._sources.values(), key=lambda s: (s.rank is None, s.rank or 0, s.number))
-        return ranked[0].number if ranked else 0
+        """The source whose frontend, lanes and scoreboard are shown: the single child, or the lowest
+        rank (:func:`figures.primary_rank`)."""
+        rank = figures.primary_rank(s.rank for s in self._sources.values())
+        ranked = sorted(s.number for s in self._sources.values() if s.rank == rank)
+        return ranked[0] if ranked else 0
 
     def _on_syncpoints(self, msg: SyncPoints, source: int) -> None:
         # Rates are counts over the time they could be seen: all of it, or the op counter's slices.
@@ -572,7 +576,7 @@ class SessionStore:
             else:  # the verdict and the figure are over the last second: one 0.1 s window flaps
                 src.data_waits.append(msg.data_wait)
                 src.data_wait = sum(src.data_waits) / len(src.data_waits)
-            src.depth = sum(row.value for row in msg.executors)
+            src.depth = figures.total_depth(msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage
             primary = source == self._primary()
@@ -642,7 +646,7 @@ class SessionStore:
                 if s.pid is not None
             )
             primary = self._sources.get(self._primary())
-            return Snapshot(
+            return build(
                 t=time.time(),
                 experiment=self.experiment,
                 description=derive.arguments(self.description, self._target),
@@ -672,7 +676,7 @@ class SessionStore:
                 scaling=tuple(sorted(self._scaling.values(), key=lambda p: p.threads)),
                 gpus=self._gpus,
                 gpu_status=self._gpu_status,
-                log=tuple(self._log)[-200:],
+                log=tuple(self._log),
                 sample_t=self._sample_t,
                 target=self._target,
                 notice=self._notice,

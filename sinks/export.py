@@ -41,7 +41,8 @@ from torchpar_top.contract.recording import (
     read_recording,
 )
 from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
-from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
+from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity, ThroughputUnit
+from torchpar_top.model.snapshot import build
 from torchpar_top.model.store import CORE_HISTORY, HISTORY
 
 #: ``otherData.format`` of an export.
@@ -55,7 +56,7 @@ TRACE_FRAMES = 2000
 
 
 @dataclass(frozen=True)
-class Sample:
+class TimedSnapshot:
     """One snapshot at a time (seconds from the first), and how many values each history gained."""
 
     t: float
@@ -64,7 +65,7 @@ class Sample:
     """History path (``executors.0.busy``...) → values added since the previous sample."""
 
 
-def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[Sample]:
+def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[TimedSnapshot]:
     """Samples with the values each history gained (:func:`~torchpar_top.contract.recording.delta`)."""
     prev: Snapshot | None = None
     for t, snap in times_snaps:
@@ -75,7 +76,7 @@ def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[Sample
                 p = prev_ex.get(_exec_key(e))
                 new[f"{_exec_key(e)}.busy"] = len(delta(p.busy if p else (), e.busy)[1])
             new["frontend_busy"] = len(delta(prev.frontend_busy, snap.frontend_busy)[1])
-        yield Sample(t, snap, new)
+        yield TimedSnapshot(t, snap, new)
         prev = snap
 
 
@@ -93,7 +94,7 @@ class Source:
     path: str
     kind: str
     """``recording`` or ``trace``."""
-    samples: list[Sample]
+    samples: list[TimedSnapshot]
     header: dict[str, Any] = field(default_factory=dict)
     lanes: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     """Traces: per stream lane, its busy intervals in seconds from the start."""
@@ -539,7 +540,7 @@ def _rebuild_snapshots(
     snaps = []
     for ts in sorted(by_ts):
         values = by_ts[ts]
-        cores, gpus, execs, throughput, unit = {}, {}, [], None, "it/s"
+        cores, gpus, execs, throughput, unit = {}, {}, [], None, ThroughputUnit.ITEMS
         for cname, v in values.items():
             meta = counters[cname]
             what = meta.get("what")
@@ -572,7 +573,7 @@ def _rebuild_snapshots(
                     )
                 )
             elif what == "throughput":
-                throughput, unit = v, meta["unit"]
+                throughput, unit = v, ThroughputUnit(meta["unit"])
                 histories["throughput"].append(v)
         for i, load in cores.items():
             core_hist[i].append(load)
@@ -597,7 +598,7 @@ def _rebuild_snapshots(
             )
         mode = next((m for a, _, m in reversed(modes) if a <= ts), "async")  # the period begun last
         snaps.append(
-            Snapshot(
+            build(
                 t=t_start + ts / 1e6,
                 experiment="export",
                 description=f"read back from {os.path.basename(path)}",
@@ -643,7 +644,7 @@ def export_summary(rec: Recording) -> dict[str, Any]:
         "min": min(through, default=None),
         "max": max(through, default=None),
     }
-    out["mean_core_load"] = _mean([sum(s.cores) / len(s.cores) for s in snaps if s.cores])
+    out["mean_core_load"] = _mean([s.core_load for s in snaps if s.core_load is not None])
     depth: dict[str, list[int]] = defaultdict(list)
     for s in snaps:
         for e in s.executors:

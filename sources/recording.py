@@ -10,7 +10,6 @@ Every :data:`CHECKPOINT` snapshots one is kept whole, so a seek decodes at most 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from bisect import bisect_right
@@ -19,13 +18,12 @@ from collections.abc import Sequence
 from torchpar_top.contract.recording import Decoder, Recording, RecordingError, decode_line, read_recording
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, ReplayView, Snapshot
 from torchpar_top.contract.vocab import ChildState, Mode
+from torchpar_top.model.snapshot import build, rebuild
 from torchpar_top.sources.playback import Playback
 from torchpar_top.sources.trace import KEYS_HINT
 
 #: Snapshots between two kept whole (a seek decodes at most this many lines).
 CHECKPOINT = 100
-#: The log lines a snapshot carries (as the live store's).
-SHOWN_LOG = 200
 
 
 class RecordingReplay(Playback):
@@ -215,10 +213,10 @@ class RecordingReplay(Playback):
             finished,
             recorded=True,
         )
-        log = tuple(self._log)[-SHOWN_LOG:]
+        log = tuple(self._log)
         base = self._current
         if base is None:
-            return Snapshot(
+            return build(
                 t=self.recording.header.t,
                 experiment="replay",
                 description="nothing recorded",
@@ -239,7 +237,7 @@ class RecordingReplay(Playback):
                 None,
                 "replay finished" + (f" (recorded: {child.message})" if child.message else ""),
             )
-        return dataclasses.replace(
+        return rebuild(  # the figures derived again: a recording of an older version may lack some
             base,
             paused=self._paused,
             child=child,

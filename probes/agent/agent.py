@@ -50,7 +50,7 @@ from torchpar_top.contract.messages import (
     ThreadRole,
     decode_command,
 )
-from torchpar_top.contract.vocab import AGENT_STOP_GRACE, Role, SyncScope
+from torchpar_top.contract.vocab import AGENT_STOP_GRACE, Role, SyncScope, ThroughputUnit
 from torchpar_top.probes.agent.activity import (
     ActivityRecorder,
     busy_time,
@@ -74,11 +74,11 @@ IDLE_RUN_SHARE = 0.1
 class CountRate:
     """Throughput as the rate of a monotone count: how much it grew since the previous window."""
 
-    def __init__(self, count: Callable[[], int], unit: str = "it/s") -> None:
-        self.count, self.unit = count, unit
+    def __init__(self, count: Callable[[], int], unit: str = ThroughputUnit.ITEMS) -> None:
+        self.count, self.unit = count, ThroughputUnit(unit)  # ValueError now, not a refused sample
         self._last = count()
 
-    def take(self) -> tuple[int, str]:
+    def take(self) -> tuple[int, ThroughputUnit]:
         """Items done since the previous call, and their unit."""
         now = self.count()
         done, self._last = max(0, now - self._last), now
@@ -222,7 +222,7 @@ class Agent:
         """Whether a thread count was asked for and not yet applied on the frontend."""
         return self._threads_applied != self._threads_wanted
 
-    def throughput_from(self, source: Callable[[], int], unit: str = "it/s") -> None:
+    def throughput_from(self, source: Callable[[], int], unit: str = ThroughputUnit.ITEMS) -> None:
         """Measure throughput as the rate of ``source()`` (a monotone count) instead of steps."""
         self.throughput = CountRate(source, unit)
 

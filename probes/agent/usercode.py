@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
-from torchpar_top.contract.vocab import SyncScope
+from torchpar_top.contract.vocab import SyncScope, ThroughputUnit
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor, CuptiUnavailable, load_cupti
@@ -63,15 +63,15 @@ class StepsOrOps:
         self._last_cov, self._last_t = covered(), clock()
         self._rate = 0.0
 
-    def take(self) -> tuple[float, str]:
+    def take(self) -> tuple[float, ThroughputUnit]:
         """Steps (or estimated ops) done since the previous call, and the unit."""
         ops, steps, cov, now = self._eager.completed, self._agent.items, self._covered(), self._clock()
         if steps:
-            done, unit = float(steps - self._last_steps), "steps/s"
+            done, unit = float(steps - self._last_steps), ThroughputUnit.STEPS
         else:
             if cov > self._last_cov:
                 self._rate = (ops - self._last_ops) / (cov - self._last_cov)
-            done, unit = self._rate * (now - self._last_t), "ops/s"
+            done, unit = self._rate * (now - self._last_t), ThroughputUnit.OPS
         self._last_ops, self._last_steps, self._last_cov, self._last_t = ops, steps, cov, now
         return max(0.0, done), unit
 

@@ -15,7 +15,6 @@ from torchpar_top.tui.widgets.queues import blocked_text, data_text, history_sca
 from torchpar_top.tui.widgets.ranks import (
     executor_rows,
     exited_ranks,
-    primary_rank,
     rank_state,
     shows_ranks,
     with_rank,
@@ -70,7 +69,7 @@ def test_ranks() -> None:
     assert shows_ranks(dataclasses.replace(ddp, ranks=ddp.ranks[:1]))  # one rank, but a rank
     assert [rank_state(r) for r in ddp.ranks] == ["running", "✗ exited 1"]
     assert rank_state(RankView(0, 1, ChildState.EXITED, None, "it/s", 0, exit_code=0)) == "exited 0"
-    assert primary_rank(ddp) == 0 and exited_ranks(ddp) == {1}
+    assert ddp.primary_rank == 0 and exited_ranks(ddp) == {1}
     assert with_rank("dataloader:0", 12) == "r12:dataloader:0" and with_rank("run:x", None) == "run:x"
 
 

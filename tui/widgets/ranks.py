@@ -37,12 +37,6 @@ def executor_rows(executors: tuple[ExecutorView, ...]) -> list[tuple[str, Execut
     return out
 
 
-def primary_rank(snapshot: Snapshot) -> int | None:
-    """The rank whose frontend, lanes, scoreboard and data verdict are shown: the lowest rank number."""
-    numbers = [r.rank for r in snapshot.ranks if r.rank is not None]
-    return min(numbers) if numbers else None
-
-
 def exited_ranks(snapshot: Snapshot) -> frozenset[int]:
     """Rank numbers whose process has exited (their executors stay listed, dimmed)."""
     return frozenset(r.rank for r in snapshot.ranks if r.rank is not None and r.state == ChildState.EXITED)
