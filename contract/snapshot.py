@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from torchpar_top.contract.vocab import (
     ChildState,
@@ -504,14 +504,17 @@ class Experiment:
     description: str = field(default="")
 
 
-class SessionLike(Protocol):
-    """What the TUI needs from a session: snapshots to draw and commands to send.
+@runtime_checkable
+class SnapshotSource(Protocol):
+    """Where the TUI's snapshots come from: a live session, a replay (of a trace or a recording), a fake.
 
-    :class:`torchpar_top.sources.live.session.Session` is the real one; tests inject fakes.
+    What else a source can do is a capability of its own (:class:`LiveControls`, :class:`ReplayControls`):
+    the TUI checks for it (``isinstance``) and says so itself when a key asks for one the source lacks,
+    so no source stubs the others' commands.
     """
 
     def start(self) -> None:
-        """Start sampling and the child."""
+        """Start sampling (and the child), or the replay's clock."""
 
     def close(self) -> None:
         """Stop everything; nothing may be left running. It may be called (from another thread) while a
@@ -519,6 +522,19 @@ class SessionLike(Protocol):
 
     def snapshot(self) -> Snapshot:
         """The current state."""
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume sampling (the child keeps running), or the replay."""
+
+    def restart(self) -> None:
+        """Run the same target again (the user's script after it ended, or the experiment), or play the
+        replay again from its start."""
+
+
+@runtime_checkable
+class LiveControls(Protocol):
+    """What only a live run does: commands that reach the workload (:class:`~torchpar_top.sources.live.
+    session.Session`)."""
 
     def experiments(self) -> Sequence[Experiment]:
         """The built-in experiments."""
@@ -532,23 +548,26 @@ class SessionLike(Protocol):
     def switch_experiment(self, name: str) -> None:
         """Stop the running child and start experiment ``name``."""
 
-    def set_paused(self, paused: bool) -> None:
-        """Pause or resume sampling (the child keeps running)."""
-
-    def restart(self) -> None:
-        """Run the same target again (the user's script after it ended, or the experiment)."""
-
     def profile(self, seconds: float = 1.0) -> None:
         """Ask the child for a short torch.profiler window (exact per-stream queue length on CUDA)."""
 
+
+@runtime_checkable
+class ReplayControls(Protocol):
+    """What only a replay does: move on its timeline (:class:`~torchpar_top.sources.playback.Playback`)."""
+
     def step(self, frames: int) -> None:
-        """Replay: pause, then move ``frames`` frames forward (negative: back)."""
+        """Pause, then move ``frames`` frames forward (negative: back)."""
 
     def seek(self, share: float) -> None:
-        """Replay: move the position by ``share`` of the trace (negative: back), within the trace."""
+        """Move the position by ``share`` of the timeline (negative: back), within it."""
 
     def seek_start(self) -> None:
-        """Replay: go to the trace's start."""
+        """Go to the timeline's start."""
 
     def change_speed(self, factor: float) -> None:
-        """Replay: multiply the speed (trace seconds per second on screen) by ``factor``."""
+        """Multiply the speed (timeline seconds per second on screen) by ``factor``."""
+
+
+SessionLike = SnapshotSource
+"""What the TUI draws (the name it had when it was one protocol of fourteen methods)."""

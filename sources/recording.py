@@ -196,10 +196,6 @@ class RecordingReplay(Playback):
             self._jump(0.0)
             self._say("replaying from the start")
 
-    def profile(self, seconds: float = 1.0) -> None:
-        """No profiler in a recording: says so."""
-        self._say("a recording cannot be profiled: h acts on a live run")
-
     # -- the snapshot -----------------------------------------------------------------------------
 
     def _build(self) -> Snapshot:

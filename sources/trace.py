@@ -295,12 +295,6 @@ class TraceReplay(Playback):
             self._jump(self._first)
             self._say(f"replaying from t = {self._at()}")
 
-    def profile(self, seconds: float = 1.0) -> None:
-        """The replay is a profiler trace already: says so."""
-        self._say(
-            "this is a profiler trace already, analysed HTA's way: its summary is at the top of the log"
-        )
-
     # -- the snapshot -----------------------------------------------------------------------------
 
     def _build(self) -> Snapshot:
