@@ -105,8 +105,9 @@ class Frontend:
 
 
 @dataclass(frozen=True)
-class Frame:
-    """One Python frame of the frontend's stack."""
+class StackFrame:
+    """One Python frame of the frontend's stack (the wire's, and the snapshot's
+    :attr:`~torchpar_top.contract.snapshot.StackView.frames`: one type)."""
 
     function: str
     """Qualified where Python says so (``Queue.get``, Python 3.11+), else the bare name."""
@@ -119,7 +120,7 @@ class FrontendStack:
     """The frontend thread's Python stack as the agent reads it in the workload
     (``sys._current_frames()``): no py-spy process, no ptrace."""
 
-    frames: tuple[Frame, ...]
+    frames: tuple[StackFrame, ...]
     """Outermost first, innermost last (the innermost :data:`MAX_FRAMES` of a deeper stack)."""
     idle: bool
     """The thread ran less than a tenth of the last window (its ``schedstat``): it waits."""
@@ -443,7 +444,6 @@ __all__ = [
     "DeviceMemory",
     "ExecutorRow",
     "Exit",
-    "Frame",
     "Frontend",
     "FrontendStack",
     "Hello",
@@ -457,6 +457,7 @@ __all__ = [
     "Scaling",
     "SetSync",
     "SetThreads",
+    "StackFrame",
     "StepPhases",
     "StepRecord",
     "Steps",

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from torchpar_top.contract.messages import StackFrame
 from torchpar_top.contract.vocab import (
     ChildState,
     Counted,
@@ -249,15 +250,6 @@ class SyncSite:
     """The torchrun rank that made the call; ``None`` for a single workload."""
     sampled: bool = False
     """Counted only while the op counter was on (slices of the time); the rate is scaled to all of it."""
-
-
-@dataclass(frozen=True)
-class StackFrame:
-    """One Python frame, innermost last in :attr:`StackView.frames`."""
-
-    function: str
-    filename: str
-    line: int
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ from torchpar_top.contract.snapshot import (
     ResultRow,
     ScalingPoint,
     Snapshot,
-    StackFrame,
     StackView,
     SyncSite,
     ThreadGroup,
@@ -598,7 +597,7 @@ class SessionStore:
             if not primary:
                 return
             if msg.stack is not None and self.stacks:
-                frames = tuple(StackFrame(f.function, f.filename, f.line) for f in msg.stack.frames)
+                frames = msg.stack.frames
                 self._stack = StackView(
                     src.pid or 0,
                     "MainThread",

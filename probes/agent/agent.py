@@ -34,7 +34,6 @@ from torchpar_top.contract.messages import (
     MAX_FRAMES,
     Ack,
     Exit,
-    Frame,
     Frontend,
     FrontendStack,
     Hello,
@@ -46,6 +45,7 @@ from torchpar_top.contract.messages import (
     Scaling,
     SetSync,
     SetThreads,
+    StackFrame,
     Stop,
     ThreadRole,
     decode_command,
@@ -389,11 +389,11 @@ class Agent:
         None once the frontend thread has ended.
         """
         frame = sys._current_frames().get(self.frontend_ident)
-        frames: list[Frame] = []
+        frames: list[StackFrame] = []
         while frame is not None and len(frames) < MAX_FRAMES:
             code = frame.f_code
             frames.append(
-                Frame(
+                StackFrame(
                     function=getattr(code, "co_qualname", code.co_name),
                     filename=code.co_filename,
                     line=max(0, frame.f_lineno or 0),

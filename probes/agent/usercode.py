@@ -23,14 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
+from torchpar_top.contract.messages import SyncPoints
 from torchpar_top.contract.vocab import SyncScope, ThroughputUnit
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor, CuptiUnavailable, load_cupti
 from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
-from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
+from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncCounter
 from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
 
 CPU_SYNC_NOTE = (
@@ -110,7 +110,7 @@ class UserCode:
         self.every_op = every_op
         self.cupti_duty = cupti_duty
         """On CUDA, the share of sample intervals CUPTI records in (None: ``cuda_cupti.DEFAULT_DUTY``)."""
-        self.syncpoints = SyncPoints(cuda_in_use)
+        self.syncpoints = SyncCounter(cuda_in_use)
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
         self.data.also_wait = agent.frontend_wait
@@ -331,7 +331,7 @@ class UserCode:
             if sites is not None:
                 exact = self.every_op or self.counting is None or self.syncpoints.from_runtime
                 covered = None if exact else self.counting.covered_until()
-                self.agent.send(SyncPointsMessage(sites=sites, covered=covered))
+                self.agent.send(SyncPoints(sites=sites, covered=covered))
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
