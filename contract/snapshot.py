@@ -458,19 +458,12 @@ class Snapshot:
     """The lanes' percentages (``None`` only in a snapshot that did not come from ``build``)."""
     steady: SteadyStats | None = None
     """Both modes of the scoreboard together; ``None`` before a steady window was measured."""
-
-    @property
-    def ratio(self) -> float | None:
-        """Measured async throughput / sync throughput, when both were measured."""
-        by_mode = {m.mode: m for m in self.scoreboard}
-        a, s = by_mode.get(Mode.ASYNC), by_mode.get(Mode.SYNC)
-        if a and s and a.throughput and s.throughput:
-            return a.throughput / s.throughput
-        return None
+    ratio: float | None = None
+    """Measured ASYNC throughput / SYNC throughput, when both were measured (the scoreboard's)."""
 
 
 #: The :class:`Snapshot` fields derived from the others (``model/snapshot.py``), not measured.
-DERIVED = ("primary_rank", "depth", "core_load", "lanes", "steady")
+DERIVED = ("primary_rank", "depth", "core_load", "lanes", "steady", "ratio")
 
 
 @dataclass(frozen=True)

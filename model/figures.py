@@ -20,7 +20,7 @@ from torchpar_top.contract.snapshot import (
     QueueDepth,
     SteadyStats,
 )
-from torchpar_top.contract.vocab import ExecutorKind
+from torchpar_top.contract.vocab import ExecutorKind, Mode
 
 #: How far back the lanes reach, in seconds of sampling (frames × interval in a replayed trace).
 LANES_SECONDS = 5.0
@@ -139,3 +139,12 @@ def steady(scoreboard: Sequence[ModeStats]) -> SteadyStats | None:
         mean_depth=weighted([(m.mean_depth, m.seconds) for m in board]),
         frontend_wait=weighted([(m.frontend_wait, m.seconds) for m in board]),
     )
+
+
+def ratio(scoreboard: Sequence[ModeStats]) -> float | None:
+    """ASYNC throughput / SYNC throughput, when both were measured (the scoreboard's ``async / sync``)."""
+    by_mode = {m.mode: m for m in scoreboard}
+    a, s = by_mode.get(Mode.ASYNC), by_mode.get(Mode.SYNC)
+    if a and s and a.throughput and s.throughput:
+        return a.throughput / s.throughput
+    return None

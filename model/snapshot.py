@@ -3,9 +3,10 @@
 Every source of snapshots (the live store, the trace replay, the recording replay, an export read back)
 gives :func:`build` what it measured, by the snapshot's own field names; :func:`build` adds what is
 derived from it (:data:`~torchpar_top.contract.snapshot.DERIVED`: the lanes' percentages, the queues
-summed, the mean core load, the primary rank, the scoreboard's modes together; :mod:`.figures`) and
-keeps the log to the lines a snapshot carries. A figure derived from measurements is added here, once,
-and every source has it. :func:`rebuild` changes measured fields of a snapshot and derives again.
+summed, the mean core load, the primary rank, the scoreboard's modes together and their ratio;
+:mod:`.figures`) and keeps the log to the lines a snapshot carries. A figure derived from measurements
+is added here, once, and every source has it. :func:`rebuild` changes measured fields of a snapshot and
+derives again.
 """
 
 from __future__ import annotations
@@ -84,4 +85,5 @@ def _derive(s: Snapshot) -> Snapshot:
             s.interval,
         ),
         steady=figures.steady(s.scoreboard),
+        ratio=figures.ratio(s.scoreboard),
     )

@@ -404,6 +404,12 @@ class SnapshotCollector:
             host,
         )
         yield _gauge(
+            "async_sync_speedup",
+            "ASYNC throughput over SYNC throughput, once both were measured (the scoreboard's)",
+            snap.ratio,
+            host,
+        )
+        yield _gauge(
             "op_counter_coverage_ratio",
             "Share of the last window the op counter was on (ops/s and sync points sampled), 0-1",
             snap.op_coverage,

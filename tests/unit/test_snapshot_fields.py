@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from torchpar_top.contract import snapshot as S
 from torchpar_top.contract.snapshot import DERIVED, Snapshot
+from torchpar_top.contract.vocab import Mode
 from torchpar_top.model.snapshot import build
 from torchpar_top.sinks import headless
 from torchpar_top.sinks.metrics import SnapshotCollector
@@ -143,6 +144,7 @@ HEADLESS = {
         for k in ("path", "position", "duration", "speed", "frame", "finished", "recorded")
     },
     "primary_rank": "primary_rank",
+    "ratio": "ratio",
     "depth.value": "depth.value",
     "depth.capacity": "depth.capacity",
     "core_load": "core_load",
@@ -236,6 +238,7 @@ PROMETHEUS = {
     "replay.speed": "torchpar_replay_speed",
     "replay.frame": "torchpar_replay_frame_seconds",
     "primary_rank": "torchpar_primary_rank",
+    "ratio": "torchpar_async_sync_speedup",
     "steady.done": "torchpar_work",
 }
 
@@ -347,6 +350,8 @@ def full_snapshot() -> Snapshot:
     }
     fields["attached"] = False  # attached shows no mode: a snapshot of a run with an agent
     fields["log"] = (dataclasses.replace(fields["log"][0], seq=1),)  # the first line: no dropped marker
+    board = fields["scoreboard"][0]  # both modes: the ratio of their throughputs
+    fields["scoreboard"] = (board, dataclasses.replace(board, mode=Mode.SYNC))
     return build(**fields)
 
 
