@@ -460,10 +460,12 @@ class Snapshot:
     """Both modes of the scoreboard together; ``None`` before a steady window was measured."""
     ratio: float | None = None
     """Measured ASYNC throughput / SYNC throughput, when both were measured (the scoreboard's)."""
+    ranks_running: int = 0
+    """How many of :attr:`ranks` run now."""
 
 
 #: The :class:`Snapshot` fields derived from the others (``model/snapshot.py``), not measured.
-DERIVED = ("primary_rank", "depth", "core_load", "lanes", "steady", "ratio")
+DERIVED = ("primary_rank", "depth", "core_load", "lanes", "steady", "ratio", "ranks_running")
 
 
 @dataclass(frozen=True)

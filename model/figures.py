@@ -18,9 +18,10 @@ from torchpar_top.contract.snapshot import (
     LanesView,
     ModeStats,
     QueueDepth,
+    RankView,
     SteadyStats,
 )
-from torchpar_top.contract.vocab import ExecutorKind, Mode
+from torchpar_top.contract.vocab import ChildState, ExecutorKind, Mode
 
 #: How far back the lanes reach, in seconds of sampling (frames × interval in a replayed trace).
 LANES_SECONDS = 5.0
@@ -117,6 +118,11 @@ def primary_rank(ranks: Iterable[int | None]) -> int | None:
     """The rank whose frontend, lanes and scoreboard are shown: the lowest rank number; ``None`` for a
     single workload (no rank numbers)."""
     return min((r for r in ranks if r is not None), default=None)
+
+
+def ranks_running(ranks: Sequence[RankView]) -> int:
+    """How many agent processes (the workload, or torchrun ranks) run now."""
+    return sum(r.state == ChildState.RUNNING for r in ranks)
 
 
 def steady(scoreboard: Sequence[ModeStats]) -> SteadyStats | None:

@@ -86,4 +86,5 @@ def _derive(s: Snapshot) -> Snapshot:
         ),
         steady=figures.steady(s.scoreboard),
         ratio=figures.ratio(s.scoreboard),
+        ranks_running=figures.ranks_running(s.ranks),
     )

@@ -150,6 +150,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "monitor_cpu": None if snap.monitor_cpu is None else round(snap.monitor_cpu, 4),
         "replay": to_plain(snap.replay),
         "primary_rank": snap.primary_rank,
+        "ranks_running": snap.ranks_running,
         "depth": to_plain(snap.depth),
         "core_load": None if snap.core_load is None else round(snap.core_load, 1),
         "lanes": _rounded(to_plain(snap.lanes)),

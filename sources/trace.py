@@ -53,6 +53,7 @@ from torchpar_top.contract.snapshot import (
     SyncSite,
 )
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity, ThroughputUnit
+from torchpar_top.model.figures import total_depth
 from torchpar_top.model.snapshot import build
 from torchpar_top.model.store import HISTORY
 from torchpar_top.sources.playback import MAX_SPEED, MIN_SPEED, Playback
@@ -343,7 +344,7 @@ class TraceReplay(Playback):
             log=tuple(self._log),
             target=self._target(),
             notice=self._notice(),
-            ranks=self._rank_views(frames, state),
+            ranks=self._rank_views(frames, state, executors),
             syncpoints=self._sync_sites(),
             replay=ReplayView(
                 self.path,
@@ -376,7 +377,9 @@ class TraceReplay(Playback):
             )
         return tuple(views)
 
-    def _rank_views(self, frames: deque[TraceFrame], state: ChildState) -> tuple[RankView, ...]:
+    def _rank_views(
+        self, frames: deque[TraceFrame], state: ChildState, executors: list[ExecutorView]
+    ) -> tuple[RankView, ...]:
         views = []
         for k, r in enumerate(self._ranks):
             pid = r.frontend[0].pid if r.frontend else None
@@ -388,7 +391,7 @@ class TraceReplay(Playback):
                     state=state,
                     throughput=last.rate(last.launches[k]) if last else None,
                     unit=UNIT,
-                    depth=sum(s.queue.depth_at(self._pos) for s in r.streams if s.queue),
+                    depth=total_depth(e for e, s in zip(executors, self._streams, strict=True) if s.rank == r.rank),
                 )
             )
         return tuple(views)

@@ -75,8 +75,7 @@ class RanksPanel(SnapshotPanel):
 
     def title(self, snapshot: Snapshot) -> str:
         """``ranks · 1 of 2 running``."""
-        running = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
-        return f"ranks · {running} of {len(snapshot.ranks)} running"
+        return f"ranks · {snapshot.ranks_running} of {len(snapshot.ranks)} running"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """A header row and a row per rank; the data-wait, pid and depth columns go first when narrow (a
