@@ -1,6 +1,6 @@
 """Play a recording back through the same screen: ``torchpar-top replay RUN.jsonl``.
 
-A ``SessionLike`` like :class:`~torchpar_top.sources.trace.TraceReplay`
+A ``SnapshotSource`` with ``ReplayControls`` like :class:`~torchpar_top.sources.trace.TraceReplay`
 for traces, but what it shows is the snapshots recorded, not an analysis: a clock thread moves the position
 ``interval × speed`` seconds of recording time on each tick, and the snapshot shown is the last one
 recorded at or before the position, exactly as it was recorded (histories included), with the replay's

@@ -120,7 +120,7 @@ def _at_cap(seconds: float) -> str:
 
 
 class TraceReplay(Playback):
-    """A :class:`~torchpar_top.contract.snapshot.SessionLike` that plays a recorded trace back."""
+    """A :class:`~torchpar_top.contract.snapshot.SnapshotSource` with replay controls that plays a trace."""
 
     THING, SOURCE, SHORT, THREAD = "a recorded trace", "the program", "trace", "tpt-replay"
 
@@ -381,6 +381,7 @@ class TraceReplay(Playback):
         self, frames: deque[TraceFrame], state: ChildState, executors: list[ExecutorView]
     ) -> tuple[RankView, ...]:
         views = []
+        lanes = list(zip(executors, self._streams, strict=True))
         for k, r in enumerate(self._ranks):
             pid = r.frontend[0].pid if r.frontend else None
             last = frames[-1] if frames else None
@@ -391,7 +392,7 @@ class TraceReplay(Playback):
                     state=state,
                     throughput=last.rate(last.launches[k]) if last else None,
                     unit=UNIT,
-                    depth=total_depth(e for e, s in zip(executors, self._streams, strict=True) if s.rank == r.rank),
+                    depth=total_depth(e for e, s in lanes if s.rank == r.rank),
                 )
             )
         return tuple(views)

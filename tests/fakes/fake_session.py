@@ -618,7 +618,7 @@ def make_attach_snapshot() -> Snapshot:
 
 
 class FakeSession:
-    """A :class:`~torchpar_top.contract.snapshot.SessionLike` for tests.
+    """A :class:`~torchpar_top.contract.snapshot.SnapshotSource` with live and replay controls, for tests.
 
     Every call is appended to :attr:`calls` (``("toggle_sync",)``, ``("change_threads", 1)``...).
     Commands also change the served snapshot the way a real session would (mode flips, paused,
