@@ -42,7 +42,7 @@ from torchpar_top.contract.recording import (
 )
 from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity, ThroughputUnit
-from torchpar_top.model.snapshot import build
+from torchpar_top.model.snapshot import build, rebuild
 from torchpar_top.model.store import CORE_HISTORY, HISTORY
 
 #: ``otherData.format`` of an export.
@@ -129,7 +129,8 @@ def recording_source(rec: Recording) -> Source:
     from torchpar_top.contract.codec import to_plain
 
     t0 = rec.times[0] if rec.times else rec.header.t
-    samples = list(samples_of((s.t - t0, s) for s in rec.snapshots()))
+    # derived again (model/snapshot.rebuild): a recording of an older version may lack some figures
+    samples = list(samples_of((s.t - t0, rebuild(s)) for s in rec.snapshots()))
     return Source(rec.path, "recording", samples, to_plain(rec.header), t0=t0, note=rec.note)
 
 
@@ -625,7 +626,7 @@ def export_summary(rec: Recording) -> dict[str, Any]:
     """``replay RUN.jsonl --summary``: the recording's header and what its snapshots measured, whole."""
     from torchpar_top.contract.codec import to_plain
 
-    snaps = list(rec.snapshots())
+    snaps = [rebuild(s) for s in rec.snapshots()]  # figures derived again, as in recording_source
     out: dict[str, Any] = {
         "header": to_plain(rec.header),
         "snapshots": len(snaps),
