@@ -20,6 +20,7 @@ from torchpar_top.contract.snapshot import (
     QueueDepth,
     RankView,
     SteadyStats,
+    SyncSite,
 )
 from torchpar_top.contract.vocab import ChildState, ExecutorKind, Mode
 
@@ -92,6 +93,12 @@ def lanes(
         _recent(overlap_high, n),
         _recent(overlap_in_progress, n),
     )
+
+
+def sync_order(site: SyncSite) -> tuple[float, int, int, str, str]:
+    """The order sync sites are listed in: the highest rate first, then the highest count (then rank,
+    line and call, for a stable order)."""
+    return (-site.per_second, -site.count, site.rank or 0, site.where, site.call)
 
 
 def total_depth(rows: Iterable[_Valued]) -> int:

@@ -4,7 +4,8 @@ Every source of snapshots (the live store, the trace replay, the recording repla
 gives :func:`build` what it measured, by the snapshot's own field names; :func:`build` adds what is
 derived from it (:data:`~torchpar_top.contract.snapshot.DERIVED`: the lanes' percentages, the queues
 summed, the mean core load, the primary rank, the scoreboard's modes together and their ratio;
-:mod:`.figures`) and keeps the log to the lines a snapshot carries. A figure derived from measurements
+:mod:`.figures`), keeps the log to the lines a snapshot carries and lists the sync sites in one order
+(:func:`.figures.sync_order`). A figure derived from measurements
 is added here, once, and every source has it. :func:`rebuild` changes measured fields of a snapshot and
 derives again.
 """
@@ -47,6 +48,8 @@ def build(
         raise TypeError(f"derived by build, not given: {', '.join(given)}")
     if "log" in measured:
         measured["log"] = tuple(measured["log"])[-SHOWN_LOG:]
+    if "syncpoints" in measured:
+        measured["syncpoints"] = tuple(sorted(measured["syncpoints"], key=figures.sync_order))
     base = Snapshot(
         t=t,
         experiment=experiment,

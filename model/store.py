@@ -691,9 +691,9 @@ class SessionStore:
             )
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:
-        sites = [
+        """Every agent's sync sites (``build`` puts them in order)."""
+        return tuple(
             SyncSite(where, call, count, rate, src.rank, src.sites_sampled)
             for src in self._sources.values()
             for (where, call), (count, rate) in src.sites.items()
-        ]
-        return tuple(sorted(sites, key=lambda s: (-s.per_second, -s.count, s.rank or 0, s.where)))
+        )

@@ -416,7 +416,7 @@ class TraceReplay(Playback):
             for (rank, site, call), count in self._syncs.items()
             if count
         ]
-        return tuple(sorted(sites, key=lambda s: (-s.per_second, -s.count, s.rank or 0, s.where, s.call)))
+        return tuple(sites)  # in order: build sorts them (figures.sync_order)
 
     def _target(self) -> str:
         n = len(self._ranks)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 from fakes.fake_session import make_snapshot
-from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, ModeStats, RankView
+from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, ModeStats, RankView, SyncSite
 from torchpar_top.contract.vocab import ChildState, ExecutorKind, Mode, Quantity, ThroughputUnit
 from torchpar_top.model import figures
 from torchpar_top.model.snapshot import SHOWN_LOG, build, rebuild
@@ -91,3 +91,20 @@ def test_rebuild_derives_again_and_cuts_the_log() -> None:
     assert again.core_load == snap.core_load and again.lanes == snap.lanes
     many = tuple(dataclasses.replace(snap.log[0], seq=i) for i in range(SHOWN_LOG + 50))
     assert len(rebuild(snap, log=many).log) == SHOWN_LOG
+
+
+def test_build_lists_sync_sites_by_rate_then_count() -> None:
+    common = dict(t=1.0, experiment="x", description="", mode=Mode.ASYNC, paused=False, interval=0.1)
+    sites = (
+        SyncSite("b.py:2", "item()", 5, 1.0),
+        SyncSite("a.py:1", "item()", 9, 1.0, rank=1),
+        SyncSite("a.py:1", "item()", 9, 1.0, rank=0),
+        SyncSite("c.py:3", "cpu()", 1, 7.0),
+    )
+    snap = build(**common, child=ChildStatus(None, ChildState.RUNNING), syncpoints=sites)
+    assert [(s.where, s.rank) for s in snap.syncpoints] == [
+        ("c.py:3", None),
+        ("a.py:1", 0),
+        ("a.py:1", 1),
+        ("b.py:2", None),
+    ]
