@@ -24,7 +24,7 @@ from torchpar_top.analysis.frontend import (
     NO_OP,
     FrontendLane,
     SyncPoint,
-    SyncSite,
+    SyncTotal,
     frontend_lanes,
     sync_sites,
 )
@@ -65,7 +65,7 @@ __all__ = [
     "StreamLane",
     "StreamWindow",
     "SyncPoint",
-    "SyncSite",
+    "SyncTotal",
     "Trace",
     "TraceError",
     "Window",

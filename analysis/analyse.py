@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from torchpar_top.analysis.events import span
-from torchpar_top.analysis.frontend import FrontendLane, SyncSite, frontend_lanes, sync_sites
+from torchpar_top.analysis.frontend import FrontendLane, SyncTotal, frontend_lanes, sync_sites
 from torchpar_top.analysis.lanes import DeviceLane, Overlap, StreamLane, device_lanes, overlap, stream_lanes
 from torchpar_top.analysis.loading import RankTrace, Trace, load_trace
 from torchpar_top.analysis.queue import QUEUE_CAP, queue_series
@@ -44,7 +44,7 @@ class RankAnalysis:
         """Whether any GPU op (kernel, memcpy, memset) is in this rank's trace."""
         return bool(self.streams)
 
-    def sync_sites(self) -> list[SyncSite]:
+    def sync_sites(self) -> list[SyncTotal]:
         """Sync points of all its threads grouped by ``(site, call)``, the most time first."""
         return sync_sites(self.frontend)
 

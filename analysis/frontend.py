@@ -39,7 +39,7 @@ class SyncPoint:
 
 
 @dataclass(frozen=True)
-class SyncSite:
+class SyncTotal:
     """Sync points with the same site and call, counted and timed together."""
 
     site: str
@@ -111,7 +111,7 @@ def frontend_lanes(events: Iterable[Event], rank: int = 0) -> tuple[FrontendLane
     return tuple(lanes)
 
 
-def sync_sites(lanes: Iterable[FrontendLane]) -> list[SyncSite]:
+def sync_sites(lanes: Iterable[FrontendLane]) -> list[SyncTotal]:
     """Sync points grouped by ``(site, call)``, the most time first."""
     count: dict[tuple[str, str], int] = defaultdict(int)
     time: dict[tuple[str, str], float] = defaultdict(float)
@@ -120,7 +120,7 @@ def sync_sites(lanes: Iterable[FrontendLane]) -> list[SyncSite]:
             count[(p.site, p.call)] += 1
             time[(p.site, p.call)] += p.dur
     return sorted(
-        (SyncSite(s, c, count[(s, c)], time[(s, c)] / 1e6) for s, c in count),
+        (SyncTotal(s, c, count[(s, c)], time[(s, c)] / 1e6) for s, c in count),
         key=lambda x: (-x.seconds, -x.count, x.site, x.call),
     )
 

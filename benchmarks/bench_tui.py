@@ -127,7 +127,9 @@ class SyntheticSession:
         if k % 10 == 0:  # a line of output per second, as a training loop prints
             self._log.append(LogLine(len(self._log) + 1, "stdout", f"step {k}: {12 + k % 3}.4 it/s"))
             self._log = self._log[-200:]
-        return dataclasses.replace(
+        from torchpar_top.model.snapshot import rebuild  # the figures derived again, as a source does
+
+        return rebuild(
             base,
             t=base.t + k * RENDER_INTERVAL,
             cores=cores,

@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from typing import ClassVar, Union
 
 from torchpar_top.contract.codec import MAX_LINE, ProtocolError, bounded, from_plain, to_plain
-from torchpar_top.contract.vocab import Counted, ExecutorKind, Mode, Quantity, Role, StepSource, SyncScope
+from torchpar_top.contract.vocab import (
+    Counted,
+    ExecutorKind,
+    Mode,
+    Quantity,
+    Role,
+    StepSource,
+    SyncScope,
+    ThroughputUnit,
+)
 
 #: Version of the wire format; a line of another version is refused.
 VERSION = 2
@@ -96,8 +105,9 @@ class Frontend:
 
 
 @dataclass(frozen=True)
-class Frame:
-    """One Python frame of the frontend's stack."""
+class StackFrame:
+    """One Python frame of the frontend's stack (the wire's, and the snapshot's
+    :attr:`~torchpar_top.contract.snapshot.StackView.frames`: one type)."""
 
     function: str
     """Qualified where Python says so (``Queue.get``, Python 3.11+), else the bare name."""
@@ -110,7 +120,7 @@ class FrontendStack:
     """The frontend thread's Python stack as the agent reads it in the workload
     (``sys._current_frames()``): no py-spy process, no ptrace."""
 
-    frames: tuple[Frame, ...]
+    frames: tuple[StackFrame, ...]
     """Outermost first, innermost last (the innermost :data:`MAX_FRAMES` of a deeper stack)."""
     idle: bool
     """The thread ran less than a tenth of the last window (its ``schedstat``): it waits."""
@@ -247,7 +257,7 @@ class Sample(Message):
     """Seconds covered."""
     mode: Mode
     throughput: float = bounded(lo=0.0)
-    unit: str
+    unit: ThroughputUnit
     num_threads: int = bounded(lo=1)
     frontend: Frontend
     overlap: float = bounded(lo=0.0, hi=1.0)
@@ -434,7 +444,6 @@ __all__ = [
     "DeviceMemory",
     "ExecutorRow",
     "Exit",
-    "Frame",
     "Frontend",
     "FrontendStack",
     "Hello",
@@ -448,6 +457,7 @@ __all__ = [
     "Scaling",
     "SetSync",
     "SetThreads",
+    "StackFrame",
     "StepPhases",
     "StepRecord",
     "Steps",

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from torchpar_top.contract.messages import DeviceMemory, StepPhases, StepRecord
+from torchpar_top.contract.messages import DeviceMemory, StackFrame, StepPhases, StepRecord
 from torchpar_top.contract.vocab import (
     ChildState,
     Counted,
@@ -22,6 +22,8 @@ from torchpar_top.contract.vocab import (
     Quantity,
     Role,
     StepSource,
+    ThroughputUnit,
+    WaitKind,
 )
 
 
@@ -262,9 +264,9 @@ class RankView:
     state: ChildState
     """``running`` or ``exited``."""
     throughput: float | None
-    unit: str
+    unit: ThroughputUnit
     depth: int
-    """Sum of the rank's executor values."""
+    """Sum of the rank's executor values (:func:`torchpar_top.model.figures.total_depth`)."""
     data_wait: float | None = None
     """Fraction of the last window the frontend waited for the next batch (DataLoader)."""
     exit_code: int | None = None
@@ -297,15 +299,6 @@ class SyncSite:
 
 
 @dataclass(frozen=True)
-class StackFrame:
-    """One Python frame, innermost last in :attr:`StackView.frames`."""
-
-    function: str
-    filename: str
-    line: int
-
-
-@dataclass(frozen=True)
 class StackView:
     """The frontend thread's Python stack: from the agent in the workload, or (``attach``, no agent)
     from ``py-spy dump --json --nonblocking``."""
@@ -318,8 +311,9 @@ class StackView:
     """py-spy's own verdict that the thread is idle (waiting)."""
     t: float
     """``time.time()`` of the dump."""
-    waiting_in: str = ""
-    """What the innermost frames say the frontend waits in (synchronize, item, DataLoader...), or ''."""
+    waiting_in: WaitKind = WaitKind.NONE
+    """What the innermost frames say the frontend waits in (synchronize, item, DataLoader...), or
+    :attr:`WaitKind.NONE` ('')."""
     source: str = "py-spy"
     """Who read it: ``agent`` (the agent in the workload, ``sys._current_frames()``; its ``idle`` is the
     thread's run share) or ``py-spy`` (``dump --nonblocking`` from outside, for ``attach``)."""
@@ -353,6 +347,70 @@ class ReplayView:
     def trace(self) -> bool:
         """A profiler trace's analysis (no host readings, trace time), not a recording."""
         return not self.recorded
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """The queues summed, the header's ``depth 1024/1024`` (``model.figures.queue_depth``)."""
+
+    value: int
+    """Every executor's value (``depth`` or ``outstanding``) summed, every rank's."""
+    capacity: int | None
+    """Their capacities summed; ``None`` when one of them is unbounded."""
+
+
+@dataclass(frozen=True)
+class LaneShare:
+    """One lane's figures: means over the lanes' window (:func:`torchpar_top.model.figures.lanes`)."""
+
+    name: str
+    """``frontend``, or the executor's name."""
+    rank: int | None = None
+    """The executor's rank (``None`` for the frontend and for a single workload)."""
+    busy: float | None = None
+    """Executors: share with an item in progress. The frontend: on a core outside its waits."""
+    running: float | None = None
+    """Executors whose thread was read: share on a core with an item in progress; else ``None``."""
+    core_wait: float | None = None
+    """Share runnable but waiting for a core (an item in progress, for executors); ``None`` where the
+    thread's ``schedstat`` was not read."""
+    wait: float | None = None
+    """The frontend: share blocked (full queue, synchronize, data); ``None`` for executors."""
+
+
+@dataclass(frozen=True)
+class LanesView:
+    """The lanes panel's percentages, over its window (the last ``windows`` values of each history)."""
+
+    windows: int
+    """How many sample windows (frames, in a replayed trace) the means reach back over, at most."""
+    frontend: LaneShare
+    executors: tuple[LaneShare, ...] = ()
+    """One per executor, in :attr:`Snapshot.executors`' order."""
+    overlap: float | None = None
+    """Mean of :attr:`Snapshot.overlap` (running at once, at least)."""
+    overlap_high: float | None = None
+    """Mean of :attr:`Snapshot.overlap_high` (running at once, at most)."""
+    overlap_in_progress: float | None = None
+    """Mean of :attr:`Snapshot.overlap_in_progress` (work in progress at once)."""
+
+    def of(self, executor: ExecutorView) -> LaneShare | None:
+        """The lane of ``executor`` (by rank and name)."""
+        return next((x for x in self.executors if (x.rank, x.name) == (executor.rank, executor.name)), None)
+
+
+@dataclass(frozen=True)
+class SteadyStats:
+    """The scoreboard's modes taken together: every steady window of the run, time-weighted
+    (:func:`torchpar_top.model.figures.steady`)."""
+
+    seconds: float
+    done: float
+    """Work done in those windows (throughput × seconds), in the throughput's unit less ``/s``."""
+    throughput: float | None
+    mean_depth: float | None
+    """Mean of the primary rank's summed queue values (the scoreboard's ``mean_depth``)."""
+    frontend_wait: float | None
 
 
 @dataclass(frozen=True)
@@ -392,7 +450,7 @@ class Snapshot:
     overlap_in_progress: tuple[float, ...] = ()
     """Fraction of each window in which two or more executors had an item in progress, running or not."""
     throughput: float | None = None
-    throughput_unit: str = "it/s"
+    throughput_unit: ThroughputUnit = ThroughputUnit.ITEMS
     throughput_history: tuple[float, ...] = ()
     num_threads: int | None = None
     interop_threads: int | None = None
@@ -440,15 +498,27 @@ class Snapshot:
     """The rank that holds the others back, over the run so far (``model.steps.find_straggler``)."""
     memory: tuple[RankMemory, ...] = ()
     """Each rank's memory at its latest sample."""
+    # Derived by torchpar_top.model.snapshot.build from the fields above (every source builds its
+    # snapshot there): readers read them, never compute them again. ``DERIVED`` names them.
+    primary_rank: int | None = None
+    """The rank whose frontend, lanes, scoreboard and data verdict are shown: the lowest rank number;
+    ``None`` for a single workload."""
+    depth: QueueDepth | None = None
+    """Every queue summed, now; ``None`` without executors."""
+    core_load: float | None = None
+    """Mean load over the cores now, percent; ``None`` without a reading."""
+    lanes: LanesView | None = None
+    """The lanes' percentages (``None`` only in a snapshot that did not come from ``build``)."""
+    steady: SteadyStats | None = None
+    """Both modes of the scoreboard together; ``None`` before a steady window was measured."""
+    ratio: float | None = None
+    """Measured ASYNC throughput / SYNC throughput, when both were measured (the scoreboard's)."""
+    ranks_running: int = 0
+    """How many of :attr:`ranks` run now."""
 
-    @property
-    def ratio(self) -> float | None:
-        """Measured async throughput / sync throughput, when both were measured."""
-        by_mode = {m.mode: m for m in self.scoreboard}
-        a, s = by_mode.get(Mode.ASYNC), by_mode.get(Mode.SYNC)
-        if a and s and a.throughput and s.throughput:
-            return a.throughput / s.throughput
-        return None
+
+#: The :class:`Snapshot` fields derived from the others (``model/snapshot.py``), not measured.
+DERIVED = ("primary_rank", "depth", "core_load", "lanes", "steady", "ratio", "ranks_running")
 
 
 @dataclass(frozen=True)
@@ -475,14 +545,17 @@ class Experiment:
     description: str = field(default="")
 
 
-class SessionLike(Protocol):
-    """What the TUI needs from a session: snapshots to draw and commands to send.
+@runtime_checkable
+class SnapshotSource(Protocol):
+    """Where the TUI's snapshots come from: a live session, a replay (of a trace or a recording), a fake.
 
-    :class:`torchpar_top.sources.live.session.Session` is the real one; tests inject fakes.
+    What else a source can do is a capability of its own (:class:`LiveControls`, :class:`ReplayControls`):
+    the TUI checks for it (``isinstance``) and says so itself when a key asks for one the source lacks,
+    so no source stubs the others' commands.
     """
 
     def start(self) -> None:
-        """Start sampling and the child."""
+        """Start sampling (and the child), or the replay's clock."""
 
     def close(self) -> None:
         """Stop everything; nothing may be left running. It may be called (from another thread) while a
@@ -490,6 +563,19 @@ class SessionLike(Protocol):
 
     def snapshot(self) -> Snapshot:
         """The current state."""
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume sampling (the child keeps running), or the replay."""
+
+    def restart(self) -> None:
+        """Run the same target again (the user's script after it ended, or the experiment), or play the
+        replay again from its start."""
+
+
+@runtime_checkable
+class LiveControls(Protocol):
+    """What only a live run does: commands that reach the workload (:class:`~torchpar_top.sources.live.
+    session.Session`)."""
 
     def experiments(self) -> Sequence[Experiment]:
         """The built-in experiments."""
@@ -503,23 +589,26 @@ class SessionLike(Protocol):
     def switch_experiment(self, name: str) -> None:
         """Stop the running child and start experiment ``name``."""
 
-    def set_paused(self, paused: bool) -> None:
-        """Pause or resume sampling (the child keeps running)."""
-
-    def restart(self) -> None:
-        """Run the same target again (the user's script after it ended, or the experiment)."""
-
     def profile(self, seconds: float = 1.0) -> None:
         """Ask the child for a short torch.profiler window (exact per-stream queue length on CUDA)."""
 
+
+@runtime_checkable
+class ReplayControls(Protocol):
+    """What only a replay does: move on its timeline (:class:`~torchpar_top.sources.playback.Playback`)."""
+
     def step(self, frames: int) -> None:
-        """Replay: pause, then move ``frames`` frames forward (negative: back)."""
+        """Pause, then move ``frames`` frames forward (negative: back)."""
 
     def seek(self, share: float) -> None:
-        """Replay: move the position by ``share`` of the trace (negative: back), within the trace."""
+        """Move the position by ``share`` of the timeline (negative: back), within it."""
 
     def seek_start(self) -> None:
-        """Replay: go to the trace's start."""
+        """Go to the timeline's start."""
 
     def change_speed(self, factor: float) -> None:
-        """Replay: multiply the speed (trace seconds per second on screen) by ``factor``."""
+        """Multiply the speed (timeline seconds per second on screen) by ``factor``."""
+
+
+SessionLike = SnapshotSource
+"""What the TUI draws (the name it had when it was one protocol of fourteen methods)."""

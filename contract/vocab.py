@@ -127,6 +127,49 @@ class StepSource(Word):
 PHASES = ("data", "transfer", "forward", "backward", "comm", "optimizer", "sync", "other")
 
 
+class ThroughputUnit(Word):
+    """What a throughput counts, per second: the one list of units (parsing a unit string is not needed:
+    :attr:`what` is the thing counted)."""
+
+    ITEMS = "it/s"
+    """Items of an emulated stream (the async experiment), the default."""
+    STEPS = "steps/s"
+    """Training steps (``run``: optimizer steps, backward calls, batches or module calls)."""
+    OPS = "ops/s"
+    """torch ops of user code, counted by the op counter (in slices of the time: then *sampled*)."""
+    MATMULS = "mm/s"
+    """Matrix multiplications (intra-op, multi-device experiments)."""
+    CHAINS = "chains/s"
+    """Chains of matmuls forked on the inter-op pool."""
+    LAUNCHES = "launches/s"
+    """Runtime launches (kernels, copies, memsets) per second of trace time (a replayed trace)."""
+
+    @property
+    def what(self) -> str:
+        """The thing counted: ``steps`` for ``steps/s`` (Prometheus' ``what`` label, the report's total)."""
+        return self.value.removesuffix("/s")
+
+
+class WaitKind(Word):
+    """What a Python stack waits in (:func:`torchpar_top.model.stacks.classify_wait`); ``NONE`` (the
+    empty word, false) while it runs Python."""
+
+    NONE = ""
+    SYNC = "synchronize"
+    ITEM = "item()/cpu()"
+    DATA = "DataLoader"
+    COLLECTIVE = "collective"
+    EMU_SYNC = "synchronize (emulated stream)"
+    EMU_FULL = "launch (queue full)"
+    SLEEP = "sleep"
+    QUEUE = "queue get"
+
+    @property
+    def for_device(self) -> bool:
+        """A wait for the device: a synchronize (a real or an emulated stream's) or a copy to the host."""
+        return self in (WaitKind.SYNC, WaitKind.ITEM, WaitKind.EMU_SYNC)
+
+
 class DataBound(Word):
     """The DataLoader verdict."""
 

@@ -11,10 +11,7 @@ import re
 from collections.abc import Callable
 
 from torchpar_top.contract.snapshot import StackFrame
-
-WAIT_SYNC, WAIT_ITEM, WAIT_DATA, WAIT_COLLECTIVE = "synchronize", "item()/cpu()", "DataLoader", "collective"
-WAIT_EMU_SYNC, WAIT_EMU_FULL = "synchronize (emulated stream)", "launch (queue full)"
-WAIT_SLEEP, WAIT_QUEUE = "sleep", "queue get"
+from torchpar_top.contract.vocab import WaitKind
 
 _DATALOADER_FUNCS = {"__next__", "_next_data", "_get_data", "_try_get_data"}
 _COLLECTIVES = {
@@ -23,10 +20,10 @@ _COLLECTIVES = {
     "scatter", "send", "recv", "wait",
 }  # fmt: skip
 _LINE_RULES = (  # the innermost frame's source line, for calls into C
-    (re.compile(r"\bsleep\("), WAIT_SLEEP),
-    (re.compile(r"\.(item|cpu|tolist)\(\s*\)"), WAIT_ITEM),
-    (re.compile(r"\bsynchronize\("), WAIT_SYNC),
-    (re.compile(r"\.wait\(\s*\)"), WAIT_COLLECTIVE),  # c10d Work.wait() is C; Python waits have frames
+    (re.compile(r"\bsleep\("), WaitKind.SLEEP),
+    (re.compile(r"\.(item|cpu|tolist)\(\s*\)"), WaitKind.ITEM),
+    (re.compile(r"\bsynchronize\("), WaitKind.SYNC),
+    (re.compile(r"\.wait\(\s*\)"), WaitKind.COLLECTIVE),  # c10d Work.wait() is C; Python waits have frames
 )
 
 
@@ -48,33 +45,36 @@ def _torch_not_dist(path: str) -> bool:
     return "/torch/" in path and "/torch/distributed/" not in path
 
 
-def classify_wait(frames: tuple[StackFrame, ...], source: Callable[[str, int], str] = source_line) -> str:
-    """What the stack (outermost first) waits in: one of the ``WAIT_*`` labels, or '' (running Python)."""
+def classify_wait(
+    frames: tuple[StackFrame, ...], source: Callable[[str, int], str] = source_line
+) -> WaitKind:
+    """What the stack (outermost first) waits in, or :attr:`WaitKind.NONE` (running Python)."""
     path = [f.filename.replace("\\", "/") for f in frames]
     for f, p in zip(frames, path):  # fetching a batch, even inside the user's own Dataset code
         if p.endswith("torch/utils/data/dataloader.py") and _short(f.function) in _DATALOADER_FUNCS:
-            return WAIT_DATA
-    weak = ""
+            return WaitKind.DATA
+    weak = WaitKind.NONE
     for i in range(len(frames) - 1, -1, -1):  # innermost first
         f, p, name = frames[i], path[i], _short(frames[i].function)
         inner = _short(frames[i + 1].function) if i + 1 < len(frames) else ""
         if i == len(frames) - 1:
             text = source(f.filename, f.line)
             for pattern, label in _LINE_RULES:
-                if text and pattern.search(text) and not (label == WAIT_COLLECTIVE and _torch_not_dist(p)):
+                collective_in_torch = label == WaitKind.COLLECTIVE and _torch_not_dist(p)
+                if text and pattern.search(text) and not collective_in_torch:
                     return label
         if p.endswith("probes/agent/stream.py"):
             if name == "synchronize":
-                return WAIT_EMU_SYNC
+                return WaitKind.EMU_SYNC
             if name == "launch" and inner == "put":
-                return WAIT_EMU_FULL
+                return WaitKind.EMU_FULL
         if "/torch/" in p:
             if name == "synchronize":
-                return WAIT_SYNC
+                return WaitKind.SYNC
             if "/torch/distributed/" in p and name in _COLLECTIVES:
-                return WAIT_COLLECTIVE
+                return WaitKind.COLLECTIVE
             if p.endswith("torch/_tensor_str.py"):
-                return WAIT_ITEM  # printing a tensor copies it to the host
+                return WaitKind.ITEM  # printing a tensor copies it to the host
         if not weak and name == "get" and p.endswith(("/queue.py", "/queues.py")):
-            weak = WAIT_QUEUE
+            weak = WaitKind.QUEUE
     return weak

@@ -38,7 +38,6 @@ from torchpar_top.contract.snapshot import (
     ResultRow,
     ScalingPoint,
     Snapshot,
-    StackFrame,
     StackView,
     StepsView,
     Straggler,
@@ -55,8 +54,10 @@ from torchpar_top.contract.vocab import (
     LogSource,
     Mode,
     Quantity,
+    ThroughputUnit,
 )
-from torchpar_top.model import derive
+from torchpar_top.model import derive, figures
+from torchpar_top.model.snapshot import build
 from torchpar_top.model.stacks import classify_wait
 from torchpar_top.model.steps import StepsBook
 from torchpar_top.model.threads import group
@@ -199,7 +200,7 @@ class _Source:
     state: ChildState = ChildState.RUNNING
     exit_code: int | None = None
     throughput: float | None = None
-    unit: str = "it/s"
+    unit: ThroughputUnit = ThroughputUnit.ITEMS
     depth: int = 0
     data_wait: float | None = None
     """Mean share of the last second's windows the frontend waited for its next batch."""
@@ -328,7 +329,7 @@ class SessionStore:
             self._overlap_high: deque = deque(maxlen=HISTORY)
             self._timing: deque = deque(maxlen=HISTORY)
             self._throughput: deque = deque(maxlen=HISTORY)
-            self._unit = "it/s"
+            self._unit = ThroughputUnit.ITEMS
             self._last_throughput: float | None = None
             self._mode = Mode.ASYNC
             self._modes = {Mode.ASYNC: _ModeAccumulator(), Mode.SYNC: _ModeAccumulator()}
@@ -563,9 +564,11 @@ class SessionStore:
         return src
 
     def _primary(self) -> int:
-        """The source whose frontend, lanes and scoreboard are shown: the single child, or rank 0."""
-        ranked = sorted(self._sources.values(), key=lambda s: (s.rank is None, s.rank or 0, s.number))
-        return ranked[0].number if ranked else 0
+        """The source whose frontend, lanes and scoreboard are shown: the single child, or the lowest
+        rank (:func:`figures.primary_rank`)."""
+        rank = figures.primary_rank(s.rank for s in self._sources.values())
+        ranked = sorted(s.number for s in self._sources.values() if s.rank == rank)
+        return ranked[0] if ranked else 0
 
     def _on_syncpoints(self, msg: SyncPoints, source: int) -> None:
         # Rates are counts over the time they could be seen: all of it, or the op counter's slices.
@@ -597,7 +600,7 @@ class SessionStore:
             else:  # the verdict and the figure are over the last second: one 0.1 s window flaps
                 src.data_waits.append(msg.data_wait)
                 src.data_wait = sum(src.data_waits) / len(src.data_waits)
-            src.depth = sum(row.value for row in msg.executors)
+            src.depth = figures.total_depth(msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage
             primary = source == self._primary()
@@ -623,7 +626,7 @@ class SessionStore:
             if not primary:
                 return
             if msg.stack is not None and self.stacks:
-                frames = tuple(StackFrame(f.function, f.filename, f.line) for f in msg.stack.frames)
+                frames = msg.stack.frames
                 self._stack = StackView(
                     src.pid or 0,
                     "MainThread",
@@ -677,7 +680,7 @@ class SessionStore:
             groups = self._groups[1]
             ranks, steps, straggler, memory = self._step_views()
             primary = self._sources.get(self._primary())
-            return Snapshot(
+            return build(
                 t=time.time(),
                 experiment=self.experiment,
                 description=derive.arguments(self.description, self._target),
@@ -707,7 +710,7 @@ class SessionStore:
                 scaling=tuple(sorted(self._scaling.values(), key=lambda p: p.threads)),
                 gpus=self._gpus,
                 gpu_status=self._gpu_status,
-                log=tuple(self._log)[-200:],
+                log=tuple(self._log),
                 sample_t=self._sample_t,
                 target=self._target,
                 notice=self._notice,
@@ -753,9 +756,9 @@ class SessionStore:
         return tuple(ranks), steps, self._steps.straggler(numbers, running), tuple(memory)
 
     def _syncpoints(self) -> tuple[SyncSite, ...]:
-        sites = [
+        """Every agent's sync sites (``build`` puts them in order)."""
+        return tuple(
             SyncSite(where, call, count, rate, src.rank, src.sites_sampled)
             for src in self._sources.values()
             for (where, call), (count, rate) in src.sites.items()
-        ]
-        return tuple(sorted(sites, key=lambda s: (-s.per_second, -s.count, s.rank or 0, s.where)))
+        )

@@ -41,7 +41,16 @@ from torchpar_top.contract.recording import (
     read_recording,
 )
 from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
-from torchpar_top.contract.vocab import PHASES, ChildState, Counted, ExecutorKind, Mode, Quantity
+from torchpar_top.contract.vocab import (
+    PHASES,
+    ChildState,
+    Counted,
+    ExecutorKind,
+    Mode,
+    Quantity,
+    ThroughputUnit,
+)
+from torchpar_top.model.snapshot import build, rebuild
 from torchpar_top.model.store import CORE_HISTORY, HISTORY
 
 #: ``otherData.format`` of an export.
@@ -55,7 +64,7 @@ TRACE_FRAMES = 2000
 
 
 @dataclass(frozen=True)
-class Sample:
+class TimedSnapshot:
     """One snapshot at a time (seconds from the first), and how many values each history gained."""
 
     t: float
@@ -64,7 +73,7 @@ class Sample:
     """History path (``executors.0.busy``...) → values added since the previous sample."""
 
 
-def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[Sample]:
+def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[TimedSnapshot]:
     """Samples with the values each history gained (:func:`~torchpar_top.contract.recording.delta`)."""
     prev: Snapshot | None = None
     for t, snap in times_snaps:
@@ -75,7 +84,7 @@ def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[Sample
                 p = prev_ex.get(_exec_key(e))
                 new[f"{_exec_key(e)}.busy"] = len(delta(p.busy if p else (), e.busy)[1])
             new["frontend_busy"] = len(delta(prev.frontend_busy, snap.frontend_busy)[1])
-        yield Sample(t, snap, new)
+        yield TimedSnapshot(t, snap, new)
         prev = snap
 
 
@@ -93,7 +102,7 @@ class Source:
     path: str
     kind: str
     """``recording`` or ``trace``."""
-    samples: list[Sample]
+    samples: list[TimedSnapshot]
     header: dict[str, Any] = field(default_factory=dict)
     lanes: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     """Traces: per stream lane, its busy intervals in seconds from the start."""
@@ -128,7 +137,8 @@ def recording_source(rec: Recording) -> Source:
     from torchpar_top.contract.codec import to_plain
 
     t0 = rec.times[0] if rec.times else rec.header.t
-    samples = list(samples_of((s.t - t0, s) for s in rec.snapshots()))
+    # derived again (model/snapshot.rebuild): a recording of an older version may lack some figures
+    samples = list(samples_of((s.t - t0, rebuild(s)) for s in rec.snapshots()))
     return Source(rec.path, "recording", samples, to_plain(rec.header), t0=t0, note=rec.note)
 
 
@@ -565,7 +575,7 @@ def _rebuild_snapshots(
     snaps = []
     for ts in sorted(by_ts):
         values = by_ts[ts]
-        cores, gpus, execs, throughput, unit = {}, {}, [], None, "it/s"
+        cores, gpus, execs, throughput, unit = {}, {}, [], None, ThroughputUnit.ITEMS
         for cname, v in values.items():
             meta = counters[cname]
             what = meta.get("what")
@@ -598,7 +608,7 @@ def _rebuild_snapshots(
                     )
                 )
             elif what == "throughput":
-                throughput, unit = v, meta["unit"]
+                throughput, unit = v, ThroughputUnit(meta["unit"])
                 histories["throughput"].append(v)
         for i, load in cores.items():
             core_hist[i].append(load)
@@ -623,7 +633,7 @@ def _rebuild_snapshots(
             )
         mode = next((m for a, _, m in reversed(modes) if a <= ts), "async")  # the period begun last
         snaps.append(
-            Snapshot(
+            build(
                 t=t_start + ts / 1e6,
                 experiment="export",
                 description=f"read back from {os.path.basename(path)}",
@@ -650,7 +660,7 @@ def export_summary(rec: Recording) -> dict[str, Any]:
     """``replay RUN.jsonl --summary``: the recording's header and what its snapshots measured, whole."""
     from torchpar_top.contract.codec import to_plain
 
-    snaps = list(rec.snapshots())
+    snaps = [rebuild(s) for s in rec.snapshots()]  # figures derived again, as in recording_source
     out: dict[str, Any] = {
         "header": to_plain(rec.header),
         "snapshots": len(snaps),
@@ -669,7 +679,7 @@ def export_summary(rec: Recording) -> dict[str, Any]:
         "min": min(through, default=None),
         "max": max(through, default=None),
     }
-    out["mean_core_load"] = _mean([sum(s.cores) / len(s.cores) for s in snaps if s.cores])
+    out["mean_core_load"] = _mean([s.core_load for s in snaps if s.core_load is not None])
     depth: dict[str, list[int]] = defaultdict(list)
     for s in snaps:
         for e in s.executors:

@@ -1,27 +1,31 @@
 """Headless mode: the same session, one JSON object per sample on stdout (JSON lines).
 
-Fields of each line (see README, "Headless output"):
-``t``, ``experiment``, ``target``, ``description``, ``mode`` (null when attached), ``attached``, ``notice``,
-``child`` {pid, state, exit_code}, ``cores`` [percent per core], ``threads`` [{role, executor, count,
-busy, cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null),
-``frontend_hot_in_sync``, ``executors`` [{name, rank, kind, quantity, counts, value, capacity, launched,
-completed, ready, busy, running, core_wait, blocked, emulated}], ``throughput`` {value, unit},
-``num_threads``, ``frontend`` {busy, wait, core_wait}, ``overlap`` and ``overlap_high`` (running at once:
-at least, at most),
-``overlap_in_progress``, ``timing`` (the live loop paused for a timing round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}},
-``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling``
-[{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
-data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
-or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu``
-(torchpar-top's own share of a core over the last second), ``replay`` {path, position, duration, speed,
-frame, finished, recorded} or null, ``steps`` {source, count, per_second, seconds, phases {data,
-transfer, forward, backward, comm, optimizer, sync, other: seconds per step}, run_seconds, run_phases, gpu}
-or null (also in each of ``ranks``), ``straggler`` {rank, cause, ratio, costs} or null, ``memory`` [{rank,
-rss_bytes, rss_growth_bytes_per_min, devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}],
-``log`` [new log lines since the previous object, after a ``dropped``
-marker when some came and went between two objects]. Every field is a
-:class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
-derived here but the count of log lines left out.
+Fields of each line (see README, "Headless output"): ``t``, ``experiment``, ``target``, ``description``,
+``mode`` (null when attached), ``attached``, ``notice``, ``paused``, ``interval``, ``child`` {pid, state,
+exit_code, message}, ``cores`` [percent per core], ``threads`` [{role, executor, count, busy,
+cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null), ``frontend_hot_in_sync``,
+``executors`` [{name, rank, kind, quantity, counts, value, capacity, launched, completed, ready, busy,
+running, core_wait, blocked, emulated, note}], ``throughput`` {value, unit}, ``num_threads``,
+``interop_threads``, ``op_coverage``, ``sample_t``, ``frontend`` {busy, wait, core_wait}, ``overlap``
+and ``overlap_high`` (running at once: at least, at most), ``overlap_in_progress``, ``timing`` (the live
+loop paused for a timing round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth,
+frontend_wait}}, ``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}],
+``scaling`` [{threads, gflops, samples}], ``gpus`` [...], ``gpu_status``, ``ranks`` [{rank, pid, state,
+throughput, unit, depth, data_wait, exit_code, data_verdict, steps, local_rank, node_rank, hostname}], ``syncpoints`` [{where, rank, call,
+count, per_second, sampled}], ``data_verdict`` {bound, wait} or null, ``stack`` {pid, t, thread, idle,
+waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu`` (torchpar-top's own share of a
+core over the last second), ``replay`` {path, position, duration, speed, frame, finished, recorded} or
+null, ``steps`` {source, count, per_second, seconds, phases {data, transfer, forward, backward, comm,
+optimizer, sync, other: seconds per step}, run_seconds, run_phases, gpu} or null (also in each of
+``ranks``), ``straggler`` {rank, cause, ratio, costs} or null, ``memory`` [{rank, rss_bytes,
+rss_growth_bytes_per_min, devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}]; derived in ``model/`` (``model/figures.py``): ``primary_rank``, ``depth`` {value, capacity} (the
+header's), ``core_load`` (mean over the cores, percent), ``lanes`` {windows, frontend, executors,
+overlap, overlap_high, overlap_in_progress} (the lanes panel's percentages, as shares), ``steady``
+{seconds, done, throughput, mean_depth, frontend_wait} (the scoreboard's modes together); ``log`` [new
+log lines since the previous object, after a ``dropped`` marker when some came and went between two
+objects]. Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a
+history); nothing is derived here but the count of log lines left out
+(``tests/unit/test_snapshot_fields.py`` checks every field is here or says why not).
 """
 
 from __future__ import annotations
@@ -43,6 +47,15 @@ def _last(series: tuple[float, ...]) -> float | None:
     return round(series[-1], 4) if series else None
 
 
+def _rounded(plain: Any) -> Any:
+    """A plain dict of figures with every float to 4 decimals (shares; means)."""
+    if isinstance(plain, dict):
+        return {k: _rounded(v) for k, v in plain.items()}
+    if isinstance(plain, list):
+        return [_rounded(v) for v in plain]
+    return round(plain, 4) if isinstance(plain, float) else plain
+
+
 def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
     """One headless JSON object from a snapshot; ``log`` holds lines with ``seq > log_after``."""
     return {
@@ -54,7 +67,13 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "attached": snap.attached,
         "notice": snap.notice,
         "paused": snap.paused,
-        "child": {"pid": snap.child.pid, "state": snap.child.state.value, "exit_code": snap.child.exit_code},
+        "interval": snap.interval,
+        "child": {
+            "pid": snap.child.pid,
+            "state": snap.child.state.value,
+            "exit_code": snap.child.exit_code,
+            "message": snap.child.message,
+        },
         "cores": [round(c, 1) for c in snap.cores],
         "threads": [
             {
@@ -86,6 +105,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
                 "core_wait": _last(e.core_wait),
                 "blocked": None if e.blocked is None else round(e.blocked, 4),
                 "emulated": e.emulated,
+                "note": e.note,
             }
             for e in snap.executors
         ],
@@ -94,6 +114,9 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
             "unit": snap.throughput_unit,
         },
         "num_threads": snap.num_threads,
+        "interop_threads": snap.interop_threads,
+        "op_coverage": None if snap.op_coverage is None else round(snap.op_coverage, 4),
+        "sample_t": None if snap.sample_t is None else round(snap.sample_t, 3),
         "frontend": {
             "busy": _last(snap.frontend_busy),
             "wait": _last(snap.frontend_wait),
@@ -108,7 +131,9 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         },
         "ratio": snap.ratio,
         "results": to_plain(snap.results),
-        "scaling": [{"threads": p.threads, "gflops": round(p.gflops, 2)} for p in snap.scaling],
+        "scaling": [
+            {"threads": p.threads, "gflops": round(p.gflops, 2), "samples": p.samples} for p in snap.scaling
+        ],
         "gpus": [to_plain(g) | {"util_history": None} for g in snap.gpus],
         "gpu_status": snap.gpu_status,
         "ranks": [
@@ -121,6 +146,8 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "stack": None
         if snap.stack is None
         else {
+            "pid": snap.stack.pid,
+            "t": round(snap.stack.t, 3),
             "thread": snap.stack.thread,
             "idle": snap.stack.idle,
             "waiting_in": snap.stack.waiting_in,
@@ -133,6 +160,12 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "steps": steps_record(snap.steps),
         "straggler": to_plain(snap.straggler),
         "memory": to_plain(snap.memory),
+        "primary_rank": snap.primary_rank,
+        "ranks_running": snap.ranks_running,
+        "depth": to_plain(snap.depth),
+        "core_load": None if snap.core_load is None else round(snap.core_load, 1),
+        "lanes": _rounded(to_plain(snap.lanes)),
+        "steady": _rounded(to_plain(snap.steady)),
         "log": log_lines(snap, log_after),
     }
 

@@ -102,6 +102,7 @@ class SnapshotCollector:
         yield from self._ranks(snap, host)
         yield from self._steps(snap, host)
         yield from self._syncpoints(snap, host)
+        yield from self._run(snap, host)
 
     # -- families -------------------------------------------------------------------------------------
 
@@ -130,14 +131,21 @@ class SnapshotCollector:
         count = GaugeMetricFamily(
             PREFIX + "threads", "The workload's threads of a role", labels=["Hostname", "role", "executor"]
         )
+        busy = GaugeMetricFamily(
+            PREFIX + "threads_busy",
+            "The workload's threads of a role that used more than a tenth of a core",
+            labels=["Hostname", "role", "executor"],
+        )
         for g in snap.thread_groups:
             labels = [host, g.role.value, g.executor]
             cpu.add_metric(labels, g.cpu_percent / 100.0)
             wait.add_metric(labels, g.wait_percent / 100.0)
             count.add_metric(labels, g.count)
+            busy.add_metric(labels, g.busy)
         yield cpu
         yield wait
         yield count
+        yield busy
         starved = GaugeMetricFamily(
             PREFIX + "starved_cores",
             "Cores' worth of run-queue wait when the threads "
@@ -169,6 +177,18 @@ class SnapshotCollector:
             labels=names,
             unit="ratio",
         )
+        limit = GaugeMetricFamily(
+            PREFIX + "gpu_power_limit_watts", "GPU power limit", labels=names, unit="watts"
+        )
+        temp = GaugeMetricFamily(
+            PREFIX + "gpu_temperature_celsius", "GPU temperature", labels=names, unit="celsius"
+        )
+        proc_mem = GaugeMetricFamily(
+            PREFIX + "gpu_process_memory_used_bytes",
+            "GPU memory used by the workload's own processes",
+            labels=names,
+            unit="bytes",
+        )
         for g in snap.gpus:
             labels = [host, str(g.index), g.uuid, f"nvidia{g.index}", g.name]
             for family, value in (
@@ -177,10 +197,13 @@ class SnapshotCollector:
                 (total, g.mem_total),
                 (power, g.power_w),
                 (proc, None if g.process_util_percent is None else g.process_util_percent / 100.0),
+                (limit, g.power_limit_w),
+                (temp, g.temperature_c),
+                (proc_mem, g.process_mem),
             ):
                 if value is not None:
                     family.add_metric(labels, value)
-        yield from (util, used, total, power, proc)
+        yield from (util, used, total, power, proc, limit, temp, proc_mem)
 
     def _queues(self, snap: Snapshot, host: str) -> Iterator[Metric]:
         names = ["Hostname", "rank", "executor", "kind", "quantity", "gpu", "UUID", "stream", *WHERE]
@@ -211,6 +234,23 @@ class SnapshotCollector:
             labels=names,
             unit="ratio",
         )
+        running = GaugeMetricFamily(
+            PREFIX + "executor_running_ratio",
+            "Share of the last window the executor's thread was on a core with work in progress, 0-1",
+            labels=names,
+            unit="ratio",
+        )
+        core_wait = GaugeMetricFamily(
+            PREFIX + "executor_core_wait_ratio",
+            "Share of the last window the executor had work in progress but waited for a core, 0-1",
+            labels=names,
+            unit="ratio",
+        )
+        ready = GaugeMetricFamily(
+            PREFIX + "queue_ready",
+            "DataLoader: batches fetched and waiting for the frontend",
+            labels=names,
+        )
         launched = CounterMetricFamily(
             PREFIX + "queue_launches", "Launches into the executor (L)", labels=names
         )
@@ -235,11 +275,14 @@ class SnapshotCollector:
                 cap.add_metric(labels, e.capacity)
             if e.blocked is not None:
                 blocked.add_metric(labels, e.blocked)
-            if e.busy:
-                busy.add_metric(labels, e.busy[-1])
+            for family, series in ((busy, e.busy), (running, e.running), (core_wait, e.core_wait)):
+                if series:
+                    family.add_metric(labels, series[-1])
+            if e.ready is not None:
+                ready.add_metric(labels, e.ready)
             launched.add_metric(labels, e.launched)
             completed.add_metric(labels, e.completed)
-        yield from (depth, cap, blocked, busy, launched, completed)
+        yield from (depth, cap, blocked, busy, running, core_wait, ready, launched, completed)
 
     def _frontend(self, snap: Snapshot, host: str) -> Iterator[Metric]:
         H = ["Hostname"]
@@ -257,22 +300,24 @@ class SnapshotCollector:
             if series:
                 family.add_metric([host], series[-1])
             yield family
-        overlap = GaugeMetricFamily(
-            PREFIX + "overlap_ratio",
-            "Share of the last window two or more executors ran at once, 0-1",
-            labels=H,
-            unit="ratio",
-        )
-        if snap.overlap:
-            overlap.add_metric([host], snap.overlap[-1])
-        yield overlap
+        for key, series, text in (
+            ("overlap", snap.overlap, "two or more executors ran at once (at least)"),
+            ("overlap_high", snap.overlap_high, "two or more executors ran at once (at most)"),
+            ("overlap_in_progress", snap.overlap_in_progress, "two or more executors had work in progress"),
+        ):
+            family = GaugeMetricFamily(
+                PREFIX + f"{key}_ratio", f"Share of the last window {text}, 0-1", labels=H, unit="ratio"
+            )
+            if series:
+                family.add_metric([host], series[-1])
+            yield family
         sync = GaugeMetricFamily(
             PREFIX + "sync_mode", "1 in SYNC mode (synchronize after every op or step), 0 in ASYNC", labels=H
         )
         if not snap.attached:
             sync.add_metric([host], 1.0 if snap.mode == Mode.SYNC else 0.0)
         yield sync
-        unit = snap.throughput_unit.split()[0].removesuffix("/s") if snap.throughput_unit else ""
+        unit = snap.throughput_unit.what
         tp = GaugeMetricFamily(
             PREFIX + "throughput_per_second",
             "The workload's throughput over the last "
@@ -294,14 +339,34 @@ class SnapshotCollector:
             labels=["Hostname", "mode"],
             unit="seconds",
         )
+        mode_tp = GaugeMetricFamily(
+            PREFIX + "mode_throughput_per_second",
+            "Mean throughput in each mode's steady windows (the scoreboard), in the what label's unit",
+            labels=["Hostname", "mode", "what"],
+        )
+        mode_depth = GaugeMetricFamily(
+            PREFIX + "mode_queue_depth_mean",
+            "Mean of the primary rank's summed queues in each mode's steady windows (the scoreboard)",
+            labels=["Hostname", "mode"],
+        )
+        mode_wait = GaugeMetricFamily(
+            PREFIX + "mode_frontend_wait_ratio",
+            "Mean share of time the frontend was blocked in each mode's steady windows, 0-1",
+            labels=["Hostname", "mode"],
+            unit="ratio",
+        )
         if snap.scoreboard:
-            done.add_metric(
-                [host, unit], sum(m.throughput * m.seconds for m in snap.scoreboard if m.throughput)
-            )
+            done.add_metric([host, unit], snap.steady.done if snap.steady is not None else 0.0)
             for m in snap.scoreboard:
                 seconds.add_metric([host, m.mode.value], m.seconds)
-        yield done
-        yield seconds
+                for family, value, labels in (
+                    (mode_tp, m.throughput, [host, m.mode.value, unit]),
+                    (mode_depth, m.mean_depth, [host, m.mode.value]),
+                    (mode_wait, m.frontend_wait, [host, m.mode.value]),
+                ):
+                    if value is not None:
+                        family.add_metric(labels, value)
+        yield from (done, seconds, mode_tp, mode_depth, mode_wait)
 
     def _ranks(self, snap: Snapshot, host: str) -> Iterator[Metric]:
         names, where = ["Hostname", "rank", *WHERE], _where(snap, host)
@@ -324,15 +389,78 @@ class SnapshotCollector:
             labels=names,
             unit="ratio",
         )
+        code = GaugeMetricFamily(
+            PREFIX + "rank_exit_code", "The exit status of an agent process that ended", labels=names
+        )
         for r in snap.ranks:
             labels = [host, _rank(r.rank), *where(r.rank)]
             up.add_metric(labels, 1.0 if r.state == ChildState.RUNNING else 0.0)
+            if r.exit_code is not None:
+                code.add_metric(labels, r.exit_code)
             if r.throughput is not None:
-                tp.add_metric(labels + [r.unit.split()[0].removesuffix("/s")], r.throughput)
+                tp.add_metric([*labels, r.unit.what], r.throughput)
             depth.add_metric(labels, r.depth)
             if r.data_wait is not None:
                 data.add_metric(labels, r.data_wait)
-        yield from (up, tp, depth, data)
+        yield from (up, tp, depth, data, code)
+
+    def _run(self, snap: Snapshot, host: str) -> Iterator[Metric]:
+        """The session's settings and the workload's own: interval, thread counts, coverage, replay."""
+        yield _gauge("sample_interval_seconds", "Seconds between samples", snap.interval, host, "seconds")
+        yield _gauge("intraop_threads", "torch.get_num_threads() in the workload", snap.num_threads, host)
+        yield _gauge(
+            "interop_threads", "torch.get_num_interop_threads() in the workload", snap.interop_threads, host
+        )
+        yield _gauge(
+            "primary_rank",
+            "The rank whose frontend, lanes and scoreboard are shown (none for a single workload)",
+            snap.primary_rank,
+            host,
+        )
+        yield _gauge(
+            "async_sync_speedup",
+            "ASYNC throughput over SYNC throughput, once both were measured (the scoreboard's)",
+            snap.ratio,
+            host,
+        )
+        yield _gauge(
+            "op_counter_coverage_ratio",
+            "Share of the last window the op counter was on (ops/s and sync points sampled), 0-1",
+            snap.op_coverage,
+            host,
+            "ratio",
+        )
+        yield _gauge(
+            "monitor_cpu_cores",
+            "torchpar-top's own CPU over the last second, py-spy's dumps included, in cores",
+            snap.monitor_cpu,
+            host,
+            "cores",
+        )
+        yield _gauge(
+            "workload_exit_code", "The workload's exit status once it ended", snap.child.exit_code, host
+        )
+        replay = snap.replay
+        for key, value, text in (
+            ("position", None if replay is None else replay.position, "position"),
+            ("duration", None if replay is None else replay.duration, "length"),
+            ("frame", None if replay is None else replay.frame, "timeline seconds per frame"),
+        ):
+            yield _gauge(f"replay_{key}_seconds", f"A replay's {text}", value, host, "seconds")
+        yield _gauge(
+            "replay_speed",
+            "A replay's timeline seconds per second",
+            None if replay is None else replay.speed,
+            host,
+        )
+        scaling = GaugeMetricFamily(
+            PREFIX + "scaling_gflops",
+            "The intra-op experiment's measured GFLOP/s at a thread count",
+            labels=["Hostname", "threads"],
+        )
+        for p in snap.scaling:
+            scaling.add_metric([host, str(p.threads)], p.gflops)
+        yield scaling
 
     def _steps(self, snap: Snapshot, host: str) -> Iterator[Metric]:
         """Training steps per rank (count, rate, mean step, seconds per step in each phase), the
@@ -423,6 +551,14 @@ class SnapshotCollector:
                 [host, _rank(s.rank), s.where, s.call, "1" if s.sampled else "0", *at(s.rank)], s.count
             )
         yield sites
+
+
+def _gauge(name: str, text: str, value: float | None, host: str, unit: str = "") -> Metric:
+    """A gauge with the one series ``Hostname`` (none when ``value`` is unknown)."""
+    family = GaugeMetricFamily(PREFIX + name, text, labels=["Hostname"], unit=unit)
+    if value is not None:
+        family.add_metric([host], value)
+    return family
 
 
 class MetricsError(RuntimeError):

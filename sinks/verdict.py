@@ -22,9 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchpar_top.contract.snapshot import Snapshot
-from torchpar_top.contract.vocab import PHASES, ChildState, DataBound, ExecutorKind, Word
+from torchpar_top.contract.vocab import (
+    PHASES,
+    ChildState,
+    DataBound,
+    ExecutorKind,
+    ThroughputUnit,
+    WaitKind,
+    Word,
+)
 from torchpar_top.model import derive
-from torchpar_top.model.stacks import WAIT_EMU_SYNC, WAIT_ITEM, WAIT_SYNC
 
 #: The version of the report's JSON layout (``compare`` refuses another).
 REPORT_VERSION = 1
@@ -59,8 +66,8 @@ MAX_GAP = 5.0
 #: Sync-point sites kept in the report.
 TOP_SITES = 5
 
-#: The stack's wait labels that mean "waiting for the device" (``model/stacks.py``).
-SYNC_WAITS = frozenset({WAIT_SYNC, WAIT_ITEM, WAIT_EMU_SYNC})
+#: The stack's wait kinds that mean "waiting for the device" (:attr:`WaitKind.for_device`).
+SYNC_WAITS = frozenset(k for k in WaitKind if k.for_device)
 #: Executors whose depth is a device's launch queue (an eager CPU runs on the frontend; a DataLoader
 #: is the input side).
 ASYNC_KINDS = frozenset({ExecutorKind.CUDA_STREAM, ExecutorKind.EMULATED_STREAM, ExecutorKind.INTEROP_POOL})
@@ -217,8 +224,8 @@ class RunTally:
         self.blocked.add(block, dt)
         fills = [e.value / e.capacity for e in bounded if e.capacity]
         self.fill.add(max(fills) if fills else None, dt)
-        if bounded:
-            self.depth.add(sum(e.value for e in bounded), dt)
+        if snap.depth is not None:  # a replay's (no scoreboard): the queues summed, as in the header
+            self.depth.add(snap.depth.value, dt)
         if wait is not None:  # frontend wait = full queue + synchronize + data (the agent's one recorder)
             self.sync_wait.add(max(0.0, wait - (data or 0.0) - (block or 0.0)), dt)
         if snap.stack is not None:
@@ -228,8 +235,8 @@ class RunTally:
             self.run_queue_wait.add(sum(g.wait_percent for g in snap.thread_groups) / 100.0, dt)
         if snap.starved is not None:
             self.starved_time += dt
-        if snap.cores:
-            self.cpu_load.add(sum(snap.cores) / len(snap.cores) / 100.0, dt)
+        if snap.core_load is not None:
+            self.cpu_load.add(snap.core_load / 100.0, dt)
         for g in snap.gpus:
             tally = self._gpus.setdefault(g.index, _GpuTally(g.label, g.name))
             tally.label = g.label
@@ -289,18 +296,6 @@ class RunTally:
                     }
                     for i, g in sorted(self._gpus.items())
                 ],
-                "ranks": [  # each agent at the end: global rank, where it ran, its last throughput
-                    {
-                        "rank": r.rank,
-                        "local_rank": r.local_rank,
-                        "node": r.node_rank,
-                        "hostname": r.hostname,
-                        "state": r.state.value,
-                        "exit_code": r.exit_code,
-                        "throughput": _round(r.throughput, 4),
-                    }
-                    for r in (snap.ranks if snap else ())
-                ],
                 "sync_points": [
                     {"where": s.where, "call": s.call, "count": s.count, "rank": s.rank, "sampled": s.sampled}
                     for s in sites[:TOP_SITES]
@@ -313,22 +308,24 @@ class RunTally:
 
     def _figures(self, snap: Snapshot | None) -> dict[str, Any]:
         unit = snap.throughput_unit if snap is not None else ""
-        # Throughput: the store's scoreboard (each child window, by its length) where it ran; else (a
-        # replay, which has no scoreboard) the mean of the frames' figures over the time fed here.
-        board = [m for m in (snap.scoreboard if snap else ()) if m.seconds > 0 and m.throughput is not None]
-        if board:
-            seconds = sum(m.seconds for m in board)
-            done = sum(m.throughput * m.seconds for m in board)
-            throughput = done / seconds
+        # Throughput and mean depth: the store's scoreboard (each steady child window, by its length;
+        # ``Snapshot.steady``) where it ran; else (a replay, which has no scoreboard) the means of the
+        # snapshots' figures over the time fed here.
+        steady = snap.steady if snap is not None else None
+        throughput = steady.throughput if steady is not None else None
+        if throughput is not None and steady is not None:
+            done: float | None = steady.done
         else:
             throughput = self.throughput.value
             done = None if throughput is None else throughput * self.throughput.weight
-        per_s = unit.split()[0] if unit else ""
+        depth = steady.mean_depth if steady is not None else None
+        if depth is None:
+            depth = self.depth.value
         return {
             "throughput": _round(throughput, 4),
             "throughput_unit": unit,
             "done": _round(done, 1),
-            "steps_per_s": _round(throughput, 4) if per_s == "steps/s" else None,
+            "steps_per_s": _round(throughput, 4) if unit == ThroughputUnit.STEPS else None,
             "data_wait": _round(self.data_wait.value, 4),
             "frontend_busy": _round(self.frontend_busy.value, 4),
             "frontend_wait": _round(self.frontend_wait.value, 4),
@@ -337,7 +334,7 @@ class RunTally:
             "stack_in_sync": _round(self.stack_sync.value, 4),
             "blocked": _round(self.blocked.value, 4),
             "queue_fill": _round(self.fill.value, 4),
-            "queue_depth": _round(self.depth.value, 2),
+            "queue_depth": _round(depth, 2),
             "starved_share": _round(self.starved_time / self.seconds, 4) if self.seconds else None,
             "run_queue_wait_cores": _round(self.run_queue_wait.value, 3),
             "cpu_load": _round(self.cpu_load.value, 4),
@@ -368,16 +365,22 @@ def _step_figures(snap: Snapshot | None) -> dict[str, Any]:
 
 
 def _ranks(snap: Snapshot | None) -> list[dict[str, Any]]:
-    """Each rank's steps over the run: steps/s (the inverse of its mean step), mean step, phases."""
+    """Each agent at the end: its global rank, where it ran, its state and last throughput, and its
+    steps over the run (steps/s as the inverse of its mean step, the mean step, its phases)."""
     return [
         {
             "rank": r.rank,
-            "steps_per_s": _round(1 / r.steps.run_seconds, 4) if r.steps.run_seconds else None,
-            "step_seconds": _round(r.steps.run_seconds, 6),
-            "phases": _phases(r.steps.run_phases),
+            "local_rank": r.local_rank,
+            "node": r.node_rank,
+            "hostname": r.hostname,
+            "state": r.state.value,
+            "exit_code": r.exit_code,
+            "throughput": _round(r.throughput, 4),
+            "steps_per_s": _round(1 / r.steps.run_seconds, 4) if r.steps and r.steps.run_seconds else None,
+            "step_seconds": _round(r.steps.run_seconds, 6) if r.steps else None,
+            "phases": _phases(r.steps.run_phases) if r.steps else None,
         }
         for r in (snap.ranks if snap is not None else ())
-        if r.steps is not None
     ]
 
 

@@ -3,9 +3,10 @@
 
 Both are a position on a timeline moved by a clock thread (``interval`` seconds on screen, ``interval ×
 speed`` of the timeline), commands that pause, step, seek and change the speed under one lock, a log of
-their own, one snapshot built per change, and polite refusals of what only a live run can do. A subclass
-says what its timeline is (:meth:`_span`, :meth:`_origin`, :meth:`_jump`), how a tick and a step move on,
-and how a snapshot is built; the rest is here.
+their own, one snapshot built per change. What only a live run can do they do not offer (they are
+no :class:`~torchpar_top.contract.snapshot.LiveControls`: the TUI says so when such a key is pressed). A
+subclass says what its timeline is (:meth:`_span`, :meth:`_origin`, :meth:`_jump`), how a tick and a step
+move on, and how a snapshot is built; the rest is here.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
 from typing import ClassVar
 
-from torchpar_top.contract.snapshot import Experiment, LogLine, Snapshot
+from torchpar_top.contract.snapshot import LogLine, Snapshot
 from torchpar_top.contract.vocab import LogSource
 from torchpar_top.model.store import LOG_LINES
 
@@ -157,26 +157,6 @@ class Playback:
                 return
             self._speed = speed
             self._say(f"speed {speed:g}×{self._speed_changed()}")
-
-    def toggle_sync(self) -> None:
-        """A record cannot be switched: says so."""
-        self._say(f"{self.THING} cannot be switched: it shows what {self.SOURCE} did (ASYNC or SYNC)")
-
-    def change_threads(self, delta: int) -> None:
-        """A record has no threads to change: says so."""
-        self._say(f"{self.THING} has no threads to change: + and - act on a live run")
-
-    def experiments(self) -> Sequence[Experiment]:
-        """None: a replay runs no experiment."""
-        return ()
-
-    def switch_experiment(self, name: str) -> None:
-        """A replay runs no experiment: says so."""
-        self._say(
-            f"a replay runs no experiment: torchpar-top -e {name} starts one"
-            if name
-            else "a replay runs no experiment"
-        )
 
     # -- the snapshot and the log -----------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Play a recording back through the same screen: ``torchpar-top replay RUN.jsonl``.
 
-A ``SessionLike`` like :class:`~torchpar_top.sources.trace.TraceReplay`
+A ``SnapshotSource`` with ``ReplayControls`` like :class:`~torchpar_top.sources.trace.TraceReplay`
 for traces, but what it shows is the snapshots recorded, not an analysis: a clock thread moves the position
 ``interval × speed`` seconds of recording time on each tick, and the snapshot shown is the last one
 recorded at or before the position, exactly as it was recorded (histories included), with the replay's
@@ -10,7 +10,6 @@ Every :data:`CHECKPOINT` snapshots one is kept whole, so a seek decodes at most 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from bisect import bisect_right
@@ -19,13 +18,12 @@ from collections.abc import Sequence
 from torchpar_top.contract.recording import Decoder, Recording, RecordingError, decode_line, read_recording
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, ReplayView, Snapshot
 from torchpar_top.contract.vocab import ChildState, Mode
+from torchpar_top.model.snapshot import build, rebuild
 from torchpar_top.sources.playback import Playback
 from torchpar_top.sources.trace import KEYS_HINT
 
 #: Snapshots between two kept whole (a seek decodes at most this many lines).
 CHECKPOINT = 100
-#: The log lines a snapshot carries (as the live store's).
-SHOWN_LOG = 200
 
 
 class RecordingReplay(Playback):
@@ -198,10 +196,6 @@ class RecordingReplay(Playback):
             self._jump(0.0)
             self._say("replaying from the start")
 
-    def profile(self, seconds: float = 1.0) -> None:
-        """No profiler in a recording: says so."""
-        self._say("a recording cannot be profiled: h acts on a live run")
-
     # -- the snapshot -----------------------------------------------------------------------------
 
     def _build(self) -> Snapshot:
@@ -215,10 +209,10 @@ class RecordingReplay(Playback):
             finished,
             recorded=True,
         )
-        log = tuple(self._log)[-SHOWN_LOG:]
+        log = tuple(self._log)
         base = self._current
         if base is None:
-            return Snapshot(
+            return build(
                 t=self.recording.header.t,
                 experiment="replay",
                 description="nothing recorded",
@@ -239,7 +233,7 @@ class RecordingReplay(Playback):
                 None,
                 "replay finished" + (f" (recorded: {child.message})" if child.message else ""),
             )
-        return dataclasses.replace(
+        return rebuild(  # the figures derived again: a recording of an older version may lack some
             base,
             paused=self._paused,
             child=child,

@@ -52,7 +52,9 @@ from torchpar_top.contract.snapshot import (
     Snapshot,
     SyncSite,
 )
-from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
+from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity, ThroughputUnit
+from torchpar_top.model.figures import total_depth
+from torchpar_top.model.snapshot import build
 from torchpar_top.model.store import HISTORY
 from torchpar_top.sources.playback import MAX_SPEED, MIN_SPEED, Playback
 
@@ -65,7 +67,7 @@ SEEK_SHARE = 0.05
 #: Frames over which a sync point's rate is taken (one second on screen at the default interval).
 RATE_FRAMES = 10
 #: The throughput's unit: runtime launches (kernels, copies, memsets) per second of trace time.
-UNIT = "launches/s"
+UNIT = ThroughputUnit.LAUNCHES
 #: The replay keys, as the notice lists them.
 KEYS_HINT = "p pause · . , step · ← → seek · home · [ ] speed"
 #: Why the CPU and threads panels are empty in a replay.
@@ -73,7 +75,7 @@ NO_HOST = "a recorded trace has no host readings (per-core load, threads)"
 
 
 @dataclass(frozen=True)
-class Frame:
+class TraceFrame:
     """One frame of the replay: the analysis' window, and what the session adds to it."""
 
     window: Window
@@ -118,7 +120,7 @@ def _at_cap(seconds: float) -> str:
 
 
 class TraceReplay(Playback):
-    """A :class:`~torchpar_top.contract.snapshot.SessionLike` that plays a recorded trace back."""
+    """A :class:`~torchpar_top.contract.snapshot.SnapshotSource` with replay controls that plays a trace."""
 
     THING, SOURCE, SHORT, THREAD = "a recorded trace", "the program", "trace", "tpt-replay"
 
@@ -166,7 +168,7 @@ class TraceReplay(Playback):
             else Intervals()
         )
         self._pos = self._first
-        self._frames: deque[Frame] = deque(maxlen=HISTORY)
+        self._frames: deque[TraceFrame] = deque(maxlen=HISTORY)
         self._syncs: dict[tuple[int, str, str], int] = defaultdict(int)
         self._rebuild()
         self._log_trace()
@@ -214,7 +216,7 @@ class TraceReplay(Playback):
         if self.analysis.has_gpu:
             self._announce_end()
 
-    def _frame(self, t0: float, t1: float) -> Frame:
+    def _frame(self, t0: float, t1: float) -> TraceFrame:
         """The frame ``[t0, t1]``: the analysis' window, time at the cap, launches, the launching thread."""
         length = t1 - t0
         blocked = tuple(
@@ -233,11 +235,11 @@ class TraceReplay(Playback):
         if f is not None:
             busy = (f.ops.covered(t0, t1) - self._sync_in_ops.covered(t0, t1)) / length
             wait = f.syncs.covered(t0, t1) / length
-        return Frame(self.analysis.window(t0, t1), blocked, launches, max(0.0, busy), wait)
+        return TraceFrame(self.analysis.window(t0, t1), blocked, launches, max(0.0, busy), wait)
 
     def _rebuild(self) -> None:
         """The frames that end at the position, and the sync points up to it (after a jump)."""
-        frames: list[Frame] = []
+        frames: list[TraceFrame] = []
         t1, length = self._pos, self.frame_us
         while len(frames) < HISTORY and t1 > self._start:
             t0 = max(self._start, t1 - length)
@@ -294,12 +296,6 @@ class TraceReplay(Playback):
             self._jump(self._first)
             self._say(f"replaying from t = {self._at()}")
 
-    def profile(self, seconds: float = 1.0) -> None:
-        """The replay is a profiler trace already: says so."""
-        self._say(
-            "this is a profiler trace already, analysed HTA's way: its summary is at the top of the log"
-        )
-
     # -- the snapshot -----------------------------------------------------------------------------
 
     def _build(self) -> Snapshot:
@@ -328,7 +324,7 @@ class TraceReplay(Playback):
             )
         state = ChildState.FINISHED if finished else ChildState.RUNNING
         throughput = [f.rate(f.launches[0]) for f in frames]
-        return Snapshot(
+        return build(
             t=time.time(),
             experiment="replay",
             description=self._description(),
@@ -345,10 +341,10 @@ class TraceReplay(Playback):
             throughput_history=tuple(throughput),
             gpus=self._gpus(frames),
             gpu_status="" if self.analysis.has_gpu else "no GPU activity in this trace",
-            log=tuple(self._log)[-200:],
+            log=tuple(self._log),
             target=self._target(),
             notice=self._notice(),
-            ranks=self._rank_views(frames, state),
+            ranks=self._rank_views(frames, state, executors),
             syncpoints=self._sync_sites(),
             replay=ReplayView(
                 self.path,
@@ -360,7 +356,7 @@ class TraceReplay(Playback):
             ),
         )
 
-    def _gpus(self, frames: deque[Frame]) -> tuple[GpuView, ...]:
+    def _gpus(self, frames: deque[TraceFrame]) -> tuple[GpuView, ...]:
         devices = [d for r in self._ranks for d in r.devices]
         views = []
         for j, d in enumerate(devices):
@@ -381,8 +377,11 @@ class TraceReplay(Playback):
             )
         return tuple(views)
 
-    def _rank_views(self, frames: deque[Frame], state: ChildState) -> tuple[RankView, ...]:
+    def _rank_views(
+        self, frames: deque[TraceFrame], state: ChildState, executors: list[ExecutorView]
+    ) -> tuple[RankView, ...]:
         views = []
+        lanes = list(zip(executors, self._streams, strict=True))
         for k, r in enumerate(self._ranks):
             pid = r.frontend[0].pid if r.frontend else None
             last = frames[-1] if frames else None
@@ -393,7 +392,7 @@ class TraceReplay(Playback):
                     state=state,
                     throughput=last.rate(last.launches[k]) if last else None,
                     unit=UNIT,
-                    depth=sum(s.queue.depth_at(self._pos) for s in r.streams if s.queue),
+                    depth=total_depth(e for e, s in lanes if s.rank == r.rank),
                 )
             )
         return tuple(views)
@@ -417,7 +416,7 @@ class TraceReplay(Playback):
             for (rank, site, call), count in self._syncs.items()
             if count
         ]
-        return tuple(sorted(sites, key=lambda s: (-s.per_second, -s.count, s.rank or 0, s.where, s.call)))
+        return tuple(sites)  # in order: build sorts them (figures.sync_order)
 
     def _target(self) -> str:
         n = len(self._ranks)

@@ -18,7 +18,7 @@ from textual.binding import BindingsMap, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker
-from torchpar_top.contract.snapshot import SessionLike, Snapshot
+from torchpar_top.contract.snapshot import LiveControls, ReplayControls, Snapshot, SnapshotSource
 from torchpar_top.tui import keys
 from torchpar_top.tui.commands import TorchparCommands
 from torchpar_top.tui.compositor import screen_class
@@ -77,7 +77,7 @@ def quiet_gc() -> None:
 
 
 class TorchparTopApp(App[None]):
-    """``top`` for PyTorch parallelism, drawing one :class:`SessionLike`."""
+    """``top`` for PyTorch parallelism, drawing one :class:`SnapshotSource`."""
 
     CSS_PATH = "app.tcss"
     TITLE = "torchpar-top"
@@ -87,7 +87,7 @@ class TorchparTopApp(App[None]):
 
     def __init__(
         self,
-        session: SessionLike,
+        session: SnapshotSource,
         *,
         render_interval: float | None = 0.1,
         title_extra: str = "",
@@ -252,19 +252,31 @@ class TorchparTopApp(App[None]):
 
     # actions: each one is a session call, then a redraw so its effect shows at once
 
+    def live(self, what: str = "") -> LiveControls | None:
+        """The session's live controls; ``None`` (and, when ``what`` is said, a note saying ``what`` is
+        only for a live run) for a source without them (a replay)."""
+        if isinstance(self.session, LiveControls):
+            return self.session
+        if what:
+            self.notify(f"{what}: only in a live run (a replay shows what was recorded)", timeout=4)
+        return None
+
     def action_toggle_sync(self) -> None:
         """``s``: ASYNC <-> SYNC."""
-        self.session.toggle_sync()
+        if live := self.live("switching ASYNC / SYNC"):
+            live.toggle_sync()
         self.refresh_from_session()
 
     def action_more_threads(self) -> None:
         """``+``: one more intra-op thread."""
-        self.session.change_threads(+1)
+        if live := self.live("changing the thread count"):
+            live.change_threads(+1)
         self.refresh_from_session()
 
     def action_fewer_threads(self) -> None:
         """``-``: one fewer intra-op thread."""
-        self.session.change_threads(-1)
+        if live := self.live("changing the thread count"):
+            live.change_threads(-1)
         self.refresh_from_session()
 
     def action_restart(self) -> None:
@@ -273,7 +285,8 @@ class TorchparTopApp(App[None]):
 
     def action_profile(self) -> None:
         """``h``: a 1 s torch.profiler window in the child, analysed the way HTA computes queue length."""
-        self.session.profile(1.0)
+        if live := self.live("a torch.profiler window"):
+            live.profile(1.0)
         self.refresh_from_session()
 
     def action_toggle_stack(self) -> None:
@@ -300,8 +313,11 @@ class TorchparTopApp(App[None]):
     def action_pick_experiment(self) -> None:
         """``w``: the experiment picker; Enter runs the chosen one."""
         current = self.last_snapshot.experiment if self.last_snapshot else ""
-        experiments = self.session.experiments()
-        if not experiments:  # a replay runs none: the session says why
+        live = self.live("running an experiment")
+        if live is None:
+            return
+        experiments = live.experiments()
+        if not experiments:  # none to pick from: the session says why
             self.run_experiment("")
             return
 
@@ -311,39 +327,43 @@ class TorchparTopApp(App[None]):
 
         self.push_screen(PickerScreen(experiments, current), chosen)
 
-    # replay: each a session call; a live session answers "only in a replay" in the log
+    # replay: each a call on the source's replay controls; a live source has none (the app says so)
 
     def action_step_forward(self) -> None:
         """``.``: pause the replay and show the next frame."""
-        self._replay_call(self.session.step, 1)
+        self._replay_call("stepping frame by frame", lambda r: r.step(1))
 
     def action_step_back(self) -> None:
         """``,``: pause the replay and show the previous frame."""
-        self._replay_call(self.session.step, -1)
+        self._replay_call("stepping frame by frame", lambda r: r.step(-1))
 
     def action_seek_back(self) -> None:
         """``left``: 5 % of the trace or recording back."""
-        self._replay_call(self.session.seek, -SEEK_SHARE)
+        self._replay_call("seeking", lambda r: r.seek(-SEEK_SHARE))
 
     def action_seek_forward(self) -> None:
         """``right``: 5 % of the trace or recording on."""
-        self._replay_call(self.session.seek, SEEK_SHARE)
+        self._replay_call("seeking", lambda r: r.seek(SEEK_SHARE))
 
     def action_seek_start(self) -> None:
         """``home``: the trace's start."""
-        self._replay_call(self.session.seek_start)
+        self._replay_call("going back to the start", lambda r: r.seek_start())
 
     def action_slower(self) -> None:
         """``[``: half the replay's speed."""
-        self._replay_call(self.session.change_speed, 0.5)
+        self._replay_call("changing the speed", lambda r: r.change_speed(0.5))
 
     def action_faster(self) -> None:
         """``]``: double the replay's speed."""
-        self._replay_call(self.session.change_speed, 2.0)
+        self._replay_call("changing the speed", lambda r: r.change_speed(2.0))
 
-    def _replay_call(self, method: Callable[..., None], *args: float) -> None:
-        """Call the session, redraw, and take ``paused`` from a replay (stepping pauses it)."""
-        method(*args)
+    def _replay_call(self, what: str, call: Callable[[ReplayControls], None]) -> None:
+        """Call the source's replay controls (or say ``what`` is only for a replay), redraw, and take
+        ``paused`` from a replay (stepping pauses it)."""
+        if isinstance(self.session, ReplayControls):
+            call(self.session)
+        else:
+            self.notify(f"{what}: only in a replay (torchpar-top replay FILE)", timeout=4)
         self.refresh_from_session()
         snapshot = self.last_snapshot
         if snapshot is not None and snapshot.replay is not None:
@@ -356,12 +376,13 @@ class TorchparTopApp(App[None]):
 
     def run_experiment(self, name: str) -> None:
         """Stop the running child and start experiment ``name``."""
-        self._switch_off_loop(partial(self.session.switch_experiment, name), f"starting {name}…")
+        if live := self.live("running an experiment"):
+            self._switch_off_loop(partial(live.switch_experiment, name), f"starting {name}…")
 
     def _switch_off_loop(self, call: Callable[[], None], message: str) -> None:
         """Stop what runs and start something, in a worker thread: stopping a script that ignores signals
         takes seconds, and the screen must keep answering meanwhile. Presses while one runs are ignored;
-        ``q`` closes the session at once (which waits for it, see ``SessionLike.close``)."""
+        ``q`` closes the session at once (which waits for it, see ``SnapshotSource.close``)."""
         if self._quitting or (self._switching is not None and self._switching.is_running):
             return
         self.notify(message, timeout=3)
@@ -404,7 +425,7 @@ class TorchparTopApp(App[None]):
         self.run_worker(self._close_then_exit(), name="quit", exclusive=True)
 
     async def _close_then_exit(self) -> None:
-        # Not after a restart in progress: close() waits for it, and it then starts nothing (SessionLike).
+        # Not after a restart in progress: close() waits for it, and it then starts nothing (SnapshotSource).
         await asyncio.to_thread(self._close_session)
         self.exit()
 

@@ -22,7 +22,8 @@ class TorchparCommands(Provider):
         items: list[tuple[str, Callable[[], object], str]] = [
             (c.name, getattr(app, f"action_{c.action}"), c.help) for c in keys.commands()
         ]
-        for experiment in app.session.experiments():
+        live = app.live()
+        for experiment in live.experiments() if live else ():
             items.append(
                 (
                     f"Run experiment: {experiment.name}",

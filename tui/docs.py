@@ -11,7 +11,7 @@ import re
 import sys
 
 from torchpar_top.tui.keys import keys_table
-from torchpar_top.tui.panels import HOT_CORE_NOTE, panels_list
+from torchpar_top.tui.meanings import HOT_CORE_NOTE, panels_list
 
 SECTIONS = {
     "panels": lambda: f"{panels_list(detail=True)}\n{HOT_CORE_NOTE}\n",

@@ -30,7 +30,7 @@ class Key:
     footer: Literal["both", "live", "replay"] = "both"
     """Where its first binding is shown in the footer (if shown at all): in both, only in a live session
     (``s``, ``+/-``, ``w``: nothing to do in a replay), or only in a replay (stepping, seeking, speed).
-    The key itself works everywhere (a live session answers a replay key in the log, and back)."""
+    The key itself is bound everywhere (on a source without the capability the app says so in a note)."""
     replay_display: str | None = None
     """The footer's key for a replay key (``./,`` for step and step back)."""
     essential: bool = False

@@ -210,14 +210,3 @@ def wrap(text: str, width: int) -> list[str]:
     if not text or width <= 0:
         return []
     return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [text[:width]]
-
-
-def mean(values: Sequence[float]) -> float | None:
-    """The mean, or ``None`` for no values."""
-    return sum(values) / len(values) if values else None
-
-
-def window(values: Sequence[float], seconds: float, interval: float) -> Sequence[float]:
-    """The values of the last ``seconds`` when one value was taken every ``interval`` seconds."""
-    n = max(1, round(seconds / interval)) if interval > 0 else 50
-    return values[-n:]

@@ -34,7 +34,6 @@ from torchpar_top.contract.messages import (
     MAX_FRAMES,
     Ack,
     Exit,
-    Frame,
     Frontend,
     FrontendStack,
     Hello,
@@ -46,11 +45,12 @@ from torchpar_top.contract.messages import (
     Scaling,
     SetSync,
     SetThreads,
+    StackFrame,
     Stop,
     ThreadRole,
     decode_command,
 )
-from torchpar_top.contract.vocab import AGENT_STOP_GRACE, Role, SyncScope
+from torchpar_top.contract.vocab import AGENT_STOP_GRACE, Role, SyncScope, ThroughputUnit
 from torchpar_top.probes.agent.activity import (
     ActivityRecorder,
     busy_time,
@@ -74,11 +74,11 @@ IDLE_RUN_SHARE = 0.1
 class CountRate:
     """Throughput as the rate of a monotone count: how much it grew since the previous window."""
 
-    def __init__(self, count: Callable[[], int], unit: str = "it/s") -> None:
-        self.count, self.unit = count, unit
+    def __init__(self, count: Callable[[], int], unit: str = ThroughputUnit.ITEMS) -> None:
+        self.count, self.unit = count, ThroughputUnit(unit)  # ValueError now, not a refused sample
         self._last = count()
 
-    def take(self) -> tuple[int, str]:
+    def take(self) -> tuple[int, ThroughputUnit]:
         """Items done since the previous call, and their unit."""
         now = self.count()
         done, self._last = max(0, now - self._last), now
@@ -222,7 +222,7 @@ class Agent:
         """Whether a thread count was asked for and not yet applied on the frontend."""
         return self._threads_applied != self._threads_wanted
 
-    def throughput_from(self, source: Callable[[], int], unit: str = "it/s") -> None:
+    def throughput_from(self, source: Callable[[], int], unit: str = ThroughputUnit.ITEMS) -> None:
         """Measure throughput as the rate of ``source()`` (a monotone count) instead of steps."""
         self.throughput = CountRate(source, unit)
 
@@ -390,11 +390,11 @@ class Agent:
         None once the frontend thread has ended.
         """
         frame = sys._current_frames().get(self.frontend_ident)
-        frames: list[Frame] = []
+        frames: list[StackFrame] = []
         while frame is not None and len(frames) < MAX_FRAMES:
             code = frame.f_code
             frames.append(
-                Frame(
+                StackFrame(
                     function=getattr(code, "co_qualname", code.co_name),
                     filename=code.co_filename,
                     line=max(0, frame.f_lineno or 0),

@@ -23,15 +23,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
-from torchpar_top.contract.vocab import SyncScope
+from torchpar_top.contract.messages import SyncPoints
+from torchpar_top.contract.vocab import SyncScope, ThroughputUnit
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.collectives import watch as watch_collectives
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor, CuptiUnavailable, load_cupti
 from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
-from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
+from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncCounter
 from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
 
 CPU_SYNC_NOTE = (
@@ -64,15 +64,15 @@ class StepsOrOps:
         self._last_cov, self._last_t = covered(), clock()
         self._rate = 0.0
 
-    def take(self) -> tuple[float, str]:
+    def take(self) -> tuple[float, ThroughputUnit]:
         """Steps (or estimated ops) done since the previous call, and the unit."""
         ops, steps, cov, now = self._eager.completed, self._agent.items, self._covered(), self._clock()
         if steps:
-            done, unit = float(steps - self._last_steps), "steps/s"
+            done, unit = float(steps - self._last_steps), ThroughputUnit.STEPS
         else:
             if cov > self._last_cov:
                 self._rate = (ops - self._last_ops) / (cov - self._last_cov)
-            done, unit = self._rate * (now - self._last_t), "ops/s"
+            done, unit = self._rate * (now - self._last_t), ThroughputUnit.OPS
         self._last_ops, self._last_steps, self._last_cov, self._last_t = ops, steps, cov, now
         return max(0.0, done), unit
 
@@ -111,7 +111,7 @@ class UserCode:
         self.every_op = every_op
         self.cupti_duty = cupti_duty
         """On CUDA, the share of sample intervals CUPTI records in (None: ``cuda_cupti.DEFAULT_DUTY``)."""
-        self.syncpoints = SyncPoints(cuda_in_use)
+        self.syncpoints = SyncCounter(cuda_in_use)
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
         self.data.also_wait = agent.frontend_wait
@@ -334,7 +334,7 @@ class UserCode:
             if sites is not None:
                 exact = self.every_op or self.counting is None or self.syncpoints.from_runtime
                 covered = None if exact else self.counting.covered_until()
-                self.agent.send(SyncPointsMessage(sites=sites, covered=covered))
+                self.agent.send(SyncPoints(sites=sites, covered=covered))
 
     # -- lifecycle -----------------------------------------------------------------------------------
 

@@ -110,7 +110,7 @@ _TENSOR_FILE = torch._tensor.__file__
 MAX_SITES = 50
 
 
-class SyncPoints:
+class SyncCounter:
     """Cumulative counts of implicit sync points by ``(where, call)``; written by the frontend."""
 
     def __init__(self, cuda_in_use: Callable[[], bool] = lambda: False) -> None:
@@ -249,7 +249,7 @@ class OpCounter(TorchFunctionMode):
     """Counts ops on an eager device, records their busy time, charges sync points to source lines."""
 
     def __init__(
-        self, device: EagerOps, syncpoints: SyncPoints, after_op: Callable[[], None] | None = None
+        self, device: EagerOps, syncpoints: SyncCounter, after_op: Callable[[], None] | None = None
     ) -> None:
         super().__init__()
         self.device = device

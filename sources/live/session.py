@@ -176,27 +176,6 @@ class Session:
         self.store.set_paused(paused)
         self.store.add_log(LogSource.APP, "paused" if paused else "resumed")
 
-    def step(self, frames: int) -> None:
-        """Only a replay has frames to step through: says so in the log."""
-        self._only_in_a_replay("stepping frame by frame")
-
-    def seek(self, share: float) -> None:
-        """Only a replay has a position to move: says so in the log."""
-        self._only_in_a_replay("seeking")
-
-    def seek_start(self) -> None:
-        """Only a replay has a start to go back to: says so in the log."""
-        self._only_in_a_replay("going back to the start")
-
-    def change_speed(self, factor: float) -> None:
-        """Only a replay has a speed: says so in the log."""
-        self._only_in_a_replay("changing the speed")
-
-    def _only_in_a_replay(self, what: str) -> None:
-        self.store.add_log(
-            LogSource.APP, f"{what}: only in a replay of a recorded trace (torchpar-top replay TRACE)"
-        )
-
     def snapshot(self) -> Snapshot:
         """The current state: the same object as last time when nothing changed since (the screen then
         skips the frame)."""

@@ -42,8 +42,11 @@ from torchpar_top.contract.vocab import (
     Quantity,
     Role,
     StepSource,
+    ThroughputUnit,
+    WaitKind,
 )
 from torchpar_top.model import derive
+from torchpar_top.model.snapshot import rebuild
 
 EXPERIMENTS = (
     Experiment("async", "async vs sync launch queue", "randn(1000,1000) + mm, key s toggles sync"),
@@ -54,12 +57,13 @@ EXPERIMENTS = (
 
 
 def typed(snap: Snapshot) -> Snapshot:
-    """The snapshot as the real session serves it: words as enums, and the meaning the store derives
+    """The snapshot as the real session serves it: words as enums, the meaning the store derives
     (attached, starved, frontend hot in SYNC, the description less the target) computed by the same
-    :mod:`torchpar_top.model.derive` functions."""
+    :mod:`torchpar_top.model.derive` functions, and the figures every snapshot derives
+    (:func:`torchpar_top.model.snapshot.rebuild`)."""
     groups = tuple(dataclasses.replace(g, role=Role(g.role)) for g in snap.thread_groups)
     mode = Mode(snap.mode)
-    return dataclasses.replace(
+    return rebuild(
         snap,
         mode=mode,
         child=dataclasses.replace(snap.child, state=ChildState(snap.child.state)),
@@ -71,7 +75,13 @@ def typed(snap: Snapshot) -> Snapshot:
         ),
         scoreboard=tuple(dataclasses.replace(m, mode=Mode(m.mode)) for m in snap.scoreboard),
         log=tuple(dataclasses.replace(line, source=LogSource(line.source)) for line in snap.log),
-        ranks=tuple(dataclasses.replace(r, state=ChildState(r.state)) for r in snap.ranks),
+        ranks=tuple(
+            dataclasses.replace(r, state=ChildState(r.state), unit=ThroughputUnit(r.unit)) for r in snap.ranks
+        ),
+        throughput_unit=ThroughputUnit(snap.throughput_unit),
+        stack=None
+        if snap.stack is None
+        else dataclasses.replace(snap.stack, waiting_in=WaitKind(snap.stack.waiting_in)),
         description=derive.arguments(snap.description, snap.target),
         attached=ChildState(snap.child.state) == ChildState.ATTACHED,
         starved=derive.starved(groups),
@@ -666,7 +676,7 @@ def make_attach_snapshot() -> Snapshot:
 
 
 class FakeSession:
-    """A :class:`~torchpar_top.contract.snapshot.SessionLike` for tests.
+    """A :class:`~torchpar_top.contract.snapshot.SnapshotSource` with live and replay controls, for tests.
 
     Every call is appended to :attr:`calls` (``("toggle_sync",)``, ``("change_threads", 1)``...).
     Commands also change the served snapshot the way a real session would (mode flips, paused,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from torchpar_top.contract.snapshot import StackView
-from torchpar_top.model import stacks as ws
+from torchpar_top.contract.vocab import WaitKind
 from torchpar_top.probes.host import stacks as st
 from torchpar_top.probes.host.stacks import StackPoller, StackSampler
 
@@ -94,7 +94,7 @@ def test_sleeping_child_waits_in_sleep(spawn):
     assert view.pid == child.pid and view.thread == "MainThread"
     assert [f.function for f in view.frames] == ["<module>", "nap"]
     assert view.frames[-1].filename.endswith("child0.py") and view.frames[-1].line == 4
-    assert view.waiting_in == ws.WAIT_SLEEP
+    assert view.waiting_in == WaitKind.SLEEP
 
 
 def test_spinning_child_shows_its_function(spawn):
@@ -129,7 +129,7 @@ def test_full_emulated_stream_blocks_launch(spawn):
         feed()
         """
     )
-    view = sample_until(StackSampler(child.pid), lambda v: v.waiting_in == ws.WAIT_EMU_FULL)
+    view = sample_until(StackSampler(child.pid), lambda v: v.waiting_in == WaitKind.EMU_FULL)
     assert any(f.function.endswith("launch") for f in view.frames)
 
 
@@ -168,7 +168,7 @@ def test_poller_with_real_py_spy(spawn):
     poller.start()
     try:
         deadline = time.monotonic() + 30
-        while poller.latest[0] is None or poller.latest[0].waiting_in != ws.WAIT_SLEEP:
+        while poller.latest[0] is None or poller.latest[0].waiting_in != WaitKind.SLEEP:
             assert time.monotonic() < deadline, poller.latest  # the first dumps may catch the start-up
             time.sleep(0.05)
         assert poller.latest[1] == ""

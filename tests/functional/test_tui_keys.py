@@ -833,3 +833,49 @@ def test_narrow_panels_cut_labels_never_numbers(size, make) -> None:
             assert not bad, bad
 
     asyncio.run(body())
+
+
+class _SourceOnly:
+    """A source with snapshots and nothing else: no live controls, no replay controls."""
+
+    def __init__(self) -> None:
+        self.fake = FakeSession()
+
+    def start(self) -> None:
+        self.fake.start()
+
+    def close(self) -> None:
+        self.fake.close()
+
+    def snapshot(self) -> Snapshot:
+        return self.fake.snapshot()
+
+    def set_paused(self, paused: bool) -> None:
+        self.fake.set_paused(paused)
+
+    def restart(self) -> None:
+        self.fake.restart()
+
+
+@run_async
+async def test_keys_a_source_cannot_answer_are_said_by_the_app() -> None:
+    """The app checks a source's capabilities: a key for one it lacks is a note, not a call."""
+    source = _SourceOnly()
+    app = TorchparTopApp(source, render_interval=None)
+    notes: list[str] = []
+    app.notify = lambda message, **_: notes.append(message)  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        for key in ("s", "+", "h", "w", ".", "right", "]"):
+            await pilot.press(key)
+        await pilot.pause()
+        assert not isinstance(app.screen, PickerScreen)  # no experiments to pick from
+    assert notes == [
+        "switching ASYNC / SYNC: only in a live run (a replay shows what was recorded)",
+        "changing the thread count: only in a live run (a replay shows what was recorded)",
+        "a torch.profiler window: only in a live run (a replay shows what was recorded)",
+        "running an experiment: only in a live run (a replay shows what was recorded)",
+        "stepping frame by frame: only in a replay (torchpar-top replay FILE)",
+        "seeking: only in a replay (torchpar-top replay FILE)",
+        "changing the speed: only in a replay (torchpar-top replay FILE)",
+    ]
+    assert source.fake.names() == ["start", "close"]

@@ -26,7 +26,7 @@ from torchpar_top.probes.agent.cuda_cupti import PROFILER_NOTE, CuptiMonitor, Cu
 from torchpar_top.probes.agent.cuda_launch import LaunchCounter
 from torchpar_top.probes.agent.cupti_records import RecordQueues, cbid_names
 from torchpar_top.probes.agent.usercode import UserCode
-from torchpar_top.probes.agent.usercode_ops import SyncPoints
+from torchpar_top.probes.agent.usercode_ops import SyncCounter
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
 TRACES = [
@@ -308,7 +308,7 @@ def test_stands_aside_during_a_graph_capture_and_drops_its_launches() -> None:
 
 
 def test_sync_points_come_from_the_runtime_call_with_the_callers_line() -> None:
-    fake, points = FakeCupti(), SyncPoints(lambda: True)
+    fake, points = FakeCupti(), SyncCounter(lambda: True)
     mon, _, _ = _monitor(fake, syncpoints=points)
     mon.api_frames = 1  # the fake's api_call is a Python frame; CUPTI calls from C
     try:

@@ -6,7 +6,7 @@ import pathlib
 
 from torchpar_top.tui import docs, keys
 from torchpar_top.tui.app import TorchparTopApp
-from torchpar_top.tui.panels import PANELS, help_markdown
+from torchpar_top.tui.meanings import PANELS, help_markdown
 from torchpar_top.tui.screens.help import HELP
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from torchpar_top.contract.recording import (
     read_recording,
     sniff,
 )
-from torchpar_top.contract.snapshot import Snapshot, SyncSite
+from torchpar_top.contract.snapshot import LiveControls, ReplayControls, Snapshot, SyncSite
 from torchpar_top.contract.vocab import ChildState, Mode
 from torchpar_top.model.store import CORE_HISTORY, HISTORY
 from torchpar_top.sources.recording import RecordingReplay
@@ -312,13 +312,10 @@ def test_recorded_log_lines_join_the_replay_log_once(played):
     assert seqs == sorted(set(seqs))
 
 
-def test_live_commands_are_answered_in_the_log(played):
+def test_a_recording_replay_offers_replay_controls_not_live_ones(played):
     session, _ = played
-    session.toggle_sync()
-    session.change_threads(1)
-    session.switch_experiment("async")
-    texts = " ".join(line.text for line in session.snapshot().log)
-    assert "cannot be switched" in texts and "no threads to change" in texts and "runs no experiment" in texts
+    assert isinstance(session, ReplayControls) and not isinstance(session, LiveControls)
+    assert not hasattr(session, "toggle_sync") and not hasattr(session, "switch_experiment")
 
 
 def test_the_clock_thread_stops_on_close(played):

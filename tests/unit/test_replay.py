@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from torchpar_top.analysis import NO_GPU_NOTE, NO_OP, analyse_path, summary
-from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, LogSource, Mode, Quantity
+from torchpar_top.contract.snapshot import LiveControls, ReplayControls, SnapshotSource
+from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind, Mode, Quantity
 from torchpar_top.model.store import HISTORY
 from torchpar_top.sources.trace import MAX_SPEED, RATE_FRAMES, UNIT, TraceReplay, trace_time
 from waiting import wait_for
@@ -266,18 +267,11 @@ def test_the_end_then_r_or_p_plays_it_again(tiny):
     assert texts.count("replay finished at t = 90.0 µs: r plays it again, home or ← goes back") == 2
 
 
-def test_what_a_trace_cannot_do_is_said_in_the_log(tiny):
-    tiny.toggle_sync()
-    tiny.change_threads(+1)
-    tiny.profile(1.0)
-    tiny.switch_experiment("async")
-    assert tuple(tiny.experiments()) == ()
-    texts = log_texts(tiny.snapshot())[-4:]
-    assert texts[0].startswith("a recorded trace cannot be switched")
-    assert texts[1].startswith("a recorded trace has no threads to change")
-    assert texts[2].startswith("this is a profiler trace already")
-    assert texts[3] == "a replay runs no experiment: torchpar-top -e async starts one"
-    assert all(line.source == LogSource.APP for line in tiny.snapshot().log)
+def test_a_trace_replay_offers_replay_controls_not_live_ones(tiny):
+    """The TUI checks capabilities (and says itself what a replay cannot do): no stubs to call."""
+    assert isinstance(tiny, SnapshotSource) and isinstance(tiny, ReplayControls)
+    assert not isinstance(tiny, LiveControls)
+    assert not hasattr(tiny, "toggle_sync") and not hasattr(tiny, "profile")
     assert tiny.snapshot().mode == Mode.ASYNC
 
 
@@ -418,22 +412,14 @@ def test_the_a100_five_stream_trace_reaches_its_deepest_queue():
     assert snap.replay.duration == pytest.approx(1.232469)
 
 
-def test_a_live_session_answers_the_replay_keys_in_the_log():
+def test_a_live_session_offers_live_controls_not_replay_ones():
     from torchpar_top.sources.live.session import Session
 
     session = Session("async")  # not started: nothing runs
     try:
-        session.step(1)
-        session.seek(0.05)
-        session.seek_start()
-        session.change_speed(2.0)
-        texts = log_texts(session.snapshot())[-4:]
+        assert isinstance(session, SnapshotSource) and isinstance(session, LiveControls)
+        assert not isinstance(session, ReplayControls)
     finally:
         session.close()
-    assert [t.split(":")[0] for t in texts] == [
-        "stepping frame by frame",
-        "seeking",
-        "going back to the start",
-        "changing the speed",
-    ]
-    assert all(t.endswith("only in a replay of a recorded trace (torchpar-top replay TRACE)") for t in texts)
+
+

@@ -19,7 +19,7 @@ import time
 
 import pytest
 from torchpar_top.contract.snapshot import StackFrame, StackView
-from torchpar_top.model import stacks as ws
+from torchpar_top.contract.vocab import WaitKind
 from torchpar_top.model.stacks import classify_wait
 from torchpar_top.probes.host import stacks as st
 from torchpar_top.probes.host.process import (
@@ -180,12 +180,12 @@ def dead_pid() -> int:
 @pytest.mark.parametrize(
     "dump, waiting_in, idle, innermost",
     [
-        (SLEEP, ws.WAIT_SLEEP, True, "wait_a_bit"),
-        (ITEM, ws.WAIT_ITEM, False, "step"),
-        (EMU_FULL, ws.WAIT_EMU_FULL, True, "Condition.wait"),
-        (EMU_SYNC, ws.WAIT_EMU_SYNC, True, "Condition.wait"),
-        (DATALOADER, ws.WAIT_DATA, True, "_PollLikeSelector.select"),
-        (QUEUE_GET, ws.WAIT_QUEUE, True, "Condition.wait"),
+        (SLEEP, WaitKind.SLEEP, True, "wait_a_bit"),
+        (ITEM, WaitKind.ITEM, False, "step"),
+        (EMU_FULL, WaitKind.EMU_FULL, True, "Condition.wait"),
+        (EMU_SYNC, WaitKind.EMU_SYNC, True, "Condition.wait"),
+        (DATALOADER, WaitKind.DATA, True, "_PollLikeSelector.select"),
+        (QUEUE_GET, WaitKind.QUEUE, True, "Condition.wait"),
     ],
 )
 def test_real_dumps_give_the_main_thread_and_what_it_waits_in(dump, waiting_in, idle, innermost):
@@ -214,7 +214,7 @@ def test_main_thread_found_by_name_or_position_when_tid_differs():
     threads = json.loads(EMU_FULL)
     for t in threads:
         t["os_thread_id"] = None  # older Pythons on some platforms: no native id
-    assert parse_dump(json.dumps(threads), 21169, 0.0, source).waiting_in == ws.WAIT_EMU_FULL
+    assert parse_dump(json.dumps(threads), 21169, 0.0, source).waiting_in == WaitKind.EMU_FULL
     for t in threads:
         t["thread_name"] = None
     view = parse_dump(json.dumps(threads), 21169, 0.0, source)
@@ -249,23 +249,23 @@ USER = f("train", "/home/u/train.py", 10)
 @pytest.mark.parametrize(
     "inner, text, expected",
     [
-        ([f("synchronize", f"{TORCH}/cuda/__init__.py")], "", ws.WAIT_SYNC),
-        ([f("Event.synchronize", f"{TORCH}/cuda/streams.py")], "", ws.WAIT_SYNC),
-        ([f("Stream.synchronize", f"{TORCH}/cuda/streams.py")], "", ws.WAIT_SYNC),
-        ([], "loss.cpu()", ws.WAIT_ITEM),
-        ([], "xs = out.tolist()", ws.WAIT_ITEM),
+        ([f("synchronize", f"{TORCH}/cuda/__init__.py")], "", WaitKind.SYNC),
+        ([f("Event.synchronize", f"{TORCH}/cuda/streams.py")], "", WaitKind.SYNC),
+        ([f("Stream.synchronize", f"{TORCH}/cuda/streams.py")], "", WaitKind.SYNC),
+        ([], "loss.cpu()", WaitKind.ITEM),
+        ([], "xs = out.tolist()", WaitKind.ITEM),
         (
             [f("_tensor_str", f"{TORCH}/_tensor_str.py"), f("_str", f"{TORCH}/_tensor_str.py")],
             "",
-            ws.WAIT_ITEM,
+            WaitKind.ITEM,
         ),
-        ([f("all_reduce", f"{TORCH}/distributed/distributed_c10d.py")], "", ws.WAIT_COLLECTIVE),
-        ([f("barrier", f"{TORCH}/distributed/distributed_c10d.py")], "", ws.WAIT_COLLECTIVE),
-        ([], "work.wait()", ws.WAIT_COLLECTIVE),
+        ([f("all_reduce", f"{TORCH}/distributed/distributed_c10d.py")], "", WaitKind.COLLECTIVE),
+        ([f("barrier", f"{TORCH}/distributed/distributed_c10d.py")], "", WaitKind.COLLECTIVE),
+        ([], "work.wait()", WaitKind.COLLECTIVE),
         ([f("Future.wait", f"{TORCH}/futures/__init__.py")], "return super().wait()", ""),
-        ([f("synchronize", "/x/site-packages/torchpar_top/probes/agent/stream.py")], "", ws.WAIT_EMU_SYNC),
+        ([f("synchronize", "/x/site-packages/torchpar_top/probes/agent/stream.py")], "", WaitKind.EMU_SYNC),
         ([f("launch", "/x/probes/agent/stream.py"), f("put_nowait", "/py/queue.py")], "", ""),
-        ([], "time.sleep(0.1)", ws.WAIT_SLEEP),
+        ([], "time.sleep(0.1)", WaitKind.SLEEP),
         ([], "y = model(x)", ""),
     ],
 )
@@ -276,7 +276,7 @@ def test_wait_rules(inner, text, expected):
 
 def test_dataloader_wins_over_sleep_in_the_users_dataset():
     frames = (USER, f("__next__", f"{TORCH}/utils/data/dataloader.py"), f("__getitem__", "/home/u/ds.py"))
-    assert classify_wait(frames, lambda fn, n: "time.sleep(0.5)") == ws.WAIT_DATA
+    assert classify_wait(frames, lambda fn, n: "time.sleep(0.5)") == WaitKind.DATA
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_ptrace_message_says_why_and_how():
 def test_sample_runs_nonblocking_json_dump_with_a_timeout():
     runner = FakeRunner((0, SLEEP, ""))
     view, status = sampler(runner, 29702).sample()
-    assert status == "" and view is not None and view.waiting_in == ws.WAIT_SLEEP
+    assert status == "" and view is not None and view.waiting_in == WaitKind.SLEEP
     ((cmd, kw),) = runner.calls
     assert cmd == ["/opt/py-spy", "dump", "--json", "--nonblocking", "--pid", "29702"]
     assert 0 < kw["timeout"] <= 5 and kw["capture_output"] is True

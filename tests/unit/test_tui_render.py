@@ -82,7 +82,7 @@ def test_num(x: float | None, expected: str) -> None:
     assert render.num(x) == expected
 
 
-def test_size_duration_clip_mean_window() -> None:
+def test_size_duration_clip() -> None:
     assert render.size(31 * 1024**3) == "31.0G"
     assert render.size(512) == "512B"
     assert render.size(None) == "—"
@@ -91,9 +91,6 @@ def test_size_duration_clip_mean_window() -> None:
     assert render.duration(3720) == "1h02m"
     assert render.clip("stream executor", 8) == "stream …"
     assert render.clip("cpu0", 8) == "cpu0"
-    assert render.mean([]) is None
-    assert render.mean([1.0, 3.0]) == 2.0
-    assert list(render.window(list(range(100)), 5.0, 0.1)) == list(range(50, 100))
 
 
 def test_wrap_breaks_at_width_and_keeps_every_word() -> None:

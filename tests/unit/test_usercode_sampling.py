@@ -165,9 +165,9 @@ def test_once_compiled_code_is_seen_the_counter_keeps_its_state_and_nothing_reco
 
     torch._dynamo.reset()
     counters.clear()
-    from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
+    from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncCounter
 
-    clock, mode = Clock(), OpCounter(EagerOps(), SyncPoints())
+    clock, mode = Clock(), OpCounter(EagerOps(), SyncCounter())
     counting = SampledCounting(mode, slice_s=0.05, duty=0.05, clock=clock)
     told = []
     counting.on_freeze = told.append

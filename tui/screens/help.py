@@ -7,7 +7,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
-from torchpar_top.tui.panels import help_markdown
+from torchpar_top.tui.meanings import help_markdown
 
 HELP = help_markdown()
 

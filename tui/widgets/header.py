@@ -5,19 +5,18 @@ from __future__ import annotations
 from typing import ClassVar
 
 from torchpar_top.contract.snapshot import Snapshot
-from torchpar_top.contract.vocab import ChildState, ExecutorKind, Mode
+from torchpar_top.contract.vocab import ChildState, Mode, ThroughputUnit
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
 
 def depth_text(snapshot: Snapshot) -> str:
-    """``depth 1024/1024``: summed queue values over summed capacities (``∞`` if any is unbounded)."""
-    if not snapshot.executors:
+    """``depth 1024/1024``: summed queue values over summed capacities (``∞`` if any is unbounded;
+    ``Snapshot.depth``)."""
+    depth = snapshot.depth
+    if depth is None:
         return "depth —"
-    total = sum(e.value for e in snapshot.executors)
-    caps = [e.capacity for e in snapshot.executors if e.kind != ExecutorKind.EAGER]
-    cap = "∞" if any(c is None for c in caps) else str(sum(c for c in caps if c is not None))
-    return f"depth {total}/{cap}"
+    return f"depth {depth.value}/{'∞' if depth.capacity is None else depth.capacity}"
 
 
 def target_text(snapshot: Snapshot) -> str:
@@ -27,7 +26,7 @@ def target_text(snapshot: Snapshot) -> str:
 
 def unit_text(snapshot: Snapshot) -> str:
     """The throughput's unit; ``ops/s (sampled)`` when ops are counted in slices of the time."""
-    sampled = snapshot.op_coverage is not None and snapshot.throughput_unit == "ops/s"
+    sampled = snapshot.op_coverage is not None and snapshot.throughput_unit == ThroughputUnit.OPS
     return f"{snapshot.throughput_unit} (sampled)" if sampled else snapshot.throughput_unit
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import groupby
 
-from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.snapshot import LaneShare, Snapshot
 from torchpar_top.contract.vocab import ExecutorKind
+from torchpar_top.model.figures import LANES_SECONDS, window
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks
 
-WINDOW_SECONDS = 5.0
-"""How far back the lanes reach."""
+NO_LANE = LaneShare("")
+"""A lane without figures (a snapshot not built by ``model.snapshot.build``): its percentages show ``—``."""
 
 LAUNCH, WAIT, CORE = "▌", "·", "░"
 """Lane glyphs: the frontend running (launching), the frontend blocked (full queue, synchronize, data),
@@ -47,26 +48,25 @@ def executor_lane(running: Sequence[float], core_wait: Sequence[float], width: i
 
 
 def overlap_text(snapshot: Snapshot) -> str:
-    """``overlap 43%``: the mean of ``snapshot.overlap`` over the window; with emulated streams whose
-    threads were read, ``overlap on cores 3–12% · in progress 98%`` (running at once, at least and at
-    most, vs work in progress at once); ``—`` with fewer than 2 executors."""
+    """``overlap 43%``: the mean of ``snapshot.overlap`` over the window (``Snapshot.lanes``); with
+    emulated streams whose threads were read, ``overlap on cores 3–12% · in progress 98%`` (running at
+    once, at least and at most, vs work in progress at once); ``—`` with fewer than 2 executors."""
     if len(snapshot.executors) < 2:
         return "overlap —"
-    values = render.window(snapshot.overlap, WINDOW_SECONDS, snapshot.interval)
+    lanes = snapshot.lanes
+    low = render.pct(lanes.overlap if lanes else None, 0)
     if not any(e.running for e in snapshot.executors) or not snapshot.overlap_in_progress:
-        return f"overlap {render.pct(render.mean(values), 0)}"
-    progress = render.window(snapshot.overlap_in_progress, WINDOW_SECONDS, snapshot.interval)
-    low = render.pct(render.mean(values), 0)
-    highs = render.window(snapshot.overlap_high, WINDOW_SECONDS, snapshot.interval)
-    high = render.pct(render.mean(highs), 0)
+        return f"overlap {low}"
+    high = render.pct(lanes.overlap_high if lanes else None, 0)
     cores = low if high in (low, "—") else f"{low[:-1]}–{high}"
-    return f"overlap on cores {cores} · in progress {render.pct(render.mean(progress), 0)}"
+    progress = render.pct(lanes.overlap_in_progress if lanes else None, 0)
+    return f"overlap on cores {cores} · in progress {progress}"
 
 
-def split_text(running: Sequence[float], core_wait: Sequence[float], short: bool) -> str:
+def split_text(running: float | None, core_wait: float | None, short: bool) -> str:
     """`` run  31% waits  37%`` (``short``: `` run  31%``): on a core, and waiting for one."""
-    text = " run " + render.pct(render.mean(running), 4)
-    return text if short else text + " waits " + render.pct(render.mean(core_wait), 4)
+    text = " run " + render.pct(running, 4)
+    return text if short else text + " waits " + render.pct(core_wait, 4)
 
 
 class LanesPanel(SnapshotPanel):
@@ -90,10 +90,10 @@ class LanesPanel(SnapshotPanel):
         50.0 ms of trace``)."""
         replay = snapshot.replay
         if replay is not None and replay.trace and snapshot.interval > 0:
-            span = render.seconds(WINDOW_SECONDS / snapshot.interval * replay.frame)
+            span = render.seconds(LANES_SECONDS / snapshot.interval * replay.frame)
             return f"lanes, last {span} of trace  ({LAUNCH} launching  {WAIT} in a sync)"
         return (
-            f"lanes, last {WINDOW_SECONDS:g} s  ({LAUNCH} launching  {WAIT} blocked  {CORE} waiting for "
+            f"lanes, last {LANES_SECONDS:g} s  ({LAUNCH} launching  {WAIT} blocked  {CORE} waiting for "
             f"a core)"
         )
 
@@ -118,21 +118,21 @@ class LanesPanel(SnapshotPanel):
         name_w = max(0, min(name_w, width - 1 - 1 - right_w))
         lane_w = max(0, width - (name_w + 1 if name_w else 0) - right_w)
 
-        def column(
-            running: Sequence[float], core_wait: Sequence[float] | None, row: Row, word: str = "busy"
-        ) -> str:
-            """The right column for a lane (``core_wait`` None: no split, ``word`` and one percent)."""
+        def column(running: float | None, core_wait: float | None, split: bool, row: Row, word: str) -> str:
+            """The right column for a lane (not ``split``: ``word`` and one percent)."""
             if form == "bare":
-                text = " " + render.pct(render.mean(running), 4)
-            elif core_wait is None:
-                text = f" {word} " + render.pct(render.mean(running), 4)
+                text = " " + render.pct(running, 4)
+            elif not split:
+                text = f" {word} " + render.pct(running, 4)
             else:
                 text = split_text(running, core_wait, form != "full")
             return render.squeeze(text.ljust(right_w), width - row.width)
 
         def win(values: Sequence[float]) -> Sequence[float]:
-            return render.window(values, WINDOW_SECONDS, snapshot.interval)
+            return window(values, snapshot.interval)
 
+        lanes = snapshot.lanes
+        front = lanes.frontend if lanes else NO_LANE
         busy, wait = win(snapshot.frontend_busy), win(snapshot.frontend_wait)
         core = win(snapshot.frontend_core_wait)
         name = render.clip("frontend", name_w).ljust(name_w) + " " if name_w else ""
@@ -142,13 +142,20 @@ class LanesPanel(SnapshotPanel):
         for glyph, run in groupby(text):  # one piece per run of one colour
             row.add("".join(run), accent if glyph == LAUNCH else warn if glyph == CORE else dim)
         row.add(
-            column(busy, core if snapshot.frontend_core_wait else None, row, "run" if split else "busy"),
+            column(
+                front.busy,
+                front.core_wait,
+                bool(snapshot.frontend_core_wait),
+                row,
+                "run" if split else "busy",
+            ),
             self.style("value"),
         )
         out = [row]
         exited = exited_ranks(snapshot)
         track = self.style("track")
         for label, e in rows:
+            lane = (lanes.of(e) if lanes else None) or NO_LANE
             name_style = self.style("dim" if e.rank in exited else "label")
             row = Row().add(render.clip(label, name_w).ljust(name_w) + " " if name_w else "", name_style)
             if e.kind == ExecutorKind.EAGER:
@@ -159,11 +166,10 @@ class LanesPanel(SnapshotPanel):
                 running, core = win(e.running), win(e.core_wait)
                 for waits, run in groupby(executor_lane(running, core, lane_w), key=CORE.__eq__):
                     row.add("".join(run), warn if waits else track)
-                row.add(column(running, core, row), self.style("value"))
+                row.add(column(lane.running, lane.core_wait, True, row, "busy"), self.style("value"))
             else:
-                values = win(e.busy)
-                row.add(render.lane(values, lane_w), track)
-                row.add(column(values, None, row), self.style("value"))
+                row.add(render.lane(win(e.busy), lane_w), track)
+                row.add(column(lane.busy, None, False, row, "busy"), self.style("value"))
             out.append(row)
         if snapshot.throughput_history:
             values = win(snapshot.throughput_history)

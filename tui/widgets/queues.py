@@ -13,7 +13,7 @@ from torchpar_top.contract.snapshot import DataVerdict, ExecutorView, Snapshot
 from torchpar_top.contract.vocab import Counted, DataBound, ExecutorKind
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
-from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks, primary_rank
+from torchpar_top.tui.widgets.ranks import executor_rows, exited_ranks
 
 KIND_TAGS = {
     ExecutorKind.CUDA_STREAM: "cuda",
@@ -72,7 +72,7 @@ def data_text(snapshot: Snapshot, executor: ExecutorView, short: bool) -> str:
     if executor.kind != ExecutorKind.DATALOADER:
         return ""
     rank = executor.rank
-    if rank is None or rank == primary_rank(snapshot):
+    if rank is None or rank == snapshot.primary_rank:
         return verdict_text(snapshot.data_verdict, short)
     view = next((r for r in snapshot.ranks if r.rank == rank), None)
     if view is None or view.data_wait is None:
@@ -232,7 +232,7 @@ class QueuesPanel(SnapshotPanel):
     @staticmethod
     def _data_style(snapshot: Snapshot, executor: ExecutorView) -> str:
         """Warning colour for an input-bound verdict, value colour for compute-bound, else a label."""
-        if executor.rank is not None and executor.rank != primary_rank(snapshot):
+        if executor.rank is not None and executor.rank != snapshot.primary_rank:
             return "label"
         verdict = snapshot.data_verdict
         if verdict is None:

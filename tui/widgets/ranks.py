@@ -38,12 +38,6 @@ def executor_rows(executors: tuple[ExecutorView, ...]) -> list[tuple[str, Execut
     return out
 
 
-def primary_rank(snapshot: Snapshot) -> int | None:
-    """The rank whose frontend, lanes, scoreboard and data verdict are shown: the lowest rank number."""
-    numbers = [r.rank for r in snapshot.ranks if r.rank is not None]
-    return min(numbers) if numbers else None
-
-
 def exited_ranks(snapshot: Snapshot) -> frozenset[int]:
     """Rank numbers whose process has exited (their executors stay listed, dimmed)."""
     return frozenset(r.rank for r in snapshot.ranks if r.rank is not None and r.state == ChildState.EXITED)
@@ -91,8 +85,7 @@ class RanksPanel(SnapshotPanel):
 
     def title(self, snapshot: Snapshot) -> str:
         """``ranks · 1 of 2 running``."""
-        running = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
-        return f"ranks · {running} of {len(snapshot.ranks)} running"
+        return f"ranks · {snapshot.ranks_running} of {len(snapshot.ranks)} running"
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """A header row and a row per rank; the data-wait, pid and depth columns go first when narrow (a

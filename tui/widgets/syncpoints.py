@@ -17,8 +17,9 @@ TOP_SITES = 5
 
 
 def top_sites(snapshot: Snapshot, n: int = TOP_SITES) -> list[SyncSite]:
-    """The ``n`` sites with the highest rate (then the highest count)."""
-    return sorted(snapshot.syncpoints, key=lambda s: (-s.per_second, -s.count, s.where))[:n]
+    """The ``n`` sites with the highest rate (then the highest count): the snapshot lists them in that
+    order (``model/figures.sync_order``)."""
+    return list(snapshot.syncpoints[:n])
 
 
 def count_text(count: int) -> str:

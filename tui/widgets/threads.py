@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchpar_top.contract.snapshot import Snapshot, ThreadGroup
-from torchpar_top.contract.vocab import ChildState, Role
+from torchpar_top.contract.vocab import Role
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
@@ -52,7 +52,7 @@ class ThreadsPanel(SnapshotPanel):
         if snapshot.replay is not None and snapshot.replay.trace:
             return "threads"
         pid = snapshot.child.pid
-        ranks = sum(r.state == ChildState.RUNNING for r in snapshot.ranks)
+        ranks = snapshot.ranks_running
         if len(snapshot.ranks) > 1:
             text = f"threads ({ranks} rank{'s' if ranks != 1 else ''})"
         else:
