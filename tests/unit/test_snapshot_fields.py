@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from torchpar_top.contract import snapshot as S
 from torchpar_top.contract.snapshot import DERIVED, Snapshot
-from torchpar_top.contract.vocab import Mode
+from torchpar_top.contract.vocab import PHASES, Mode
 from torchpar_top.model.snapshot import build
 from torchpar_top.sinks import headless
 from torchpar_top.sinks.metrics import SnapshotCollector
@@ -30,6 +30,8 @@ HISTORY = (
     "a history: headless and Prometheus give its newest value (the field it is the history of); a "
     "recording keeps it whole"
 )
+
+RECENT = "whole recent steps: the recording and the Perfetto export draw them; the window's phases are here"
 
 #: Leaf path in the snapshot (``[]``: each item of a tuple) -> where it is in the headless record
 #: (``a.b``; ``[]``: the first item of a list; ``{}``: the first value of a dict).
@@ -161,9 +163,32 @@ HEADLESS = {
     **{
         f"steady.{k}": f"steady.{k}" for k in ("seconds", "done", "throughput", "mean_depth", "frontend_wait")
     },
+    **{
+        f"{where}steps.{k}": f"{where}steps.{k}"
+        for where in ("", "ranks[].")
+        for k in ("source", "count", "per_second", "seconds", "run_seconds", "gpu")
+    },
+    **{
+        f"{where}steps.{part}.{p}": f"{where}steps.{part}.{p}"
+        for where in ("", "ranks[].")
+        for part in ("phases", "run_phases")
+        for p in PHASES
+    },
+    **{f"ranks[].{k}": f"ranks[].{k}" for k in ("local_rank", "node_rank", "hostname")},
+    **{f"straggler.{k}": f"straggler.{k}" for k in ("rank", "cause", "ratio", "costs")},
+    **{f"memory[].{k}": f"memory[].{k}" for k in ("rank", "rss_bytes", "rss_growth_bytes_per_min")},
+    **{
+        f"memory[].devices[].{k}": f"memory[].devices[].{k}"
+        for k in ("device", "allocated_bytes", "reserved_bytes", "peak_bytes")
+    },
 }
 
 NOT_IN_HEADLESS = {
+    **{
+        f"{where}steps.recent[].{k}": RECENT
+        for where in ("", "ranks[].")
+        for k in ("end", *(f"phases.{p}" for p in PHASES))
+    },
     "child.last_stderr": "the same lines are in the log, source stderr",
     "core_history": HISTORY,
     "threads[].tid": "headless gives the threads summed per role (thread_groups), as the panel shows them",
@@ -241,10 +266,46 @@ PROMETHEUS = {
     "primary_rank": "torchpar_primary_rank",
     "ratio": "torchpar_async_sync_speedup",
     "steady.done": "torchpar_work",
+    **{
+        f"{where}steps.{k}": name
+        for where in ("", "ranks[].")
+        for k, name in (
+            ("count", "torchpar_steps"),
+            ("per_second", "torchpar_steps_per_second"),
+            ("seconds", "torchpar_step_seconds"),
+        )
+    },
+    **{
+        f"{where}steps.phases.{p}": "torchpar_step_phase_seconds"
+        for where in ("", "ranks[].")
+        for p in PHASES
+    },
+    "ranks[].local_rank": "torchpar_rank_running",  # its label
+    "ranks[].node_rank": "torchpar_rank_running",  # its label
+    "straggler.rank": "torchpar_straggler_ratio",  # its label
+    "straggler.ratio": "torchpar_straggler_ratio",
+    "memory[].rank": "torchpar_rss_bytes",  # its label
+    "memory[].rss_bytes": "torchpar_rss_bytes",
+    "memory[].rss_growth_bytes_per_min": "torchpar_rss_growth_bytes_per_minute",
+    "memory[].devices[].allocated_bytes": "torchpar_cuda_memory_allocated_bytes",
+    "memory[].devices[].reserved_bytes": "torchpar_cuda_memory_reserved_bytes",
+    "memory[].devices[].peak_bytes": "torchpar_cuda_memory_peak_bytes",
 }
 
 PROMQL = "PromQL computes it from the series exported"
 NOT_IN_PROMETHEUS = {
+    **{
+        f"{where}steps.recent[].{k}": "whole steps are per-step detail, not a series: " + RECENT
+        for where in ("", "ranks[].")
+        for k in ("end", *(f"phases.{p}" for p in PHASES))
+    },
+    **{
+        f"{where}steps.{part}": f"over the run: the report's; avg_over_time of the window's series, {PROMQL}"
+        for where in ("", "ranks[].")
+        for part in ("run_seconds", *(f"run_phases.{p}" for p in PHASES))
+    },
+    "straggler.costs": "the others' torchpar_step_phase_seconds{phase='comm'} less the straggler's: "
+    + PROMQL,
     "t": "the scrape has its own time",
     "child.pid": "a process id: the monitor's info, not a measurement",
     "core_history": HISTORY,
