@@ -59,7 +59,7 @@ def test_report_names_and_the_straggler_verdict():
     assert f["step_seconds"] == pytest.approx(step * 1.01)
     assert set(f["phases"]) == set(PHASES) and f["phases"]["comm"] == STEP_PHASES[0].comm
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
-    assert set(report["ranks"][0]) == {"rank", "steps_per_s", "step_seconds", "phases"}
+    assert {"rank", "steps_per_s", "step_seconds", "phases"} <= set(report["ranks"][0])
     assert report["ranks"][1]["phases"]["forward"] == STEP_PHASES[1].forward
     assert report["straggler"]["rank"] == 1 and report["straggler"]["cause"] == "forward"
     assert report["memory"]["rss_growth_bytes_per_min"] == 120_000
