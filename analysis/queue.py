@@ -53,7 +53,7 @@ class QueueSeries:
     @property
     def points(self) -> tuple[tuple[float, int], ...]:
         """``(time, depth from then on)`` pairs."""
-        return tuple(zip(self.times, self.depths))
+        return tuple(zip(self.times, self.depths, strict=True))
 
     @property
     def share_at_cap(self) -> float:

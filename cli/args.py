@@ -69,7 +69,7 @@ def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
         type=interval,
         default=0.1,
         metavar="SECONDS",
-        help="seconds between samples, %g to %g (default: 0.1)" % INTERVAL_RANGE,
+        help="seconds between samples, {:g} to {:g} (default: 0.1)".format(*INTERVAL_RANGE),
     )
     if sync:
         parser.add_argument(
@@ -313,8 +313,8 @@ def export_parser() -> Parser:
     parser = Parser(
         prog="torchpar-top export",
         description="Convert a recording (--record FILE) or a profiler trace for other tools: --perfetto "
-        "writes Chrome trace-event JSON (Perfetto UI, chrome://tracing) with counter tracks per core, GPU and "
-        "executor, busy lanes, ASYNC/SYNC periods and sync points; --csv writes one row per sample.",
+        "writes Chrome trace-event JSON (Perfetto UI, chrome://tracing) with counter tracks per core, GPU "
+        "and executor, busy lanes, ASYNC/SYNC periods and sync points; --csv writes one row per sample.",
     )
     parser.add_argument("file", metavar="FILE", help="a recording, a trace file, or a folder of traces")
     parser.add_argument("--perfetto", metavar="OUT.json", help="write a trace-event JSON file")

@@ -133,7 +133,7 @@ def export(argv: list[str]) -> int:
         try:
             outputs.append(open_output(path) if path else None)
         except RecordingError as exc:  # a bad path leaves no file behind
-            for f, made in zip(outputs, (args.perfetto, args.csv)):
+            for f, made in zip(outputs, (args.perfetto, args.csv), strict=False):
                 if f is not None:
                     f.close()
                     os.remove(made)

@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from torchpar_top.sinks import headless
 
         stop = threading.Event()
-        signals = QuitSignals(lambda: stop.set())
+        signals = QuitSignals(stop.set)
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
         keep.stop_recorder(recorder)
         outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only

@@ -17,7 +17,15 @@ import typing
 from collections.abc import Callable
 from enum import Enum
 from functools import cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:  # typing has it from Python 3.11 on; only type checkers read it
+
+    def dataclass_transform(**_: Any) -> Callable[[T], T]:
+        return lambda decorated: decorated
+
 
 #: Longest line accepted; anything longer is a protocol error, not a memory spike.
 MAX_LINE = 1 << 20
@@ -31,18 +39,33 @@ class ProtocolError(ValueError):
     """A line or object that is not a valid message of this protocol version."""
 
 
+@overload
 def bounded(
-    default: Any = dataclasses.MISSING,
+    *, default: T, lo: float | None = None, hi: float | None = None, above: float | None = None
+) -> T: ...
+@overload
+def bounded(*, lo: float | None = None, hi: float | None = None, above: float | None = None) -> Any: ...
+def bounded(
     *,
+    default: Any = dataclasses.MISSING,
     lo: float | None = None,
     hi: float | None = None,
     above: float | None = None,
 ) -> Any:
-    """A dataclass field whose number must lie in ``[lo, hi]`` (and ``> above``, when given)."""
+    """A dataclass field whose number must lie in ``[lo, hi]`` (and ``> above``, when given).
+
+    ``default`` is a keyword, as in :func:`dataclasses.field`: type checkers see a default only there."""
     meta = {"lo": lo, "hi": hi, "above": above}
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, bounded))
+def dataclass(*, frozen: bool = False) -> Callable[[type[T]], type[T]]:
+    """:func:`dataclasses.dataclass`, telling type checkers that :func:`bounded` makes a field (a field
+    without a default, when it is given none), as they know :func:`dataclasses.field` does."""
+    return dataclasses.dataclass(frozen=frozen)
 
 
 @cache

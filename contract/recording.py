@@ -27,12 +27,11 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from typing import IO, Any
 
-from torchpar_top.contract.codec import ProtocolError, bounded, from_plain, to_plain
+from torchpar_top.contract.codec import ProtocolError, bounded, dataclass, from_plain, to_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
 from torchpar_top.contract.snapshot import Snapshot
 

@@ -51,7 +51,7 @@ def _torch_not_dist(path: str) -> bool:
 def classify_wait(frames: tuple[StackFrame, ...], source: Callable[[str, int], str] = source_line) -> str:
     """What the stack (outermost first) waits in: one of the ``WAIT_*`` labels, or '' (running Python)."""
     path = [f.filename.replace("\\", "/") for f in frames]
-    for f, p in zip(frames, path):  # fetching a batch, even inside the user's own Dataset code
+    for f, p in zip(frames, path, strict=True):  # fetching a batch, even inside the user's own Dataset code
         if p.endswith("torch/utils/data/dataloader.py") and _short(f.function) in _DATALOADER_FUNCS:
             return WAIT_DATA
     weak = ""

@@ -8,14 +8,15 @@ busy, cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null
 completed, ready, busy, running, core_wait, blocked, emulated}], ``throughput`` {value, unit},
 ``num_threads``, ``frontend`` {busy, wait, core_wait}, ``overlap`` and ``overlap_high`` (running at once:
 at least, at most),
-``overlap_in_progress``, ``timing`` (the live loop paused for a timing round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}},
+``overlap_in_progress``, ``timing`` (the live loop paused for a timing round), ``scoreboard``
+{async|sync: {seconds, throughput, mean_depth, frontend_wait}},
 ``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling``
-[{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
-data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
-or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu``
-(torchpar-top's own share of a core over the last second), ``replay`` {path, position, duration, speed,
-frame, finished, recorded} or null, ``log`` [new log lines since the previous object, after a ``dropped``
-marker when some came and went between two objects]. Every field is a
+[{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait,
+exit_code, data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict``
+{bound, wait} or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``,
+``monitor_cpu`` (torchpar-top's own share of a core over the last second), ``replay`` {path, position,
+duration, speed, frame, finished, recorded} or null, ``log`` [new log lines since the previous object,
+after a ``dropped`` marker when some came and went between two objects]. Every field is a
 :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is
 derived here but the count of log lines left out.
 """

@@ -33,7 +33,8 @@ def _rank(rank: int | None) -> str:
 
 
 def _stream(name: str, kind: ExecutorKind) -> str:
-    """The stream part of a CUDA stream executor's name (``cuda:0 s1`` → ``s1``, the default → ``default``)."""
+    """The stream part of a CUDA stream executor's name (``cuda:0 s1`` → ``s1``, the default →
+    ``default``)."""
     if kind != ExecutorKind.CUDA_STREAM:
         return ""
     _, _, rest = name.partition(" ")
@@ -44,7 +45,7 @@ def _device_of(name: str, kind: ExecutorKind) -> str:
     """The CUDA device a CUDA stream executor is on, as the workload names it (``cuda:1 s2`` → ``cuda:1``)."""
     if kind != ExecutorKind.CUDA_STREAM or not name.startswith("cuda:"):
         return ""
-    return name.split(" ")[0]
+    return name.split(" ", maxsplit=1)[0]
 
 
 class SnapshotCollector:
@@ -299,7 +300,7 @@ class SnapshotCollector:
         tp = GaugeMetricFamily(
             PREFIX + "rank_throughput_per_second",
             "A rank's throughput over its last window",
-            labels=names + ["what"],
+            labels=[*names, "what"],
         )
         depth = GaugeMetricFamily(
             PREFIX + "rank_queue_depth", "Sum of a rank's executor queues", labels=names
@@ -314,7 +315,7 @@ class SnapshotCollector:
             labels = [host, _rank(r.rank)]
             up.add_metric(labels, 1.0 if r.state == ChildState.RUNNING else 0.0)
             if r.throughput is not None:
-                tp.add_metric(labels + [r.unit.split()[0].removesuffix("/s")], r.throughput)
+                tp.add_metric([*labels, r.unit.split()[0].removesuffix("/s")], r.throughput)
             depth.add_metric(labels, r.depth)
             if r.data_wait is not None:
                 data.add_metric(labels, r.data_wait)

@@ -14,7 +14,8 @@
   (recorded by the frontend in :meth:`CudaStream.launch`: sparse or SYNC loops), a marker recorded on
   a caught-up stream, and one "tail" marker when the frontend stops feeding a backlog. Those are
   mapped to host time by a reference event calibrated once per device (``cudaEventElapsedTime`` is
-  float ms: about 0.2 ms resolution after an hour). Costs per record (published figures for timing-disabled and timed events, not measurable here):
+  float ms: about 0.2 ms resolution after an hour). Costs per record (published figures for
+  timing-disabled and timed events, not measurable here):
   about 0.25 µs timing off, 2.5 µs timing on; at most one marker per stream per period from the thread
   (500/s: 1.25 ms/s, 0.125% of a core, even if all were timed), plus one timed record per item while
   caught up.
@@ -121,7 +122,7 @@ class CudaMonitor:
         ex = CudaStream(name, device, stream, self, wait)
         self.counter.watch(ex.key)
         self.counter.start()
-        self.streams = self.streams + (ex,)
+        self.streams = (*self.streams, ex)
         if self._thread_wanted and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tpt-cuda-markers", daemon=True)
             self._thread.start()

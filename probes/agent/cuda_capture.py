@@ -29,6 +29,7 @@ Not seen: captures begun through ``torch._C._CUDAGraph`` directly, or by other l
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterable
@@ -119,10 +120,8 @@ class CaptureGuard:
 
     def _tell(self, active: bool) -> None:
         for listener in list(self.listeners):
-            try:
+            with contextlib.suppress(Exception):
                 listener(active)
-            except Exception:
-                pass
 
 
 def _key(current_stream: Callable[[], Any]) -> tuple[int, int] | None:

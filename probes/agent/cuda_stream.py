@@ -62,7 +62,8 @@ class DeviceClock:
 
 class CudaStream(Executor):
     """One watched CUDA stream: ``outstanding`` torch calls, capacity 1024, never emulated; whether
-    launch blocked on a full queue is not observable (``blocking_observed`` False: ``blocked`` is sent as null)."""
+    launch blocked on a full queue is not observable (``blocking_observed`` False: ``blocked`` is sent as
+    null)."""
 
     kind = ExecutorKind.CUDA_STREAM
     quantity = Quantity.OUTSTANDING

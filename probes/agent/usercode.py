@@ -15,6 +15,7 @@ synchronous, so SYNC changes nothing there (the agent says so once).
 from __future__ import annotations
 
 import _thread
+import contextlib
 import socket
 import threading
 import time
@@ -337,10 +338,8 @@ class UserCode:
 
     def finish(self) -> None:
         """The user's code returned or raised: last sync points out, executors closed."""
-        try:
+        with contextlib.suppress(OSError):
             self.flush_syncpoints()
-        except OSError:
-            pass
         self.agent.close()
 
     def _on_stop(self) -> None:

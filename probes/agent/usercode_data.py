@@ -15,6 +15,7 @@ its data wait.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -66,10 +67,8 @@ class DataLoaderExecutor(Executor):
     def _close_out(self) -> None:
         """Fold the current iterator into the base: its unconsumed tasks count as completed (dropped)."""
         it = self._it() if self._it is not None else None
-        try:
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
             self._sent = max(self._sent, int(it._send_idx)) if it is not None else self._sent
-        except (AttributeError, TypeError, ValueError):
-            pass
         self._base += max(self._sent, self._consumed)
         self._it, self._sent, self._consumed = None, 0, 0
         self.launched = self.started = self.completed = self._base
@@ -117,10 +116,8 @@ def _finished_waiting(it: Any) -> int:
         queues.append(it._data_queue)
     n = 0
     for q in queues:
-        try:
+        with contextlib.suppress(NotImplementedError, OSError):
             n += q.qsize()
-        except (NotImplementedError, OSError):
-            pass
     return n
 
 

@@ -168,9 +168,8 @@ class SyncPoints:
     def _synchronizes(self, func: Any, args: tuple, kwargs: dict) -> bool:
         """Whether this call waits for the device (always on the CPU: it would on CUDA)."""
         tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if func is torch.Tensor.to:
-            if kwargs.get("non_blocking") or not _targets_cpu(args[1:], kwargs):
-                return False
+        if func is torch.Tensor.to and (kwargs.get("non_blocking") or not _targets_cpu(args[1:], kwargs)):
+            return False
         if self.cuda_in_use():  # a real GPU run: only calls on CUDA tensors wait
             return tensor is not None and tensor.is_cuda
         return True
@@ -265,7 +264,7 @@ class OpCounter(TorchFunctionMode):
     def run_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the frontend thread at its next op (any thread may ask)."""
         prev = self.call_soon
-        self.call_soon = fn if prev is None else (lambda: (prev(), fn()) and None)
+        self.call_soon = fn if prev is None else (lambda: None)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         """Count and time one torch call made on the frontend thread."""

@@ -8,6 +8,7 @@ never keeps the app from exiting.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import selectors
@@ -230,15 +231,11 @@ class ChildProcess:
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _kill_group(pgid: int, sig: int) -> None:
     """Signal the child's whole process group (its pid is the group id); ignore a group already gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -1,4 +1,5 @@
-"""The layers import one way only: contract → analysis → model → workloads → probes → sources → sinks → tui → cli.
+"""The layers import one way only:
+contract → analysis → model → workloads → probes → sources → sinks → tui → cli.
 
 Each layer may import itself and the layers before it, never one after it (so there are no cycles);
 the ground floor imports only the standard library; the UI never measures or spawns.

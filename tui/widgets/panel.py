@@ -69,7 +69,7 @@ relayouts in 20 s of the async experiment on a loaded machine, about 5 ms each, 
 
 def same_rows(a: list[Row], b: list[Row]) -> bool:
     """Whether two builds draw the same text in the same styles."""
-    return len(a) == len(b) and all(x.segments == y.segments for x, y in zip(a, b))
+    return len(a) == len(b) and all(x.segments == y.segments for x, y in zip(a, b, strict=True))
 
 
 def changed_lines(old: list[Row], new: list[Row], height: int) -> list[tuple[int, int]]:

@@ -103,7 +103,7 @@ class ScoreboardPanel(SnapshotPanel):
         spread = any(r.round is not None for r in results) and label_w + 1 + value_w + unit_w + 19 <= width
         out = []
         shown_header = False
-        for r, (k, unit) in zip(results, scaled):
+        for r, (k, unit) in zip(results, scaled, strict=True):
             if r.round is not None and not shown_header:
                 shown_header = True
                 head = f"round {r.round}" if r.rounds < 2 else f"round {r.round} · {r.rounds} kept"
@@ -146,6 +146,6 @@ class ScoreboardPanel(SnapshotPanel):
     def _line(self, cells: tuple[str, ...], cols: tuple[int, ...], style: Style) -> Row:
         """A header row: the first cell left-aligned, the others right-aligned."""
         row = Row().add(cells[0].ljust(cols[0]), style)
-        for text, w in zip(cells[1:], cols[1:]):
+        for text, w in zip(cells[1:], cols[1:], strict=True):
             row.add(text.rjust(w), style)
         return row
