@@ -96,7 +96,8 @@ def from_plain(cls: type[T], data: Any, where: str = "") -> T:
     Raises:
         ProtocolError: naming the first field that is missing, mistyped or out of bounds.
     """
-    return _converter(cls)(data, where or cls.__name__)
+    hint: Any = cls
+    return _converter(hint)(data, where or cls.__name__)
 
 
 Converter = Callable[[Any, str], Any]
@@ -134,7 +135,7 @@ def _converter(hint: Any) -> Converter:
             return tuple([item(x, f"{where}[{i}]") for i, x in enumerate(value)])
 
         return items
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _dataclass_converter(hint)
     if isinstance(hint, type) and issubclass(hint, Enum):
         enum = hint

@@ -19,6 +19,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -347,11 +348,12 @@ class MetricsServer:
             namespace="torchpar_monitor", registry=self.registry
         )  # the monitor's own CPU, memory
         try:
-            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+            server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
         except OSError as exc:
             reason = "in use" if exc.errno in (98, 48) else exc.strerror or str(exc)
             raise MetricsError(f"--metrics-port {port} on {addr}: {reason}") from None
-        self.port = self._server.server_port
+        self._server: WSGIServer | None = server
+        self.port = server.server_port
 
     def close(self) -> None:
         """Stop serving and close the socket; returns once the server's thread has ended. Idempotent."""

@@ -288,10 +288,16 @@ class RunTally:
         unit = snap.throughput_unit if snap is not None else ""
         # Throughput: the store's scoreboard (each child window, by its length) where it ran; else (a
         # replay, which has no scoreboard) the mean of the frames' figures over the time fed here.
-        board = [m for m in (snap.scoreboard if snap else ()) if m.seconds > 0 and m.throughput is not None]
+        board = [
+            (m.seconds, m.throughput)
+            for m in (snap.scoreboard if snap else ())
+            if m.seconds > 0 and m.throughput is not None
+        ]
+        throughput: float | None
+        done: float | None
         if board:
-            seconds = sum(m.seconds for m in board)
-            done = sum(m.throughput * m.seconds for m in board)
+            seconds = sum(s for s, _ in board)
+            done = sum(s * t for s, t in board)
             throughput = done / seconds
         else:
             throughput = self.throughput.value
@@ -329,7 +335,8 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
     scored by the share of the run it accounts for; the highest wins, the others are listed as ``also``."""
     found: list[tuple[float, Bound, str]] = []
     data = f.get("data_wait")
-    if data is not None and derive.data_verdict(data, True).bound == DataBound.INPUT:
+    verdict = derive.data_verdict(data, True)
+    if data is not None and verdict is not None and verdict.bound == DataBound.INPUT:
         found.append(
             (
                 data,

@@ -60,7 +60,9 @@ class CaptureGuard:
         ``current_stream()`` is the calling thread's current stream (the one a capture begins on)."""
         self._current = current_stream
         for cls in classes:
-            for name in METHODS if cls is not None else ():
+            if cls is None:
+                continue
+            for name in METHODS:
                 original = getattr(cls, name, None)
                 if callable(original):
                     wrapper = self._wrap(name, original)

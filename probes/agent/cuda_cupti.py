@@ -504,7 +504,7 @@ class CuptiMonitor:
             return f"CUPTI lost: {self.lost}"
         if self.aside:
             return f"standing aside: {self.aside}"
-        if self.capture is not None and getattr(self.capture, "active", 0):
+        if self.capture is not None and getattr(self.capture, "active", False):
             return f"standing aside: {CAPTURE_NOTE}"
         if self.cycle > 1:
             return f"sampled: CUPTI records 1 sample interval in {self.cycle}"
@@ -536,7 +536,7 @@ class CuptiMonitor:
             and not self._profiler_enabled()
         ):
             self.resume()
-        if self.aside is not None or (self.capture is not None and getattr(self.capture, "active", 0)):
+        if self.aside is not None or (self.capture is not None and getattr(self.capture, "active", False)):
             return
         if self.cycle > 1 and not self._recording:
             self._phase += 1

@@ -94,7 +94,7 @@ class CudaStream(Executor):
         self._prev_done = float("-inf")
         self.error: str | None = None
 
-    @property  # type: ignore[override]
+    @property
     def launched(self) -> int:
         """``L``: the launch counter's count of torch calls made while this stream was current."""
         return self._m.counter.counts.get(self.key, 0)
@@ -103,7 +103,7 @@ class CudaStream(Executor):
     def launched(self, value: int) -> None:
         """Ignored: ``L`` belongs to the launch counter (the base class initialises it)."""
 
-    @property  # type: ignore[override]
+    @property
     def started(self) -> int:
         """``S`` is not observable with markers: reported as ``C`` (a lower bound)."""
         return self.completed

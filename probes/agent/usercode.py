@@ -330,8 +330,9 @@ class UserCode:
         with self._flush_lock:
             sites = self.syncpoints.take_changed()
             if sites is not None:
-                exact = self.every_op or self.counting is None or self.syncpoints.from_runtime
-                covered = None if exact else self.counting.covered_until()
+                counting = self.counting
+                exact = self.every_op or counting is None or self.syncpoints.from_runtime
+                covered = None if exact or counting is None else counting.covered_until()
                 self.agent.send(SyncPointsMessage(sites=sites, covered=covered))
 
     # -- lifecycle -----------------------------------------------------------------------------------

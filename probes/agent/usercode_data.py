@@ -28,6 +28,9 @@ from torchpar_top.contract.vocab import ExecutorKind, Quantity, Role
 from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.executor import Executor
 
+#: The attribute a watched multi-process loader iterator carries its executor in.
+EXECUTOR_ATTR = "_tpt_executor"
+
 
 class DataLoaderExecutor(Executor):
     """The prefetch queue of one DataLoader with workers; counters refreshed by :meth:`refresh`."""
@@ -162,7 +165,7 @@ class DataLoaderWatch:
                     watch._wait_end(time.perf_counter())
             if ex is not None and isinstance(it, _dl._MultiProcessingDataLoaderIter):
                 ex.attach(it)
-                it._tpt_executor = ex
+                setattr(it, EXECUTOR_ATTR, ex)
             return it
 
         def __next__(it: Any) -> Any:
@@ -175,20 +178,20 @@ class DataLoaderWatch:
             try:
                 data = orig_next(it)
             except StopIteration:
-                ex = getattr(it, "_tpt_executor", None)
+                ex = getattr(it, EXECUTOR_ATTR, None)
                 if ex is not None:
                     ex.detach()
                 raise
             finally:
                 if frontend:
                     watch._wait_end(time.perf_counter())
-            ex = getattr(it, "_tpt_executor", None)
+            ex = getattr(it, EXECUTOR_ATTR, None)
             if ex is not None:
                 ex.consumed_one()
             return data
 
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
-        _dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+        _dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign, assignment]
 
     def uninstall(self) -> None:
         """Put the original methods back."""

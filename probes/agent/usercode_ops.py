@@ -241,7 +241,7 @@ class EagerOps(EagerDevice):
         super().__init__(name)
         self.activity: RunRecorder = RunRecorder()
 
-    launched = started = completed = property(lambda self: self.n, lambda self, value: None)  # type: ignore
+    launched = started = completed = property(lambda self: self.n, lambda self, value: None)
 
 
 class OpCounter(TorchFunctionMode):

@@ -142,10 +142,11 @@ class NvmlProbe:
     def _start(self, nvml: Any, history: int) -> None:
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except ImportError:
                 self._status = NO_BINDING
                 return
+            nvml = pynvml
         try:
             nvml.nvmlInit()
         except Exception as exc:  # NVMLError subclasses, or anything odd from a broken install

@@ -25,7 +25,7 @@ from torchpar_top.sources.live.tree import ProcessTree
 from torchpar_top.sources.live.wire import MessageStream, TextStream
 
 OnMessage = Callable[[Message], None]
-OnOutput = Callable[[str, str], None]
+OnOutput = Callable[[LogSource, str], None]
 OnExit = Callable[[int], None]
 
 #: How long a child gets after SIGTERM before SIGKILL (the grace after ``stop`` is PARENT_STOP_GRACE).
@@ -37,7 +37,7 @@ class ChildProcess:
 
     def __init__(
         self,
-        make_command: Callable[[int], Sequence[str]],
+        make_command: Callable[[int | None], Sequence[str]],
         *,
         on_message: OnMessage,
         on_output: OnOutput,

@@ -253,7 +253,8 @@ class Session:
             self.store.on_child(ChildStatus(target.pid, ChildState.ATTACHED, message=target.description))
             self._watch_pid(target.pid)
             return
-        torchrun = isinstance(target, ScriptTarget) and bool(target.nproc)
+        nproc = target.nproc if isinstance(target, ScriptTarget) else 0
+        torchrun = bool(nproc)
         env = {}
         with self._child_lock:
             if torchrun:
@@ -261,7 +262,7 @@ class Session:
                     self._on_rank_message,
                     self._on_rank_closed,
                     lambda text: self.store.add_log(LogSource.PROTOCOL, text),
-                    expected=target.nproc,
+                    expected=nproc,
                 )
                 env[ENV_SOCKET] = self._listener.path
             child = ChildProcess(
@@ -282,7 +283,7 @@ class Session:
                 return
             self._child = child
         self.store.on_child(ChildStatus(child.pid, ChildState.RUNNING))
-        if not torchrun:
+        if not torchrun and child.pid is not None:  # started: it has one
             self._watch_pid(child.pid)
 
     def _watch_pid(self, pid: int) -> None:

@@ -8,7 +8,6 @@ from typing import ClassVar
 from rich.segment import Segment
 from rich.style import Style
 from textual.color import Color
-from textual.dom import DOMNode
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
@@ -283,7 +282,7 @@ class SnapshotPanel(Widget):
         """
         cached = self._backgrounds
         if cached is None:
-            cached = self._backgrounds = (DOMNode.background_colors.fget(self), Widget.opacity.fget(self))
+            cached = self._backgrounds = (super().background_colors, super().opacity)
         return cached
 
     @property
@@ -298,7 +297,7 @@ class SnapshotPanel(Widget):
         of a panel asked for it once."""
         base = self._base
         if base is None:
-            base = self._base = DOMNode.rich_style.fget(self)
+            base = self._base = super().rich_style
         return base
 
     @property

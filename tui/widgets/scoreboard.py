@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from rich.style import Style
 from torchpar_top.contract.snapshot import ModeStats, ResultRow, Snapshot
+from torchpar_top.contract.vocab import Mode
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
@@ -63,10 +64,10 @@ class ScoreboardPanel(SnapshotPanel):
             cols = cols[:4]  # no room for "seen"
         out = [self._line(("", unit, "depth", "wait", "seen")[: len(cols)], cols, self.style("dim"))]
         by_mode = {m.mode: m for m in snapshot.scoreboard}
-        for mode in ("async", "sync"):
+        for mode in (Mode.ASYNC, Mode.SYNC):
             stats = by_mode.get(mode)
             current = snapshot.mode == mode
-            row = self._mode_row(mode.upper(), stats, cols)
+            row = self._mode_row(mode.value.upper(), stats, cols)
             if current:
                 row.add(" ◀ now", self.style("accent"))
             out.append(row)
