@@ -69,7 +69,7 @@ def dataclass(*, frozen: bool = False) -> Callable[[type[T]], type[T]]:
 
 
 @cache
-def _hints(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+def _hints(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
     hints = typing.get_type_hints(cls)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
 
@@ -97,7 +97,8 @@ def from_plain(cls: type[T], data: Any, where: str = "") -> T:
         ProtocolError: naming the first field that is missing, mistyped or out of bounds.
     """
     hint: Any = cls
-    return _converter(hint)(data, where or cls.__name__)
+    built: T = _converter(hint)(data, where or cls.__name__)
+    return built
 
 
 Converter = Callable[[Any, str], Any]

@@ -134,7 +134,7 @@ class RunTally:
     def _reset(self) -> None:
         self.seconds = 0.0
         self.snapshots = 0
-        self._run_key: tuple | None = None
+        self._run_key: tuple[Any, ...] | None = None
         self._prev_t: float | None = None
         self._last: Snapshot | None = None
         self.frontend_busy = _Mean()
@@ -543,7 +543,7 @@ METRICS = (
 
 def _unit(report: Mapping[str, Any], metric: str) -> str:
     if metric == "throughput":
-        return report["figures"].get("throughput_unit", "")
+        return str(report["figures"].get("throughput_unit", ""))
     return (
         "steps/s"
         if metric == "steps_per_s"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
@@ -108,7 +109,7 @@ def _covered(covered: dict[int, list[tuple[int, int]]], part: Region) -> bool:
     return True
 
 
-class LineScreen(Screen):
+class LineScreen(Screen[Any]):
     """A screen drawn with :class:`LineCompositor`."""
 
     def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
@@ -116,7 +117,7 @@ class LineScreen(Screen):
         self._compositor = LineCompositor()
 
 
-def screen_class(installed: str | None = None) -> type[Screen]:
+def screen_class(installed: str | None = None) -> type[Screen[Any]]:
     """:class:`LineScreen` under the Textual version it was tested with, Textual's own screen otherwise
     (``installed``: the version to decide for; default the installed one)."""
     installed = textual_version() if installed is None else installed

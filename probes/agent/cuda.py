@@ -53,7 +53,8 @@ from torchpar_top.probes.agent.cuda_launch import (
     cuda_device_of,
     cuda_stream_id,
 )
-from torchpar_top.probes.agent.cuda_stream import CAPACITY, CudaStream, DeviceClock
+from torchpar_top.probes.agent.cuda_stream import CudaStream, DeviceClock
+from torchpar_top.probes.agent.hta import QUEUE_CAP as CAPACITY
 
 #: Seconds between marker rounds.
 PERIOD = 0.002

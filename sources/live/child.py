@@ -211,7 +211,9 @@ class ChildProcess:
         if self._on_channel_closed is not None:
             self._on_channel_closed()
 
-    def _drain(self, sel: selectors.BaseSelector, readers: dict, open_fds: set[int]) -> None:
+    def _drain(
+        self, sel: selectors.BaseSelector, readers: dict[int, MessageStream | TextStream], open_fds: set[int]
+    ) -> None:
         deadline = time.monotonic() + 0.5
         while open_fds and time.monotonic() < deadline:
             events = sel.select(timeout=0.05)

@@ -24,7 +24,14 @@ from torchpar_top.contract.messages import (
     Stop,
     ThreadRole,
 )
-from torchpar_top.contract.snapshot import ChildStatus, Experiment, HostSample, Snapshot, StackView
+from torchpar_top.contract.snapshot import (
+    ChildStatus,
+    Experiment,
+    HostSample,
+    Snapshot,
+    StackView,
+    ThreadInfo,
+)
 from torchpar_top.contract.vocab import ENV_SOCKET, PARENT_STOP_GRACE, ChildState, LogSource, Role
 from torchpar_top.model.store import SessionStore, thread_every
 from torchpar_top.probes.host.cores import CoreSampler
@@ -418,7 +425,7 @@ class Session:
             next_t += self.interval
             with self._child_lock:
                 samplers = list(self._samplers.values())
-            threads: tuple | None = None
+            threads: tuple[ThreadInfo, ...] | None = None
             # the threads every few samples, and at once for a process not read yet (a new child)
             if tick % every == 0 or any(s not in read for s in samplers):
                 roles = self._python_roles(self.store.roles())

@@ -88,7 +88,7 @@ class LogPanel(Widget):
         self.scroll_back = 0
         """How many lines the view is scrolled up from the newest (0: following the tail)."""
         self._lines: deque[tuple[Piece, ...]] = deque(maxlen=MAX_LINES)
-        self._reported: tuple | None = None
+        self._reported: tuple[int | None, ChildState, int | None] | None = None
         self._styles: dict[str, Style] = {}
         self._appended = 0
 
