@@ -88,11 +88,6 @@ class Event(NamedTuple):
         return self.ts + self.dur
 
     @property
-    def is_gpu(self) -> bool:
-        """Work on a GPU stream (kernel, memcpy, memset)."""
-        return self.stream is not None
-
-    @property
     def is_launch(self) -> bool:
         """A host call that enqueues work on a stream."""
         return self.stream is None and self.name in LAUNCH_NAMES

@@ -64,6 +64,8 @@ HISTORY = 600
 CORE_HISTORY = 120
 #: Log lines kept.
 LOG_LINES = 500
+#: The newest log lines a snapshot carries (every source's: live, trace, recording).
+SNAPSHOT_LOG = 200
 #: stderr lines kept to show when the child dies.
 STDERR_TAIL = 12
 #: Complete rounds of results kept for their median and range.
@@ -673,7 +675,7 @@ class SessionStore:
                 scaling=tuple(sorted(self._scaling.values(), key=lambda p: p.threads)),
                 gpus=self._gpus,
                 gpu_status=self._gpu_status,
-                log=tuple(self._log)[-200:],
+                log=tuple(self._log)[-SNAPSHOT_LOG:],
                 sample_t=self._sample_t,
                 target=self._target,
                 notice=self._notice,

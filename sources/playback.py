@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from torchpar_top.contract.snapshot import Experiment, LogLine, Snapshot
 from torchpar_top.contract.vocab import LogSource
-from torchpar_top.model.store import LOG_LINES
+from torchpar_top.model.store import LOG_LINES, SNAPSHOT_LOG
 
 #: The slowest and fastest speeds ``change_speed`` goes to.
 MIN_SPEED, MAX_SPEED = 1e-5, 100.0
@@ -189,6 +189,10 @@ class Playback:
 
     def _changed(self) -> None:
         self._snap = None
+
+    def _shown_log(self) -> tuple[LogLine, ...]:
+        """The log lines the snapshot carries."""
+        return tuple(self._log)[-SNAPSHOT_LOG:]
 
     def _say(self, text: str) -> None:
         with self._lock:

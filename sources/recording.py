@@ -24,8 +24,6 @@ from torchpar_top.sources.trace import KEYS_HINT
 
 #: Snapshots between two kept whole (a seek decodes at most this many lines).
 CHECKPOINT = 100
-#: The log lines a snapshot carries (as the live store's).
-SHOWN_LOG = 200
 
 
 class RecordingReplay(Playback):
@@ -215,7 +213,7 @@ class RecordingReplay(Playback):
             finished,
             recorded=True,
         )
-        log = tuple(self._log)[-SHOWN_LOG:]
+        log = self._shown_log()
         base = self._current
         if base is None:
             return Snapshot(

@@ -68,8 +68,6 @@ RATE_FRAMES = 10
 UNIT = "launches/s"
 #: The replay keys, as the notice lists them.
 KEYS_HINT = "p pause · . , step · ← → seek · home · [ ] speed"
-#: Why the CPU and threads panels are empty in a replay.
-NO_HOST = "a recorded trace has no host readings (per-core load, threads)"
 
 
 @dataclass(frozen=True)
@@ -345,7 +343,7 @@ class TraceReplay(Playback):
             throughput_history=tuple(throughput),
             gpus=self._gpus(frames),
             gpu_status="" if self.analysis.has_gpu else "no GPU activity in this trace",
-            log=tuple(self._log)[-200:],
+            log=self._shown_log(),
             target=self._target(),
             notice=self._notice(),
             ranks=self._rank_views(frames, state),

@@ -34,6 +34,7 @@ Untested on hardware: verified against ``tests/fakes/fake_cuda.py`` only.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -93,8 +94,6 @@ class CudaMonitor:
             device_of or cuda_device_of, clock, stream_of, self._new_stream, capture=self.capture
         )
         self.streams: tuple[CudaStream, ...] = ()
-        self.unwatched = 0
-        """Streams the frontend used beyond ``MAX_STREAMS`` or that could not be watched."""
         self._on_stream = on_stream
         self._wait: ActivityRecorder | None = None
         self.clocks: dict[int, DeviceClock | None] = {}
@@ -131,17 +130,14 @@ class CudaMonitor:
 
     def _new_stream(self, device: int, stream_id: int) -> None:
         """The frontend launched on a stream not watched yet (called inside its torch call)."""
-        if len(self.streams) >= MAX_STREAMS:
-            self.unwatched += 1
+        if len(self.streams) >= MAX_STREAMS:  # the streams beyond them go unwatched
             return
-        try:
+        with contextlib.suppress(Exception):  # as does one that cannot be watched
             stream = self.cuda.current_stream(device)
             default = self.cuda.default_stream(device).stream_id == stream_id
             ex = self.stream(self._name(device, stream_id, default), device, stream, self._wait)
             if self._on_stream is not None:
                 self._on_stream(ex)
-        except Exception:
-            self.unwatched += 1
 
     def _name(self, device: int, stream_id: int, default: bool) -> str:
         """``cuda:D`` for a default stream, ``cuda:D sN`` for the device's N-th other one."""

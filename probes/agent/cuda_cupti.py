@@ -620,9 +620,3 @@ class CuptiMonitor:
     def _name(self, key: Key) -> str:
         device, stream = key
         return f"cuda:{device} stream {stream}"
-
-    @property
-    def lag(self) -> float:
-        """Seconds the settled time trails the last flush (the queue is shown as of then)."""
-        q = self.queues
-        return max(0.0, (q.newest - q.settled) / 1e6) if q.settled > float("-inf") else 0.0

@@ -27,8 +27,8 @@ A live process has a difficulty a finished trace has not: a GPU op's record arri
 completed, and a launch record does not name the stream. So the depth is exact only up to the
 **settled time**: the moment before the oldest launch whose GPU op has not been seen yet (or the flush
 less ``margin_us`` when none is pending). Every launch made before it has its stream and start, so the
-depth there is HTA's depth, in kernels; the screen shows the queue as of that time (``lag`` says how far
-behind the present it is: about the time the queue takes to drain). A launch still unpaired
+depth there is HTA's depth, in kernels; the screen shows the queue as of that time (behind the present
+by about the time the queue takes to drain). A launch still unpaired
 ``orphan_us`` after the newest record (its op never ran: recorded into a CUDA graph being captured, or a
 lost record) stops holding the settled time back and is counted in :attr:`RecordQueues.orphans`.
 """

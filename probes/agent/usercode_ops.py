@@ -26,34 +26,19 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torchpar_top.contract.messages import SyncCount
 from torchpar_top.probes.agent.activity import MERGE_GAP, ActivityRecorder, Interval, clip
+from torchpar_top.probes.agent.cuda_launch import TENSOR_METADATA
 from torchpar_top.probes.agent.executor import EagerDevice
 
 #: Calls that read metadata and never run work (by ``__name__``); not counted as ops.
-METADATA = frozenset(
-    {
-        "__get__",
-        "__set__",
-        "__len__",
-        "size",
-        "dim",
-        "stride",
-        "numel",
-        "is_contiguous",
-        "data_ptr",
-        "element_size",
-        "get_device",
-        "__hash__",
-        "nelement",
-        "ndimension",
-        "storage_offset",
-        "__iter__",
-        "is_floating_point",
-        "is_complex",
-        "requires_grad_",
-        "__reduce_ex__",
-        "__deepcopy__",
-    }
-)
+METADATA = TENSOR_METADATA | {
+    "__set__",
+    "__iter__",
+    "is_floating_point",
+    "is_complex",
+    "requires_grad_",
+    "__reduce_ex__",
+    "__deepcopy__",
+}
 
 #: Calls that make the frontend wait for the device, and how they are shown.
 SYNC_CALLS: dict[Any, str] = {
@@ -142,12 +127,7 @@ class SyncPoints:
             return  # a library's own CPU bookkeeping (a sampler's randperm().tolist()): not the user's
         while frame is not None and frame.f_code.co_filename.startswith(LIBRARY_DIRS):
             frame = frame.f_back
-        if frame is None:
-            return
-        key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, call)
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
-            self.version += 1
+        self._count(call, frame)
 
     def hit_frame(self, call: str, frame: Any) -> None:
         """Count one synchronising call the CUDA runtime reported (a CUPTI callback on the calling
@@ -158,6 +138,10 @@ class SyncPoints:
             if frame.f_code.co_filename.startswith(ours):
                 return
             frame = frame.f_back
+        self._count(call, frame)
+
+    def _count(self, call: str, frame: Any) -> None:
+        """One more ``call`` at ``frame``'s line (none when no frame is left: nothing to show)."""
         if frame is None:
             return
         key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, call)
