@@ -359,7 +359,8 @@ class Recorder:
 # -- reading --------------------------------------------------------------------------------------
 
 
-def _read_bytes(path: str) -> bytes:
+def read_bytes(path: str) -> bytes:
+    """The file's bytes, gunzipped when it is gzip (a recording or an export, ``.gz`` or not)."""
     try:
         with open(path, "rb") as f:
             data = f.read()

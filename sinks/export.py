@@ -476,10 +476,10 @@ def read_export(path: str) -> tuple[Recording, list[Snapshot]]:
     Raises:
         RecordingError: not an export this version reads (one line).
     """
-    from torchpar_top.contract.recording import _read_bytes
+    from torchpar_top.contract.recording import read_bytes
 
     try:
-        obj = json.loads(_read_bytes(path))
+        obj = json.loads(read_bytes(path))
     except ValueError as exc:
         raise RecordingError(f"{path}: not valid JSON ({exc})") from None
     other = obj.get("otherData") if isinstance(obj, dict) else None

@@ -91,3 +91,60 @@ def test_the_tui_does_not_measure_or_spawn():
         parts = name.split(".")
         prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
         assert not prefixes & forbidden, f"{path} imports {name}"
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def module_name(path: pathlib.Path) -> str:
+    """The installed name of a product file (``model/store.py`` is ``torchpar_top.model.store``)."""
+    folder, *rest = path.relative_to(ROOT).with_suffix("").parts
+    parts = [PACKAGE[folder], *rest]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def private_imports(here: str, is_package: bool, source: str) -> list[str]:
+    """``module: name`` for each private name (``_x``) of another product module that the module
+    ``here`` imports (a private module in the path counts too)."""
+    package = here if is_package else here.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            if not module.startswith("torchpar_top") or module == here:
+                continue
+            found += [f"{module}: {p}" for p in module.split(".") if _private(p)]
+            found += [f"{module}: {a.name}" for a in node.names if _private(a.name)]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("torchpar_top"):
+                    found += [f"{alias.name}: {p}" for p in alias.name.split(".") if _private(p)]
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """What a module keeps private may change without its importers breaking; a seam that needs it
+    wants a public name. (Tests may import privates: they test them.)"""
+    found = [
+        f"{path.relative_to(ROOT)} imports {hit}"
+        for folder in LAYERS
+        if (ROOT / folder).is_dir()
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for hit in private_imports(module_name(path), path.name == "__init__.py", path.read_text())
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_private_import_check_sees_one():
+    here = module_name(ROOT / "sinks" / "export.py")
+    assert here == "torchpar_top.sinks.export"
+    assert private_imports(
+        here, False, "from torchpar_top.contract.recording import _read_bytes, Recorder"
+    ) == ["torchpar_top.contract.recording: _read_bytes"]
+    assert private_imports(here, False, "from . import headless\nfrom .export import _us") == []  # itself
+    assert private_imports(here, False, "from ._kept import thing\nimport torchpar_top.sinks._kept") == [
+        "torchpar_top.sinks._kept: _kept",
+        "torchpar_top.sinks._kept: _kept",
+    ]
