@@ -13,9 +13,14 @@ covers, and not at all when no changed region overlaps it; the lines it does not
 placeholders that no span reaches. ``tests/functional/test_tui_frames.py`` checks that a partial update
 writes exactly what Textual's own writes.
 
-It overrides a private method of Textual's compositor, checked against :data:`TESTED_TEXTUAL` only:
-``pyproject.toml`` pins Textual to that version (``tests/unit/test_tui_render.py`` checks the pin), and
-under any other version :func:`screen_class` falls back to Textual's own :class:`~textual.screen.Screen`.
+It overrides a private method of Textual's compositor, checked against :data:`TESTED_TEXTUAL` only.
+Why private API: Textual has no public way to say what a partial update renders, and the saving is
+measured (above). The pin: ``pyproject.toml`` pins Textual to exactly that version, which the snapshot
+tests need anyway (their SVGs change across Textual versions); ``tests/unit/test_tui_compositor.py``
+fails, saying what to re-check, when the installed Textual is another or the Textual code this relies on
+(``render_partial_update``, ``_get_renders``, ``visible_widgets``, ``Screen._compositor``) reads
+differently; and under any other version :func:`screen_class` falls back to Textual's own
+:class:`~textual.screen.Screen`, so an unpinned install still draws correctly, only slower.
 """
 
 from __future__ import annotations
