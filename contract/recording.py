@@ -157,7 +157,7 @@ def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
             yield f"gpus.{i}.{name}", getattr(g, name)
 
 
-def _with_histories(snap: Snapshot, values: dict[str, tuple[Any, ...]]) -> Snapshot:
+def _with_histories(snap: Snapshot, values: dict[str, Any]) -> Snapshot:
     """``snap`` with its histories replaced by ``values`` (by path)."""
     top = {name: values[name] for name in SNAPSHOT_HISTORIES}
     cores = tuple(values[f"core_history.{i}"] for i in range(len(snap.core_history)))
@@ -295,7 +295,7 @@ class Recorder:
 
     def _take(self) -> None:
         samples = self.session.host_samples
-        if samples == self._seen or samples == 0:
+        if samples in (self._seen, 0):
             return
         self._seen = samples
         self.write(self.session.snapshot())
@@ -384,7 +384,7 @@ def _iter_lines(path: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         RecordingError: it cannot be read, or is no gzip after gzip's first bytes.
     """
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 opened apart from the with below: its errors get their own words
     except IsADirectoryError:
         raise RecordingError(f"{path} is a folder, not a recording") from None
     except OSError as exc:
@@ -481,7 +481,7 @@ class Lines(Sequence[bytes]):
     def __len__(self) -> int:
         return len(self._packed)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         if i < 0:
