@@ -148,3 +148,17 @@ def test_the_private_import_check_sees_one():
         "torchpar_top.sinks._kept: _kept",
         "torchpar_top.sinks._kept: _kept",
     ]
+
+
+def test_mypy_sees_every_package_where_it_is_installed():
+    """``mypy`` reads the checkout through ``.typecheck/``'s links (it cannot read setuptools' package-dir
+    mapping): every mapped folder needs its link and its entry in ``[tool.mypy] packages``."""
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    mapping = pyproject["tool"]["setuptools"]["package-dir"]
+    assert set(pyproject["tool"]["mypy"]["packages"]) == set(mapping)
+    for package, folder in mapping.items():
+        parts = package.split(".")
+        link = ROOT / ".typecheck" / ("root" if len(parts) == 1 else "layers") / pathlib.Path(*parts)
+        assert link.is_symlink() and link.resolve() == (ROOT / folder).resolve(), f"{link} -> {folder}/"
