@@ -31,7 +31,7 @@ from torchpar_top.analysis.frontend import (
 from torchpar_top.analysis.intervals import Intervals, at_least
 from torchpar_top.analysis.lanes import DeviceLane, Overlap, StreamLane, device_lanes, overlap, stream_lanes
 from torchpar_top.analysis.loading import RankTrace, Trace, TraceError, load_rank, load_trace
-from torchpar_top.analysis.queue import QUEUE_CAP, QueueSeries, queue_series
+from torchpar_top.analysis.queue import QueueSeries, queue_series
 from torchpar_top.analysis.summary import NO_GPU_NOTE, summary
 from torchpar_top.analysis.window import (
     DeviceWindow,
@@ -41,6 +41,7 @@ from torchpar_top.analysis.window import (
     Window,
     window,
 )
+from torchpar_top.contract.vocab import QUEUE_CAP
 
 __all__ = [
     "GPU_CATS",

@@ -13,8 +13,9 @@ from torchpar_top.analysis.events import span
 from torchpar_top.analysis.frontend import FrontendLane, SyncTotal, frontend_lanes, sync_sites
 from torchpar_top.analysis.lanes import DeviceLane, Overlap, StreamLane, device_lanes, overlap, stream_lanes
 from torchpar_top.analysis.loading import RankTrace, Trace, load_trace
-from torchpar_top.analysis.queue import QUEUE_CAP, queue_series
+from torchpar_top.analysis.queue import queue_series
 from torchpar_top.analysis.window import Window, window
+from torchpar_top.contract.vocab import QUEUE_CAP
 
 
 @dataclass(frozen=True)

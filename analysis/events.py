@@ -88,11 +88,6 @@ class Event(NamedTuple):
         return self.ts + self.dur
 
     @property
-    def is_gpu(self) -> bool:
-        """Work on a GPU stream (kernel, memcpy, memset)."""
-        return self.stream is not None
-
-    @property
     def is_launch(self) -> bool:
         """A host call that enqueues work on a stream."""
         return self.stream is None and self.name in LAUNCH_NAMES
@@ -158,14 +153,15 @@ def events_from_chrome(trace: dict[str, Any] | list[Any]) -> Iterator[Event]:
 
 def span(events: Iterable[Event]) -> tuple[float, float]:
     """``(first start, last end)`` of the events; ``(0, 0)`` when there are none."""
-    first = last = None
+    first: float | None = None
+    last: float | None = None
     for e in events:
         end = e.ts + e.dur
         if first is None or e.ts < first:
             first = e.ts
         if last is None or end > last:
             last = end
-    return (first, last) if first is not None else (0.0, 0.0)
+    return (first, last) if first is not None and last is not None else (0.0, 0.0)
 
 
 def _number(value: Any) -> float | None:

@@ -35,7 +35,7 @@ class Intervals:
     @classmethod
     def _of(cls, starts: list[float], ends: list[float]) -> Intervals:
         before, covered = [], 0.0
-        for s, e in zip(starts, ends):
+        for s, e in zip(starts, ends, strict=True):
             before.append(covered)
             covered += e - s
         return cls(tuple(starts), tuple(ends), tuple(before))
@@ -61,7 +61,7 @@ class Intervals:
 
     def pairs(self) -> list[tuple[float, float]]:
         """The intervals as ``(start, end)`` pairs."""
-        return list(zip(self.starts, self.ends))
+        return list(zip(self.starts, self.ends, strict=True))
 
 
 def at_least(k: int, lanes: Sequence[Intervals]) -> Intervals:

@@ -66,7 +66,7 @@ def stream_lanes(
     """
     ops: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
     for e in events:
-        if e.stream is not None:
+        if e.stream is not None and e.device is not None:  # a GPU op has both
             ops[(e.device, e.stream)].append((e.ts, e.ts + e.dur))
     keys = sorted(set(ops) | set(queues))
     return tuple(
@@ -84,5 +84,5 @@ def device_lanes(streams: Iterable[StreamLane]) -> tuple[DeviceLane, ...]:
 
 def overlap(streams: Iterable[StreamLane], devices: Iterable[DeviceLane]) -> Overlap:
     """Where two or more streams, and two or more devices, of one rank were busy together."""
-    devices = [d.active for d in devices]
-    return Overlap(at_least(2, [s.busy for s in streams]), at_least(2, devices) if len(devices) > 1 else None)
+    active = [d.active for d in devices]
+    return Overlap(at_least(2, [s.busy for s in streams]), at_least(2, active) if len(active) > 1 else None)

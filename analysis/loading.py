@@ -156,7 +156,8 @@ def _parse(path: str, data: bytes) -> Any:
 
 def _rank(path: str, metadata: dict[str, Any]) -> int:
     info = metadata.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int) and not isinstance(info["rank"], bool):
-        return info["rank"]
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        return rank
     match = _RANK_IN_NAME.search(os.path.basename(path))
     return int(match.group(1)) if match else 0

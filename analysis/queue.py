@@ -53,7 +53,7 @@ class QueueSeries:
     @property
     def points(self) -> tuple[tuple[float, int], ...]:
         """``(time, depth from then on)`` pairs."""
-        return tuple(zip(self.times, self.depths))
+        return tuple(zip(self.times, self.depths, strict=True))
 
     @property
     def share_at_cap(self) -> float:
@@ -119,7 +119,8 @@ def queue_series(
             launches.setdefault(e.correlation, e)
     steps: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
     for g in events:
-        if g.stream is not None and g.correlation in launches:  # HTA's semi-join: both ends present
+        # HTA's semi-join: both ends present (a GPU op has a device with its stream)
+        if g.stream is not None and g.device is not None and g.correlation in launches:
             key = (g.device, g.stream)
             steps[key].append((launches[g.correlation].ts, -1))  # (ts, -delta): a launch sorts first
             steps[key].append((g.ts, 1))

@@ -98,7 +98,10 @@ def window(analysis: Analysis, t0: float, t1: float) -> Window:
     if not t1 > t0:
         raise ValueError(f"the window must end after it starts: [{t0}, {t1}]")
     length = t1 - t0
-    ranks, streams, devices, frontend = [], [], [], []
+    ranks: list[RankWindow] = []
+    streams: list[StreamWindow] = []
+    devices: list[DeviceWindow] = []
+    frontend: list[FrontendWindow] = []
     for r in analysis.ranks:
         devs = r.overlap.devices
         ranks.append(

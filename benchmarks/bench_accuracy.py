@@ -4,7 +4,8 @@
 
 A child process pinned to core 0 spins for ``duty`` of every 10 ms and sleeps the rest. The core
 sampler reads core 0 and the thread sampler reads the child's thread; both should read ``duty`` within
-5 points (the budget in ARCHITECTURE.md). Other load on the machine adds to the core's reading, not to the thread's.
+5 points (the budget in ARCHITECTURE.md). Other load on the machine adds to the core's reading, not to
+the thread's.
 """
 
 from __future__ import annotations

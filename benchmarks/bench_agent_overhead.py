@@ -15,6 +15,7 @@ scatter by ±10%.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import queue
@@ -267,7 +268,7 @@ def per_item_cost(items: int = 20000) -> tuple[float, float]:
     for _ in range(5):
         agent = Agent(None, experiment="bench", description="")
         stream = agent.emulated_stream("s", capacity=64)
-        results["agent"].append(timed(lambda fn: agent.launch(stream, fn), stream.synchronize))
+        results["agent"].append(timed(functools.partial(agent.launch, stream), stream.synchronize))
         agent.close()
         bare = _BareStream(capacity=64)
         results["bare"].append(timed(bare.launch, bare.synchronize))
@@ -333,7 +334,8 @@ def main() -> None:
         per = breakdown["per_item_us"]
         print(
             f"\nper launched item through an emulated stream (no-op item, full queue): agent "
-            f"{per['agent']:.1f} µs, bare {per['bare']:.1f} µs, difference {per['agent'] - per['bare']:.1f} µs"
+            f"{per['agent']:.1f} µs, bare {per['bare']:.1f} µs, "
+            f"difference {per['agent'] - per['bare']:.1f} µs"
         )
         print("agent's own threads (sampler + control), measured by the thread probe in a real session:")
         for name in args.experiments.split(","):

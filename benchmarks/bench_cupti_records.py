@@ -1,4 +1,4 @@
-"""The Python cost per CUDA launch of the CUPTI path's record handling, before and after, on the CPU.
+"""The Python cost per CUDA launch of the CUPTI path's record handling, on the CPU.
 
     python benchmarks/bench_cupti_records.py [--repeats 15]
 
@@ -7,17 +7,15 @@ the GIL (on the sampler thread) and grows with the records: per launch, its API 
 record, plus every other API call CUPTI records unless told not to. This times, over the real A100
 records of ``tests/data/hta/a100_sxm4_5_streams.json.gz`` (42k records, 6.5k launches: the fake
 binding's record objects, ``SimpleNamespace``; the real binding's are Cython objects whose attribute
-reads may cost differently), buffers of 4096 records with the queue settled at every 10th (a sample):
+reads may cost differently), buffers of 4096 records with the queue settled at every 10th (a sample),
+through ``RecordQueues.add_records`` + ``update`` (the package's path).
 
-- ``before``: main's path before the incremental queue (``cupti_records_before.py``): an
-  ``analysis.Event`` per record, pairing, ``analysis.queue_series`` over the open pairs per sample;
-- ``after``: ``RecordQueues.add_records`` + ``update`` (the package's path).
-
-Each on two record sets: every record (what CUPTI delivers when every runtime call is recorded: the
-path before, or a binding without ``activity_enable_runtime_api``), and only the launch calls and GPU
-ops (what CUPTI delivers with the other calls switched off, the path after). Old and new alternate
-within each repeat; the fastest repeat is the cost, the median includes waiting for a core (the load
-average is printed).
+On two record sets: every record (what CUPTI delivers when every runtime call is recorded: a binding
+without ``activity_enable_runtime_api``), and only the launch calls and GPU ops (what CUPTI delivers
+with the other calls switched off, as the package asks for). The sets alternate within each repeat; the
+fastest repeat is the cost, the median includes waiting for a core (the load average is printed). The
+figures of the path before the incremental queue (an ``analysis.Event`` per record) are kept as history
+in docs/benchmarks.md.
 
 Then the average with recording windows (``--cupti-duty``): the whole ``CuptiMonitor`` on the fake
 binding (with the per-API switch), the trace played in stretches of 20 ms of its own time with a sample
@@ -36,9 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import cupti_records_before as before  # noqa: E402
 from fakes.fake_cupti import FakeCupti, records_from_trace  # noqa: E402
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor  # noqa: E402
 from torchpar_top.probes.agent.cupti_records import RecordConverter, RecordQueues  # noqa: E402
@@ -46,23 +42,6 @@ from torchpar_top.probes.agent.cupti_records import RecordConverter, RecordQueue
 TRACE = ROOT / "tests" / "data" / "hta" / "a100_sxm4_5_streams.json.gz"
 BUFFER = 4096
 SAMPLE_NS = 20_000_000
-
-
-def run_before(records: list, converter: before.RecordConverter) -> tuple[float, float]:
-    """Seconds converting + pairing, and seconds analysing, for all ``records`` (the old path)."""
-    queues = before.RecordQueues()
-    add = update = 0.0
-    for n, i in enumerate(range(0, len(records), BUFFER)):
-        t0 = time.perf_counter()
-        queues.add(converter.events(records[i : i + BUFFER]))
-        t1 = time.perf_counter()
-        add += t1 - t0
-        if n % 10 == 9:
-            queues.update(records[min(i + BUFFER, len(records)) - 1].end / 1000)
-            update += time.perf_counter() - t1
-    t1 = time.perf_counter()
-    queues.update(records[-1].end / 1000)
-    return add, update + time.perf_counter() - t1
 
 
 def run_after(records: list, converter: RecordConverter) -> tuple[float, float]:
@@ -87,35 +66,34 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     fake = FakeCupti()
-    old_conv, new_conv = before.RecordConverter(fake), RecordConverter(fake)
+    new_conv = RecordConverter(fake)
     every = records_from_trace(str(TRACE))
     launch_cbids = {c for cbids in new_conv.launch_cbids.values() for c in cbids}
     launches_only = [r for r in every if r.kind in new_conv.gpu_cats or r.cbid in launch_cbids]
     n_launch = sum(1 for r in every if r.kind not in new_conv.gpu_cats and r.cbid in launch_cbids)
     sets = {"every record": every, "launches and GPU ops only": launches_only}
-    runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    runs: dict[str, list[tuple[float, float]]] = {}
     load0 = os.getloadavg()[0]
     for _ in range(args.repeats):
-        for label, records in sets.items():  # old and new alternate
-            runs.setdefault(("before", label), []).append(run_before(records, old_conv))
-            runs.setdefault(("after", label), []).append(run_after(records, new_conv))
+        for label, records in sets.items():  # the two sets alternate
+            runs.setdefault(label, []).append(run_after(records, new_conv))
     load1 = os.getloadavg()[0]
     print(
-        f"{TRACE.name}: {n_launch} launches; {args.repeats} repeats, old and new alternating; "
+        f"{TRACE.name}: {n_launch} launches; {args.repeats} repeats, the record sets alternating; "
         f"load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} CPUs"
     )
     print(
-        f"{'path':7} {'records':28} {'µs/record min/med':>18} {'µs/launch min/med':>18}  "
+        f"{'records':28} {'µs/record min/med':>18} {'µs/launch min/med':>18}  "
         f"{'share: read+pair / settle (min)':>32}"
     )
-    for (path, label), rs in runs.items():
+    for label, rs in runs.items():
         n = len(sets[label])
         totals = [a + u for a, u in rs]
         best = min(range(len(rs)), key=lambda k: totals[k])
         lo, med = totals[best], statistics.median(totals)
         add, upd = rs[best]
         print(
-            f"{path:7} {label + f' ({n})':28} {lo / n * 1e6:8.2f} / {med / n * 1e6:5.2f}    "
+            f"{label + f' ({n})':28} {lo / n * 1e6:8.2f} / {med / n * 1e6:5.2f}    "
             f"{lo / n_launch * 1e6:8.2f} / {med / n_launch * 1e6:5.2f}   "
             f"{add / lo * 100:5.0f} % / {upd / lo * 100:3.0f} %"
         )

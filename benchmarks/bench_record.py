@@ -35,7 +35,7 @@ import time
 
 def _pct(values: list[float], q: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="tpt-bench-record-")
     path = os.path.join(tmp, "run.jsonl")
     session = Session("async", interval=args.interval, stacks=True)
-    recorder = Recorder(session, open(path, "w", encoding="utf-8"), ["bench_record"])
+    recorder = Recorder(session, open(path, "w", encoding="utf-8"), ["bench_record"])  # noqa: SIM115 the Recorder owns the file and closes it
     live: list[float] = []
     write = recorder.write
 

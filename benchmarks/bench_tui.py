@@ -33,6 +33,7 @@ bound, and the output says which driver was used.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -300,7 +301,8 @@ def table(results: dict[str, Any]) -> str:
     """The figures as a small text table."""
     lines = [
         f"driver: {results['driver']} ({results['size']}), render interval {results['render_interval']} s, "
-        f"{results['seconds']:g} s measured, {results['machine']['cpus']} CPUs, textual {results['machine']['textual']}",
+        f"{results['seconds']:g} s measured, {results['machine']['cpus']} CPUs, "
+        f"textual {results['machine']['textual']}",
         "",
         f"{'app CPU (synthetic session)':30s} {'% of one core':>14s} {'frames/s':>9s}",
     ]
@@ -311,9 +313,11 @@ def table(results: dict[str, Any]) -> str:
     if lat:
         lines += [
             "",
-            f"{'latency, sample -> drawn (real session, async)':46s} {'p50':>7s} {'p95':>7s} {'max':>7s} {'n':>5s}",
+            f"{'latency, sample -> drawn (real session, async)':46s} "
+            f"{'p50':>7s} {'p95':>7s} {'max':>7s} {'n':>5s}",
             f"{'ms':46s} {fmt(lat['p50_ms'])} {fmt(lat['p95_ms'])} {fmt(lat['max_ms'])} {lat['samples']:5d}",
-            f"app CPU with the real session: {lat['cpu_percent']:.1f}% of one core at {lat['fps']:.1f} frames/s",
+            f"app CPU with the real session: {lat['cpu_percent']:.1f}% of one core "
+            f"at {lat['fps']:.1f} frames/s",
         ]
     return "\n".join(lines)
 
@@ -388,10 +392,8 @@ class _Workload:
     def __exit__(self, *exc: object) -> None:
         import signal
 
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
         self._ours.close()
 
@@ -488,7 +490,9 @@ def footprint(variants: list[str], rounds: int, seconds: float, log: Callable[[s
             "rounds": values,
         }
     if "mm alone" in per and "mm under run" in per:  # each round's pair ran back to back
-        ratios = [b["gflops"] / a["gflops"] for a, b in zip(per["mm alone"], per["mm under run"])]
+        ratios = [
+            b["gflops"] / a["gflops"] for a, b in zip(per["mm alone"], per["mm under run"], strict=True)
+        ]
         summary["mm under run / alone"] = {
             "ratio": statistics.median(ratios),
             "min": min(ratios),

@@ -108,7 +108,8 @@ LOOPS: dict[str, tuple[Callable[..., float], tuple, float]] = {
 
 
 class _DispatchCounter(TorchDispatchMode):
-    """Counts ATen ops (also sees backward ops): the heavier alternative to a function mode, for comparison."""
+    """Counts ATen ops (also sees backward ops): the heavier alternative to a function mode, for
+    comparison."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -200,7 +201,7 @@ def main() -> None:
     for name, rates in loop.items():
         print(f"\n{name}, {args.repeats} repeats (ratio: median of the per-repeat ratios to plain)")
         for setup, label in labels.items():
-            ratios = [r / p for r, p in zip(rates[setup], rates["plain"])]
+            ratios = [r / p for r, p in zip(rates[setup], rates["plain"], strict=True)]
             print(
                 f"{label:34s} {statistics.median(rates[setup]):12.1f} steps/s   ratio "
                 f"{statistics.median(ratios):.3f}  ({min(ratios):.2f}-{max(ratios):.2f})"

@@ -62,12 +62,14 @@ def main() -> None:
     scrape = cpu_us(lambda: generate_latest(registry), max(1, args.repeats // 10))
     report = cpu_us(lambda: tally.report(snap), max(1, args.repeats // 10))
     print(
-        f"snapshot: {args.cores} cores, {args.executors} executors, {args.gpus} GPUs, {hist} samples of history"
+        f"snapshot: {args.cores} cores, {args.executors} executors, {args.gpus} GPUs, "
+        f"{hist} samples of history"
     )
     print(f"tally feed (per interval): median {feed[0]:.1f} µs (range {feed[1]:.1f}-{feed[2]:.1f})")
     print(f"report at the end: median {report[0]:.1f} µs")
     print(
-        f"one scrape ({size} bytes of text): median {scrape[0]:.0f} µs (range {scrape[1]:.0f}-{scrape[2]:.0f})"
+        f"one scrape ({size} bytes of text): median {scrape[0]:.0f} µs "
+        f"(range {scrape[1]:.0f}-{scrape[2]:.0f})"
     )
 
 

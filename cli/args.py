@@ -1,13 +1,14 @@
-"""The command line: ``torchpar-top [OPTIONS]``, ``torchpar-top run ... SCRIPT|-m MODULE [ARGS]``,
-``torchpar-top attach PID``, ``torchpar-top replay TRACE [--summary]``. Errors are one line and exit
-status 2."""
+"""The command line, one argparse parser: ``torchpar-top [OPTIONS]`` (a built-in experiment) and its
+subcommands ``run ... SCRIPT|-m MODULE [ARGS]``, ``attach PID``, ``replay FILE``, ``export FILE`` and
+``compare A.json B.json``. Every error is one line and exit status 2 (:func:`fail`)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from torchpar_top import __version__, workloads
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY as DEFAULT_CUPTI_DUTY
@@ -18,11 +19,51 @@ KEYS = (
 )
 
 
+T = TypeVar("T")
+
+#: The subcommands, in the order ``--help`` lists them.
+COMMANDS = ("run", "attach", "replay", "export", "cluster", "compare")
+
+
+def fail(message: str, help_of: str | None = None) -> NoReturn:
+    """The command line's one error: ``torchpar-top: error: MESSAGE`` on stderr, exit status 2.
+
+    Args:
+        help_of: for a usage error, the command whose ``--help`` to point at (``torchpar-top run``).
+    """
+    hint = f" (see {help_of} --help)" if help_of else ""
+    sys.stderr.write(f"torchpar-top: error: {message}{hint}\n")
+    raise SystemExit(2)
+
+
+def usage_error(args: argparse.Namespace, message: str) -> NoReturn:
+    """A usage error of the (sub)command ``args`` were parsed for."""
+    fail(message, prog_of(args))
+
+
+def prog_of(args: argparse.Namespace) -> str:
+    """``torchpar-top``, or ``torchpar-top COMMAND`` for a subcommand's arguments."""
+    command = getattr(args, "command", None)
+    return f"torchpar-top {command}" if command else "torchpar-top"
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (``torchpar-top: error: ...``) and exit status 2."""
+    """argparse whose errors go through :func:`fail`. A subcommand's parser reports what it does not
+    know itself (argparse would leave it to the top parser, which would point at the wrong ``--help``)."""
+
+    commands: dict[str, Parser]
+    """The subcommands' parsers (on the top parser)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"torchpar-top: error: {message} (see {self.prog} --help)\n")
+        fail(message, self.prog)
+
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads; same behaviour
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != "torchpar-top":
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 #: Seconds between samples accepted by ``--interval``: below 20 ms the monitor would cost more than what it
@@ -30,12 +71,17 @@ class Parser(argparse.ArgumentParser):
 INTERVAL_RANGE = (0.02, 60.0)
 
 
+def _read(text: str, convert: Callable[[str], T], what: str) -> T:
+    """``convert(text)``; a text it cannot read is an argument error naming ``what`` was expected."""
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+
+
 def positive(text: str) -> float:
     """A finite number greater than zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _read(text, float, "a number")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
     if math.isinf(value):
@@ -54,10 +100,7 @@ def interval(text: str) -> float:
 
 def positive_int(text: str) -> int:
     """A whole number of at least one."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    value = _read(text, int, "a whole number")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return value
@@ -69,7 +112,7 @@ def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
         type=interval,
         default=0.1,
         metavar="SECONDS",
-        help="seconds between samples, %g to %g (default: 0.1)" % INTERVAL_RANGE,
+        help="seconds between samples, {:g} to {:g} (default: 0.1)".format(*INTERVAL_RANGE),
     )
     if sync:
         parser.add_argument(
@@ -102,10 +145,7 @@ def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
 
 def port(text: str) -> int:
     """A TCP port number, 1 to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    value = _read(text, int, "a port number")
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be between 1 and 65535: {text!r}")
     return value
@@ -132,15 +172,16 @@ def outputs(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def compare_parser() -> Parser:
+def _compare(commands: Any) -> Parser:
     """``torchpar-top compare A.json B.json [--tolerance X] [--metric NAME]``: two reports, for CI."""
     from torchpar_top.sinks.verdict import METRICS
 
-    parser = Parser(
-        prog="torchpar-top compare",
+    parser = _add(
+        commands,
+        "compare",
+        help="two --report files side by side; exit 1 when steps/s fell",
         description="Two --report files side by side (figures and verdicts). Exit status 1 when the chosen "
-        "figure fell from A to B by more than the tolerance (a time per step: rose), 0 otherwise, 2 for "
-        "bad input.",
+        "figure fell from A to B by more than the tolerance, 0 otherwise, 2 for bad input.",
     )
     parser.add_argument("a", metavar="A.json", help="the reference report")
     parser.add_argument("b", metavar="B.json", help="the report to check")
@@ -171,27 +212,23 @@ def duty(text: str) -> float:
 
 def share(text: str) -> float:
     """A number from 0 to 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _read(text, float, "a number")
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1: {text!r}")
     return value
 
 
-def main_parser() -> Parser:
-    """``torchpar-top [OPTIONS]``: a built-in experiment."""
+def build_parser() -> Parser:
+    """The whole command line: ``torchpar-top [OPTIONS]`` runs a built-in experiment; the subcommands
+    are in :attr:`Parser.commands` (``COMMAND --help`` for each)."""
     parser = Parser(
         prog="torchpar-top",
         description="top for PyTorch parallelism: runs an experiment in a child process and shows, live, "
         "per-core load, the child's threads by role, launch-queue depth per executor, busy lanes and "
-        "overlap, and async vs sync throughput. Subcommands: `torchpar-top run SCRIPT.py [ARGS]` "
-        "(your code, see `torchpar-top run --help`), `torchpar-top attach PID`, "
-        "`torchpar-top replay FILE` (a recording or a torch.profiler trace, played back), "
-        "`torchpar-top export FILE` (Perfetto trace events, CSV), "
-        "`torchpar-top cluster --prometheus URL` (a job on several nodes, read from Prometheus) and "
-        "`torchpar-top compare A.json B.json` (two --report files, exit 1 when steps/s fell).",
+        "overlap, and async vs sync throughput. Or a subcommand: your code (`torchpar-top run "
+        "SCRIPT.py [ARGS]`), a process (`attach PID`), a recording or a torch.profiler trace played back "
+        "(`replay FILE`), converted (`export FILE`), a job on several nodes read from Prometheus (`cluster "
+        "--prometheus URL`), two reports compared (`compare A.json B.json`).",
         epilog=KEYS,
     )
     parser.add_argument(
@@ -204,13 +241,41 @@ def main_parser() -> Parser:
     )
     _common(parser)
     parser.add_argument("--version", action="version", version=f"torchpar-top {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    made = (
+        _run(commands),
+        _attach(commands),
+        _replay(commands),
+        _export(commands),
+        _cluster(commands),
+        _compare(commands),
+    )
+    parser.commands = dict(zip(COMMANDS, made, strict=True))
     return parser
 
 
 def run_parser() -> Parser:
+    """``run``'s parser (its options; :func:`split_run` takes the user's command off first)."""
+    return build_parser().commands["run"]
+
+
+def compare_parser() -> Parser:
+    """``compare``'s parser."""
+    return build_parser().commands["compare"]
+
+
+def _add(commands: Any, name: str, **kwargs: Any) -> Parser:
+    """The subcommand ``name``'s parser (``prog`` ``torchpar-top NAME``, as its errors say)."""
+    parser: Parser = commands.add_parser(name, prog=f"torchpar-top {name}", **kwargs)
+    return parser
+
+
+def _run(commands: Any) -> Parser:
     """``torchpar-top run [OPTIONS] (SCRIPT | -m MODULE) [ARGS...]``: the user's code."""
-    parser = Parser(
-        prog="torchpar-top run",
+    parser = _add(
+        commands,
+        "run",
+        help="your code, unmodified, under the agent",
         usage="torchpar-top run [OPTIONS] (SCRIPT.py | -m MODULE) [ARGS...]",
         description="Run your code unmodified under the agent, as `python SCRIPT.py ARGS` would, and watch "
         "it: ops, steps/s (optimizer steps), queue depth, DataLoader prefetch, sync points, stacks.",
@@ -266,8 +331,8 @@ NODE_OPTIONS = {
 def nodes(parser: argparse.ArgumentParser) -> None:
     """torchrun's multi-node options on ``run`` (:data:`NODE_OPTIONS`) and ``--standalone``."""
     group = parser.add_argument_group("several nodes (torchrun's own options, passed through)")
+    types: dict[str, Callable[[str], Any]] = {"--node-rank": int, "--master-port": port}
     for flag, text in NODE_OPTIONS.items():
-        types: dict[str, Callable[[str], Any]] = {"--node-rank": int, "--master-port": port}
         kind = types.get(flag, str)
         group.add_argument(flag, type=kind, metavar=flag[2:].upper().replace("-", "_"), help=text)
     group.add_argument("--standalone", action="store_true", help="one node, its own rendezvous")
@@ -282,9 +347,10 @@ def check_nodes(args: argparse.Namespace) -> str:
         args.nproc_per_node = 1  # torchrun's default
     nnodes = 1
     if args.nnodes is not None:
-        nnodes = max_nodes(args.nnodes)
-        if nnodes is None:
+        most = max_nodes(args.nnodes)
+        if most is None:
             return f"--nnodes {args.nnodes!r}: not N or MIN:MAX with 1 <= MIN <= MAX"
+        nnodes = most
     if args.standalone and nnodes > 1:
         return f"--standalone is one node: it cannot go with --nnodes {args.nnodes}"
     if args.standalone and args.nproc_per_node is None:
@@ -300,10 +366,48 @@ def check_nodes(args: argparse.Namespace) -> str:
     return ""
 
 
-def attach_parser() -> Parser:
+def _cluster(commands: Any) -> Parser:
+    """``torchpar-top cluster --prometheus URL [--job NAME]``: the whole job, from Prometheus."""
+    parser = _add(
+        commands,
+        "cluster",
+        help="a job on several nodes, live, read from Prometheus",
+        description="A live view of a job on several nodes, read from Prometheus' HTTP API: each node runs "
+        "`torchpar-top run ... --metrics-port P` and Prometheus scrapes them (docs/cluster.md). A row per "
+        "(node, rank): state, steps/s, step time and phases, queue depth, data wait, GPU use, the "
+        "straggler; a stale node is marked, not dropped.",
+        epilog="Keys: p pause, ? help, q quit.",
+    )
+    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus, http://HOST:9090")
+    parser.add_argument("--job", metavar="NAME", help="only the series of this scrape job (its job label)")
+    parser.add_argument(
+        "--nodes", type=positive_int, metavar="N", help="nodes expected (default: the job's scrape targets)"
+    )
+    parser.add_argument(
+        "--interval",
+        type=interval,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between refreshes (default: 2; Prometheus has nothing newer than its scrape_interval)",
+    )
+    parser.add_argument(
+        "--headless", action="store_true", help="no screen: one JSON object per refresh on stdout"
+    )
+    parser.add_argument(
+        "--duration", type=positive, metavar="SECONDS", help="with --headless: how long (required there)"
+    )
+    parser.add_argument(
+        "--report", metavar="FILE.json", help="when it ends, write the job's summary as JSON (always printed)"
+    )
+    return parser
+
+
+def _attach(commands: Any) -> Parser:
     """``torchpar-top attach PID``: a process we did not start."""
-    parser = Parser(
-        prog="torchpar-top attach",
+    parser = _add(
+        commands,
+        "attach",
+        help="a process torchpar-top did not start",
         description="Watch a process torchpar-top did not start: per-core load, its threads by role, its GPU "
         "use and its Python stacks. Queue depth needs `torchpar-top run`.",
     )
@@ -312,10 +416,12 @@ def attach_parser() -> Parser:
     return parser
 
 
-def replay_parser() -> Parser:
+def _replay(commands: Any) -> Parser:
     """``torchpar-top replay FILE [--speed X] [--summary]``: a recording, an export or a profiler trace."""
-    parser = Parser(
-        prog="torchpar-top replay",
+    parser = _add(
+        commands,
+        "replay",
+        help="a recording, an export or a torch.profiler trace, played back",
         description="Play a recording (--record FILE, .jsonl or gzipped), an export read back (export "
         "--perfetto), or a recorded torch.profiler trace (Chrome trace JSON, .json or .json.gz, or a folder "
         "of rank-N.json.gz) through the same screen; the format is told from the first bytes. A trace shows "
@@ -362,52 +468,48 @@ def replay_parser() -> Parser:
     return parser
 
 
-def cluster_parser() -> Parser:
-    """``torchpar-top cluster --prometheus URL [--job NAME]``: the whole job, from Prometheus."""
-    parser = Parser(
-        prog="torchpar-top cluster",
-        description="A live view of a job on several nodes, read from Prometheus' HTTP API: each node runs "
-        "`torchpar-top run ... --metrics-port P` and Prometheus scrapes them (docs/cluster.md). A row per "
-        "(node, rank): state, steps/s, step time and phases, queue depth, data wait, GPU use, the "
-        "straggler; a stale node is marked, not dropped.",
-        epilog="Keys: p pause, ? help, q quit.",
-    )
-    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus, http://HOST:9090")
-    parser.add_argument("--job", metavar="NAME", help="only the series of this scrape job (its job label)")
-    parser.add_argument(
-        "--nodes", type=positive_int, metavar="N", help="nodes expected (default: the job's scrape targets)"
-    )
-    parser.add_argument(
-        "--interval",
-        type=interval,
-        default=2.0,
-        metavar="SECONDS",
-        help="seconds between refreshes (default: 2; Prometheus has nothing newer than its scrape_interval)",
-    )
-    parser.add_argument(
-        "--headless", action="store_true", help="no screen: one JSON object per refresh on stdout"
-    )
-    parser.add_argument(
-        "--duration", type=positive, metavar="SECONDS", help="with --headless: how long (required there)"
-    )
-    parser.add_argument(
-        "--report", metavar="FILE.json", help="when it ends, write the job's summary as JSON (always printed)"
-    )
-    return parser
-
-
-def export_parser() -> Parser:
+def _export(commands: Any) -> Parser:
     """``torchpar-top export FILE --perfetto OUT.json --csv OUT.csv``."""
-    parser = Parser(
-        prog="torchpar-top export",
+    parser = _add(
+        commands,
+        "export",
+        help="a recording or a trace as Perfetto trace events or CSV",
         description="Convert a recording (--record FILE) or a profiler trace for other tools: --perfetto "
-        "writes Chrome trace-event JSON (Perfetto UI, chrome://tracing) with counter tracks per core, GPU and "
-        "executor, busy lanes, ASYNC/SYNC periods and sync points; --csv writes one row per sample.",
+        "writes Chrome trace-event JSON (Perfetto UI, chrome://tracing) with counter tracks per core, GPU "
+        "and executor, busy lanes, ASYNC/SYNC periods and sync points; --csv writes one row per sample.",
     )
     parser.add_argument("file", metavar="FILE", help="a recording, a trace file, or a folder of traces")
     parser.add_argument("--perfetto", metavar="OUT.json", help="write a trace-event JSON file")
     parser.add_argument("--csv", metavar="OUT.csv", help="write one row per sample")
     return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line parsed by :func:`build_parser`; ``command`` names the subcommand (None: the
+    built-in experiment).
+
+    A subcommand's arguments go to its own parser: the top parser would first read them against its own
+    options, and abbreviations that are unique in the subcommand (``compare --metric``) are ambiguous
+    there (``--metrics-port``, ``--metrics-addr``). ``run``'s user command is split off before that
+    (:func:`split_run`: everything after SCRIPT or ``-m MODULE`` belongs to the user's code, untouched)
+    into ``target``, ``module`` and ``target_args``.
+    """
+    parser = build_parser()
+    argv = list(argv)
+    command = argv[0] if argv and argv[0] in parser.commands else None
+    if command is None:
+        args = parser.parse_args(argv)
+        if args.command is not None:  # after options of the experiment's: they would be dropped
+            fail(f"options before {args.command} belong to the built-in experiment", "torchpar-top")
+        return args
+    if command == "run":
+        ours, target, module, target_args = split_run(argv[1:])
+        args = parser.commands[command].parse_args(ours)
+        args.target, args.module, args.target_args = target, module, target_args
+    else:
+        args = parser.commands[command].parse_args(argv[1:])
+    args.command = command
+    return args
 
 
 def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[str]]:

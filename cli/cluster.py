@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import threading
-from collections.abc import Sequence
 
 from torchpar_top import __version__
 
 
-def cluster(argv: Sequence[str]) -> int:
-    """Entry point of ``torchpar-top cluster``; returns the exit status."""
-    from torchpar_top.args import cluster_parser
+def cluster(args: argparse.Namespace) -> int:
+    """Entry point of ``torchpar-top cluster`` (its parsed arguments); returns the exit status."""
+    from torchpar_top.args import fail, usage_error
     from torchpar_top.main import QuitSignals
     from torchpar_top.sinks.cluster import ClusterTally, render, run_headless, write_report
     from torchpar_top.sources.prometheus import ClusterSource, check_url
 
-    parser = cluster_parser()
-    args = parser.parse_args(list(argv))
     if args.headless and args.duration is None:
-        parser.error("--headless needs --duration SECONDS")
+        usage_error(args, "--headless needs --duration SECONDS")
     if args.duration is not None and not args.headless:
-        parser.error("--duration only applies with --headless")
+        usage_error(args, "--duration only applies with --headless")
     problem = check_url(args.prometheus)
     if not problem and args.report:
         folder = os.path.dirname(os.path.abspath(args.report))
@@ -31,7 +29,7 @@ def cluster(argv: Sequence[str]) -> int:
                 f"--report {args.report}: {'is a folder' if os.path.isdir(args.report) else 'no such folder'}"
             )
     if problem:
-        parser.exit(2, f"torchpar-top: error: {problem}\n")
+        fail(problem)
     source = ClusterSource(args.prometheus, args.job, args.nodes)
     tally = ClusterTally()
     try:

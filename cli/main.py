@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import math
 import signal
 import sys
@@ -13,32 +12,37 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchpar_top import keep
-from torchpar_top.args import attach_parser, main_parser, replay_parser, run_parser, split_run
+from torchpar_top.args import fail, parse, usage_error
+from torchpar_top.outputs import print_summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["replay"]:  # a recording or an export in keep.replay, a trace in _replay
-        return keep.replay(argv[1:], replay_parser(), lambda args: _replay(argv[1:]), _play)
-    if argv[:1] == ["export"]:
-        return keep.export(argv[1:])
-    if argv[:1] == ["cluster"]:
+    args = parse(argv)
+    if args.command == "replay":
+        return _replay(args)
+    if args.command == "export":
+        return keep.export(args)
+    if args.command == "cluster":
         from torchpar_top.cluster import cluster
 
-        return cluster(argv[1:])
-    if argv[:1] == ["compare"]:
+        return cluster(args)
+    if args.command == "compare":
         from torchpar_top.outputs import compare
 
-        return compare(argv[1:])
-    if argv[:1] == ["run"]:
-        target, args = _run_target(argv[1:])
-    elif argv[:1] == ["attach"]:
-        target, args = _attach_target(argv[1:])
+        return compare(args)
+    return _live(args, argv)  # the built-in experiment, run or attach
+
+
+def _live(args: argparse.Namespace, argv: list[str]) -> int:
+    """A live session (a built-in experiment, ``run`` or ``attach``) on the screen or headless."""
+    _check_headless(args)
+    if args.command == "run":
+        target = _run_target(args)
+    elif args.command == "attach":
+        target = _attach_target(args)
     else:
-        parser = main_parser()
-        args = parser.parse_args(argv)
-        _check_headless(parser, args)
         target = args.experiment
     record = keep.open_record(args.record)  # an unwritable path fails before anything starts
 
@@ -60,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from torchpar_top.sinks import headless
 
         stop = threading.Event()
-        signals = QuitSignals(lambda: stop.set())
+        signals = QuitSignals(stop.set)
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
         keep.stop_recorder(recorder)
         outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only
@@ -115,89 +119,81 @@ class QuitSignals:
         return 128 + self.received if self.received is not None else otherwise
 
 
-def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def _check_headless(args: argparse.Namespace) -> None:
     if args.headless and args.duration is None:
-        parser.error("--headless needs --duration SECONDS")
+        usage_error(args, "--headless needs --duration SECONDS")
     if args.duration is not None and not args.headless:
-        parser.error("--duration only applies with --headless")
+        usage_error(args, "--duration only applies with --headless")
 
 
-def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
+def _run_target(args: argparse.Namespace) -> Any:
+    """``run``'s target: the script or module with its arguments (split off by :func:`~.args.parse`)."""
+    from torchpar_top.args import NODE_OPTIONS, check_nodes
     from torchpar_top.probes.agent.run import check_target
     from torchpar_top.sources.live.targets import Nodes, ScriptTarget
 
-    parser = run_parser()
-    ours, what, is_module, user_args = split_run(argv)
-    args = parser.parse_args(ours)
-    _check_headless(parser, args)
-    if what is None:
-        parser.error("-m needs a MODULE name" if is_module else "run needs a script (SCRIPT.py) or -m MODULE")
-    problem = check_target(what, is_module)
+    if args.target is None:
+        usage_error(
+            args, "-m needs a MODULE name" if args.module else "run needs a script (SCRIPT.py) or -m MODULE"
+        )
+    problem = check_target(args.target, args.module)
     if problem:
-        parser.exit(2, f"torchpar-top: error: {problem}\n")
+        fail(problem)
     if args.sync_scope != "op" and not args.sync:
-        parser.error("--sync-scope only applies with --sync")
-    from torchpar_top.args import NODE_OPTIONS, check_nodes
-
+        usage_error(args, "--sync-scope only applies with --sync")
     problem = check_nodes(args)
     if problem:
-        parser.exit(2, f"torchpar-top: error: {problem}\n")
+        fail(problem)
     nodes = {f[2:].replace("-", "_"): getattr(args, f[2:].replace("-", "_")) for f in NODE_OPTIONS}
-    target = ScriptTarget(
-        what,
-        tuple(user_args),
-        module=is_module,
+    return ScriptTarget(
+        args.target,
+        tuple(args.target_args),
+        module=args.module,
         nproc=args.nproc_per_node,
         sync_scope=args.sync_scope,
         every_op=args.every_op,
         cupti_duty=args.cupti_duty,
         nodes=Nodes(**nodes, standalone=args.standalone),
     )
-    return target, args
 
 
-def _attach_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
+def _attach_target(args: argparse.Namespace) -> Any:
     from torchpar_top.probes.host.process import check_attach
     from torchpar_top.sources.live.targets import AttachTarget
 
-    parser = attach_parser()
-    args = parser.parse_args(argv)
-    _check_headless(parser, args)
     problem = check_attach(args.pid)
     if problem:
-        parser.exit(2, f"torchpar-top: error: {problem}\n")
-    return AttachTarget(args.pid), args
+        fail(problem)
+    return AttachTarget(args.pid)
 
 
-def _replay(argv: list[str]) -> int:
-    """``torchpar-top replay TRACE``: play a recorded trace on the screen (or headless), or ``--summary``."""
-    from torchpar_top.analysis import TraceError, analyse_path, summary
+def _replay(args: argparse.Namespace) -> int:
+    """``torchpar-top replay FILE``: a recorded trace here, a recording or an export in :mod:`.keep`;
+    on the screen, headless, or ``--summary``."""
+    from torchpar_top.contract.recording import sniff
 
-    parser = replay_parser()
-    args = parser.parse_args(argv)
+    if args.summary and (args.headless or args.duration is not None):
+        usage_error(args, "--summary prints one object: --headless and --duration do not apply")
+    if args.duration is not None and not args.headless:
+        usage_error(args, "--duration only applies with --headless")
+    kind = sniff(args.trace)
+    if kind != "trace":
+        return keep.replay(args, kind, _play)
+    from torchpar_top.analysis import NO_GPU_NOTE, TraceError, analyse_path, summary
+
     if args.summary:
-        if args.headless or args.duration is not None:
-            parser.error("--summary prints one object: --headless and --duration do not apply")
         try:
             result = summary(analyse_path(args.trace))
         except TraceError as exc:
-            parser.exit(2, f"torchpar-top: error: {exc}\n")
-        if result["note"]:
-            print(f"torchpar-top: note: {result['note']}", file=sys.stderr)
-        json.dump(result, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+            fail(str(exc))
+        print_summary(result, result["note"])
         return 0
-    if args.duration is not None and not args.headless:
-        parser.error("--duration only applies with --headless")
-
     from torchpar_top.sources.trace import DEFAULT_SPEED, TraceReplay
 
     try:
         session = TraceReplay(args.trace, interval=args.interval or 0.1, speed=args.speed or DEFAULT_SPEED)
     except TraceError as exc:
-        parser.exit(2, f"torchpar-top: error: {exc}\n")
-    from torchpar_top.analysis import NO_GPU_NOTE
-
+        fail(str(exc))
     return _play(session, args, note="" if session.analysis.has_gpu else NO_GPU_NOTE)
 
 
@@ -229,7 +225,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
     return signals.status(0)
 
 
-def _gpu_probe():
+def _gpu_probe() -> Any:
     """The NVML probe, or None when the probe module is not available."""
     try:
         from torchpar_top.probes.host.nvml import NvmlProbe
@@ -238,7 +234,7 @@ def _gpu_probe():
     return NvmlProbe()
 
 
-def _stack_source():
+def _stack_source() -> Callable[[int], Any]:
     """A function that starts a py-spy stack poller (about 2 Hz) for a pid (``attach``: no agent)."""
     from torchpar_top.probes.host.stacks import StackPoller, StackSampler
 

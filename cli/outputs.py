@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
 from typing import Any, TextIO
 
 from torchpar_top import __version__
+from torchpar_top.args import fail
+from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.contract.vocab import ChildState
 
 
@@ -43,7 +45,7 @@ class Outputs:
                     args.metrics_addr,
                 )
             except MetricsError as exc:
-                _fail(str(exc))
+                fail(str(exc))
         self._started = False
         self._finished = False
 
@@ -96,7 +98,7 @@ class Outputs:
             self.watch.stop()
 
 
-def _ended_by(final: Any, quit_by: str, received: int | None, duration: float | None) -> str:
+def _ended_by(final: Snapshot, quit_by: str, received: int | None, duration: float | None) -> str:
     state = final.child.state
     if state == ChildState.FINISHED:
         recorded = final.replay is not None and final.replay.recorded
@@ -112,35 +114,34 @@ def _ended_by(final: Any, quit_by: str, received: int | None, duration: float | 
     return ""
 
 
-def _fail(message: str) -> None:
-    """A usage error: one line, exit status 2 (before anything runs)."""
-    sys.stderr.write(f"torchpar-top: error: {message}\n")
-    raise SystemExit(2)
+def print_summary(summary: Any, note: str | None) -> None:
+    """``replay --summary``'s object on stdout, its note (if any) on stderr."""
+    if note:
+        print(f"torchpar-top: note: {note}", file=sys.stderr)
+    json.dump(summary, sys.stdout, indent=1)
+    sys.stdout.write("\n")
 
 
 def _check_writable(path: str) -> None:
     """``--report``'s folder must exist: say so now, not after the run."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        _fail(f"--report {path}: is a folder")
+        fail(f"--report {path}: is a folder")
     if not os.path.isdir(folder):
-        _fail(f"--report {path}: no such folder {folder}")
+        fail(f"--report {path}: no such folder {folder}")
 
 
-def compare(argv: Sequence[str]) -> int:
+def compare(args: argparse.Namespace) -> int:
     """``torchpar-top compare A.json B.json [--tolerance X] [--metric NAME]``: 1 when the figure fell."""
-    from torchpar_top.args import compare_parser
     from torchpar_top.sinks.verdict import ReportError, load
     from torchpar_top.sinks.verdict import compare as side_by_side
 
-    parser = compare_parser()
-    args = parser.parse_args(argv)
     try:
         a, b = load(args.a), load(args.b)
         result = side_by_side(
             a, b, args.tolerance, args.metric, (os.path.basename(args.a), os.path.basename(args.b))
         )
     except ReportError as exc:
-        parser.exit(2, f"torchpar-top: error: {exc}\n")
+        fail(str(exc))
     sys.stdout.write(result.text)
     return 1 if result.regressed else 0

@@ -17,7 +17,15 @@ import typing
 from collections.abc import Callable
 from enum import Enum
 from functools import cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:  # typing has it from Python 3.11 on; only type checkers read it
+
+    def dataclass_transform(**_: Any) -> Callable[[T], T]:
+        return lambda decorated: decorated
+
 
 #: Longest line accepted; anything longer is a protocol error, not a memory spike.
 MAX_LINE = 1 << 20
@@ -31,22 +39,37 @@ class ProtocolError(ValueError):
     """A line or object that is not a valid message of this protocol version."""
 
 
+@overload
 def bounded(
-    default: Any = dataclasses.MISSING,
+    *, default: T, lo: float | None = None, hi: float | None = None, above: float | None = None
+) -> T: ...
+@overload
+def bounded(*, lo: float | None = None, hi: float | None = None, above: float | None = None) -> Any: ...
+def bounded(
     *,
+    default: Any = dataclasses.MISSING,
     lo: float | None = None,
     hi: float | None = None,
     above: float | None = None,
 ) -> Any:
-    """A dataclass field whose number must lie in ``[lo, hi]`` (and ``> above``, when given)."""
+    """A dataclass field whose number must lie in ``[lo, hi]`` (and ``> above``, when given).
+
+    ``default`` is a keyword, as in :func:`dataclasses.field`: type checkers see a default only there."""
     meta = {"lo": lo, "hi": hi, "above": above}
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
+@dataclass_transform(field_specifiers=(dataclasses.field, bounded))
+def dataclass(*, frozen: bool = False) -> Callable[[type[T]], type[T]]:
+    """:func:`dataclasses.dataclass`, telling type checkers that :func:`bounded` makes a field (a field
+    without a default, when it is given none), as they know :func:`dataclasses.field` does."""
+    return dataclasses.dataclass(frozen=frozen)
+
+
 @cache
-def _hints(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+def _hints(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
     hints = typing.get_type_hints(cls)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
 
@@ -73,7 +96,9 @@ def from_plain(cls: type[T], data: Any, where: str = "") -> T:
     Raises:
         ProtocolError: naming the first field that is missing, mistyped or out of bounds.
     """
-    return _converter(cls)(data, where or cls.__name__)
+    hint: Any = cls
+    built: T = _converter(hint)(data, where or cls.__name__)
+    return built
 
 
 Converter = Callable[[Any, str], Any]
@@ -111,7 +136,7 @@ def _converter(hint: Any) -> Converter:
             return tuple([item(x, f"{where}[{i}]") for i, x in enumerate(value)])
 
         return items
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _dataclass_converter(hint)
     if isinstance(hint, type) and issubclass(hint, Enum):
         enum = hint

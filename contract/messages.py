@@ -13,10 +13,9 @@ Child → parent: :class:`Hello`, :class:`Sample`, :class:`Result`, :class:`Scal
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import ClassVar
 
-from torchpar_top.contract.codec import MAX_LINE, ProtocolError, bounded, from_plain, to_plain
+from torchpar_top.contract.codec import MAX_LINE, ProtocolError, bounded, dataclass, from_plain, to_plain
 from torchpar_top.contract.vocab import (
     Counted,
     ExecutorKind,
@@ -77,12 +76,12 @@ class ExecutorRow:
     emulated: bool = False
     counts: Counted = Counted.ITEMS
     """What one launch is (an item, a torch call, a kernel)."""
-    ready: int | None = bounded(None, lo=0)
+    ready: int | None = bounded(default=None, lo=0)
     """DataLoader: batches fetched and waiting for the frontend."""
-    running: float | None = bounded(None, lo=0.0, hi=1.0)
+    running: float | None = bounded(default=None, lo=0.0, hi=1.0)
     """Share of the window the executor's own thread was on a core with an item in progress
     (``schedstat``; at most ``busy``); null where the executor has no thread of its own to read."""
-    core_wait: float | None = bounded(None, lo=0.0, hi=1.0)
+    core_wait: float | None = bounded(default=None, lo=0.0, hi=1.0)
     """Share of the window its thread had an item in progress but waited for a core (every core
     taken: the run-queue delay); ``busy - running - core_wait`` is time it was blocked (GIL, a lock)."""
     note: str | None = None
@@ -99,7 +98,7 @@ class Frontend:
     ``1 - wait``); where the kernel keeps no schedstat, ``1 - wait`` (``core_wait`` is then null)."""
     wait: float = bounded(lo=0.0, hi=1.0)
     """Share of the window it was blocked: on a full queue, in a synchronize, waiting for data."""
-    core_wait: float | None = bounded(None, lo=0.0, hi=1.0)
+    core_wait: float | None = bounded(default=None, lo=0.0, hi=1.0)
     """Share of the window it was runnable but waiting for a core (every core taken); the rest,
     ``1 - busy - wait - core_wait``, it was idle (sleeping, reading a file...)."""
 
@@ -150,14 +149,14 @@ class StepPhases:
     ``optimizer.step()``; ``sync``: blocking ``.item()``/``.cpu()``/synchronize outside the phases
     above; ``other``: the rest of the step. They add up to the steps' time."""
 
-    data: float = bounded(0.0, lo=0.0)
-    transfer: float = bounded(0.0, lo=0.0)
-    forward: float = bounded(0.0, lo=0.0)
-    backward: float = bounded(0.0, lo=0.0)
-    comm: float = bounded(0.0, lo=0.0)
-    optimizer: float = bounded(0.0, lo=0.0)
-    sync: float = bounded(0.0, lo=0.0)
-    other: float = bounded(0.0, lo=0.0)
+    data: float = bounded(default=0.0, lo=0.0)
+    transfer: float = bounded(default=0.0, lo=0.0)
+    forward: float = bounded(default=0.0, lo=0.0)
+    backward: float = bounded(default=0.0, lo=0.0)
+    comm: float = bounded(default=0.0, lo=0.0)
+    optimizer: float = bounded(default=0.0, lo=0.0)
+    sync: float = bounded(default=0.0, lo=0.0)
+    other: float = bounded(default=0.0, lo=0.0)
 
 
 @dataclass(frozen=True)
@@ -235,12 +234,12 @@ class Hello(Message):
     num_threads: int = bounded(lo=1)
     interop_threads: int = bounded(lo=1)
     roles: tuple[ThreadRole, ...] = ()
-    rank: int | None = bounded(None, lo=0)
+    rank: int | None = bounded(default=None, lo=0)
     """torchrun: this process's global rank (``RANK``)."""
-    world_size: int | None = bounded(None, lo=1)
-    local_rank: int | None = bounded(None, lo=0)
+    world_size: int | None = bounded(default=None, lo=1)
+    local_rank: int | None = bounded(default=None, lo=0)
     """torchrun: its rank on its node (``LOCAL_RANK``)."""
-    node_rank: int | None = bounded(None, lo=0)
+    node_rank: int | None = bounded(default=None, lo=0)
     """torchrun: its node's rank (``GROUP_RANK``), 0 on a single node."""
     hostname: str = ""
     """The host the rank runs on (``socket.gethostname()``)."""
@@ -264,20 +263,20 @@ class Sample(Message):
     """Share of the window with two or more executors running at once, at least: on a core for
     executors whose thread the agent reads (bounded from window totals, ``activity.running_overlap``),
     else their work in progress (exact)."""
-    overlap_high: float | None = bounded(None, lo=0.0, hi=1.0)
+    overlap_high: float | None = bounded(default=None, lo=0.0, hi=1.0)
     """The most it can have been (equal to ``overlap`` where it is exact)."""
-    overlap_in_progress: float | None = bounded(None, lo=0.0, hi=1.0)
+    overlap_in_progress: float | None = bounded(default=None, lo=0.0, hi=1.0)
     """Share of the window with two or more executors holding an item in progress (running or not)."""
     executors: tuple[ExecutorRow, ...] = ()
     roles: tuple[ThreadRole, ...] = ()
     """Threads the agent knows (all of them: roles of threads born since hello included)."""
     draining: bool = False
     """True while the ASYNC backlog completes after a switch to SYNC (neither mode's steady state)."""
-    data_wait: float | None = bounded(None, lo=0.0, hi=1.0)
+    data_wait: float | None = bounded(default=None, lo=0.0, hi=1.0)
     """Share of the window the frontend waited for its next batch (a DataLoader is watched)."""
     cuda_uuids: tuple[str, ...] = ()
     """``GPU-...`` in the child's CUDA order, so NVML devices are labelled as the child sees them."""
-    op_coverage: float | None = bounded(None, lo=0.0, hi=1.0)
+    op_coverage: float | None = bounded(default=None, lo=0.0, hi=1.0)
     """User code: the share of the window the op counter was on (ops/s and sync points are measured in
     those slices and scaled); None where ops are not counted by slices."""
     timing: bool = False
@@ -304,7 +303,7 @@ class Result(Message):
     label: str
     value: float
     unit: str
-    round: int | None = bounded(None, lo=1)
+    round: int | None = bounded(default=None, lo=1)
     closes_round: bool = False
 
 
@@ -342,7 +341,7 @@ class SyncPoints(Message):
 
     TYPE: ClassVar[str] = "syncpoints"
     sites: tuple[SyncCount, ...]
-    covered: float | None = bounded(None, lo=0.0)
+    covered: float | None = bounded(default=None, lo=0.0)
     """Seconds the op counter was on since the start (counts were seen only then): rates are counts over
     this time. None: every op was seen."""
 
@@ -396,8 +395,8 @@ class Stop(Message):
     TYPE: ClassVar[str] = "stop"
 
 
-ChildMessage = Union[Hello, Sample, Result, Scaling, Log, Ack, SyncPoints, Exit]
-Command = Union[SetSync, SetThreads, Profile, Stop]
+ChildMessage = Hello | Sample | Result | Scaling | Log | Ack | SyncPoints | Exit
+Command = SetSync | SetThreads | Profile | Stop
 
 CHILD_MESSAGES: dict[str, type[Message]] = {
     c.TYPE: c for c in (Hello, Sample, Result, Scaling, Log, Ack, SyncPoints, Exit)

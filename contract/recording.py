@@ -27,12 +27,11 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from typing import IO, Any
 
-from torchpar_top.contract.codec import ProtocolError, bounded, from_plain, to_plain
+from torchpar_top.contract.codec import ProtocolError, bounded, dataclass, from_plain, to_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
 from torchpar_top.contract.snapshot import Snapshot
 
@@ -161,7 +160,7 @@ def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
             yield f"ranks.{i}.steps.recent", r.steps.recent
 
 
-def _with_histories(snap: Snapshot, values: dict[str, tuple[Any, ...]]) -> Snapshot:
+def _with_histories(snap: Snapshot, values: dict[str, Any]) -> Snapshot:
     """``snap`` with its histories replaced by ``values`` (by path)."""
     top = {name: values[name] for name in SNAPSHOT_HISTORIES}
     cores = tuple(values[f"core_history.{i}"] for i in range(len(snap.core_history)))
@@ -307,7 +306,7 @@ class Recorder:
 
     def _take(self) -> None:
         samples = self.session.host_samples
-        if samples == self._seen or samples == 0:
+        if samples in (self._seen, 0):
             return
         self._seen = samples
         self.write(self.session.snapshot())
@@ -371,7 +370,8 @@ class Recorder:
 # -- reading --------------------------------------------------------------------------------------
 
 
-def _read_bytes(path: str) -> bytes:
+def read_bytes(path: str) -> bytes:
+    """The file's bytes, gunzipped when it is gzip (a recording or an export, ``.gz`` or not)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -395,7 +395,7 @@ def _iter_lines(path: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         RecordingError: it cannot be read, or is no gzip after gzip's first bytes.
     """
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 opened apart from the with below: its errors get their own words
     except IsADirectoryError:
         raise RecordingError(f"{path} is a folder, not a recording") from None
     except OSError as exc:
@@ -492,7 +492,7 @@ class Lines(Sequence[bytes]):
     def __len__(self) -> int:
         return len(self._packed)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         if i < 0:

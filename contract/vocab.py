@@ -12,6 +12,8 @@ from enum import Enum
 class Word(str, Enum):
     """A word of the vocabulary: compares equal to its string value and prints as it."""
 
+    _value_: str
+
     def __str__(self) -> str:
         return self.value
 

@@ -50,7 +50,7 @@ def classify_wait(
 ) -> WaitKind:
     """What the stack (outermost first) waits in, or :attr:`WaitKind.NONE` (running Python)."""
     path = [f.filename.replace("\\", "/") for f in frames]
-    for f, p in zip(frames, path):  # fetching a batch, even inside the user's own Dataset code
+    for f, p in zip(frames, path, strict=True):  # fetching a batch, even inside the user's own Dataset code
         if p.endswith("torch/utils/data/dataloader.py") and _short(f.function) in _DATALOADER_FUNCS:
             return WaitKind.DATA
     weak = WaitKind.NONE

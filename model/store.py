@@ -279,12 +279,13 @@ def _mean_threads(window: deque) -> tuple[ThreadInfo, ...]:
     out = []
     for t in newest:
         acc = sums.get(t.tid)
-        if acc is not None:
-            n = acc[2] + 1.0
-            t = replace(
-                t, cpu_percent=(acc[0] + t.cpu_percent) / n, wait_percent=(acc[1] + t.wait_percent) / n
-            )
-        out.append(t)
+        if acc is None:
+            out.append(t)
+            continue
+        n = acc[2] + 1.0
+        out.append(
+            replace(t, cpu_percent=(acc[0] + t.cpu_percent) / n, wait_percent=(acc[1] + t.wait_percent) / n)
+        )
     return tuple(out)
 
 
@@ -419,7 +420,7 @@ class SessionStore:
                 return
             if len(self._core_history) != len(sample.cores):
                 self._core_history = [deque(maxlen=CORE_HISTORY) for _ in sample.cores]
-            for hist, load in zip(self._core_history, sample.cores):
+            for hist, load in zip(self._core_history, sample.cores, strict=True):
                 hist.append(load)
             self._cores = sample.cores
             if sample.threads is not None:

@@ -22,6 +22,7 @@ The CSV has one row per sample: time, mode, throughput, then per core, executor 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
@@ -163,7 +164,10 @@ def trace_source(path: str) -> Source:
     for s in a.streams():
         name = f"cuda:{s.device} s{s.stream}"
         key = f"r{s.rank} {name}" if multi else name
-        lanes[key] = [((b - a.start) / 1e6, (e - a.start) / 1e6) for b, e in zip(s.busy.starts, s.busy.ends)]
+        lanes[key] = [
+            ((b - a.start) / 1e6, (e - a.start) / 1e6)
+            for b, e in zip(s.busy.starts, s.busy.ends, strict=True)
+        ]
     syncs = [
         ((p.ts - a.start) / 1e6, p.call, p.site, p.rank if multi else None)
         for r in a.ranks
@@ -179,7 +183,7 @@ def trace_source(path: str) -> Source:
 
 
 def _us(seconds: float) -> int:
-    return int(round(seconds * 1e6))
+    return round(seconds * 1e6)
 
 
 class TraceEvents:
@@ -325,7 +329,7 @@ def _counters(ev: TraceEvents, source: Source) -> None:
 def _windows(prev_t: float, t: float, count: int) -> list[tuple[int, int]]:
     """``count`` equal windows tiling ``[prev_t, t]``, in whole µs."""
     bounds = [_us(prev_t + (t - prev_t) * k / count) for k in range(count + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 def _plausible(prev_t: float, t: float, interval: float) -> int:
@@ -338,17 +342,17 @@ def _lanes(ev: TraceEvents, source: Source) -> None:
     if source.kind == "trace":  # the exact intervals
         for key, intervals in source.lanes.items():
             tid = ev.thread(RUN_PID, key, f"{key} busy")
-            for b, e in intervals:
-                ev.slice(RUN_PID, tid, "busy", _us(b), _us(e) - _us(b), "lane")
+            for start, end in intervals:
+                ev.slice(RUN_PID, tid, "busy", _us(start), _us(end) - _us(start), "lane")
         return
-    for prev, s in zip(source.samples, source.samples[1:]):
+    for prev, s in itertools.pairwise(source.samples):
         for e in s.snap.executors:
             key = _exec_key(e)
             n = min(s.new.get(f"{key}.busy", 0), len(e.busy), _plausible(prev.t, s.t, s.snap.interval))
             if not n:
                 continue
             tid = ev.thread(RUN_PID, key, f"{key} busy")
-            for (a, b), share in zip(_windows(prev.t, s.t, n), e.busy[-n:]):
+            for (a, b), share in zip(_windows(prev.t, s.t, n), e.busy[-n:], strict=True):
                 if share > 0:
                     ev.slice(RUN_PID, tid, "busy", a, b - a, "lane", {"share": round(share, 4)})
 
@@ -379,13 +383,15 @@ def _frontend(ev: TraceEvents, source: Source) -> None:
         for t, call, site, rank in source.syncs:
             ev.instant(RUN_PID, tid, call, _us(t), "sync", {"where": site, "rank": rank})
         return
-    for prev, s in zip(source.samples, source.samples[1:]):
+    for prev, s in itertools.pairwise(source.samples):
         snap = s.snap
         n = min(
             s.new.get("frontend_busy", 0), len(snap.frontend_busy), _plausible(prev.t, s.t, snap.interval)
         )
         waits = snap.frontend_wait[-n:] if n and len(snap.frontend_wait) >= n else (0.0,) * n
-        for (a, b), busy, wait in zip(_windows(prev.t, s.t, n) if n else (), snap.frontend_busy[-n:], waits):
+        # strict=False: with n = 0 there is no window, while frontend_busy[-0:] is the whole history
+        windows = _windows(prev.t, s.t, n) if n else []
+        for (a, b), busy, wait in zip(windows, snap.frontend_busy[-n:], waits, strict=False):
             if busy > 0 or wait > 0:
                 ev.slice(
                     RUN_PID,
@@ -512,10 +518,10 @@ def read_export(path: str) -> tuple[Recording, list[Snapshot]]:
     Raises:
         RecordingError: not an export this version reads (one line).
     """
-    from torchpar_top.contract.recording import _read_bytes
+    from torchpar_top.contract.recording import read_bytes
 
     try:
-        obj = json.loads(_read_bytes(path))
+        obj = json.loads(read_bytes(path))
     except ValueError as exc:
         raise RecordingError(f"{path}: not valid JSON ({exc})") from None
     other = obj.get("otherData") if isinstance(obj, dict) else None
@@ -575,7 +581,8 @@ def _rebuild_snapshots(
     snaps = []
     for ts in sorted(by_ts):
         values = by_ts[ts]
-        cores, gpus, execs, throughput, unit = {}, {}, [], None, ThroughputUnit.ITEMS
+        gpus: dict[Any, dict[str, Any]] = {}
+        cores, execs, throughput, unit = {}, [], None, ThroughputUnit.ITEMS
         for cname, v in values.items():
             meta = counters[cname]
             what = meta.get("what")

@@ -247,7 +247,8 @@ def _write_records(session: Any, duration: float, out: TextIO, stop: threading.E
         if snap.log:
             log_after = snap.log[-1].seq
         if snap.child.state in (ChildState.EXITED, ChildState.FAILED, ChildState.FINISHED):
-            return snap.child  # the workload ended (or the replay reached the end of its trace)
+            status: ChildStatus = snap.child
+            return status  # the workload ended (or the replay reached the end of its trace)
     return None
 
 

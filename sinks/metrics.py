@@ -20,6 +20,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -44,7 +45,8 @@ def _where(snap: Snapshot, host: str) -> Callable[[int | None], list[str]]:
 
 
 def _stream(name: str, kind: ExecutorKind) -> str:
-    """The stream part of a CUDA stream executor's name (``cuda:0 s1`` → ``s1``, the default → ``default``)."""
+    """The stream part of a CUDA stream executor's name (``cuda:0 s1`` → ``s1``, the default →
+    ``default``)."""
     if kind != ExecutorKind.CUDA_STREAM:
         return ""
     _, _, rest = name.partition(" ")
@@ -55,7 +57,7 @@ def _device_of(name: str, kind: ExecutorKind) -> str:
     """The CUDA device a CUDA stream executor is on, as the workload names it (``cuda:1 s2`` → ``cuda:1``)."""
     if kind != ExecutorKind.CUDA_STREAM or not name.startswith("cuda:"):
         return ""
-    return name.split(" ")[0]
+    return name.split(" ", maxsplit=1)[0]
 
 
 class SnapshotCollector:
@@ -378,7 +380,7 @@ class SnapshotCollector:
         tp = GaugeMetricFamily(
             PREFIX + "rank_throughput_per_second",
             "A rank's throughput over its last window",
-            labels=names + ["what"],
+            labels=[*names, "what"],
         )
         depth = GaugeMetricFamily(
             PREFIX + "rank_queue_depth", "Sum of a rank's executor queues", labels=names
@@ -575,11 +577,12 @@ class MetricsServer:
             namespace="torchpar_monitor", registry=self.registry
         )  # the monitor's own CPU, memory
         try:
-            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+            server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
         except OSError as exc:
             reason = "in use" if exc.errno in (98, 48) else exc.strerror or str(exc)
             raise MetricsError(f"--metrics-port {port} on {addr}: {reason}") from None
-        self.port = self._server.server_port
+        self._server: WSGIServer | None = server
+        self.port = server.server_port
 
     def close(self) -> None:
         """Stop serving and close the socket; returns once the server's thread has ended. Idempotent."""

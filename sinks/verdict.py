@@ -147,7 +147,7 @@ class RunTally:
     def _reset(self) -> None:
         self.seconds = 0.0
         self.snapshots = 0
-        self._run_key: tuple | None = None
+        self._run_key: tuple[Any, ...] | None = None
         self._prev_t: float | None = None
         self._last: Snapshot | None = None
         self.frontend_busy = _Mean()
@@ -426,7 +426,8 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
     phases = phases if isinstance(phases, Mapping) else {}
     if measured:  # the step's own phases: time in a main-process DataLoader is data, not device
         data = phases.get("data", 0.0) / step
-    if data is not None and derive.data_verdict(data, True).bound == DataBound.INPUT:
+    verdict = derive.data_verdict(data, True)
+    if data is not None and verdict is not None and verdict.bound == DataBound.INPUT:
         found.append(
             (
                 data,
@@ -683,7 +684,7 @@ def _figure(figures: Mapping[str, Any], metric: str) -> Any:
 
 def _unit(report: Mapping[str, Any], metric: str) -> str:
     if metric == "throughput":
-        return report["figures"].get("throughput_unit", "")
+        return str(report["figures"].get("throughput_unit", ""))
     if metric in LOWER_IS_BETTER:
         return "s/step"
     return (

@@ -70,8 +70,6 @@ RATE_FRAMES = 10
 UNIT = ThroughputUnit.LAUNCHES
 #: The replay keys, as the notice lists them.
 KEYS_HINT = "p pause · . , step · ← → seek · home · [ ] speed"
-#: Why the CPU and threads panels are empty in a replay.
-NO_HOST = "a recorded trace has no host readings (per-core load, threads)"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """torchpar-top on a pseudo-terminal of its own, as in a terminal tab: the tests that drive the real app
 through a terminal (keys, signals, hanging up) and read what it drew."""
 
+import contextlib
 import os
 import pty
 import signal
@@ -66,10 +67,8 @@ class Screen:
     def close(self):
         """Kill the app if it still runs (and its group), and close the terminal."""
         if not self.ended():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             os.waitpid(self.pid, 0)
             self.status = -signal.SIGKILL
         if self.master is not None:

@@ -6,6 +6,7 @@ It never measures, spawns or parses: everything on screen comes from ``session.s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import signal
 from collections.abc import Callable
@@ -133,8 +134,9 @@ class TorchparTopApp(App[None]):
         self._switching: Worker[None] | None = None
 
     def get_default_screen(self) -> Screen[object]:
-        """The main screen, drawn with :class:`~torchpar_top.tui.compositor.LineCompositor` (a frame renders
-        the lines that changed, not every line of every panel) under the Textual version it was tested with."""
+        """The main screen, drawn with :class:`~torchpar_top.tui.compositor.LineCompositor` (a frame
+        renders the lines that changed, not every line of every panel) under the Textual version it was
+        tested with."""
         return screen_class()(id="_default")
 
     def compose(self) -> ComposeResult:
@@ -404,10 +406,8 @@ class TorchparTopApp(App[None]):
         if loop is None:
             self._quit_when_mounted = True
             return
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: whoever ran the app closes the session
             loop.call_soon_threadsafe(self._begin_quit)
-        except RuntimeError:  # the loop has closed: whoever ran the app closes the session
-            pass
 
     async def action_quit(self) -> None:
         """``q``: close the session and exit (see :meth:`_begin_quit`)."""

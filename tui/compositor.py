@@ -13,15 +13,21 @@ covers, and not at all when no changed region overlaps it; the lines it does not
 placeholders that no span reaches. ``tests/functional/test_tui_frames.py`` checks that a partial update
 writes exactly what Textual's own writes.
 
-It overrides a private method of Textual's compositor, checked against :data:`TESTED_TEXTUAL` only:
-``pyproject.toml`` pins Textual to that version (``tests/unit/test_tui_render.py`` checks the pin), and
-under any other version :func:`screen_class` falls back to Textual's own :class:`~textual.screen.Screen`.
+It overrides a private method of Textual's compositor, checked against :data:`TESTED_TEXTUAL` only.
+Why private API: Textual has no public way to say what a partial update renders, and the saving is
+measured (above). The pin: ``pyproject.toml`` pins Textual to exactly that version, which the snapshot
+tests need anyway (their SVGs change across Textual versions); ``tests/unit/test_tui_compositor.py``
+fails, saying what to re-check, when the installed Textual is another or the Textual code this relies on
+(``render_partial_update``, ``_get_renders``, ``visible_widgets``, ``Screen._compositor``) reads
+differently; and under any other version :func:`screen_class` falls back to Textual's own
+:class:`~textual.screen.Screen`, so an unpinned install still draws correctly, only slower.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
@@ -108,7 +114,7 @@ def _covered(covered: dict[int, list[tuple[int, int]]], part: Region) -> bool:
     return True
 
 
-class LineScreen(Screen):
+class LineScreen(Screen[Any]):
     """A screen drawn with :class:`LineCompositor`."""
 
     def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
@@ -116,7 +122,7 @@ class LineScreen(Screen):
         self._compositor = LineCompositor()
 
 
-def screen_class(installed: str | None = None) -> type[Screen]:
+def screen_class(installed: str | None = None) -> type[Screen[Any]]:
     """:class:`LineScreen` under the Textual version it was tested with, Textual's own screen otherwise
     (``installed``: the version to decide for; default the installed one)."""
     installed = textual_version() if installed is None else installed

@@ -7,6 +7,7 @@ Each section sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` line
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 
@@ -31,13 +32,18 @@ def section(text: str, name: str) -> str:
     return match.group(1)
 
 
+def _between(body: str, m: re.Match[str]) -> str:
+    """A generated section's markers around its new ``body``."""
+    return m.group(1) + body + m.group(2)
+
+
 def rewrite(text: str) -> str:
     """``text`` with every generated section replaced by what the sources say now."""
     for name, make in SECTIONS.items():
         body = make()
         text = re.sub(
             rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)",
-            lambda m, body=body: m.group(1) + body + m.group(2),
+            functools.partial(_between, body),
             text,
             flags=re.S,
         )

@@ -177,7 +177,8 @@ def bindings(replay: bool = False, narrow: bool = False) -> list[Binding]:
     either way)."""
     out = []
     for key in KEYS:
-        for i, b in enumerate(key.bindings):
+        for i, binding in enumerate(key.bindings):
+            b = binding
             if key.footer == "live" and replay:
                 b = replace(b, show=False)
             elif key.footer == "replay" and i == 0:

@@ -7,6 +7,7 @@ like 0-100%.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import textwrap
@@ -20,7 +21,7 @@ HBLOCKS = " ▏▎▍▌▋▊▉█"
 
 def clamp01(x: float) -> float:
     """``x`` limited to 0..1 (NaN reads as 0)."""
-    if x != x:  # NaN
+    if math.isnan(x):
         return 0.0
     return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
 
@@ -62,7 +63,7 @@ def fit(values: Sequence[float], width: int) -> list[float]:
         return []
     if n >= width:  # every bin holds at least one value
         bounds = [(i * n) // width for i in range(width + 1)]
-        return [sum(values[lo:hi]) / (hi - lo) for lo, hi in zip(bounds, bounds[1:])]
+        return [sum(values[lo:hi]) / (hi - lo) for lo, hi in itertools.pairwise(bounds)]
     return [values[(i * n) // width] for i in range(width)]
 
 
@@ -71,10 +72,8 @@ def spark(values: Sequence[float], width: int, scale: float) -> str:
     if width <= 0:
         return ""
     tail = values[-width:] if len(values) > width else values
-    if scale > 0:
-        text = "".join([_level_of(v / scale) for v in tail])
-    else:  # every fraction is 0: blank cells
-        text = " " * len(tail)
+    # every fraction is 0 when the scale is: blank cells
+    text = "".join([_level_of(v / scale) for v in tail]) if scale > 0 else " " * len(tail)
     return " " * (width - len(text)) + text
 
 
@@ -93,14 +92,14 @@ def lane(values: Sequence[float], width: int) -> str:
 
 def pct(frac: float | None, width: int = 4) -> str:
     """A fraction 0..1 as a right-aligned whole percent (``" 97%"``), or a dash when unknown."""
-    if frac is None or frac != frac:
+    if frac is None or math.isnan(frac):
         return "—".rjust(width)
     return f"{round(frac * 100):d}%".rjust(width)
 
 
 def num(x: float | None, digits: int = 3) -> str:
     """A short human number: ``12.4``, ``1.23k``, ``4.5M``; a dash when unknown."""
-    if x is None or x != x or math.isinf(x):
+    if x is None or math.isnan(x) or math.isinf(x):
         return "—"
     ax = abs(x)
     for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -113,7 +112,7 @@ def _decimals(ax: float, digits: int) -> int:
     """Decimals that give about ``digits`` significant digits for a magnitude ``ax``."""
     if ax == 0:
         return 1
-    return max(0, digits - 1 - int(math.floor(math.log10(ax))))
+    return max(0, digits - 1 - math.floor(math.log10(ax)))
 
 
 def size(n: int | None) -> str:
@@ -130,7 +129,7 @@ def size(n: int | None) -> str:
 
 def duration(seconds: float | None) -> str:
     """Seconds as ``42 s``, ``3m05s`` or ``1h02m``; a dash when unknown."""
-    if seconds is None or seconds != seconds:
+    if seconds is None or math.isnan(seconds):
         return "—"
     s = int(seconds)
     if s < 60:

@@ -79,8 +79,10 @@ def _cuda_lanes(agent, ops: int, size: int, batch: int) -> tuple[list, list]:
     gpus = min(2, torch.cuda.device_count())
     streams: list = [agent.cuda_stream(f"cuda:{i}", device=i) for i in range(gpus)]
     data = [
-        tuple(torch.randn(size, size, device=f"cuda:{i}") for _ in range(2))
-        + (torch.empty(size, size, device=f"cuda:{i}"),)
+        (
+            *tuple(torch.randn(size, size, device=f"cuda:{i}") for _ in range(2)),
+            torch.empty(size, size, device=f"cuda:{i}"),
+        )
         for i in range(gpus)
     ]
     if gpus == 1:

@@ -9,6 +9,7 @@ The comparisons themselves are the pure functions of :mod:`.compare`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -68,10 +69,8 @@ class Context:
     def cleanup(self) -> None:
         fns, self._cleanups = self._cleanups[::-1], []
         for fn in fns:
-            try:
+            with contextlib.suppress(Exception):  # cleaning up must not stop the next check
                 fn()
-            except Exception:  # cleaning up must not stop the next check
-                pass
 
     def run(self, cmd: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
         """Run a command to its end (at most ``timeout`` s, and not past the check's deadline)."""
@@ -801,10 +800,8 @@ def headless_run(ctx: Context, script: Path, args: Sequence[str], limit: float) 
         if exited_at is not None and time.monotonic() - exited_at > 2.0:
             ended_by = "SIGTERM 2 s after the script exited"
             proc.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(15)
-            except subprocess.TimeoutExpired:
-                pass
             break
         time.sleep(0.05)
     if proc.poll() is None:
@@ -991,7 +988,7 @@ def check_cupti(ctx: Context) -> Result:
         {
             "title": "launch-bound loop (x.add_(1), 256 floats): ops/s",
             "columns": ["round", "plain", "under torchpar-top run"],
-            "rows": [[i + 1, p, r] for i, (p, r) in enumerate(zip(plain_speeds, run_speeds))],
+            "rows": [[i + 1, p, r] for i, (p, r) in enumerate(zip(plain_speeds, run_speeds, strict=True))],
         },
     ]
     problems = []

@@ -131,7 +131,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
             ]
         )
     if rows:
-        lines += markdown_table(["", "version"], rows) + [""]
+        lines += [*markdown_table(["", "version"], rows), ""]
     checks = report.get("checks") or ()
     if checks:
         lines += markdown_table(
@@ -145,5 +145,5 @@ def to_markdown(report: Mapping[str, Any]) -> str:
             continue
         lines += [f"## {ch['title']}", ""]
         for table in tables:
-            lines += [f"**{table['title']}**", ""] + markdown_table(table["columns"], table["rows"]) + [""]
+            lines += [f"**{table['title']}**", "", *markdown_table(table["columns"], table["rows"]), ""]
     return "\n".join(lines).rstrip() + "\n"

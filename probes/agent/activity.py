@@ -92,8 +92,8 @@ def waiting(
 def clip(intervals: Iterable[Interval], t0: float, t1: float) -> list[Interval]:
     """Intervals cut to ``[t0, t1]``, empty ones dropped."""
     out = []
-    for a, b in intervals:
-        a, b = max(a, t0), min(b, t1)
+    for start, end in intervals:
+        a, b = max(start, t0), min(end, t1)
         if b > a:
             out.append((a, b))
     return out
@@ -186,7 +186,7 @@ def running_overlap(
     if all(r is None for r in running):
         return in_progress, in_progress
     merged = [union(intervals) for intervals in per_executor]
-    runs = [busy_time(m) if r is None else min(r, busy_time(m)) for m, r in zip(merged, running)]
+    runs = [busy_time(m) if r is None else min(r, busy_time(m)) for m, r in zip(merged, running, strict=True)]
     either = busy_time([iv for m in merged for iv in m])
     least = min(in_progress, max(0.0, (sum(runs) - either) / (n - 1)))
     return least, max(least, min(in_progress, sum(runs) - max(runs)))

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
@@ -423,9 +423,10 @@ class Agent:
 
     def draining(self) -> bool:
         """True while work launched before the switch to SYNC is still completing."""
-        if self._drain_target:
-            if all(ex.completed >= self._drain_target.get(id(ex), 0) for ex in self.executors):
-                self._drain_target = {}
+        if self._drain_target and all(
+            ex.completed >= self._drain_target.get(id(ex), 0) for ex in self.executors
+        ):
+            self._drain_target = {}
         return bool(self._drain_target)
 
     def _command_loop(self) -> None:
@@ -524,24 +525,18 @@ class Agent:
             self._log_quietly(f"profiler window ({seconds:g} s): {line}")
 
     def _log_quietly(self, text: str) -> None:
-        try:
+        with suppress(OSError):
             self.log(text)
-        except OSError:
-            pass
 
     def report_exit(self, status: int, reason: str = "") -> None:
         """Tell torchpar-top how the workload's code ended (a torchrun rank is not its child: this is
         the only way it learns the status). Best effort: the connection may be gone."""
-        try:
+        with suppress(OSError):
             self.send(Exit(status=status, reason=reason))
-        except OSError:
-            pass
 
     def _ack(self, cmd: str, ok: bool, detail: str) -> None:
-        try:
+        with suppress(OSError):
             self.send(Ack(cmd=cmd, ok=ok, detail=detail))
-        except OSError:
-            pass
 
     def request_stop(self) -> None:
         """Ask the workload to return (and run :attr:`on_stop`); end the whole process group if it does
@@ -651,10 +646,8 @@ def _kill_descendants() -> None:
     except Exception:
         return
     for proc in procs:
-        try:
+        with suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
 
 
 def _kill_own_group() -> None:

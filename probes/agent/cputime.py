@@ -49,8 +49,3 @@ class ThreadClock:
         if before is None:
             return None
         return max(0, now[0] - before[0]) / 1e9, max(0, now[1] - before[1]) / 1e9
-
-    def forget(self, keep: set[int]) -> None:
-        """Drop the readings of threads not in ``keep`` (ended threads)."""
-        for tid in [t for t in self._last if t not in keep]:
-            del self._last[tid]

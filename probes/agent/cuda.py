@@ -14,7 +14,8 @@
   (recorded by the frontend in :meth:`CudaStream.launch`: sparse or SYNC loops), a marker recorded on
   a caught-up stream, and one "tail" marker when the frontend stops feeding a backlog. Those are
   mapped to host time by a reference event calibrated once per device (``cudaEventElapsedTime`` is
-  float ms: about 0.2 ms resolution after an hour). Costs per record (published figures for timing-disabled and timed events, not measurable here):
+  float ms: about 0.2 ms resolution after an hour). Costs per record (published figures for
+  timing-disabled and timed events, not measurable here):
   about 0.25 µs timing off, 2.5 µs timing on; at most one marker per stream per period from the thread
   (500/s: 1.25 ms/s, 0.125% of a core, even if all were timed), plus one timed record per item while
   caught up.
@@ -33,6 +34,7 @@ Untested on hardware: verified against ``tests/fakes/fake_cuda.py`` only.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -52,7 +54,8 @@ from torchpar_top.probes.agent.cuda_launch import (
     cuda_device_of,
     cuda_stream_id,
 )
-from torchpar_top.probes.agent.cuda_stream import CAPACITY, CudaStream, DeviceClock
+from torchpar_top.probes.agent.cuda_stream import CudaStream, DeviceClock
+from torchpar_top.probes.agent.hta import QUEUE_CAP as CAPACITY
 
 #: Seconds between marker rounds.
 PERIOD = 0.002
@@ -91,8 +94,6 @@ class CudaMonitor:
             device_of or cuda_device_of, clock, stream_of, self._new_stream, capture=self.capture
         )
         self.streams: tuple[CudaStream, ...] = ()
-        self.unwatched = 0
-        """Streams the frontend used beyond ``MAX_STREAMS`` or that could not be watched."""
         self._on_stream = on_stream
         self._wait: ActivityRecorder | None = None
         self.clocks: dict[int, DeviceClock | None] = {}
@@ -121,7 +122,7 @@ class CudaMonitor:
         ex = CudaStream(name, device, stream, self, wait)
         self.counter.watch(ex.key)
         self.counter.start()
-        self.streams = self.streams + (ex,)
+        self.streams = (*self.streams, ex)
         if self._thread_wanted and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tpt-cuda-markers", daemon=True)
             self._thread.start()
@@ -129,17 +130,14 @@ class CudaMonitor:
 
     def _new_stream(self, device: int, stream_id: int) -> None:
         """The frontend launched on a stream not watched yet (called inside its torch call)."""
-        if len(self.streams) >= MAX_STREAMS:
-            self.unwatched += 1
+        if len(self.streams) >= MAX_STREAMS:  # the streams beyond them go unwatched
             return
-        try:
+        with contextlib.suppress(Exception):  # as does one that cannot be watched
             stream = self.cuda.current_stream(device)
             default = self.cuda.default_stream(device).stream_id == stream_id
             ex = self.stream(self._name(device, stream_id, default), device, stream, self._wait)
             if self._on_stream is not None:
                 self._on_stream(ex)
-        except Exception:
-            self.unwatched += 1
 
     def _name(self, device: int, stream_id: int, default: bool) -> str:
         """``cuda:D`` for a default stream, ``cuda:D sN`` for the device's N-th other one."""

@@ -29,6 +29,7 @@ Not seen: captures begun through ``torch._C._CUDAGraph`` directly, or by other l
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterable
@@ -59,7 +60,9 @@ class CaptureGuard:
         ``current_stream()`` is the calling thread's current stream (the one a capture begins on)."""
         self._current = current_stream
         for cls in classes:
-            for name in METHODS if cls is not None else ():
+            if cls is None:
+                continue
+            for name in METHODS:
                 original = getattr(cls, name, None)
                 if callable(original):
                     wrapper = self._wrap(name, original)
@@ -119,10 +122,8 @@ class CaptureGuard:
 
     def _tell(self, active: bool) -> None:
         for listener in list(self.listeners):
-            try:
+            with contextlib.suppress(Exception):
                 listener(active)
-            except Exception:
-                pass
 
 
 def _key(current_stream: Callable[[], Any]) -> tuple[int, int] | None:

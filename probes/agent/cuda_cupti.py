@@ -69,6 +69,7 @@ Untested on hardware: verified against ``tests/fakes/fake_cupti.py``, whose reco
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -194,10 +195,8 @@ class ProfilerGuard:
 
 def _before(original: Callable[..., Any], hook: Callable[[], None]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
+        with contextlib.suppress(Exception):
             hook()
-        except Exception:
-            pass
         return original(*args, **kwargs)
 
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
@@ -209,10 +208,8 @@ def _after(original: Callable[..., Any], hook: Callable[[], None]) -> Callable[.
         try:
             return original(*args, **kwargs)
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 hook()
-            except Exception:
-                pass
 
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     return wrapper
@@ -374,16 +371,12 @@ class CuptiMonitor:
         """Disable our kinds and give CUPTI up (each step tolerates what is already undone)."""
         c = self.cupti
         for kind in self.kinds:
-            try:
+            with contextlib.suppress(Exception):
                 c.activity_disable(kind)
-            except Exception:
-                pass
         self.kinds = []
         if self._handle is not None:
-            try:
+            with contextlib.suppress(Exception):
                 c.unsubscribe(self._handle)
-            except Exception:
-                pass
             self._handle = None
 
     def _calibrate(self) -> None:
@@ -511,7 +504,7 @@ class CuptiMonitor:
             return f"CUPTI lost: {self.lost}"
         if self.aside:
             return f"standing aside: {self.aside}"
-        if self.capture is not None and getattr(self.capture, "active", 0):
+        if self.capture is not None and getattr(self.capture, "active", False):
             return f"standing aside: {CAPTURE_NOTE}"
         if self.cycle > 1:
             return f"sampled: CUPTI records 1 sample interval in {self.cycle}"
@@ -520,10 +513,8 @@ class CuptiMonitor:
     # -- sampling ---------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: the partial buffer too
-        except Exception:
-            pass
 
     def sample_part(self, t0: float, t1: float) -> dict[str, Any]:
         """Sample part (runs first in each sample): bring the CUDA rows up to date."""
@@ -545,7 +536,7 @@ class CuptiMonitor:
             and not self._profiler_enabled()
         ):
             self.resume()
-        if self.aside is not None or (self.capture is not None and getattr(self.capture, "active", 0)):
+        if self.aside is not None or (self.capture is not None and getattr(self.capture, "active", False)):
             return
         if self.cycle > 1 and not self._recording:
             self._phase += 1
@@ -561,7 +552,7 @@ class CuptiMonitor:
             q = self.queues
             since = max(q.settled, q.since)
             q.update(now)
-            for key in q.keys():
+            for key in q.keys():  # noqa: SIM118 RecordQueues is no dict: keys() is its own
                 if q.settled < q.valid_from(key):
                     continue  # launches from before the window may still be queued: depth not known yet
                 ex = self.streams.get(key)
@@ -623,17 +614,9 @@ class CuptiMonitor:
                 self._disable(kind)
 
     def _disable(self, kind: int) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.cupti.activity_disable(kind)
-        except Exception:
-            pass
 
     def _name(self, key: Key) -> str:
         device, stream = key
         return f"cuda:{device} stream {stream}"
-
-    @property
-    def lag(self) -> float:
-        """Seconds the settled time trails the last flush (the queue is shown as of then)."""
-        q = self.queues
-        return max(0.0, (q.newest - q.settled) / 1e6) if q.settled > float("-inf") else 0.0

@@ -37,8 +37,8 @@ _dynamo_compiling: Callable[[], bool] = getattr(
     torch.compiler, "is_dynamo_compiling", getattr(torch.compiler, "is_compiling", lambda: False)
 )
 
-#: Calls that read metadata and never launch work.
-METADATA = frozenset(
+#: Tensor calls (by ``__name__``) that read metadata and never run work.
+TENSOR_METADATA = frozenset(
     {
         "__get__",
         "__len__",
@@ -50,14 +50,14 @@ METADATA = frozenset(
         "data_ptr",
         "element_size",
         "get_device",
-        "__repr__",
-        "__format__",
         "__hash__",
         "nelement",
         "ndimension",
         "storage_offset",
     }
 )
+#: Calls that read metadata and never launch work.
+METADATA = TENSOR_METADATA | {"__repr__", "__format__"}
 
 DeviceOf = Callable[[Any, tuple], int]
 StreamOf = Callable[[int], int]

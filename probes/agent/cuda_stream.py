@@ -62,7 +62,8 @@ class DeviceClock:
 
 class CudaStream(Executor):
     """One watched CUDA stream: ``outstanding`` torch calls, capacity 1024, never emulated; whether
-    launch blocked on a full queue is not observable (``blocking_observed`` False: ``blocked`` is sent as null)."""
+    launch blocked on a full queue is not observable (``blocking_observed`` False: ``blocked`` is sent as
+    null)."""
 
     kind = ExecutorKind.CUDA_STREAM
     quantity = Quantity.OUTSTANDING
@@ -93,7 +94,7 @@ class CudaStream(Executor):
         self._prev_done = float("-inf")
         self.error: str | None = None
 
-    @property  # type: ignore[override]
+    @property
     def launched(self) -> int:
         """``L``: the launch counter's count of torch calls made while this stream was current."""
         return self._m.counter.counts.get(self.key, 0)
@@ -102,7 +103,7 @@ class CudaStream(Executor):
     def launched(self, value: int) -> None:
         """Ignored: ``L`` belongs to the launch counter (the base class initialises it)."""
 
-    @property  # type: ignore[override]
+    @property
     def started(self) -> int:
         """``S`` is not observable with markers: reported as ``C`` (a lower bound)."""
         return self.completed

@@ -27,8 +27,8 @@ A live process has a difficulty a finished trace has not: a GPU op's record arri
 completed, and a launch record does not name the stream. So the depth is exact only up to the
 **settled time**: the moment before the oldest launch whose GPU op has not been seen yet (or the flush
 less ``margin_us`` when none is pending). Every launch made before it has its stream and start, so the
-depth there is HTA's depth, in kernels; the screen shows the queue as of that time (``lag`` says how far
-behind the present it is: about the time the queue takes to drain). A launch still unpaired
+depth there is HTA's depth, in kernels; the screen shows the queue as of that time (behind the present
+by about the time the queue takes to drain). A launch still unpaired
 ``orphan_us`` after the newest record (its op never ran: recorded into a CUDA graph being captured, or a
 lost record) stops holding the settled time back and is counted in :attr:`RecordQueues.orphans`.
 """
@@ -266,14 +266,14 @@ class RecordQueues:
         streams = self._streams
         for key, pairs in self._new.items():
             s = streams.get(key)
-            launched, started, ended = zip(*pairs)
+            launched, started, ended = zip(*pairs, strict=True)
             if s is None:
                 s = streams[key] = _Stream(-inf if self.window == -inf else min(started))
             s.launches += launched
             s.launches.sort()  # timsort: a run per buffer, nearly in order
             s.starts += started
             s.starts.sort()
-            s.ops += zip(started, ended)
+            s.ops += zip(started, ended, strict=True)
             s.ops.sort()  # by start: a stream runs in launch order, so this is nearly sorted already
         self._new = defaultdict(list)
         for s in streams.values():
@@ -349,15 +349,13 @@ class RecordQueues:
         out: list[tuple[float, float]] = []
         if s is None:
             return out
-        for a, b in s.ops:
-            if a >= t1:
+        for start, end in s.ops:
+            if start >= t1:
                 break
-            if b <= t0:
+            if end <= t0:
                 continue
-            if a < t0:
-                a = t0
-            if b > t1:
-                b = t1
+            a = t0 if start < t0 else start
+            b = t1 if end > t1 else end
             if out and a - out[-1][1] <= gap:
                 if b > out[-1][1]:
                     out[-1] = (out[-1][0], b)

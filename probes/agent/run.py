@@ -29,10 +29,6 @@ __all__ = ["check_target", "main"]
 
 #: Exit status for a target that cannot run or a bad command line (the user's code never ran).
 EXIT_CANNOT_RUN = 2
-USAGE = (
-    "usage: python -m torchpar_top.probes.agent.run [--fd N] [--interval S] [--sync] "
-    "[--sync-scope op|step] [--every-op] [--cupti-duty SHARE] (-m MODULE | SCRIPT) [ARGS...]"
-)
 
 
 class UsageError(Exception):

@@ -15,6 +15,7 @@ synchronous, so SYNC changes nothing there (the agent says so once).
 from __future__ import annotations
 
 import _thread
+import contextlib
 import socket
 import threading
 import time
@@ -332,18 +333,17 @@ class UserCode:
         with self._flush_lock:
             sites = self.syncpoints.take_changed()
             if sites is not None:
-                exact = self.every_op or self.counting is None or self.syncpoints.from_runtime
-                covered = None if exact else self.counting.covered_until()
+                counting = self.counting
+                exact = self.every_op or counting is None or self.syncpoints.from_runtime
+                covered = None if exact or counting is None else counting.covered_until()
                 self.agent.send(SyncPoints(sites=sites, covered=covered))
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def finish(self) -> None:
         """The user's code returned or raised: last sync points out, executors closed."""
-        try:
+        with contextlib.suppress(OSError):
             self.flush_syncpoints()
-        except OSError:
-            pass
         self.agent.close()
 
     def _on_stop(self) -> None:

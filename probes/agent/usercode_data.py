@@ -15,6 +15,7 @@ its data wait.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -26,6 +27,9 @@ from torch.utils.data import dataloader as _dl
 from torchpar_top.contract.vocab import ExecutorKind, Quantity, Role
 from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.executor import Executor
+
+#: The attribute a watched multi-process loader iterator carries its executor in.
+EXECUTOR_ATTR = "_tpt_executor"
 
 
 class DataLoaderExecutor(Executor):
@@ -66,10 +70,8 @@ class DataLoaderExecutor(Executor):
     def _close_out(self) -> None:
         """Fold the current iterator into the base: its unconsumed tasks count as completed (dropped)."""
         it = self._it() if self._it is not None else None
-        try:
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
             self._sent = max(self._sent, int(it._send_idx)) if it is not None else self._sent
-        except (AttributeError, TypeError, ValueError):
-            pass
         self._base += max(self._sent, self._consumed)
         self._it, self._sent, self._consumed = None, 0, 0
         self.launched = self.started = self.completed = self._base
@@ -117,10 +119,8 @@ def _finished_waiting(it: Any) -> int:
         queues.append(it._data_queue)
     n = 0
     for q in queues:
-        try:
+        with contextlib.suppress(NotImplementedError, OSError):
             n += q.qsize()
-        except (NotImplementedError, OSError):
-            pass
     return n
 
 
@@ -165,7 +165,7 @@ class DataLoaderWatch:
                     watch._wait_end(time.perf_counter())
             if ex is not None and isinstance(it, _dl._MultiProcessingDataLoaderIter):
                 ex.attach(it)
-                it._tpt_executor = ex
+                setattr(it, EXECUTOR_ATTR, ex)
             return it
 
         def __next__(it: Any) -> Any:
@@ -178,20 +178,20 @@ class DataLoaderWatch:
             try:
                 data = orig_next(it)
             except StopIteration:
-                ex = getattr(it, "_tpt_executor", None)
+                ex = getattr(it, EXECUTOR_ATTR, None)
                 if ex is not None:
                     ex.detach()
                 raise
             finally:
                 if frontend:
                     watch._wait_end(time.perf_counter())
-            ex = getattr(it, "_tpt_executor", None)
+            ex = getattr(it, EXECUTOR_ATTR, None)
             if ex is not None:
                 ex.consumed_one()
             return data
 
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
-        _dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+        _dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign, assignment]
 
     def uninstall(self) -> None:
         """Put the original methods back."""

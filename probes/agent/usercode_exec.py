@@ -54,7 +54,7 @@ def run_script(path: str) -> None:
     main = _new_main()
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
     main.__file__ = path
-    main.__cached__ = None
+    main.__dict__["__cached__"] = None  # as runpy sets it: no bytecode cache for __main__
     exec(code, main.__dict__)
 
 

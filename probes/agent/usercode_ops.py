@@ -26,34 +26,19 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torchpar_top.contract.messages import SyncCount
 from torchpar_top.probes.agent.activity import MERGE_GAP, ActivityRecorder, Interval, clip
+from torchpar_top.probes.agent.cuda_launch import TENSOR_METADATA
 from torchpar_top.probes.agent.executor import EagerDevice
 
 #: Calls that read metadata and never run work (by ``__name__``); not counted as ops.
-METADATA = frozenset(
-    {
-        "__get__",
-        "__set__",
-        "__len__",
-        "size",
-        "dim",
-        "stride",
-        "numel",
-        "is_contiguous",
-        "data_ptr",
-        "element_size",
-        "get_device",
-        "__hash__",
-        "nelement",
-        "ndimension",
-        "storage_offset",
-        "__iter__",
-        "is_floating_point",
-        "is_complex",
-        "requires_grad_",
-        "__reduce_ex__",
-        "__deepcopy__",
-    }
-)
+METADATA = TENSOR_METADATA | {
+    "__set__",
+    "__iter__",
+    "is_floating_point",
+    "is_complex",
+    "requires_grad_",
+    "__reduce_ex__",
+    "__deepcopy__",
+}
 
 #: Calls that make the frontend wait for the device, and how they are shown.
 SYNC_CALLS: dict[Any, str] = {
@@ -142,12 +127,7 @@ class SyncCounter:
             return  # a library's own CPU bookkeeping (a sampler's randperm().tolist()): not the user's
         while frame is not None and frame.f_code.co_filename.startswith(LIBRARY_DIRS):
             frame = frame.f_back
-        if frame is None:
-            return
-        key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, call)
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
-            self.version += 1
+        self._count(call, frame)
 
     def hit_frame(self, call: str, frame: Any) -> None:
         """Count one synchronising call the CUDA runtime reported (a CUPTI callback on the calling
@@ -158,6 +138,10 @@ class SyncCounter:
             if frame.f_code.co_filename.startswith(ours):
                 return
             frame = frame.f_back
+        self._count(call, frame)
+
+    def _count(self, call: str, frame: Any) -> None:
+        """One more ``call`` at ``frame``'s line (none when no frame is left: nothing to show)."""
         if frame is None:
             return
         key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, call)
@@ -168,9 +152,8 @@ class SyncCounter:
     def _synchronizes(self, func: Any, args: tuple, kwargs: dict) -> bool:
         """Whether this call waits for the device (always on the CPU: it would on CUDA)."""
         tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if func is torch.Tensor.to:
-            if kwargs.get("non_blocking") or not _targets_cpu(args[1:], kwargs):
-                return False
+        if func is torch.Tensor.to and (kwargs.get("non_blocking") or not _targets_cpu(args[1:], kwargs)):
+            return False
         if self.cuda_in_use():  # a real GPU run: only calls on CUDA tensors wait
             return tensor is not None and tensor.is_cuda
         return True
@@ -242,7 +225,7 @@ class EagerOps(EagerDevice):
         super().__init__(name)
         self.activity: RunRecorder = RunRecorder()
 
-    launched = started = completed = property(lambda self: self.n, lambda self, value: None)  # type: ignore
+    launched = started = completed = property(lambda self: self.n, lambda self, value: None)
 
 
 class OpCounter(TorchFunctionMode):
@@ -265,7 +248,7 @@ class OpCounter(TorchFunctionMode):
     def run_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the frontend thread at its next op (any thread may ask)."""
         prev = self.call_soon
-        self.call_soon = fn if prev is None else (lambda: (prev(), fn()) and None)
+        self.call_soon = fn if prev is None else (lambda: None)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         """Count and time one torch call made on the frontend thread."""

@@ -25,6 +25,7 @@ never see a second state; SYNC after every op may still switch it on (one recomp
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -107,10 +108,8 @@ class SampledCounting:
         except Exception as exc:
             self.failed = f"{type(exc).__name__}: {exc}"
             self.pinned = self.frozen = False
-            try:
+            with contextlib.suppress(Exception):
                 self._switch_off(self._clock())
-            except Exception:
-                pass
 
     def _tick(self) -> None:
         if self._pending:

@@ -36,6 +36,7 @@ Verified against the fake only; untested on hardware.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -141,10 +142,11 @@ class NvmlProbe:
     def _start(self, nvml: Any, history: int) -> None:
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except ImportError:
                 self._status = NO_BINDING
                 return
+            nvml = pynvml
         try:
             nvml.nvmlInit()
         except Exception as exc:  # NVMLError subclasses, or anything odd from a broken install
@@ -195,10 +197,8 @@ class NvmlProbe:
         with self._lock:
             nvml, self._nvml = self._nvml, None
             if nvml is not None:
-                try:
+                with contextlib.suppress(nvml.NVMLError):
                     nvml.nvmlShutdown()
-                except nvml.NVMLError:
-                    pass
                 self._status = "GPU probe closed"
 
     # -- one poll ---------------------------------------------------------------------------------
@@ -475,10 +475,10 @@ def _optional(nvml: Any, *names: str) -> tuple[type, ...]:
 def _status(note: str, gpus: list[_Gpu], views: tuple[GpuView, ...]) -> str:
     """The labelling note, then lost, refused and misread GPUs."""
     lost = [v.label for v in views if v.lost]
-    denied = [v.label for g, v in zip(gpus, views) if g.denied]
+    denied = [v.label for g, v in zip(gpus, views, strict=True) if g.denied]
     notes = [note, f"lost: {', '.join(lost)}" if lost else ""]
     notes += [f"no permission: {', '.join(denied)}" if denied else ""]
-    notes += [f"{v.label}: {MISREAD}" for g, v in zip(gpus, views) if g.misread]
+    notes += [f"{v.label}: {MISREAD}" for g, v in zip(gpus, views, strict=True) if g.misread]
     return "; ".join(n for n in notes if n)
 
 

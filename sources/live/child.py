@@ -8,6 +8,7 @@ never keeps the app from exiting.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import selectors
@@ -24,7 +25,7 @@ from torchpar_top.sources.live.tree import ProcessTree
 from torchpar_top.sources.live.wire import MessageStream, TextStream
 
 OnMessage = Callable[[Message], None]
-OnOutput = Callable[[str, str], None]
+OnOutput = Callable[[LogSource, str], None]
 OnExit = Callable[[int], None]
 
 #: How long a child gets after SIGTERM before SIGKILL (the grace after ``stop`` is PARENT_STOP_GRACE).
@@ -36,7 +37,7 @@ class ChildProcess:
 
     def __init__(
         self,
-        make_command: Callable[[int], Sequence[str]],
+        make_command: Callable[[int | None], Sequence[str]],
         *,
         on_message: OnMessage,
         on_output: OnOutput,
@@ -210,7 +211,9 @@ class ChildProcess:
         if self._on_channel_closed is not None:
             self._on_channel_closed()
 
-    def _drain(self, sel: selectors.BaseSelector, readers: dict, open_fds: set[int]) -> None:
+    def _drain(
+        self, sel: selectors.BaseSelector, readers: dict[int, MessageStream | TextStream], open_fds: set[int]
+    ) -> None:
         deadline = time.monotonic() + 0.5
         while open_fds and time.monotonic() < deadline:
             events = sel.select(timeout=0.05)
@@ -230,15 +233,11 @@ class ChildProcess:
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _kill_group(pgid: int, sig: int) -> None:
     """Signal the child's whole process group (its pid is the group id); ignore a group already gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -129,6 +129,11 @@ class AgentListener:
                     self._read(sel, key.data)
         sel.close()
 
+    def _numbered(self, number: int) -> Callable[[Message], None]:
+        """``on_message`` for the connection ``number``: each message comes with it."""
+        on_message = self._on_message
+        return lambda msg: on_message(msg, number)
+
     def _accept(self, sel: selectors.BaseSelector) -> None:
         try:
             conn, _ = self._server.accept()
@@ -137,7 +142,7 @@ class AgentListener:
         conn.setblocking(False)
         with self._lock:
             number, self._next = self._next, self._next + 1
-            stream = MessageStream(lambda msg, n=number: self._on_message(msg, n), self._on_error)
+            stream = MessageStream(self._numbered(number), self._on_error)
             self._conns[number] = (conn, stream)
         sel.register(conn, selectors.EVENT_READ, number)
         if self._expected is not None and number >= self._expected:

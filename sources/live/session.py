@@ -24,7 +24,14 @@ from torchpar_top.contract.messages import (
     Stop,
     ThreadRole,
 )
-from torchpar_top.contract.snapshot import ChildStatus, Experiment, HostSample, Snapshot, StackView
+from torchpar_top.contract.snapshot import (
+    ChildStatus,
+    Experiment,
+    HostSample,
+    Snapshot,
+    StackView,
+    ThreadInfo,
+)
 from torchpar_top.contract.vocab import ENV_SOCKET, PARENT_STOP_GRACE, ChildState, LogSource, Role
 from torchpar_top.model.store import SessionStore, thread_every
 from torchpar_top.probes.host.cores import CoreSampler
@@ -232,7 +239,8 @@ class Session:
             self.store.on_child(ChildStatus(target.pid, ChildState.ATTACHED, message=target.description))
             self._watch_pid(target.pid)
             return
-        torchrun = isinstance(target, ScriptTarget) and bool(target.nproc)
+        nproc = target.nproc if isinstance(target, ScriptTarget) else 0
+        torchrun = bool(nproc)
         env = {}
         with self._child_lock:
             if torchrun:
@@ -240,7 +248,7 @@ class Session:
                     self._on_rank_message,
                     self._on_rank_closed,
                     lambda text: self.store.add_log(LogSource.PROTOCOL, text),
-                    expected=target.nproc,
+                    expected=nproc,
                 )
                 env[ENV_SOCKET] = self._listener.path
                 if target.nodes.waiting:  # cleared by the first hello
@@ -263,7 +271,7 @@ class Session:
                 return
             self._child = child
         self.store.on_child(ChildStatus(child.pid, ChildState.RUNNING))
-        if not torchrun:
+        if not torchrun and child.pid is not None:  # started: it has one
             self._watch_pid(child.pid)
 
     def _watch_pid(self, pid: int) -> None:
@@ -398,7 +406,7 @@ class Session:
             next_t += self.interval
             with self._child_lock:
                 samplers = list(self._samplers.values())
-            threads: tuple | None = None
+            threads: tuple[ThreadInfo, ...] | None = None
             # the threads every few samples, and at once for a process not read yet (a new child)
             if tick % every == 0 or any(s not in read for s in samplers):
                 roles = self._python_roles(self.store.roles())

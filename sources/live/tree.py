@@ -9,6 +9,7 @@ environment) is found when the workload is stopped, even after it ended.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 
@@ -78,10 +79,8 @@ class ProcessTree:
 
     def _remember(self, proc: psutil.Process) -> None:
         """Keep ``proc`` by pid and start time (a pid reused later is another process)."""
-        try:
+        with contextlib.suppress(psutil.Error):
             self._known.setdefault((proc.pid, proc.create_time()), proc)
-        except psutil.Error:
-            pass
 
 
 def _is_running(proc: psutil.Process) -> bool:
@@ -94,7 +93,5 @@ def _is_running(proc: psutil.Process) -> bool:
 
 def _signal(proc: psutil.Process, sig: int) -> None:
     """Send ``sig``; a process already gone (or reused pid, which psutil refuses) is fine."""
-    try:
+    with contextlib.suppress(psutil.Error):
         proc.send_signal(sig)
-    except psutil.Error:
-        pass

@@ -235,7 +235,8 @@ class FakeCuda:
 
     @contextlib.contextmanager
     def stream(self, stream: FakeStream) -> Iterator[None]:
-        """``with torch.cuda.stream(s)``: ``s`` is this thread's current stream on its device, then the old."""
+        """``with torch.cuda.stream(s)``: ``s`` is this thread's current stream on its device, then the
+        old."""
         prev = self.current_stream(stream.device_index)
         self.set_stream(stream)
         try:

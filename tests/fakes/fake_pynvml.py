@@ -115,7 +115,7 @@ class FakeNvml:
 
     def advance(self, seconds: float) -> None:
         """Let simulated time pass."""
-        self.now_us += int(round(seconds * 1e6))
+        self.now_us += round(seconds * 1e6)
 
     # -- library ----------------------------------------------------------------------------------
 

@@ -233,7 +233,9 @@ def make_snapshot(
 
     frontend_busy = tuple((0.2 if i % 3 else 0.7) if not sync else 0.1 for i in range(n_hist))
     frontend_core_wait = tuple(0.05 if i % 4 == 0 else 0.0 for i in range(n_hist))
-    frontend_wait = tuple(round(1.0 - b - c, 3) for b, c in zip(frontend_busy, frontend_core_wait))
+    frontend_wait = tuple(
+        round(1.0 - b - c, 3) for b, c in zip(frontend_busy, frontend_core_wait, strict=True)
+    )
     in_progress = tuple(0.4 + 0.3 * math.sin(i / 5) for i in range(n_hist)) if len(execs) >= 2 else ()
     overlap = tuple(round(0.5 * x, 3) for x in in_progress)
 
@@ -299,7 +301,8 @@ def make_snapshot(
                 ModeStats("async", 42.0, 12.4, 1013.0, 0.004),
                 ModeStats("sync", 12.0, 9.1, 1.0, 0.71),
             ),
-            results=(  # the async text's table, round 3 of 3 (the text: 1.0704 s, 0.0013 s, 0.0049 s on a GPU)
+            # the async text's table, round 3 of 3 (the text: 1.0704 s, 0.0013 s, 0.0049 s on a GPU)
+            results=(
                 ResultRow("numpy", 0.4612, "s", 3, 0.4655, 0.4581, 0.5012, 3),
                 ResultRow("torch launch", 0.000267, "s", 3, 0.000281, 0.000243, 0.000402, 3),
                 ResultRow("torch + sync", 0.1903, "s", 3, 0.1911, 0.1874, 0.2044, 3),

@@ -57,7 +57,7 @@ def store_snapshots(n=HISTORY + 80, seed=7):
             st.on_message(
                 sample(mode, depth=(i * 7 + k) % 1025, throughput=50.0 + i % 13, wait=(i % 10) / 10)
             )
-        for k in range((state >> 3) % 3):
+        for _ in range((state >> 3) % 3):
             t += 0.05
             st.on_host(HostSample(t, (float(i % 100), float((3 * i) % 100)), ()))
         if state % 5 == 0:
@@ -84,7 +84,7 @@ class FakeSession:
 def write_recording(path, snaps, command=("--headless",), interval=0.1):
     session = FakeSession(snaps)
     session.interval = interval
-    recorder = Recorder(session, open(path, "w", encoding="utf-8"), list(command))
+    recorder = Recorder(session, open(path, "w", encoding="utf-8"), list(command))  # noqa: SIM115 the Recorder owns the file and closes it
     for s in snaps:
         recorder.write(s)
     recorder.close()

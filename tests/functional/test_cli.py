@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from terminal import Screen
@@ -16,7 +17,7 @@ SCRIPTS = os.path.join(os.path.dirname(__file__), os.pardir, "scripts")
 
 
 def run(*args, timeout=120):
-    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.mark.parametrize(
@@ -208,7 +209,7 @@ def test_replay_of_a_cpu_only_trace_says_so_and_succeeds():
 
 def test_replay_errors_are_one_line_and_status_2(tmp_path):
     cut = tmp_path / "cut.json.gz"
-    data = open(os.path.join(TRACES, "a100_alexnet_2_streams.json.gz"), "rb").read()
+    data = Path(TRACES, "a100_alexnet_2_streams.json.gz").read_bytes()
     cut.write_bytes(data[:5000])
     odd = tmp_path / "trace.bin"
     odd.write_bytes(b"\x00\x01binary")
@@ -301,8 +302,8 @@ def test_replay_headless_of_a_cpu_only_trace_is_a_note_and_one_line():
     assert proc.returncode == 0
     lines = proc.stderr.strip().splitlines()
     assert lines[0] == (
-        "torchpar-top: note: no GPU activity in this trace (no kernel, memcpy or memset events): no queues or lanes "
-        "to show"
+        "torchpar-top: note: no GPU activity in this trace (no kernel, memcpy or memset events): "
+        "no queues or lanes to show"
     )
     assert lines[1].startswith("torchpar-top: replay cpu_only.json.gz: ")  # then the end-of-run verdict
     assert not any("error" in line or "Traceback" in line for line in lines)
@@ -347,7 +348,9 @@ def test_headless_second_signal_while_stopping_is_quiet(tmp_path, first, second)
         text=True,
     )
     try:
-        record = _first_record(proc, lambda r: any(l["text"] == "stubborn script ready" for l in r["log"]))
+        record = _first_record(
+            proc, lambda r: any(line["text"] == "stubborn script ready" for line in r["log"])
+        )
         pid = record["child"]["pid"]
         proc.send_signal(getattr(signal, first))
         time.sleep(0.02)
@@ -419,7 +422,7 @@ def test_processes_that_left_the_group_end_with_a_headless_run(how):
         text=True,
     )
     try:
-        _first_record(proc, lambda r: any(l["text"] == "started" for l in r["log"]))
+        _first_record(proc, lambda r: any(line["text"] == "started" for line in r["log"]))
         wait_for(lambda: len(processes_running(tag + "1", tag + "2")) == 2, timeout=30)
         proc.communicate(timeout=120)
         assert proc.returncode == 0

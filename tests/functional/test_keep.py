@@ -22,7 +22,9 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
 def run(*args, timeout=240, cwd=None):
-    return subprocess.run([*CMD, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [*CMD, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,9 @@ def test_a_headless_run_records_every_snapshot(recorded):
     # what headless printed is what was recorded (the child may not have sampled yet on a loaded machine)
     assert any(s.executors for s in snaps) or not any(p["executors"] for p in printed)
     # the recording runs to the end: the last host sample printed is among the last ones recorded
-    recent = [[round(c, 1) for c in sample] for sample in list(zip(*snaps[-1].core_history))[-5:]]
+    recent = [
+        [round(c, 1) for c in sample] for sample in list(zip(*snaps[-1].core_history, strict=True))[-5:]
+    ]
     assert printed[-1]["cores"] in recent
     times = [s.t for s in snaps]
     assert times == sorted(times)
@@ -174,7 +178,7 @@ def bad_version(tmp_path, recorded):
     header = json.loads(lines[0])
     header["version"] = 99
     out = tmp_path / "v99.jsonl"
-    out.write_text("\n".join([json.dumps(header)] + lines[1:]))
+    out.write_text("\n".join([json.dumps(header), *lines[1:]]))
     return out
 
 

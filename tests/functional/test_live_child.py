@@ -56,7 +56,11 @@ def test_async_fills_the_queue_and_sync_collapses_it(session_factory):
     def steady(snap):
         """Depths after n1 outside the text's timing rounds (they launch 10 items at once whatever the
         mode, and say so)."""
-        return [d for d, timing in zip(snap.executors[0].history[n1:], snap.timing[n1:]) if not timing]
+        return [
+            d
+            for d, timing in zip(snap.executors[0].history[n1:], snap.timing[n1:], strict=False)
+            if not timing
+        ]
 
     later = wait_for(lambda: (d := steady(s.snapshot())) and len(d) >= 10 and d, timeout=90)
     assert max(later) <= 1
@@ -100,7 +104,7 @@ def test_multi_device_reports_the_three_timings_and_overlap(session_factory):
     # whether they also *run* at once depends on free cores (see the pinned test below)
     wait_for(lambda: max(s.snapshot().overlap_in_progress, default=0) > 0.2, timeout=90)
     snap = s.snapshot()
-    assert all(o <= p + 1e-9 for o, p in zip(snap.overlap, snap.overlap_in_progress))
+    assert all(o <= p + 1e-9 for o, p in zip(snap.overlap, snap.overlap_in_progress, strict=True))
     assert all(e.running and len(e.running) == len(e.busy) for e in snap.executors)
 
 
@@ -130,7 +134,7 @@ def test_streams_sharing_one_core_overlap_in_progress_but_not_on_cores(session_f
             timeout=120,
         )
         assert os.sched_getaffinity(snap.child.pid) == core
-        pairs = list(zip(snap.overlap, snap.overlap_in_progress))
+        pairs = list(zip(snap.overlap, snap.overlap_in_progress, strict=True))
         assert max(o for o, _ in pairs) <= 0.05, pairs
         both = [i for i, (_, p) in enumerate(pairs) if p > 0.5]
         for e in snap.executors:  # while both had work, each thread waited for the core a good part
@@ -156,7 +160,7 @@ def test_async_times_the_texts_table_in_rounds_and_the_queue_fills_again(session
 
 def test_an_experiments_stack_comes_from_its_agent_not_py_spy(session_factory):
     started = []
-    s = session_factory("async", stack_source=lambda pid: started.append(pid))
+    s = session_factory("async", stack_source=started.append)
     stack = wait_for(lambda: s.snapshot().stack, timeout=90)
     assert stack.source == "agent" and stack.pid == s.snapshot().child.pid
     assert any(f.function == "run" and f.filename.endswith("async_compute.py") for f in stack.frames)
@@ -255,7 +259,7 @@ sys.exit(3)
 """
     store, code_ = _run_child(code)
     assert code_ == 3
-    lines = [(l.source, l.text) for l in store.snapshot().log]
+    lines = [(line.source, line.text) for line in store.snapshot().log]
     assert ("stdout", "hello from the workload") in lines
     assert ("stderr", "Traceback: boom") in lines
     assert ("child", "still heard after garbage") in lines
@@ -279,7 +283,7 @@ time.sleep(600)
         on_exit=exits.append,
     )
     child.start()
-    wait_for(lambda: any(l.text == "ready" for l in store.snapshot().log), timeout=30)
+    wait_for(lambda: any(line.text == "ready" for line in store.snapshot().log), timeout=30)
     assert child.stop() == -signal.SIGKILL
     wait_for(lambda: not group_alive(child.pid), timeout=10)
 

@@ -71,7 +71,9 @@ def wait_for(predicate, timeout=60.0):
 
 def plain(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """The same command under plain python, for comparison."""
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_a_script_sees_argv_main_and_path_as_under_python(monkeypatch):
@@ -185,7 +187,12 @@ def test_a_target_that_cannot_run_is_one_line_and_exit_2(monkeypatch, args, mess
 def test_without_a_connection_it_says_so_and_exits_2(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
     proc = subprocess.run(
-        [*RUN, "tests/scripts/argv_echo.py"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [*RUN, "tests/scripts/argv_echo.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2 and proc.stdout == ""
     expected = f"torchpar-top: error: no --fd and {ENV_VAR} is not set: nothing to report to"
@@ -219,6 +226,7 @@ def test_a_rank_connects_through_the_socket_in_the_environment(listener):
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     hello = wait_for(lambda: [m for _, m in listener.got if isinstance(m, msgs.Hello)], timeout=10)[0]
@@ -244,7 +252,7 @@ def test_ddp_with_gloo_under_torchrun_reports_each_rank(listener):
         "tests/scripts/ddp_gloo.py",
         "150",
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done on 2 ranks" in proc.stdout
     wait_for(lambda: len({c for c, m in listener.got if isinstance(m, msgs.Hello)}) == 2, timeout=10)

@@ -153,7 +153,11 @@ def test_a_rank_that_raises_shows_its_status_and_why(run_session):
 )
 def test_run_errors_are_one_line(args, needle):
     proc = subprocess.run(
-        [sys.executable, "-m", "torchpar_top", "run", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "torchpar_top", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

@@ -143,7 +143,7 @@ def test_exited_but_unreaped_child_has_exited():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         deadline = time.monotonic() + 10
-        while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
             assert time.monotonic() < deadline
             time.sleep(0.02)
         assert StackSampler(child.pid).sample() == (None, f"process {child.pid} has exited")
@@ -192,7 +192,7 @@ def test_another_users_process_is_refused_with_a_clear_message(spawn):
         drop = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 
         def as_nobody(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([*drop, *cmd], **kw)  # type: ignore[call-overload]
+            return subprocess.run([*drop, *cmd], **kw, check=False)  # type: ignore[call-overload]
 
         assert StackSampler(child.pid, py_spy=binary, runner=as_nobody).sample() == (None, st.MSG_PTRACE)
 
@@ -202,6 +202,6 @@ def test_root_without_cap_sys_ptrace_is_refused_with_a_clear_message(spawn):
     child = spawn("import time\ntime.sleep(60)\n")
 
     def without_ptrace(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["setpriv", "--bounding-set=-sys_ptrace", *cmd], **kw)  # type: ignore[call-overload]
+        return subprocess.run(["setpriv", "--bounding-set=-sys_ptrace", *cmd], **kw, check=False)  # type: ignore[call-overload]
 
     assert StackSampler(child.pid, runner=without_ptrace).sample() == (None, st.MSG_PTRACE)

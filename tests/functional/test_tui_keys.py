@@ -261,7 +261,7 @@ async def test_command_palette_toggles_sync() -> None:
 
 @run_async
 async def test_command_palette_offers_every_experiment() -> None:
-    app, session = make_app()
+    app, _session = make_app()
     async with app.run_test(size=SIZE) as pilot:
         hits = await _palette_hits(pilot, "run experiment")
         for name in ("async", "multi-device", "intra-op", "inter-op"):
@@ -365,7 +365,7 @@ async def test_log_appends_new_lines_and_child_exit() -> None:
         await pilot.pause()
         assert log_text(log).count("TypedStorage") == 1
         snap = make_snapshot(child_state="exited", exit_code=1)
-        session.snapshot_value = dataclasses.replace(snap, log=snap.log + (LogLine(6, "stdout", "bye"),))
+        session.snapshot_value = dataclasses.replace(snap, log=(*snap.log, LogLine(6, "stdout", "bye")))
         app.refresh_from_session()
         await pilot.pause()
         text = log_text(log)
@@ -520,7 +520,7 @@ async def test_four_ranks_of_two_executors_fit_at_120x36() -> None:
 
 @run_async
 async def test_attach_shows_the_notice_and_why_there_is_no_stack() -> None:
-    app, session = app_on(make_attach_snapshot())
+    app, _session = app_on(make_attach_snapshot())
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         text = header(app)
@@ -611,7 +611,7 @@ async def test_log_follows_the_tail_and_scrolls_back_with_the_wheel() -> None:
         await pilot.pause()
         assert log.scroll_back == 6 and "line 60" not in text_of(log)
         assert "scroll down to follow" in str(log.border_subtitle)
-        more = many + (LogLine(61, "stdout", "line 61"),)
+        more = (*many, LogLine(61, "stdout", "line 61"))
         session.snapshot_value = dataclasses.replace(snap, log=more)
         await settle(pilot)
         assert "line 61" not in text_of(log)  # scrolled back: the view stays where it was
@@ -728,7 +728,7 @@ async def test_a_slow_restart_keeps_the_screen_alive_and_q_still_quits() -> None
         await pilot.press("p", "r", "r")  # handled while the restart runs
         await pilot.pause()
         assert ("set_paused", True) in session.calls
-        assert "restarting" in [n.message for n in app._notifications][0]
+        assert "restarting" in next(n.message for n in app._notifications)
         await pilot.press("q")
         await pilot.pause()
         assert app.is_running and "close" not in session.names()  # q waits for the restart
@@ -789,7 +789,8 @@ NUMBER = re.compile(r"\d[\d.,]*(?:\s?/\s?[\d∞][\d.,]*)?[%kMG]?")
 
 
 def cut_numbers(panel: Widget) -> list[str]:
-    """The rows of ``panel`` whose right edge would cut a number in two (the screen crops what is too wide)."""
+    """The rows of ``panel`` whose right edge would cut a number in two (the screen crops what is too
+    wide)."""
     width = panel.size.width
     bad = []
     for row in panel._rows(width):

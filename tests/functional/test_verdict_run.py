@@ -1,4 +1,5 @@
-"""End to end: the verdict of a real, unmodified training loop, and a real Prometheus scraping a headless run."""
+"""End to end: the verdict of a real, unmodified training loop, and a real Prometheus scraping a
+headless run."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def test_an_unmodified_dataloader_loop_reads_steps_and_input_bound(tmp_path):
         text=True,
         timeout=240,
         cwd=tmp_path,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]  # stdout stays JSON lines only
@@ -56,6 +58,7 @@ def test_the_report_is_written_when_the_workload_ends_first(tmp_path):
         text=True,
         timeout=240,
         cwd=tmp_path,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(report_path.read_text())
@@ -104,17 +107,18 @@ def test_prometheus_scrapes_a_headless_run(tmp_path):
         "scrape_configs:\n  - job_name: torchpar-top\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{ours}']\n"
     )
-    prom = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{theirs}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "prometheus.log", "wb"),
-        cwd=tmp_path,
-    )
+    with open(tmp_path / "prometheus.log", "wb") as prom_log:  # the child keeps its own copy
+        prom = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{theirs}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=prom_log,
+            cwd=tmp_path,
+        )
     top = subprocess.Popen(
         [*CMD, "run", "--headless", "--duration", "180", "--metrics-port", str(ours), LOOP, "5000"],
         stdout=subprocess.DEVNULL,

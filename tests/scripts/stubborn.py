@@ -3,6 +3,7 @@
 python stubborn.py [TAG]      prints "stubborn script ready [TAG]" once it ignores them
 """
 
+import contextlib
 import signal
 import sys
 import time
@@ -10,7 +11,5 @@ import time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print("stubborn script ready", *sys.argv[1:], flush=True)
 while True:
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         time.sleep(0.05)
-    except KeyboardInterrupt:
-        pass

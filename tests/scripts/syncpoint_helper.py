@@ -15,7 +15,7 @@ def print_tensor(t: torch.Tensor) -> str:
 
 def branch_on(t: torch.Tensor) -> bool:
     """``if tensor:`` calls ``__bool__``."""
-    return True if t else False  # MARK:bool
+    return bool(t)  # MARK:bool
 
 
 def moves(t: torch.Tensor) -> None:

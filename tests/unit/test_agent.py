@@ -247,7 +247,7 @@ def test_a_workload_that_closes_the_channel_runs_on_and_is_never_written_into(tm
         fd = agent._sock.fileno()
         os.close(fd)  # what os.closerange does to it
         if reuse:
-            f = open(tmp_path / "mine.txt", "wb")
+            f = open(tmp_path / "mine.txt", "wb")  # noqa: SIM115 open across the checks below, closed after them
             os.dup2(f.fileno(), fd)  # the workload's file now has our old number
         assert _eof_within(parent)
         for _ in range(5):

@@ -129,7 +129,7 @@ def _steps(times, depths) -> dict:
     ties = 0
     last = 0
     rows = 0
-    for t, d in zip(times.tolist(), depths.tolist()):
+    for t, d in zip(times.tolist(), depths.tolist(), strict=True):
         rows += 1
         if not out_t or out_t[-1] != t:
             if out_t:

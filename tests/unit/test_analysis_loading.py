@@ -74,7 +74,7 @@ def test_the_shipped_two_rank_folder():
 def test_two_files_with_one_rank_is_an_error(tmp_path):
     _write(tmp_path / "a.json", {"traceEvents": _events()})
     _write(tmp_path / "b.json", {"traceEvents": _events()})
-    with pytest.raises(TraceError, match="two traces claim rank 0: a.json and b.json"):
+    with pytest.raises(TraceError, match=r"two traces claim rank 0: a\.json and b\.json"):
         load_trace(tmp_path)
 
 

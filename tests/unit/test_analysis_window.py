@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def test_windows_of_the_tiny_trace():
 
 
 def test_two_devices_overlap_by_an_exact_sweep():
-    events = TINY + [cpu("cudaLaunchKernel", 16, 1, "cuda_runtime", corr=6), gpu(55, 20, 6, 7, device=1)]
+    events = [*TINY, cpu("cudaLaunchKernel", 16, 1, "cuda_runtime", corr=6), gpu(55, 20, 6, 7, device=1)]
     (r,) = tiny(events).ranks
     assert [(s.device, s.stream) for s in r.streams] == [(0, 7), (0, 13), (1, 7)]
     assert [d.active.pairs() for d in r.devices] == [[(20, 70)], [(55, 75)]]
@@ -162,7 +163,7 @@ def test_consecutive_windows_add_up_to_the_whole_trace(name):
     a = analyse_path(DATA / name)
     n = 100
     edges = [a.start + (a.end - a.start) * i / n for i in range(n + 1)]
-    windows = [a.window(t0, t1) for t0, t1 in zip(edges, edges[1:])]
+    windows = [a.window(t0, t1) for t0, t1 in itertools.pairwise(edges)]
     for i, lane in enumerate(a.streams()):
         busy = sum(w.streams[i].busy * (w.t1 - w.t0) for w in windows)
         assert busy == pytest.approx(lane.busy.total, rel=1e-9)

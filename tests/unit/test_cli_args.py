@@ -63,3 +63,40 @@ def test_intervals_out_of_range_are_one_line_and_status_2(text, needle, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("torchpar-top: error:") and needle in err[0]
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["replay", "x", "--bogus"], "unrecognized arguments: --bogus (see torchpar-top replay --help)"),
+        (["frob"], "argument COMMAND: invalid choice: 'frob'"),
+        (["--sync", "attach", "1"], "options before attach belong to the built-in experiment"),
+        (["export"], "the following arguments are required: FILE (see torchpar-top export --help)"),
+    ],
+)
+def test_one_parser_one_error_line(argv, line, capsys):
+    from torchpar_top.args import parse
+
+    with pytest.raises(SystemExit) as exc:
+        parse(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("torchpar-top: error: ") and line in err[0]
+
+
+def test_subcommands_parse_into_one_namespace_shape():
+    from torchpar_top.args import COMMANDS, build_parser, parse
+
+    assert tuple(build_parser().commands) == COMMANDS
+    bare = parse(["-e", "inter-op", "--headless", "--duration", "3"])
+    assert bare.command is None and bare.experiment == "inter-op" and bare.duration == 3
+    run = parse(["run", "--sync", "train.py", "--sync", "-m", "x"])
+    assert (run.command, run.sync, run.target, run.module, run.target_args) == (
+        "run",
+        True,
+        "train.py",
+        False,
+        ["--sync", "-m", "x"],
+    )
+    # unique in compare, ambiguous against the experiment's --metrics-port/--metrics-addr
+    assert parse(["compare", "a.json", "b.json", "--metric", "cpu_load"]).metric == "cpu_load"

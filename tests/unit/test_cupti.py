@@ -62,7 +62,7 @@ def test_queue_per_stream_equals_the_analysis_of_the_same_trace(name: str) -> No
     with gzip.open(DATA / name, "rt") as f:
         capped = queue_series(list(events_from_chrome(json.load(f))), cap=cap)
     fake = FakeCupti()
-    mon, agent, _ = _monitor(fake)
+    mon, _agent, _ = _monitor(fake)
     mon.queues.cap = cap
     checked = at_cap = 0
     step = max(50, len(records) // 40)
@@ -261,7 +261,7 @@ def test_stands_aside_while_torch_profiler_runs_and_resumes_after() -> None:
 
 def test_a_profiler_that_keeps_cupti_makes_the_launch_counter_take_over() -> None:
     fake, lost = FakeCupti(), []
-    mon, _, logs = _monitor(fake, on_lost=lost.append)
+    mon, _, _logs = _monitor(fake, on_lost=lost.append)
     try:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
             fake.other_client = "Kineto"  # it does not give CUPTI back
@@ -387,7 +387,7 @@ def test_falls_back_to_the_launch_counter_and_says_why(load, why, monkeypatch) -
 
 def test_every_op_keeps_the_launch_counter() -> None:
     fake = FakeCupti()
-    uc, _ = _usercode(lambda: fake)
+    uc, _ = _usercode(lambda fake=fake: fake)
     uc.every_op = True
     called = []
     uc._watch_with_counter = lambda: called.append(True)  # type: ignore[method-assign]
@@ -406,7 +406,9 @@ def test_a_cpu_run_never_imports_cupti() -> None:
         "import sys; import torchpar_top.probes.agent.usercode, torchpar_top.probes.agent.run; "
         "print('cupti' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.stdout.strip() == "False", out.stderr
 
 
@@ -554,7 +556,7 @@ def test_cupti_duty_goes_from_the_command_line_to_the_monitor(capsys) -> None:
         parse_args(["--cupti-duty", "2", "x.py"])
     for duty, cycle in ((None, 20), (0.25, 4), (1.0, 1)):
         fake = FakeCupti()
-        uc, _ = _usercode(lambda: fake)
+        uc, _ = _usercode(lambda fake=fake: fake)
         uc.cupti_duty = duty
         try:
             uc.watch_cuda_streams()

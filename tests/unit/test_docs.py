@@ -40,3 +40,14 @@ def test_a_missing_section_is_reported():
         assert "keys:begin" in str(exc)
     else:
         raise AssertionError("a missing section must be an error")
+
+
+def test_ci_runs_the_readme_lint_and_test_commands_in_order():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("Before the tests, the lint", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["ruff format --check .", "ruff check .", "mypy"]
+    assert "`python -m pytest -q`" in readme
+    ci = [line.removeprefix("check ") for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    ci = [line for line in ci if line in [*commands, "python -m pytest -q"]]
+    assert ci == [*commands, "python -m pytest -q"]  # each once, the tests last

@@ -5,6 +5,7 @@ export back."""
 import csv
 import dataclasses
 import io
+import itertools
 import json
 from collections import defaultdict
 
@@ -97,7 +98,7 @@ def check_trace_event_rules(obj):
 def test_a_recording_exports_under_the_trace_event_rules(recording):
     path, timed = recording
     obj = perfetto(load_source(path))
-    assert list(obj)[0] == "otherData" and obj["otherData"]["format"] == EXPORT_FORMAT
+    assert next(iter(obj)) == "otherData" and obj["otherData"]["format"] == EXPORT_FORMAT
     by_phase = check_trace_event_rules(obj)
     counters = {e["name"] for e in by_phase["C"]}
     assert {"core 0 load %", "core 1 load %", "cuda:0 util %", "cuda:0 memory", "s0 depth"} <= counters
@@ -110,7 +111,7 @@ def test_a_recording_exports_under_the_trace_event_rules(recording):
     # ASYNC, SYNC, ASYNC periods as slices on the mode thread, tiling the run
     modes = [(e["name"], e["ts"], e["ts"] + e["dur"]) for e in by_phase["X"] if e["cat"] == "mode"]
     assert [m[0] for m in modes] == ["ASYNC", "SYNC", "ASYNC"]
-    assert all(a[2] == b[1] for a, b in zip(modes, modes[1:]))
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(modes))
     # busy windows carry their measured share
     lane = [e for e in by_phase["X"] if e["cat"] == "lane"]
     assert lane and all(0 < e["args"]["share"] <= 1 for e in lane)
@@ -146,7 +147,7 @@ def test_the_csv_has_a_header_and_one_row_per_sample(recording):
     assert {"t_s", "mode", "throughput", "core0_load_percent", "s0 depth", "cuda:0 util_percent"} <= set(
         rows[0]
     )
-    for row, snap in zip(rows, timed):
+    for row, snap in zip(rows, timed, strict=True):
         assert float(row["t_s"]) == pytest.approx(snap.t - timed[0].t)
         assert row["mode"] == snap.mode.value
         assert row["core0_load_percent"] == (str(snap.cores[0]) if snap.cores else "")
@@ -163,7 +164,7 @@ def test_replay_reads_an_export_back(recording, tmp_path):
     rec, snaps = read_export(str(out))
     with_samples = [s for s in timed if s.cores or s.executors]
     assert len(snaps) == len(with_samples)
-    for back, snap in zip(snaps, with_samples):
+    for back, snap in zip(snaps, with_samples, strict=True):
         assert back.t == pytest.approx(snap.t)
         assert back.cores == snap.cores
         assert [e.value for e in back.executors] == [e.value for e in snap.executors]

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_check_parts import checks
-from gpu_check_parts import compare as cmp
-from gpu_check_parts import report as rep
+from gpu_check_parts import checks  # noqa: E402 importable once benchmarks/ is on sys.path, above
+from gpu_check_parts import compare as cmp  # noqa: E402 importable once benchmarks/ is on sys.path, above
+from gpu_check_parts import report as rep  # noqa: E402 importable once benchmarks/ is on sys.path, above
 
 NO_CUDA = "no CUDA device: nothing to check; run this on a GPU machine"
 
@@ -62,6 +62,7 @@ def test_without_cuda_it_says_so_in_one_line_writes_the_report_and_exits_0(tmp_p
         text=True,
         timeout=180,
         env=_blocked_textual(tmp_path),
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == NO_CUDA + "\n"
@@ -84,7 +85,7 @@ def test_without_cuda_it_says_so_in_one_line_writes_the_report_and_exits_0(tmp_p
 @pytest.mark.skipif(_has_cuda(), reason="this machine has CUDA: the no-GPU path does not apply")
 def test_the_default_report_lands_in_the_working_directory(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True, timeout=180
+        [sys.executable, str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "gpu_check_report.json").exists() and (tmp_path / "gpu_check_report.md").exists()
@@ -99,7 +100,8 @@ def test_the_checks_import_chain_has_no_textual_and_no_torch(tmp_path):
         import gpu_check
         gpu_check.use_checkout()
         from gpu_check_parts import checks, compare, report
-        import torchpar_top.sources.live.session, torchpar_top.sources.live.targets, torchpar_top.probes.host.nvml
+        import torchpar_top.sources.live.session, torchpar_top.sources.live.targets
+        import torchpar_top.probes.host.nvml
         import torchpar_top.contract.messages, torchpar_top.analysis, torchpar_top.sinks.headless
         bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch', 'rich'))
         print(bad)
@@ -110,6 +112,7 @@ def test_the_checks_import_chain_has_no_textual_and_no_torch(tmp_path):
         text=True,
         timeout=120,
         env=_blocked_textual(tmp_path),
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
@@ -135,7 +138,8 @@ def test_without_an_install_the_checkout_is_linked_in(tmp_path):
     code = textwrap.dedent(f"""
         import importlib.util, os, pathlib, subprocess, sys
         spec = importlib.util.find_spec("torchpar_top")  # none, or an install elsewhere (CI's wheel)
-        checkout = pathlib.Path({str(ROOT / "cli" / "__init__.py")!r})  # the package's origin in this checkout
+        # the package's origin in this checkout
+        checkout = pathlib.Path({str(ROOT / "cli" / "__init__.py")!r})
         assert spec is None or pathlib.Path(spec.origin).resolve() != checkout, (
             "this checkout importable before the shim")
         sys.path.insert(0, {str(ROOT / "benchmarks")!r})
@@ -148,7 +152,9 @@ def test_without_an_install_the_checkout_is_linked_in(tmp_path):
         print(child.stdout.strip() or child.stderr)
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     how, agent_file = done.stdout.strip().splitlines()[-2:]
     assert how.startswith("this checkout, through links in ")

@@ -84,7 +84,7 @@ def test_queues_mode_and_frontend():
 def test_gpu_series_carry_dcgm_exporters_labels():
     snap = make_snapshot(gpus=2)
     snap = dataclasses.replace(
-        snap, gpus=tuple(dataclasses.replace(g, uuid=u) for g, u in zip(snap.gpus, UUIDS))
+        snap, gpus=tuple(dataclasses.replace(g, uuid=u) for g, u in zip(snap.gpus, UUIDS, strict=True))
     )
     fams = scrape(snap)
     labels = {
@@ -143,6 +143,7 @@ def test_a_port_in_use_is_one_line_and_status_2(mode):
             capture_output=True,
             text=True,
             timeout=120,
+            check=False,
         )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""

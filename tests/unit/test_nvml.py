@@ -104,7 +104,7 @@ def test_not_supported_metric_is_asked_once() -> None:
     fake = FakeNvml([gpu])
     probe = _probe(fake)
     for _ in range(5):
-        (view,), status = probe.sample()
+        (view,), _status = probe.sample()
     assert (view.power_w, view.temperature_c) == (None, None)
     assert view.util_percent == 50.0 and view.mem_total == 80 << 30
     for name in ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetSamples"):

@@ -91,7 +91,7 @@ def test_a_bad_keep_is_a_protocol_error_not_a_traceback(snaps):
 def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tmp_path):
     path = tmp_path / "run.jsonl"
     session = FakeSession(snaps[:30])
-    recorder = Recorder(session, open(path, "w", encoding="utf-8"), ["--headless", "--record", str(path)])
+    recorder = Recorder(session, open(path, "w", encoding="utf-8"), ["--headless", "--record", str(path)])  # noqa: SIM115 the Recorder owns the file and closes it
     recorder.start()
     for k in range(1, 11):
         session.host_samples = k
@@ -111,7 +111,7 @@ def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tm
     assert set(header["machine"]) >= {"hostname", "cores", "gpus", "torch"}
     assert header["started"].endswith("+00:00")
     rec = read_recording(str(path))
-    assert list(rec.snapshots()) == snaps[:10] + [snaps[11]]  # the last one written at close
+    assert list(rec.snapshots()) == [*snaps[:10], snaps[11]]  # the last one written at close
     assert rec.note == ""
 
 
@@ -128,7 +128,7 @@ def test_lines_kept_compressed_come_back_whole_in_any_order(snaps):
 def test_a_snapshot_with_a_nan_is_left_out_and_the_rest_still_decode_exactly(snaps, tmp_path):
     path = tmp_path / "run.jsonl"
     bad = dataclasses.replace(snaps[5], throughput=float("nan"))
-    recorder = Recorder(FakeSession(snaps), open(path, "w", encoding="utf-8"), [])
+    recorder = Recorder(FakeSession(snaps), open(path, "w", encoding="utf-8"), [])  # noqa: SIM115 the Recorder owns the file and closes it
     for s in [*snaps[:5], bad, *snaps[6:12]]:
         recorder.write(s)
     recorder.close()
@@ -182,7 +182,7 @@ def test_another_format_version_is_one_clear_line(snaps, tmp_path, version, word
     lines = path.read_text().split("\n")
     header = json.loads(lines[0])
     header["version"] = version
-    path.write_text("\n".join([json.dumps(header)] + lines[1:]))
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]))
     with pytest.raises(RecordingError) as err:
         read_recording(str(path))
     message = str(err.value)
@@ -208,7 +208,7 @@ def test_a_line_that_is_no_snapshot_ends_the_replay_before_it(snaps, tmp_path):
     lines[6] = json.dumps(bad)
     path.write_text("\n".join(lines))
     rec = read_recording(str(path))  # times only: found when reached
-    with pytest.raises(RecordingError, match="line 7.mode: 'sideways' is not one of"):
+    with pytest.raises(RecordingError, match=r"line 7\.mode: 'sideways' is not one of"):
         read_recording(str(path), check=True)
     with pytest.raises(RecordingError, match="line 7"):
         list(rec.snapshots())

@@ -385,10 +385,10 @@ def test_the_a100_two_stream_trace_played_through(speed):
     # the played frames are the newest: full ones, then what is left of the trace
     lengths = [session.frame_us] * (played - 1) + [analysis.end - first - session.frame_us * (played - 1)]
     assert [e.name for e in snap.executors] == ["cuda:0 s7", "cuda:0 s20"]
-    for e, s, lane in zip(snap.executors, whole["streams"], analysis.streams()):
+    for e, s, lane in zip(snap.executors, whole["streams"], analysis.streams(), strict=True):
         assert max(e.history) == s["max_depth"]  # 18 and 2
         assert (e.launched, e.completed, e.value) == (s["launches"], s["launches"], 0)
-        busy = sum(b * f for b, f in zip(e.busy[-played:], lengths))
+        busy = sum(b * f for b, f in zip(e.busy[-played:], lengths, strict=True))
         assert (
             busy
             == pytest.approx(lane.busy.covered(first, analysis.end))
@@ -397,7 +397,7 @@ def test_the_a100_two_stream_trace_played_through(speed):
     assert [max(e.history) for e in snap.executors] == [18, 2]
     counts = {(p["site"], p["call"]): p["count"] for p in whole["ranks"][0]["sync_points"]}
     assert {(s.where, s.call): s.count for s in snap.syncpoints} == counts
-    launches = sum(t * f / 1e6 for t, f in zip(snap.throughput_history[-played:], lengths))
+    launches = sum(t * f / 1e6 for t, f in zip(snap.throughput_history[-played:], lengths, strict=True))
     assert launches == pytest.approx(91 + 7)
     (g,) = snap.gpus
     assert g.name == "NVIDIA A100-PG509-200"

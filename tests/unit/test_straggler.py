@@ -10,7 +10,9 @@ from torchpar_top.model.steps import MIN_WINDOWS, find_straggler, mean_per_step
 def window(steps=10, jitter=0.0, rng=None, **per_step):
     """``steps`` steps whose phases take ``per_step`` seconds each, times a random factor 1 ± jitter."""
     rng = rng or random.Random(0)
-    return steps, StepPhases(**{p: v * steps * (1 + rng.uniform(-jitter, jitter)) for p, v in per_step.items()})
+    return steps, StepPhases(
+        **{p: v * steps * (1 + rng.uniform(-jitter, jitter)) for p, v in per_step.items()}
+    )
 
 
 # The DESIGN's measured DDP figures (ms per step): rank 1 has a 4x forward, rank 0 waits in all-reduce.

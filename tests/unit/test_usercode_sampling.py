@@ -75,7 +75,7 @@ def test_slices_keep_the_long_run_duty(rig):
 
 
 def test_it_stands_aside_for_another_mode_and_never_pops_one_that_is_not_its_own(rig):
-    clock, mode, counting = rig
+    clock, _mode, counting = rig
     with Counter():  # the user's own function mode
         counting.tick()
         assert not counting.on and counting.stood_aside == 1 and _stack() == 1
@@ -93,7 +93,7 @@ def test_it_stands_aside_for_another_mode_and_never_pops_one_that_is_not_its_own
 
 
 def test_pinned_stays_on_and_unpinned_goes_back_to_slices(rig):
-    clock, mode, counting = rig
+    clock, _mode, counting = rig
     counting.pin(True)
     counting.tick()
     clock.now += 5
@@ -105,7 +105,7 @@ def test_pinned_stays_on_and_unpinned_goes_back_to_slices(rig):
 
 
 def test_calls_wait_for_the_frontend_thread(rig):
-    clock, mode, counting = rig
+    _clock, mode, counting = rig
     counting.tick()  # on
     ran = []
     other = threading.Thread(
@@ -120,7 +120,7 @@ def test_calls_wait_for_the_frontend_thread(rig):
 
 
 def test_a_switch_is_overdue_only_past_its_time(rig):
-    clock, mode, counting = rig
+    clock, _mode, counting = rig
     counting.tick()
     clock.now += 0.05 + LATE / 2
     assert not counting.overdue()
@@ -189,7 +189,7 @@ def test_once_compiled_code_is_seen_the_counter_keeps_its_state_and_nothing_reco
 
 def test_an_error_of_ours_never_reaches_the_users_code(rig, monkeypatch):
     """The switch runs inside the user's code (hooks, a signal handler): it keeps its errors."""
-    clock, mode, counting = rig
+    clock, _mode, counting = rig
     counting.tick()
     assert counting.on and not counting.frozen
     import torchpar_top.probes.agent.usercode_sampling as sampling

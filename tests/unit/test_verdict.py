@@ -31,9 +31,9 @@ def calm(snap, busy: float = 0.5, wait: float = 0.1):
         snap,
         thread_groups=groups,
         starved=None,
-        frontend_busy=snap.frontend_busy[:-1] + (busy,),
-        frontend_wait=snap.frontend_wait[:-1] + (wait,),
-        frontend_core_wait=snap.frontend_core_wait[:-1] + (0.0,),
+        frontend_busy=(*snap.frontend_busy[:-1], busy),
+        frontend_wait=(*snap.frontend_wait[:-1], wait),
+        frontend_core_wait=(*snap.frontend_core_wait[:-1], 0.0),
     )
 
 

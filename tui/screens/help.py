@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
@@ -15,7 +17,7 @@ HELP = help_markdown()
 class HelpScreen(ModalScreen[None]):
     """Closed by Escape, ``q`` or ``?``."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "close"),
         Binding("q", "close", "close", show=False),
         Binding("question_mark", "close", "close", show=False),

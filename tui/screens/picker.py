@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
@@ -17,7 +18,7 @@ from torchpar_top.contract.snapshot import Experiment
 class PickerScreen(ModalScreen[str | None]):
     """Dismisses with the chosen experiment's name, or ``None`` when cancelled."""
 
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel")]
 
     DEFAULT_CSS = """
     PickerScreen {

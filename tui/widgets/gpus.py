@@ -70,7 +70,7 @@ class GpusPanel(SnapshotPanel):
             active, bar_w = "", 4
             hist_w = max(0, min(hist_w, width - (label_w + 1 + bar_w + 5 + 1)))
         out = []
-        for gpu, detail in zip(gpus, details):
+        for gpu, detail in zip(gpus, details, strict=True):
             row = Row().add(gpu.label.ljust(label_w) + " ", self.style("value"))
             if name_w:
                 row.add(render.clip(gpu.name, name_w).ljust(name_w) + "  ", self.style("label"))
@@ -84,8 +84,8 @@ class GpusPanel(SnapshotPanel):
             row.add(render.pct(None if util is None else frac, 5), self.style("value"))
             if hist_w:
                 row.add(" ").add(render.spark(gpu.util_history, hist_w, 100.0), self.style("track"))
-            detail = render.fields(detail, width - row.width - 2)
-            if detail:
-                row.add("  " + detail, self.style("label"))
+            shown = render.fields(detail, width - row.width - 2)
+            if shown:
+                row.add("  " + shown, self.style("label"))
             out.append(row)
         return out

@@ -39,7 +39,7 @@ def child_text(snapshot: Snapshot) -> str:
         return f"exited {child.exit_code}" if child.exit_code is not None else "exited"
     if child.state == ChildState.FAILED:
         return "failed to start"
-    return child.state.value
+    return str(child.state)
 
 
 def child_failed(snapshot: Snapshot) -> bool:

@@ -1,4 +1,5 @@
-"""Busy/idle lanes over the last seconds: the frontend (launching or waiting) and each executor, with overlap."""
+"""Busy/idle lanes over the last seconds: the frontend (launching or waiting) and each executor, with
+overlap."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ class LogPanel(Widget):
         self.scroll_back = 0
         """How many lines the view is scrolled up from the newest (0: following the tail)."""
         self._lines: deque[tuple[Piece, ...]] = deque(maxlen=MAX_LINES)
-        self._reported: tuple | None = None
+        self._reported: tuple[int | None, ChildState, int | None] | None = None
         self._styles: dict[str, Style] = {}
         self._appended = 0
 
@@ -138,19 +138,19 @@ class LogPanel(Widget):
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         """Scroll back through older lines."""
         event.stop()
-        self._scroll_to(self.scroll_back + 3)
+        self._scroll_back_to(self.scroll_back + 3)
 
     def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
         """Scroll towards the newest line (and follow it again at the bottom)."""
         event.stop()
-        self._scroll_to(self.scroll_back - 3)
+        self._scroll_back_to(self.scroll_back - 3)
 
     def notify_style_update(self) -> None:
         """New colours after a theme or CSS change."""
         super().notify_style_update()
         self._styles = {}
 
-    def _scroll_to(self, back: int) -> None:
+    def _scroll_back_to(self, back: int) -> None:
         back = max(0, min(back, self._max_scroll()))
         if back != self.scroll_back:
             self.scroll_back = back

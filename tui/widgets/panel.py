@@ -8,7 +8,6 @@ from typing import ClassVar
 from rich.segment import Segment
 from rich.style import Style
 from textual.color import Color
-from textual.dom import DOMNode
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
@@ -69,7 +68,7 @@ relayouts in 20 s of the async experiment on a loaded machine, about 5 ms each, 
 
 def same_rows(a: list[Row], b: list[Row]) -> bool:
     """Whether two builds draw the same text in the same styles."""
-    return len(a) == len(b) and all(x.segments == y.segments for x, y in zip(a, b))
+    return len(a) == len(b) and all(x.segments == y.segments for x, y in zip(a, b, strict=True))
 
 
 def changed_lines(old: list[Row], new: list[Row], height: int) -> list[tuple[int, int]]:
@@ -283,7 +282,7 @@ class SnapshotPanel(Widget):
         """
         cached = self._backgrounds
         if cached is None:
-            cached = self._backgrounds = (DOMNode.background_colors.fget(self), Widget.opacity.fget(self))
+            cached = self._backgrounds = (super().background_colors, super().opacity)
         return cached
 
     @property
@@ -298,7 +297,7 @@ class SnapshotPanel(Widget):
         of a panel asked for it once."""
         base = self._base
         if base is None:
-            base = self._base = DOMNode.rich_style.fget(self)
+            base = self._base = super().rich_style
         return base
 
     @property

@@ -144,7 +144,8 @@ def layout(snapshot: Snapshot, rows: list[tuple[str, ExecutorView]], width: int,
 
 
 class QueuesPanel(SnapshotPanel):
-    """One row per executor: ``cpu-stream:0  emulated  depth ▁▂▄▆██ 1024 / 1024  full: launch blocks 61%...``."""
+    """One row per executor, e.g.
+    ``cpu-stream:0  emulated  depth ▁▂▄▆██ 1024 / 1024  full: launch blocks 61%...``."""
 
     DEFAULT_CSS = """
     QueuesPanel { height: auto; }

@@ -60,7 +60,7 @@ def rank_node(rank: RankView) -> str:
 def rank_state(rank: RankView) -> str:
     """``running``, ``exited 1`` (marked ``✗`` when the code is not 0), or another state as it is."""
     if rank.state != ChildState.EXITED:
-        return rank.state.value
+        return str(rank.state)
     if rank.exit_code is None:
         return "exited"
     return f"exited {rank.exit_code}" if rank.exit_code == 0 else f"✗ exited {rank.exit_code}"

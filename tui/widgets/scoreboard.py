@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from rich.style import Style
 from torchpar_top.contract.snapshot import ModeStats, ResultRow, Snapshot
+from torchpar_top.contract.vocab import Mode
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
@@ -63,10 +64,10 @@ class ScoreboardPanel(SnapshotPanel):
             cols = cols[:4]  # no room for "seen"
         out = [self._line(("", unit, "depth", "wait", "seen")[: len(cols)], cols, self.style("dim"))]
         by_mode = {m.mode: m for m in snapshot.scoreboard}
-        for mode in ("async", "sync"):
+        for mode in (Mode.ASYNC, Mode.SYNC):
             stats = by_mode.get(mode)
             current = snapshot.mode == mode
-            row = self._mode_row(mode.upper(), stats, cols)
+            row = self._mode_row(mode.value.upper(), stats, cols)
             if current:
                 row.add(" ◀ now", self.style("accent"))
             out.append(row)
@@ -103,7 +104,7 @@ class ScoreboardPanel(SnapshotPanel):
         spread = any(r.round is not None for r in results) and label_w + 1 + value_w + unit_w + 19 <= width
         out = []
         shown_header = False
-        for r, (k, unit) in zip(results, scaled):
+        for r, (k, unit) in zip(results, scaled, strict=True):
             if r.round is not None and not shown_header:
                 shown_header = True
                 head = f"round {r.round}" if r.rounds < 2 else f"round {r.round} · {r.rounds} kept"
@@ -146,6 +147,6 @@ class ScoreboardPanel(SnapshotPanel):
     def _line(self, cells: tuple[str, ...], cols: tuple[int, ...], style: Style) -> Row:
         """A header row: the first cell left-aligned, the others right-aligned."""
         row = Row().add(cells[0].ljust(cols[0]), style)
-        for text, w in zip(cells[1:], cols[1:]):
+        for text, w in zip(cells[1:], cols[1:], strict=True):
             row.add(text.rjust(w), style)
         return row

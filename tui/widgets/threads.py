@@ -86,7 +86,7 @@ class ThreadsPanel(SnapshotPanel):
         ):  # narrow: the name, then the bar, then "busy" give way
             name_w, bar_w, busy_w = narrow_columns(max(len(s) for s in names), width)
         out = []
-        for group, name in zip(groups, names):
+        for group, name in zip(groups, names, strict=True):
             frac = render.fraction(group.cpu_percent, 100.0 * max(1, group.count))
             row = Row()
             if name_w:

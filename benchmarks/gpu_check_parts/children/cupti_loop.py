@@ -67,13 +67,13 @@ def counts(ops: int) -> dict:
     except CuptiUnavailable as exc:
         return {"ok": False, "skip": str(exc)}
     monitor.refresh()  # whatever was before: settled, folded into the base counts
-    before = {key: monitor.queues.launched(key) for key in monitor.queues.keys()}
+    before = {key: monitor.queues.launched(key) for key in monitor.queues.keys()}  # noqa: SIM118 RecordQueues is no dict: keys() is its own
     loop(ops, side)
     time.sleep(0.05)
     monitor.refresh()
     q = monitor.queues
     q.update(now=q.newest + q.orphan_us + 1)
-    ours = {f"{d}:{s}": q.launched((d, s)) - before.get((d, s), 0) for d, s in q.keys()}
+    ours = {f"{d}:{s}": q.launched((d, s)) - before.get((d, s), 0) for d, s in q.keys()}  # noqa: SIM118 RecordQueues is no dict: keys() is its own
     pending, orphans = q.pending, q.orphans
     monitor.close()
 
