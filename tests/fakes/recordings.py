@@ -81,11 +81,29 @@ class FakeSession:
         return self.snaps[min(self.host_samples, len(self.snaps)) - 1]
 
 
+def recorder_for(session, out, command, written=None):
+    """A real :class:`Recorder` whose clocks are the snapshots' own: the wall clock at the start reads 0 and
+    the monotonic clock the shown snapshot's ``t`` (or, given ``written``, the next one's of those), so
+    each line keeps its snapshot's time exactly."""
+    if written is not None:
+        times = iter([0.0, *(s.t for s in written)])
+        return Recorder(session, out, command, clock=lambda: 0.0, monotonic=lambda: next(times))
+    return Recorder(
+        session,
+        out,
+        command,
+        clock=lambda: 0.0,
+        monotonic=lambda: session.snapshot().t if session.host_samples else 0.0,
+    )
+
+
 def write_recording(path, snaps, command=("--headless",), interval=0.1):
     session = FakeSession(snaps)
     session.interval = interval
-    recorder = Recorder(session, open(path, "w", encoding="utf-8"), list(command))
-    for s in snaps:
+    recorder = recorder_for(session, open(path, "w", encoding="utf-8"), list(command))
+    for i, s in enumerate(snaps):
+        session.host_samples = i + 1
         recorder.write(s)
+    session.host_samples = 0  # nothing new for close() to take
     recorder.close()
     return path
