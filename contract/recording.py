@@ -17,9 +17,9 @@ short). docs/benchmarks.md has the sizes and costs that chose this over whole sn
 Version 2 adds three things. Fields that rarely change (the description, which holds the workload's
 arguments, and the target) are written once and then named in ``"_same": [...]`` (and written empty)
 while they stay equal. Every :data:`KEYFRAME` lines a line is written whole (no ``_keep``, no
-``_same``): a reader that indexes the file's keyframes seeks by decoding at most that many lines. And snapshot times come from a
-monotonic clock (the header's ``t`` is the wall time of the start, each line's ``t`` that plus the
-monotonic seconds since), so a wall clock stepped back during a run loses nothing.
+``_same``): a reader that indexes the file's keyframes seeks by decoding at most that many lines.
+And snapshot times come from a monotonic clock (the header's ``t`` is the wall time of the start, each
+line's ``t`` that plus the monotonic seconds since), so a wall clock stepped back loses nothing.
 
 A recording is untrusted input (it travels between machines): the reader bounds what a line may cost
 before decoding it (:data:`MAX_LINE_BYTES`, :data:`MAX_DIGITS`, the nesting depth, :data:`MAX_SPAN` for
