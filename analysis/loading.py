@@ -33,6 +33,10 @@ _NOT_SPACE = re.compile(rb"\S")
 #: The most a trace file may hold once gunzipped (Kineto traces of a few steps are tens of MB; a long
 #: one a few GB).
 MAX_TRACE_BYTES = 4 << 30
+#: Past its first GZIP_FREE bytes, a gzip trace may inflate at most this many times its compressed size
+#: (JSON traces inflate about 10 to 20 times; a bomb of blank space about 1000).
+MAX_GZIP_RATIO = 100
+GZIP_FREE = 64 << 20
 #: The most GPU streams one rank's trace may have (a rank drives one device, which has a few dozen).
 MAX_STREAMS = 256
 #: The longest span a trace's events may cover: a day, in µs (profiler traces cover seconds to minutes).
@@ -170,21 +174,29 @@ def _read(path: str) -> bytes:
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:
-    """gzip ``data`` decompressed (members one after another), at most ``limit`` bytes.
+    """gzip ``data`` decompressed (members one after another), at most ``limit`` bytes, and past
+    :data:`GZIP_FREE` at most :data:`MAX_GZIP_RATIO` times the compressed size.
 
     Raises:
-        ValueError: it inflates past ``limit`` (a gzip bomb, or a trace too large to analyse).
+        ValueError: it inflates past a bound (a gzip bomb, or a trace too large to analyse).
         EOFError: it ends before the compressed data does.
         zlib.error: it is not gzip.
     """
     out = bytearray()
+    size = len(data)
+    bound = min(limit, max(GZIP_FREE, MAX_GZIP_RATIO * size))
     while data:
         d = zlib.decompressobj(wbits=31)
-        out += d.decompress(data, limit + 1 - len(out))
-        if len(out) > limit:
-            raise ValueError(
-                f"inflates to more than {limit >> 20} MiB: a gzip bomb, or a trace too large to analyse"
-            )
+        while True:
+            out += d.decompress(data, 1 << 24)
+            data = d.unconsumed_tail
+            if len(out) > bound:
+                raise ValueError(
+                    f"inflates to more than {bound >> 20} MiB from {size >> 10} KiB: a gzip bomb, or a trace "
+                    "too large to analyse"
+                )
+            if d.eof or not data:
+                break
         if not d.eof:
             raise EOFError
         data = d.unused_data.lstrip(b"\0")
