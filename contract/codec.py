@@ -51,8 +51,13 @@ def _hints(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
     return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
 
 
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
 def to_plain(obj: Any) -> Any:
     """A dataclass (or tuple, enum...) as JSON-able builtins: objects, lists, strings, numbers."""
+    if type(obj) in _PLAIN:  # the most common case first: the values of histories
+        return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, Enum):

@@ -165,9 +165,12 @@ def delta(prev: Sequence[Any], cur: Sequence[Any]) -> tuple[int, tuple[Any, ...]
     """``(keep, new)`` with ``cur == prev[len(prev) - keep:] + new``: the fewest new values (up to
     :data:`MAX_NEW`) that rebuild ``cur`` from ``prev``; ``(0, cur)`` when none do."""
     n, p = len(cur), len(prev)
+    if not p:
+        return 0, tuple(cur)
+    last = prev[-1]
     for m in range(0, min(n, MAX_NEW) + 1):
         keep = n - m
-        if keep == 0 or keep > p:
+        if keep == 0 or keep > p or cur[keep - 1] != last:  # the cheap test first: the slices are long
             continue
         if prev[p - keep :] == cur[:keep]:
             return keep, tuple(cur[keep:])
