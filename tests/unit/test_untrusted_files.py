@@ -44,16 +44,18 @@ def with_line(path, index, text):
     "line, why",
     [
         ('{"t": 1000.3, "x": ' + "[" * 200_000 + "]" * 200_000 + "}", "nested too deeply"),
-        ('{"t": ' + "7" * 4000 + "}", "an integer of 4000 digits"),
-        ('{"t": ' + "7" * 5000 + "}", "an integer of 5000 digits"),
-        ('{"t": 1e999}', "a number too large for a float"),
+        ('{"t": ' + "7" * 4000 + "}", "a number of 4000 digits or more"),
+        ('{"t": ' + "7" * 5000 + "}", "a number of 5000 digits or more"),
+        ('{"t": 1e999}', "time inf is not within a year"),
         ('{"t": 1e308}', "is not within a year of the first line's"),
         ('{"t": -1e308}', "is not within a year of the first line's"),
         ('{"t": 1000.3, "x": NaN}', "NaN is not a number"),
     ],
 )
 def test_a_line_over_a_bound_ends_the_recording_there_with_one_line_saying_why(snaps, tmp_path, line, why):
-    path = with_line(write_recording(tmp_path / "run.jsonl", snaps[:6]), 4, line)
+    path = with_line(
+        write_recording(tmp_path / "run.jsonl", snaps[:6]), 4, line.replace("1000.3", repr(snaps[3].t))
+    )
     rec = read_recording(str(path))
     assert list(rec.snapshots()) == snaps[:3]  # what comes before it is played
     assert (
@@ -65,6 +67,19 @@ def test_a_line_over_a_bound_ends_the_recording_there_with_one_line_saying_why(s
     session = RecordingReplay(rec, clock=False)
     session.seek(1.0)
     assert session.finished and session.index == 2  # a headless replay ends
+
+
+def test_a_float_past_its_range_in_a_snapshot_ends_the_replay_there(snaps, tmp_path):
+    path = write_recording(tmp_path / "run.jsonl", snaps[:6])
+    line = json.loads(path.read_text().split("\n")[5])
+    text = json.dumps(line).replace('"cores": [', '"cores": [1e999, ', 1)
+    with_line(path, 5, text)
+    reader = RecordingReader(str(path))
+    assert len(list(reader.snapshots())) == 4 and "line 6.cores[0]: not a finite number" in reader.note
+    session = RecordingReplay(read_recording(str(path)), clock=False)
+    session.seek(1.0)
+    assert session.finished and session.index == 3
+    assert any("not a finite number" in line.text for line in session.snapshot().log)
 
 
 def test_a_line_past_its_length_bound_or_a_gzip_bomb_is_one_line(snaps, tmp_path, monkeypatch):
