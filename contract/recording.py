@@ -421,7 +421,7 @@ class Recorder:
                 try:
                     self._write_header(None)
                 except (OSError, ValueError) as exc:
-                    self._fail(exc)
+                    self._fail(exc, started=False)
         if self.error is None:
             self._thread = threading.Thread(target=self._loop, name="tpt-recorder", daemon=True)
             self._thread.start()
@@ -453,9 +453,12 @@ class Recorder:
             with contextlib.suppress(Exception):  # the screen's log is a courtesy: recording goes on
                 self._say(text)
 
-    def _fail(self, exc: BaseException) -> None:
+    def _fail(self, exc: BaseException, started: bool = True) -> None:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        self.error = f"recording {self.path} stopped: {why}" if self.path else f"recording stopped: {why}"
+        if not started:
+            self.error = f"cannot write {self.path or 'the recording'}: {why}"
+        else:
+            self.error = f"recording {self.path} stopped: {why}" if self.path else f"recording stopped: {why}"
         self._tell(self.error)
 
     def _take(self) -> None:

@@ -153,3 +153,23 @@ def write_recording(path, snaps, command=("--headless",), interval=0.1):
     session.host_samples = 0  # nothing new for close() to take
     recorder.close()
     return path
+
+
+def long_recording(path, n, interval=0.02, cycle=600):
+    """A recording of ``n`` snapshots made fast: ``cycle`` snapshots of a real store written by the real
+    recorder, then their lines again and again with later times. ``cycle`` is a multiple of the keyframe
+    period, so each repeat begins with a line written whole and decodes on its own."""
+    import re
+
+    from torchpar_top.contract.recording import KEYFRAME
+
+    assert cycle % KEYFRAME == 0
+    write_recording(path, list(stream_snapshots(cycle, interval=interval)), interval=interval)
+    header, *body = path.read_bytes().split(b"\n")[:-1]
+    t_prefix = re.compile(rb'^\{"t":[^,]*,')
+    with open(path, "wb") as f:
+        f.write(header + b"\n")
+        for i in range(n):
+            line = body[i % cycle]
+            f.write(t_prefix.sub(b'{"t":%r,' % (1000.0 + i * interval), line, count=1) + b"\n")
+    return path
