@@ -44,8 +44,8 @@ def with_line(path, index, text):
     "line, why",
     [
         ('{"t": 1000.3, "x": ' + "[" * 200_000 + "]" * 200_000 + "}", "nested too deeply"),
-        ('{"t": ' + "7" * 4000 + "}", "a number of 4000 digits or more"),
-        ('{"t": ' + "7" * 5000 + "}", "a number of 5000 digits or more"),
+        ('{"t": ' + "7" * 4000 + "}", "an integer of 4000 digits"),
+        ('{"t": ' + "7" * 5000 + "}", "an integer of 5000 digits"),
         ('{"t": 1e999}', "time inf is not within a year"),
         ('{"t": 1e308}', "is not within a year of the first line's"),
         ('{"t": -1e308}', "is not within a year of the first line's"),
