@@ -11,8 +11,9 @@ child sample per interval, 8 cores, a mode switch every 500 samples, log lines n
 long at ``--interval`` (the issue's case: 0.02 s), one rank and one stream; and ``--ranks-minutes`` long at
 0.1 s with 8 ranks x 5 streams (40 executors).
 
-Each command runs in a child process (``python -m torchpar_top ...``), timed by wall clock, its peak memory
-the child's ``ru_maxrss`` (``os.wait4``). The seek: the recording indexed (``read_recording``), then 20
+Each command runs in a child process (``python -m torchpar_top ...``), timed by wall clock and by its CPU
+time (user + system: what a loaded machine does not inflate), its peak memory the child's ``ru_maxrss``
+(``os.wait4``). The seek: the recording indexed (``read_recording``), then 20
 seeks of +5 % in a ``RecordingReplay`` (what ``->`` does on the screen), each timed; the worst is printed.
 """
 
@@ -50,8 +51,8 @@ def write(path: str, minutes: float, interval: float, ranks: int, streams: int) 
     return n
 
 
-def child(args: list[str]) -> tuple[float, float, int]:
-    """``(seconds, peak MiB, status)`` of ``python -m torchpar_top ARGS``."""
+def child(args: list[str]) -> tuple[float, float, float]:
+    """``(wall seconds, peak MiB, CPU seconds)`` of ``python -m torchpar_top ARGS``."""
     t = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "torchpar_top", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -62,7 +63,7 @@ def child(args: list[str]) -> tuple[float, float, int]:
     err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode != 0:
         raise SystemExit(f"torchpar-top {' '.join(args)}: status {proc.returncode}: {err}")
-    return seconds, usage.ru_maxrss / 1024, proc.returncode
+    return seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def seek(path: str) -> dict[str, float]:
@@ -101,8 +102,9 @@ def measure(tmp: str, label: str, minutes: float, interval: float, ranks: int, s
         ("perfetto", ["export", path, "--perfetto", os.path.join(tmp, "out.json")]),
         ("csv", ["export", path, "--csv", os.path.join(tmp, "out.csv")]),
     ):
-        seconds, mib, _ = child(args)
+        seconds, mib, cpu = child(args)
         row[f"{name}_s"] = round(seconds, 2)
+        row[f"{name}_cpu_s"] = round(cpu, 2)
         row[f"{name}_mib"] = round(mib, 1)
     row.update(seek(path))
     os.remove(path)
@@ -127,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "rows": rows}, indent=1))
         return 0
-    cols = ["case", "snapshots", "file_mib", "summary_s", "summary_mib", "perfetto_s", "perfetto_mib"]
-    cols += ["csv_s", "csv_mib", "index_s", "worst_seek_ms"]
+    cols = ["case", "snapshots", "file_mib"]
+    cols += [f"{c}_{k}" for c in ("summary", "perfetto", "csv") for k in ("s", "cpu_s", "mib")]
+    cols += ["index_s", "worst_seek_ms"]
     print(" | ".join(cols))
     for row in rows:
         print(" | ".join(str(row[c]) for c in cols))
