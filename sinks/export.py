@@ -193,6 +193,10 @@ def _us(seconds: float) -> int:
     return int(round(seconds * 1e6))
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""One encoder for every event (``json.dumps`` with options builds one per call)."""
+
+
 class TraceEvents:
     """Trace-event JSON being written as it is made (one event at a time to ``out``, comma-separated):
     names, counters, slices, instants."""
@@ -206,9 +210,7 @@ class TraceEvents:
         self._threads: dict[tuple[int, str], int] = {}
 
     def _emit(self, event: dict[str, Any]) -> None:
-        self._out.write(
-            ("," if self.count else "") + json.dumps(event, separators=(",", ":"), allow_nan=False)
-        )
+        self._out.write(("," if self.count else "") + _JSON.encode(event))
         self.count += 1
 
     def process(self, pid: int, name: str, sort: int) -> None:
