@@ -14,7 +14,13 @@ long at ``--interval`` (the issue's case: 0.02 s), one rank and one stream; and 
 Each command runs in a child process (``python -m torchpar_top ...``), timed by wall clock and by its CPU
 time (user + system: what a loaded machine does not inflate), its peak memory the child's ``ru_maxrss``
 (``os.wait4``). The seek: the recording indexed (``read_recording``), then 20
-seeks of +5 % in a ``RecordingReplay`` (what ``->`` does on the screen), each timed; the worst is printed.
+seeks of +5 % in a ``RecordingReplay`` (what ``->`` does on the screen), each timed (wall and CPU); the
+worst and the mean are printed.
+
+Before/after: run the script with ``PYTHONPATH`` set to a folder holding an older ``torchpar_top`` laid
+out as installed (``git archive REV`` into ``src/``, then ``pkg/torchpar_top`` = a copy of ``src/cli`` with
+a link to each other top-level folder of ``src/``): the recordings are then written by that code's
+``Recorder`` and every command and seek runs that code.
 """
 
 from __future__ import annotations
@@ -36,15 +42,22 @@ def write(path: str, minutes: float, interval: float, ranks: int, streams: int) 
     """A recording of ``minutes`` at ``interval``; returns its snapshots."""
     from fakes.recordings import FakeSession, recorder_for, stream_snapshots
 
-    n = int(round(minutes * 60 / interval))
+    n = round(minutes * 60 / interval)
     session = FakeSession([])
     session.interval = interval
     current = {"t": 0.0}
-    recorder = recorder_for(session, open(path, "w", encoding="utf-8"), ["run", "train.py"])
-    recorder._monotonic = lambda: current["t"]  # the snapshot's own time: a run of `minutes`, not of now
+    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 (the recorder closes it)
+    try:
+        recorder = recorder_for(session, out, ["run", "train.py"])
+        recorder._monotonic = lambda: current["t"]  # the snapshot's own time: `minutes` long, not now
+    except TypeError:  # older code (PYTHONPATH): its Recorder writes the snapshots' own times
+        from torchpar_top.contract.recording import Recorder
+
+        recorder = Recorder(session, out, ["run", "train.py"])
     for snap in stream_snapshots(n, ranks=ranks, streams=streams, interval=interval):
         current["t"] = snap.t
         recorder.write(snap)
+    session.host_samples = 0  # nothing new for close() to take
     recorder.close()
     if recorder.error:
         raise SystemExit(recorder.error)
@@ -70,17 +83,25 @@ def seek(path: str) -> dict[str, float]:
     from torchpar_top.contract.recording import read_recording
     from torchpar_top.sources.recording import RecordingReplay
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     rec = read_recording(path)
-    index_s = time.perf_counter() - t
+    index_s, index_cpu_s = time.perf_counter() - t, time.process_time() - c
     replay = RecordingReplay(rec, clock=False)
-    worst = 0.0
+    worst = worst_cpu = total_cpu = 0.0
     for _ in range(20):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         replay.seek(0.05)
         replay.snapshot()
         worst = max(worst, time.perf_counter() - t)
-    return {"index_s": round(index_s, 3), "worst_seek_ms": round(worst * 1e3, 1)}
+        worst_cpu = max(worst_cpu, time.process_time() - c)
+        total_cpu += time.process_time() - c
+    return {
+        "index_s": round(index_s, 3),
+        "index_cpu_s": round(index_cpu_s, 3),
+        "worst_seek_ms": round(worst * 1e3, 1),
+        "worst_seek_cpu_ms": round(worst_cpu * 1e3, 1),
+        "mean_seek_cpu_ms": round(total_cpu / 20 * 1e3, 1),
+    }
 
 
 def measure(tmp: str, label: str, minutes: float, interval: float, ranks: int, streams: int) -> dict:
