@@ -1,5 +1,5 @@
-"""Long recordings in bounded memory and time: ``replay --summary``, ``export --perfetto`` and ``export --csv``
-against the recording's length, and a seek in the replay.
+"""Long recordings in bounded memory and time: ``replay --summary``, ``export --perfetto`` and
+``export --csv`` against the recording's length, and a seek in the replay.
 
     python benchmarks/bench_long_recordings.py [--minutes 1 5 10 30] [--interval 0.02]
         [--ranks-minutes 1 5] [--json]
