@@ -189,7 +189,7 @@ def export(argv: list[str]) -> int:
     outputs: list[Any] = []
     for path in (args.perfetto, args.csv):
         try:
-            outputs.append(open_output(path) if path else None)
+            outputs.append(open_output(path, say=_note) if path else None)
         except RecordingError as exc:  # a bad path leaves no file behind
             for f, made in zip(outputs, (args.perfetto, args.csv)):
                 if f is not None:
