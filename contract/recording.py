@@ -204,14 +204,22 @@ def _with_histories(snap: Snapshot, values: dict[str, tuple[Any, ...]]) -> Snaps
     top = {name: values[name] for name in SNAPSHOT_HISTORIES}
     cores = tuple(values[f"core_history.{i}"] for i in range(len(snap.core_history)))
     executors = tuple(
-        dataclasses.replace(e, **{n: values[f"executors.{i}.{n}"] for n in EXECUTOR_HISTORIES})
+        _replaced(e, {n: values[f"executors.{i}.{n}"] for n in EXECUTOR_HISTORIES})
         for i, e in enumerate(snap.executors)
     )
     gpus = tuple(
-        dataclasses.replace(g, **{n: values[f"gpus.{i}.{n}"] for n in GPU_HISTORIES})
-        for i, g in enumerate(snap.gpus)
+        _replaced(g, {n: values[f"gpus.{i}.{n}"] for n in GPU_HISTORIES}) for i, g in enumerate(snap.gpus)
     )
-    return dataclasses.replace(snap, core_history=cores, executors=executors, gpus=gpus, **top)
+    return _replaced(snap, {"core_history": cores, "executors": executors, "gpus": gpus, **top})
+
+
+def _replaced(obj: Any, changes: dict[str, Any]) -> Any:
+    """A copy of the frozen dataclass ``obj`` with ``changes`` (histories of the same type, already checked):
+    ``dataclasses.replace`` without running ``__init__`` again, a third of a line's decoding."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 class Encoder:
