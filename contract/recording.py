@@ -742,6 +742,12 @@ class FileLines(Sequence[bytes]):
             f.seek(self._offsets[i])
             return f.read(self._lengths[i])
 
+    def __iter__(self) -> Iterator[bytes]:
+        with _open_for_reading(self.path) as f:
+            for offset, length in zip(self._offsets, self._lengths, strict=True):
+                f.seek(offset)
+                yield f.read(length)
+
     def stored_bytes(self) -> int:
         """What the index takes."""
         return self._offsets.itemsize * len(self._offsets) + self._lengths.itemsize * len(self._lengths)
