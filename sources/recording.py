@@ -149,7 +149,7 @@ class RecordingReplay(Playback):
                     raise
                 self._cut(i, str(exc))
                 return (snap, i - 1) if snap is not None else self._snapshot_at(i - 1)
-            if i % CHECKPOINT == 0:
+            if i % CHECKPOINT == 0 and len(self.recording.keyframes) <= 1:  # keyframes make them needless
                 self._checkpoints[i] = snap
         assert snap is not None
         return snap, index
