@@ -128,7 +128,12 @@ def test_record_into_a_fifo_without_a_reader_says_it_waits_then_records(tmp_path
         raise
     assert f"waiting for a reader of FIFO {fifo}" in first[0]
     data = []
-    reader = threading.Thread(target=lambda: data.append(open(fifo, "rb").read()))
+
+    def read_all():
+        with open(fifo, "rb") as f:
+            data.append(f.read())
+
+    reader = threading.Thread(target=read_all)
     reader.start()
     proc.wait(timeout=120)
     err = proc.stderr.read()
@@ -143,7 +148,8 @@ def test_a_recording_deleted_during_the_run_is_said(tmp_path):
     path = tmp_path / "run.jsonl"
     said = []
     session = FakeSession(store_snapshots(5))
-    recorder = Recorder(session, open(path, "w", encoding="utf-8"), [], say=said.append)
+    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 (the recorder closes it)
+    recorder = Recorder(session, out, [], say=said.append)
     recorder.CHECK_EVERY = 0.05
     recorder.start()
     session.host_samples = 1

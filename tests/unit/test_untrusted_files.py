@@ -9,7 +9,7 @@ import json
 import zlib
 
 import pytest
-from fakes.recordings import FakeSession, recorder_for, store_snapshots, write_recording
+from fakes.recordings import FakeSession, store_snapshots, write_recording
 from torchpar_top.analysis import TraceError, load_trace
 from torchpar_top.contract import recording as rec_mod
 from torchpar_top.contract.recording import (
@@ -225,9 +225,8 @@ def test_a_wall_clock_stepped_back_during_a_run_loses_no_snapshot(snaps, tmp_pat
         dataclasses.replace(s, t=1000.0 + 0.1 * i - (5.0 if i >= 10 else 0.0))
         for i, s in enumerate(snaps[:20])
     ]
-    recorder = Recorder(
-        session, open(path, "w", encoding="utf-8"), [], clock=lambda: 1000.0, monotonic=lambda: next(mono)
-    )
+    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 (the recorder closes it)
+    recorder = Recorder(session, out, [], clock=lambda: 1000.0, monotonic=lambda: next(mono))
     for s in stepped:
         recorder.write(s)
     recorder.close()
