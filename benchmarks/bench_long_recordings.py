@@ -4,7 +4,7 @@
     python benchmarks/bench_long_recordings.py [--minutes 1 5 10 30] [--interval 0.02]
         [--ranks-minutes 1 5] [--json]
 
-Each recording is written by the real :class:`~torchpar_top.contract.recording.Recorder` (the real encoder,
+Each recording is written by the real :class:`~torchpar_top.sinks.recording.Recorder` (the real encoder,
 deltas, keyframes) from snapshots of a real ``SessionStore`` fed as a run feeds it (a host sample and a
 child sample per interval, 8 cores, a mode switch every 500 samples, log lines now and then:
 ``tests/fakes/recordings.py: stream_snapshots``), made one at a time, so the writer holds none: ``--minutes``
@@ -50,8 +50,8 @@ def write(path: str, minutes: float, interval: float, ranks: int, streams: int) 
     try:
         recorder = recorder_for(session, out, ["run", "train.py"])
         recorder._monotonic = lambda: current["t"]  # the snapshot's own time: `minutes` long, not now
-    except TypeError:  # older code (PYTHONPATH): its Recorder writes the snapshots' own times
-        from torchpar_top.contract.recording import Recorder
+    except TypeError:  # older code (PYTHONPATH): its Recorder, in contract/, writes the snapshots' own times
+        from torchpar_top.contract.recording import Recorder  # type: ignore[attr-defined]
 
         recorder = Recorder(session, out, ["run", "train.py"])
     for snap in stream_snapshots(n, ranks=ranks, streams=streams, interval=interval):

@@ -42,7 +42,7 @@ def open_record(path: str | None) -> Any:
 
 
 def start_recorder(out: Any, session: Any, command: Sequence[str]) -> Any:
-    """A :class:`~torchpar_top.contract.recording.Recorder` of ``session`` into ``out`` (None: none): its
+    """A :class:`~torchpar_top.sinks.recording.Recorder` of ``session`` into ``out`` (None: none): its
     header is written now (a destination that takes no bytes, ``/dev/full``, ends the command with status
     2 before the run), and what goes wrong later (a full disk, the file deleted) is said in the session's
     log, on the screen.
@@ -50,7 +50,7 @@ def start_recorder(out: Any, session: Any, command: Sequence[str]) -> Any:
     Close it after the session: it writes the last snapshot and closes the file."""
     if out is None:
         return None
-    from torchpar_top.contract.recording import Recorder
+    from torchpar_top.sinks.recording import Recorder
     from torchpar_top.contract.vocab import LogSource
 
     store = getattr(session, "store", None)

@@ -3,10 +3,10 @@
 import json
 
 from torchpar_top.contract import messages as m
-from torchpar_top.contract.recording import Recorder
 from torchpar_top.contract.snapshot import ChildStatus, HostSample
 from torchpar_top.contract.vocab import ChildState, LogSource
 from torchpar_top.model.store import HISTORY, SessionStore
+from torchpar_top.sinks.recording import Recorder
 
 
 def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5, streams=1):

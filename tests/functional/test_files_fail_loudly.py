@@ -13,7 +13,8 @@ import time
 
 import pytest
 from fakes.recordings import FakeSession, long_recording, store_snapshots, write_recording
-from torchpar_top.contract.recording import Recorder, read_recording
+from torchpar_top.contract.recording import read_recording
+from torchpar_top.sinks.recording import Recorder
 from waiting import wait_for
 
 pytestmark = pytest.mark.slow

@@ -15,12 +15,12 @@ from torchpar_top.contract import recording as rec_mod
 from torchpar_top.contract.recording import (
     KEYFRAME,
     Encoder,
-    Recorder,
     RecordingError,
     RecordingReader,
     read_recording,
     sniff,
 )
+from torchpar_top.sinks.recording import Recorder
 from torchpar_top.sources.recording import RecordingReplay
 
 
