@@ -110,14 +110,20 @@ def events_from_chrome(trace: dict[str, Any] | list[Any]) -> Iterator[Event]:
             continue
         ts = e.get("ts")
         if type(ts) is int:  # the common cases first: this loop runs once per event
-            ts = float(ts)
+            try:
+                ts = float(ts)
+            except OverflowError:  # an integer past a float's range: no time
+                continue
         elif type(ts) is not float or not isfinite(ts):
             ts = _number(ts)
             if ts is None:
                 continue
         dur = e.get("dur")
         if type(dur) is int:
-            dur = float(dur)
+            try:
+                dur = float(dur)
+            except OverflowError:
+                dur = 0.0
         elif type(dur) is not float or not isfinite(dur):
             dur = _number(dur) or 0.0
         args = e.get("args")

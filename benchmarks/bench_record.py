@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from torchpar_top.contract.codec import dumps
-    from torchpar_top.contract.recording import Decoder, Encoder, Recorder, read_recording
+    from torchpar_top.contract.recording import Decoder, Encoder, read_recording
+    from torchpar_top.sinks.recording import Recorder
     from torchpar_top.sources.live.session import Session
 
     tmp = tempfile.mkdtemp(prefix="tpt-bench-record-")

@@ -68,7 +68,7 @@ def _live(args: argparse.Namespace, argv: list[str]) -> int:
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
         keep.stop_recorder(recorder)
         outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only
-        return signals.status(status)
+        return signals.status(outputs.status(status))
 
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc
 
@@ -80,7 +80,7 @@ def _live(args: argparse.Namespace, argv: list[str]) -> int:
     session.close()
     keep.stop_recorder(recorder)
     outputs.finish(sys.stdout, quit_by="quit", received=signals.received)  # after the alternate screen
-    return signals.status(0)
+    return signals.status(outputs.status(0))
 
 
 def _outputs(session: Any, args: argparse.Namespace) -> Any:
@@ -212,7 +212,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
         signals = QuitSignals(stop.set)
         status = headless.run(session, args.duration or math.inf, sys.stdout, stop=stop)
         outputs.finish(sys.stderr, received=signals.received, duration=args.duration)
-        return signals.status(status)
+        return signals.status(outputs.status(status))
 
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc
 
@@ -222,7 +222,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
     app.run()
     session.close()
     outputs.finish(sys.stdout, quit_by="quit", received=signals.received)
-    return signals.status(0)
+    return signals.status(outputs.status(0))
 
 
 def _gpu_probe() -> Any:

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import signal
+import stat
 import sys
 from typing import Any, TextIO
 
@@ -48,6 +49,8 @@ class Outputs:
                 fail(str(exc))
         self._started = False
         self._finished = False
+        self.failed = False
+        """``--report`` could not be written (the status is then non-zero)."""
 
     def start(self) -> None:
         """Start feeding the tally (call once the session has started)."""
@@ -84,11 +87,16 @@ class Outputs:
                 verdict.write(report, self.report_path)
             except OSError as exc:
                 problem = f"torchpar-top: error: --report {self.report_path}: {exc.strerror or exc}\n"
+                self.failed = True
         try:
             out.write(verdict.render(report, None if problem else self.report_path) + problem)
             out.flush()
         except (BrokenPipeError, ValueError, OSError):
             pass  # nobody reads the terminal any more: the file still has it
+
+    def status(self, otherwise: int) -> int:
+        """``otherwise``, or 1 when it is 0 but ``--report`` could not be written."""
+        return 1 if self.failed and otherwise == 0 else otherwise
 
     def close(self) -> None:
         """Stop everything this started without a report (an error path)."""
@@ -122,13 +130,33 @@ def print_summary(summary: Any, note: str | None) -> None:
     sys.stdout.write("\n")
 
 
+#: The least free space ``--report``'s file system must have at the start (a report is a few kB).
+MIN_FREE = 1 << 20
+
+
 def _check_writable(path: str) -> None:
-    """``--report``'s folder must exist: say so now, not after the run."""
+    """``--report`` must be writable: its folder there and writable, a file there writable, space on the
+    disk, a device that takes bytes (``/dev/full`` does not): say so now, not after the run."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         fail(f"--report {path}: is a folder")
     if not os.path.isdir(folder):
         fail(f"--report {path}: no such folder {folder}")
+    exists = os.path.exists(path)
+    if not os.access(path if exists else folder, os.W_OK):
+        fail(
+            f"--report {path}: {os.strerror(13)} ({'the file' if exists else 'its folder'} is not writable)"
+        )
+    try:
+        if exists and not stat.S_ISREG(os.stat(path).st_mode):
+            with open(path, "w") as probe:  # a device: does it take a byte?
+                probe.write("\n")
+        else:
+            vfs = os.statvfs(folder)
+            if vfs.f_bavail * vfs.f_frsize < MIN_FREE:
+                raise OSError(28, os.strerror(28))
+    except OSError as exc:
+        fail(f"--report {path}: {exc.strerror or exc}")
 
 
 def compare(args: argparse.Namespace) -> int:

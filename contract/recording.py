@@ -1,5 +1,6 @@
-"""Recordings: ``--record FILE`` keeps every snapshot of a run as JSON lines; :func:`read_recording` reads
-them.
+"""Recordings: ``--record FILE`` keeps every snapshot of a run as JSON lines; :func:`read_recording` and
+:class:`RecordingReader` read them. The writer, a thread, is :class:`torchpar_top.sinks.recording.Recorder`;
+the format, its encoder and its reader are here.
 
 A recording is a header line (:class:`Header`: the format and its version, the protocol version, the
 command line, the machine, the start time), then one line per snapshot, written and flushed as each is
@@ -13,6 +14,18 @@ come first (``"executors.0.history": 599``: the previous line's last 599, then t
 The encoding is exact: :class:`Decoder` rebuilds every snapshot equal to the one recorded (tested), and a
 line alone still decodes to a typed :class:`~torchpar_top.contract.snapshot.Snapshot` (its histories
 short). docs/benchmarks.md has the sizes and costs that chose this over whole snapshots.
+
+Version 2 adds three things. Fields that rarely change (the description, which holds the workload's
+arguments, and the target) are written once and then named in ``"_same": [...]`` (and written empty)
+while they stay equal. Every :data:`KEYFRAME` lines a line is written whole (no ``_keep``, no
+``_same``): a reader that indexes the file's keyframes seeks by decoding at most that many lines.
+And snapshot times come from a monotonic clock (the header's ``t`` is the wall time of the start, each
+line's ``t`` that plus the monotonic seconds since), so a wall clock stepped back loses nothing.
+
+A recording is untrusted input (it travels between machines): the reader bounds what a line may cost
+before decoding it (:data:`MAX_LINE_BYTES`, :data:`MAX_DIGITS`, the nesting depth, :data:`MAX_SPAN` for
+times, :data:`MAX_GZIP_RATIO` for what a gzip file inflates to); a line that breaks a bound, or is not a
+snapshot, ends the recording there, said in :attr:`RecordingReader.note`.
 """
 
 from __future__ import annotations
@@ -20,25 +33,26 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import math
 import os
 import platform
 import socket
-import threading
-import time
+import stat
 import zlib
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, timezone
 from importlib import metadata
 from typing import IO, Any
 
 from torchpar_top.contract.codec import ProtocolError, bounded, dataclass, from_plain, to_plain
-from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
 from torchpar_top.contract.snapshot import Snapshot
 
 #: The header's ``format``: what tells a recording from a profiler trace.
 FORMAT = "torchpar-top-recording"
-#: The version of the line format this code writes and reads.
-FORMAT_VERSION = 1
+#: The version of the line format this code writes.
+FORMAT_VERSION = 2
+#: The versions it reads (version 1 has no ``_same`` and no keyframes: a subset).
+READS_VERSIONS = (1, 2)
 
 #: Snapshot fields that are rolling histories (oldest first), written as deltas.
 SNAPSHOT_HISTORIES = (
@@ -46,6 +60,7 @@ SNAPSHOT_HISTORIES = (
     "frontend_wait",
     "frontend_core_wait",
     "overlap",
+    "overlap_high",
     "timing",
     "overlap_in_progress",
     "throughput_history",
@@ -56,6 +71,25 @@ EXECUTOR_HISTORIES = ("history", "busy", "running", "core_wait")
 GPU_HISTORIES = ("util_history",)
 #: How many new values per history :func:`delta` looks for before writing the history whole.
 MAX_NEW = 64
+#: Top-level snapshot fields written once and then named in ``_same`` while unchanged.
+SAME_FIELDS = ("description", "target")
+#: Every this many lines one is written whole (a keyframe: a seek decodes at most this many lines).
+KEYFRAME = 200
+
+#: Bounds on what a recording's reader accepts (untrusted input): the longest line...
+MAX_LINE_BYTES = 16 << 20
+#: ...the most digits of an integer (a 64-bit one has 19; a float's range ends at 309)...
+MAX_DIGITS = 40
+#: ...the longest a recording may span, in seconds (a year), and the latest time it may have (year 5138)...
+MAX_SPAN = 366 * 86400.0
+MAX_TIME = 1e11
+#: ...and how much more than its compressed size a gzip file may inflate to past the first
+#: :data:`GZIP_FREE` bytes (recordings inflate about 5 to 10 times; a bomb of whitespace about 1000).
+MAX_GZIP_RATIO = 100
+GZIP_FREE = 64 << 20
+#: The most items ``Header.command`` holds (a run's arguments, however many: above the codec's
+#: MAX_ITEMS, which bounds the snapshot's lists).
+MAX_COMMAND = 1 << 20
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -126,9 +160,12 @@ def delta(prev: Sequence[Any], cur: Sequence[Any]) -> tuple[int, tuple[Any, ...]
     """``(keep, new)`` with ``cur == prev[len(prev) - keep:] + new``: the fewest new values (up to
     :data:`MAX_NEW`) that rebuild ``cur`` from ``prev``; ``(0, cur)`` when none do."""
     n, p = len(cur), len(prev)
+    if not p:
+        return 0, tuple(cur)
+    last = prev[-1]
     for m in range(0, min(n, MAX_NEW) + 1):
         keep = n - m
-        if keep == 0 or keep > p:
+        if keep == 0 or keep > p or cur[keep - 1] != last:  # the cheap test first: the slices are long
             continue
         if prev[p - keep :] == cur[:keep]:
             return keep, tuple(cur[keep:])
@@ -165,12 +202,11 @@ def _with_histories(snap: Snapshot, values: dict[str, Any]) -> Snapshot:
     top = {name: values[name] for name in SNAPSHOT_HISTORIES}
     cores = tuple(values[f"core_history.{i}"] for i in range(len(snap.core_history)))
     executors = tuple(
-        dataclasses.replace(e, **{n: values[f"executors.{i}.{n}"] for n in EXECUTOR_HISTORIES})
+        _replaced(e, {n: values[f"executors.{i}.{n}"] for n in EXECUTOR_HISTORIES})
         for i, e in enumerate(snap.executors)
     )
     gpus = tuple(
-        dataclasses.replace(g, **{n: values[f"gpus.{i}.{n}"] for n in GPU_HISTORIES})
-        for i, g in enumerate(snap.gpus)
+        _replaced(g, {n: values[f"gpus.{i}.{n}"] for n in GPU_HISTORIES}) for i, g in enumerate(snap.gpus)
     )
     ranks = tuple(
         r
@@ -180,33 +216,58 @@ def _with_histories(snap: Snapshot, values: dict[str, Any]) -> Snapshot:
         )
         for i, r in enumerate(snap.ranks)
     )
-    return dataclasses.replace(snap, core_history=cores, executors=executors, gpus=gpus, ranks=ranks, **top)
+    return _replaced(
+        snap, {"core_history": cores, "executors": executors, "gpus": gpus, "ranks": ranks, **top}
+    )
+
+
+def _replaced(obj: Any, changes: dict[str, Any]) -> Any:
+    """A copy of the frozen dataclass ``obj`` with ``changes`` (histories of the same type, already checked):
+    ``dataclasses.replace`` without running ``__init__`` again, a third of a line's decoding."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 class Encoder:
     """Snapshots to recording lines, each history as a delta against the previous line's."""
 
-    def __init__(self) -> None:
-        self._prev: dict[str, tuple[Any, ...]] = {}
+    def __init__(self, keyframe: int = KEYFRAME) -> None:
+        """``keyframe``: every this many lines one is written whole (0: only the first)."""
+        self._prev: dict[str, Any] = {}
+        self._keyframe = keyframe
+        self._count = 0
 
     def encode(self, snap: Snapshot) -> dict[str, Any]:
         """The line for ``snap`` (a JSON-able dict); the next line is a delta against it."""
         plain, self._prev = self._encode(snap)
+        self._count += 1
         return plain
 
-    def _encode(self, snap: Snapshot) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
+    def _encode(self, snap: Snapshot) -> tuple[dict[str, Any], dict[str, Any]]:
+        keyframe = self._keyframe > 0 and self._count % self._keyframe == 0
+        prev: dict[str, Any] = {} if keyframe else self._prev
         keep: dict[str, int] = {}
         new: dict[str, tuple[Any, ...]] = {}
-        current: dict[str, tuple[Any, ...]] = {}
+        current: dict[str, Any] = {}
         for path, values in _histories(snap):
             current[path] = values
-            k, added = delta(self._prev.get(path, ()), values)
+            k, added = delta(prev.get(path, ()), values)
             if k:
                 keep[path] = k
             new[path] = added
         plain = to_plain(_with_histories(snap, new))
+        same = []
+        for name in SAME_FIELDS:
+            current[f"={name}"] = plain[name]
+            if prev.get(f"={name}") == plain[name]:
+                same.append(name)
+                plain[name] = ""  # a line alone still decodes: its description short, as its histories
         if keep:
             plain["_keep"] = keep
+        if same:
+            plain["_same"] = same
         return plain, current
 
     def line(self, snap: Snapshot) -> str:
@@ -219,6 +280,7 @@ class Encoder:
         plain, current = self._encode(snap)
         text = json.dumps(plain, separators=(",", ":"), allow_nan=False) + "\n"
         self._prev = current
+        self._count += 1
         return text
 
 
@@ -227,6 +289,7 @@ class Decoder:
 
     def __init__(self, prev: Snapshot | None = None) -> None:
         self._prev: dict[str, tuple[Any, ...]] = dict(_histories(prev)) if prev is not None else {}
+        self._same: dict[str, Any] = {n: getattr(prev, n) for n in SAME_FIELDS} if prev is not None else {}
 
     def decode(self, data: Any, where: str = "line") -> Snapshot:
         """The snapshot of one decoded JSON line.
@@ -234,6 +297,13 @@ class Decoder:
         Raises:
             ProtocolError: the line is not a snapshot, or keeps more of a history than there was.
         """
+        same = data.get("_same", []) if isinstance(data, dict) else []
+        if not isinstance(same, list) or not all(isinstance(n, str) for n in same):
+            raise ProtocolError(f"{where}: _same must list field names")
+        for name in same:
+            if name not in self._same:
+                raise ProtocolError(f"{where}: _same names {name!r}, which no line before gave")
+            data[name] = self._same[name]
         snap = from_plain(Snapshot, data, where)
         keep = data.get("_keep", {})
         if not isinstance(keep, dict) or not all(
@@ -247,19 +317,28 @@ class Decoder:
         if unknown:
             raise ProtocolError(f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}")
         self._prev = values
+        self._same = {n: getattr(snap, n) for n in SAME_FIELDS}
         return _with_histories(snap, values)
 
 
 # -- writing --------------------------------------------------------------------------------------
 
 
-def open_output(path: str) -> IO[str]:
+def open_output(path: str, say: Callable[[str], None] | None = None) -> IO[str]:
     """Open ``path`` for writing a recording (or an export); gzipped when it ends in ``.gz`` (each flush
     ends a deflate block, so a killed writer leaves every line flushed before readable).
+
+    A FIFO with no reader yet is waited for, said first through ``say`` (the open blocks until a reader
+    comes; Ctrl-C gives up).
 
     Raises:
         RecordingError: it cannot be written (one line: the path and why).
     """
+    try:
+        if stat.S_ISFIFO(os.stat(path).st_mode) and not _fifo_has_reader(path) and say is not None:
+            say(f"waiting for a reader of FIFO {path} (Ctrl-C gives up)")
+    except OSError:
+        pass  # no such file yet: opened below
     try:
         if path.endswith(".gz"):
             return gzip.open(path, "wt", encoding="utf-8")
@@ -268,162 +347,133 @@ def open_output(path: str) -> IO[str]:
         raise RecordingError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-class Recorder:
-    """Writes a session's snapshots to a file: a small thread takes ``session.snapshot()`` after each
-    host sample (as headless mode does), so the TUI and headless mode record the same thing."""
+def _fifo_has_reader(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENXIO: nobody reads it yet
+        return False
+    os.close(fd)
+    return True
 
-    def __init__(
-        self, session: Any, out: IO[str], command: Sequence[str], clock: Callable[[], float] = time.time
-    ) -> None:
-        """Nothing is written until :meth:`start` (or :meth:`write`)."""
-        self.session = session
-        self._out = out
-        self._command = tuple(command)
-        self._clock = clock
-        self._started = clock()
-        self._encoder = Encoder()
-        self._header_written = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._seen = -1
-        self.lines = 0
-        """Snapshot lines written."""
-        self.error: str | None = None
-        """Why recording stopped early (the disk filled...), or None."""
-        self.skipped = 0
-        """Snapshots left out because a number in them was not finite (not JSON)."""
-        self.skip_reason = ""
 
-    def start(self) -> None:
-        """Start the recording thread."""
-        self._thread = threading.Thread(target=self._loop, name="tpt-recorder", daemon=True)
-        self._thread.start()
+def check_writable(out: IO[str], path: str) -> None:
+    """Write and flush nothing but what is buffered, and check the destination can take bytes: a full
+    disk (or ``/dev/full``) is found before the run, not at its end.
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.session.interval / 4):
-            self._take()
+    Raises:
+        RecordingError: one line, the path and why.
+    """
+    try:
+        out.flush()
+        fd = out.fileno()
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            vfs = os.fstatvfs(fd)
+            if vfs.f_bavail * vfs.f_frsize < MIN_FREE:
+                raise OSError(28, os.strerror(28))
+    except OSError as exc:
+        raise RecordingError(f"cannot write {path}: {exc.strerror or exc}") from None
 
-    def _take(self) -> None:
-        samples = self.session.host_samples
-        if samples in (self._seen, 0):
-            return
-        self._seen = samples
-        self.write(self.session.snapshot())
 
-    def write(self, snap: Snapshot) -> None:
-        """Write ``snap`` as the next line (after the header, the first time), and flush."""
-        with self._lock:
-            if self.error is not None or self._out.closed:
-                return
-            try:
-                line = self._encoder.line(snap)
-            except ValueError as exc:  # a NaN somewhere: this snapshot is left out, the next ones are not
-                self.skipped += 1
-                self.skip_reason = str(exc)
-                return
-            try:
-                if not self._header_written:
-                    self._write_header(snap)
-                self._out.write(line)
-                self._out.flush()
-                self.lines += 1
-            except (OSError, ValueError) as exc:
-                self.error = f"recording stopped: {exc}"
-
-    def _write_header(self, snap: Snapshot | None) -> None:
-        header = Header(
-            FORMAT,
-            FORMAT_VERSION,
-            PROTOCOL_VERSION,
-            self._command,
-            datetime.fromtimestamp(self._started, timezone.utc).isoformat(timespec="seconds"),
-            self._started,
-            self.session.interval,
-            machine_info(snap),
-        )
-        self._out.write(json.dumps(to_plain(header), separators=(",", ":")) + "\n")
-        self._out.flush()
-        self._header_written = True
-
-    def close(self) -> None:
-        """Stop the thread, write the last snapshot if it is new, close the file. Idempotent."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=10)
-        if not self._out.closed:
-            try:
-                self._take()
-                with self._lock:
-                    if not self._header_written and self.error is None:
-                        self._write_header(None)
-            except (OSError, ValueError) as exc:
-                self.error = f"recording stopped: {exc}"
-            finally:
-                try:
-                    self._out.close()
-                except OSError as exc:
-                    self.error = self.error or f"recording stopped: {exc}"
+#: The least free space a file system must have for a recording or a report to be started on it.
+MIN_FREE = 1 << 20
 
 
 # -- reading --------------------------------------------------------------------------------------
 
 
-def read_bytes(path: str) -> bytes:
-    """The file's bytes, gunzipped when it is gzip (a recording or an export, ``.gz`` or not)."""
+def _open_for_reading(path: str) -> IO[bytes]:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        return open(path, "rb")
     except IsADirectoryError:
         raise RecordingError(f"{path} is a folder, not a recording") from None
     except OSError as exc:
         raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gunzip(data)
-        except zlib.error as exc:
-            raise RecordingError(f"{path}: not a readable gzip file ({exc})") from None
-    return data
 
 
-def _iter_lines(path: str, chunk: int = 1 << 20) -> Iterator[bytes]:
-    """The file's lines, each with its newline but the last (gzip decompressed as it streams, what a
-    killed writer left of it included), without holding the whole file.
+def read_bytes(path: str, limit: int) -> bytes:
+    """The whole file (decompressed when gzipped), at most ``limit`` bytes: for a file read whole (an
+    export read back).
 
     Raises:
-        RecordingError: it cannot be read, or is no gzip after gzip's first bytes.
+        RecordingError: it cannot be read, is no gzip after gzip's first bytes, or is larger than ``limit``.
     """
-    try:
-        f = open(path, "rb")  # noqa: SIM115 opened apart from the with below: its errors get their own words
-    except IsADirectoryError:
-        raise RecordingError(f"{path} is a folder, not a recording") from None
-    except OSError as exc:
-        raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with f:
-        first = f.read(chunk)
-        gz = first[:2] == _GZIP_MAGIC
-        d = zlib.decompressobj(wbits=31) if gz else None
+    out = bytearray()
+    with _open_for_reading(path) as f:
+        for piece in _inflated(f, path):
+            out += piece
+            if len(out) > limit:
+                raise RecordingError(f"{path}: larger than {limit >> 20} MiB, more than this reads whole")
+    return bytes(out)
+
+
+def _inflated(f: IO[bytes], path: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The file's bytes, gunzipped as they stream when it is gzip (members one after another, a member
+    cut off by a killed writer up to where it ends), each piece at most ``chunk`` bytes.
+
+    Raises:
+        RecordingError: not gzip after gzip's first bytes, or it inflates more than
+            :data:`MAX_GZIP_RATIO` times its size (a gzip bomb).
+    """
+    pending = f.read(chunk)
+    if pending[:2] != _GZIP_MAGIC:
+        while pending:
+            yield pending
+            pending = f.read(chunk)
+        return
+    read_in, out_total = len(pending), 0
+    d = zlib.decompressobj(wbits=31)
+    while True:
+        if not pending:
+            pending = f.read(chunk)
+            read_in += len(pending)
+            if not pending:
+                return
+        try:
+            out = d.decompress(pending, chunk)
+        except zlib.error as exc:
+            raise RecordingError(f"{path}: not a readable gzip file ({exc})") from None
+        if d.eof:  # another member may follow
+            pending = d.unused_data
+            d = zlib.decompressobj(wbits=31)
+        else:
+            pending = d.unconsumed_tail
+        out_total += len(out)
+        if out_total > GZIP_FREE and out_total > MAX_GZIP_RATIO * read_in:
+            raise RecordingError(
+                f"{path}: inflates to more than {MAX_GZIP_RATIO} times its compressed size "
+                f"({out_total >> 20} MiB from {max(1, read_in >> 20)} MiB so far): a gzip bomb, not a "
+                "recording"
+            )
+        if out:
+            yield out
+
+
+def _iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """The file's lines with their offsets in the (decompressed) stream, each with its newline but the
+    last, without holding the whole file.
+
+    Raises:
+        RecordingError: it cannot be read, is no gzip after gzip's first bytes, is a gzip bomb, or has a
+            line longer than :data:`MAX_LINE_BYTES`.
+    """
+    with _open_for_reading(path) as f:
         tail = b""
-        data = first
-        while data:
-            if d is not None:
-                try:
-                    out = d.decompress(data)
-                    while d.eof and d.unused_data:  # another gzip member follows
-                        rest, d = d.unused_data, zlib.decompressobj(wbits=31)
-                        out += d.decompress(rest)
-                except zlib.error as exc:
-                    raise RecordingError(f"{path}: not a readable gzip file ({exc})") from None
-            else:
-                out = data
+        offset = 0
+        number = 1
+        for out in _inflated(f, path):
             parts = (tail + out).split(b"\n")
             tail = parts.pop()
             for part in parts:
-                yield part + b"\n"
-            data = f.read(chunk)
+                yield offset, part + b"\n"
+                offset += len(part) + 1
+                number += 1
+            if len(tail) > MAX_LINE_BYTES:
+                raise RecordingError(
+                    f"{path} line {number}: longer than {MAX_LINE_BYTES >> 20} MiB, not a recording's line"
+                )
         if tail:
-            yield tail
+            yield offset, tail
 
 
 def gunzip(data: bytes, limit: int = 0) -> bytes:
@@ -446,17 +496,18 @@ def gunzip(data: bytes, limit: int = 0) -> bytes:
 def sniff(path: str) -> str:
     """What ``path`` holds, from its first bytes: ``"recording"``, ``"export"`` (a trace-event file written
     by ``torchpar-top export``), ``"headless"`` (``--headless`` output: no recording) or ``"trace"``
-    (anything else: a profiler trace, or an error for the trace loader to name)."""
+    (anything else: a profiler trace, or an error for the trace loader to name). Blank space before the
+    first line is passed over."""
     if os.path.isdir(path):
         return "trace"
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
         if head[:2] == _GZIP_MAGIC:
-            head = gunzip(head, 4096)
+            head = gunzip(head, 1 << 16)
     except (OSError, zlib.error):
         return "trace"  # the trace loader says why it cannot be read
-    first = head.split(b"\n", 1)[0].lstrip()
+    first = head.lstrip().split(b"\n", 1)[0]
     if first.startswith((b'{"format":', b'{"format" :')):
         return "recording"
     if first.startswith(b'{"t":') and b'"experiment":' in first:
@@ -469,7 +520,8 @@ def sniff(path: str) -> str:
 class Lines(Sequence[bytes]):
     """A recording's lines kept compressed in memory, given back whole by index. Consecutive lines share
     most of their text, so each is compressed (zlib) with the first line of its block of :data:`BLOCK` as
-    the preset dictionary: docs/benchmarks.md has the memory and the cost."""
+    the preset dictionary: docs/benchmarks.md has the memory and the cost. (A gzipped recording's lines:
+    a plain file's are read where they lie, :class:`FileLines`.)"""
 
     BLOCK = 100
 
@@ -510,17 +562,58 @@ class Lines(Sequence[bytes]):
         return sum(len(p) for p in self._packed)
 
 
+class FileLines(Sequence[bytes]):
+    """A plain recording's lines read from the file where they lie: only each line's offset and length
+    are held (12 bytes a line)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._offsets = array("q")
+        self._lengths = array("l")
+
+    def append(self, offset: int, length: int) -> None:
+        """One more line, ``length`` bytes (its newline not counted) at ``offset``."""
+        self._offsets.append(offset)
+        self._lengths.append(length)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        with _open_for_reading(self.path) as f:
+            f.seek(self._offsets[i])
+            return f.read(self._lengths[i])
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _open_for_reading(self.path) as f:
+            for offset, length in zip(self._offsets, self._lengths, strict=True):
+                f.seek(offset)
+                yield f.read(length)
+
+    def stored_bytes(self) -> int:
+        """What the index takes."""
+        return self._offsets.itemsize * len(self._offsets) + self._lengths.itemsize * len(self._lengths)
+
+
 @dataclass(frozen=True)
 class Recording:
-    """A recording read back: its header and every snapshot line (raw, decoded on demand)."""
+    """A recording indexed: its header, every snapshot line (raw, decoded on demand) and each one's time;
+    the keyframes (lines written whole) a seek decodes from."""
 
     path: str
     header: Header
     lines: Sequence[bytes]
-    times: tuple[float, ...]
-    """Each line's snapshot ``t``."""
+    times: Sequence[float]
+    """Each line's snapshot ``t`` (never decreasing: a time before the one before is taken as that)."""
     note: str = ""
-    """Something the reader left out (a truncated last line), for the log; '' when nothing."""
+    """Where and why the reader stopped early (a truncated last line, a corrupt one), for the log;
+    '' when it read the whole file."""
+    keyframes: tuple[int, ...] = ()
+    """Indexes of the lines written whole (sorted)."""
 
     def snapshots(self) -> Iterator[Snapshot]:
         """Every snapshot, in order, exactly as recorded.
@@ -533,85 +626,209 @@ class Recording:
             yield decode_line(decoder, raw, f"{self.path} line {i + 2}")
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_DIGITS:
+        raise ValueError(f"an integer of {digits} digits (at most {MAX_DIGITS})")
+    return int(text)
+
+
+def loads(raw: bytes | str) -> Any:
+    """JSON with the reader's bounds: integers of at most :data:`MAX_DIGITS` digits (one past a float's
+    range, or past Python's 4300 digits, is refused before it is converted), no NaN or infinity by name,
+    a nesting Python's parser can take. (A float that overflows to infinity, ``1e999``, is refused where
+    it is used: the codec takes finite numbers only, and a line's time is bounded.)
+
+    Raises:
+        ValueError: not JSON, or over a bound (the message says which).
+    """
+    try:
+        return json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def decode_line(decoder: Decoder, raw: bytes, where: str) -> Snapshot:
     """One line through ``decoder``; any problem is a :class:`RecordingError` naming ``where``."""
     try:
-        return decoder.decode(json.loads(raw), where)
+        data = loads(raw)
+    except ValueError as exc:  # not JSON, or over a bound
+        raise RecordingError(f"{where}: not JSON ({exc})") from None
+    try:
+        return decoder.decode(data, where)
     except ProtocolError as exc:
         raise RecordingError(str(exc)) from None
-    except ValueError as exc:  # not JSON
-        raise RecordingError(f"{where}: not JSON ({exc})") from None
+    except RecursionError:
+        raise RecordingError(f"{where}: nested too deeply") from None
 
 
 def read_header(first: bytes, path: str) -> Header:
-    """The header of a recording, checked: the format and this version.
+    """The header of a recording, checked: the format and a version this reads.
 
     Raises:
         RecordingError: not a recording, or another version of the format (one line).
     """
     try:
-        data = json.loads(first)
+        data = loads(first)
     except ValueError:
         raise RecordingError(f"{path}: not a torchpar-top recording (its first line is not JSON)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise RecordingError(f'{path}: not a torchpar-top recording (no "format": "{FORMAT}" header)')
     version = data.get("version")
-    if version != FORMAT_VERSION:
-        age = "an older" if isinstance(version, int) and version < FORMAT_VERSION else "a newer"
+    if version not in READS_VERSIONS:
+        age = "an older" if isinstance(version, int) and version < min(READS_VERSIONS) else "a newer"
         raise RecordingError(
             f"{path}: recording format version {version!r} ({age} torchpar-top's); this "
-            f"torchpar-top reads version {FORMAT_VERSION}"
+            f"torchpar-top reads version {', '.join(map(str, READS_VERSIONS))}"
+        )
+    command = data.get("command")
+    if (
+        not isinstance(command, list)
+        or len(command) > MAX_COMMAND
+        or not all(isinstance(a, str) for a in command)
+    ):
+        raise RecordingError(
+            f"{path}: bad recording header: header.command must be a list of at most {MAX_COMMAND} strings"
         )
     try:
-        return from_plain(Header, data, "header")
+        header = from_plain(Header, {**data, "command": []}, "header")
     except ProtocolError as exc:
         raise RecordingError(f"{path}: bad recording header: {exc}") from None
+    return dataclasses.replace(header, command=tuple(command))
+
+
+class RecordingReader:
+    """A recording read once, front to back, holding only the line being read: its header (read when
+    built), then :meth:`lines` (each line's time) or :meth:`snapshots` (decoded). What ``replay
+    --summary`` and ``export`` stream; :func:`read_recording` indexes a file with it.
+
+    A line that cannot be read (not JSON, over a bound, no time, a time outside the recording's span,
+    cut off by a kill) ends the recording there: :attr:`note` says where and why, and what came before
+    is kept.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Read the header.
+
+        Raises:
+            RecordingError: not a recording this version reads, or unreadable (one line).
+        """
+        self.path = os.fspath(path)
+        self.note = ""
+        """Where and why the reader stopped early, or ''."""
+        self._raw = _iter_lines(self.path)
+        self._number = 0
+        header: Header | None = None
+        for _offset, raw in self._raw:
+            self._number += 1
+            if not raw.strip():
+                continue
+            if not raw.endswith(b"\n") and not raw.strip().endswith(b"}"):
+                break
+            header = read_header(raw, self.path)
+            break
+        if header is None:
+            raise RecordingError(f"{self.path}: empty, not a torchpar-top recording")
+        self.header = header
+        self._used = False
+
+    def lines(self) -> Iterator[tuple[int, float, bytes, Any]]:
+        """``(offset, t, raw line without its newline, the line's JSON)`` for every snapshot line, in
+        order, until the end or a line that cannot be read (then :attr:`note`). Once only."""
+        if self._used:
+            raise RuntimeError("a RecordingReader reads its file once")
+        self._used = True
+        prev_t = -math.inf
+        lo, hi = -MAX_TIME, MAX_TIME
+        for offset, raw in self._raw:
+            self._number += 1
+            where = f"{self.path} line {self._number}"
+            if not raw.endswith(b"\n"):  # the end of the file without a newline: cut off by a kill
+                if raw.strip():
+                    self.note = f"{where} ({len(raw)} bytes) was cut off while being written and is left out"
+                return
+            if not raw.strip():
+                continue
+            try:
+                data = loads(raw)
+            except ValueError as exc:
+                self._stop(where, f"not a JSON object ({exc})")
+                return
+            t = data.get("t") if isinstance(data, dict) else None
+            if isinstance(t, bool) or not isinstance(t, (int, float)):
+                self._stop(where, 'no time ("t") in the line')
+                return
+            if not lo <= t <= hi:
+                self._stop(
+                    where, f"time {t:.6g} is not within a year of the first line's ({lo + MAX_SPAN:.6g})"
+                )
+                return
+            if prev_t == -math.inf:
+                lo, hi = max(lo, t - MAX_SPAN), min(hi, t + MAX_SPAN)
+            prev_t = max(prev_t, float(t))
+            yield offset, prev_t, raw[:-1], data
+
+    def _stop(self, where: str, why: str) -> None:
+        self.note = f"{where}: {why}: the recording is read up to the line before it"
+
+    def snapshots(self) -> Iterator[Snapshot]:
+        """Every snapshot, in order, decoded, until the end or a line that is not one (then :attr:`note`,
+        and the snapshots before it are what there is). Once only."""
+        decoder = Decoder()
+        first = True
+        for _, _, _raw, data in self.lines():
+            where = f"{self.path} line {self._number}"
+            try:
+                snap = decoder.decode(data, where)
+            except ProtocolError as exc:
+                if first:
+                    raise RecordingError(str(exc)) from None
+                self.note = f"{exc}: the recording is read up to the line before it"
+                return
+            except RecursionError:
+                self._stop(where, "nested too deeply")
+                return
+            first = False
+            yield snap
 
 
 def read_recording(path: str, check: bool = False) -> Recording:
-    """Read a recording (``.jsonl`` or gzipped): its header, and each line's time.
+    """Index a recording (``.jsonl`` or gzipped) in one pass: its header, each line's time and where it
+    lies, the keyframes. A plain file's lines stay in the file (:class:`FileLines`); a gzipped one's are
+    kept compressed in memory (:class:`Lines`).
 
-    A last line without its newline (a ``kill -9`` while writing) is left out and said in
-    :attr:`Recording.note`; a line that is not JSON is an error. With ``check``, every line is decoded
-    too (about a millisecond each, docs/benchmarks.md); without, a line that is JSON but no snapshot
-    is found when :meth:`Recording.snapshots` (or a replay) reaches it.
+    A line that cannot be read ends the recording there, said in :attr:`Recording.note` (a kill's
+    truncated last line, a corrupt line in the middle). With ``check``, every line is decoded too (about
+    0.1 ms each, docs/benchmarks.md); without, a line that is JSON but no snapshot is found when
+    :meth:`Recording.snapshots` (or a replay) reaches it.
 
     Raises:
-        RecordingError: one line naming the file, the line and why.
+        RecordingError: one line naming the file and why (not a recording, unreadable).
     """
-    path = os.fspath(path)
-    header: Header | None = None
-    lines = Lines()
-    times: list[float] = []
-    note = ""
-    for raw in _iter_lines(path):
-        if not raw.endswith(b"\n"):  # the end of the file without a newline: cut off by a kill
-            if raw.strip():
-                note = (
-                    f"{path}: the last line ({len(raw)} bytes) was cut off while being written and is "
-                    "left out"
-                )
-            break
-        if header is None:
-            if not raw.strip():
-                break
-            header = read_header(raw, path)
-            continue
-        if not raw.strip():
-            continue
-        where = f"{path} line {len(lines) + 2}"
-        try:
-            t = json.loads(raw).get("t")
-        except (ValueError, AttributeError) as exc:
-            raise RecordingError(f"{where}: not a JSON object ({exc})") from None
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            raise RecordingError(f'{where}: no time ("t") in the line')
-        times.append(float(t))
-        lines.append(raw[:-1])
-    if header is None:
-        raise RecordingError(f"{path}: empty, not a torchpar-top recording")
-    rec = Recording(path, header, lines, tuple(times), note)
+    reader = RecordingReader(path)
+    plain = not _is_gzip(reader.path)
+    lines: FileLines | Lines = FileLines(reader.path) if plain else Lines()
+    times = array("d")
+    keyframes = []
+    for offset, t, raw, data in reader.lines():
+        if isinstance(data, dict) and "_keep" not in data and "_same" not in data:
+            keyframes.append(len(times))
+        times.append(t)
+        if isinstance(lines, FileLines):
+            lines.append(offset, len(raw))
+        else:
+            lines.append(raw)
+    rec = Recording(reader.path, reader.header, lines, times, reader.note, tuple(keyframes))
     if check:
         for _ in rec.snapshots():
             pass
     return rec
+
+
+def _is_gzip(path: str) -> bool:
+    with _open_for_reading(path) as f:
+        return f.read(2) == _GZIP_MAGIC

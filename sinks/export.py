@@ -22,24 +22,30 @@ The CSV has one row per sample: time, mode, throughput, then per core, executor 
 from __future__ import annotations
 
 import csv
-import itertools
+import io
 import json
 import math
 import os
+import shutil
+import tempfile
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from torchpar_top.contract.codec import to_plain
 from torchpar_top.contract.recording import (
     FORMAT_VERSION,
     Header,
     Machine,
     Recording,
     RecordingError,
+    RecordingReader,
     delta,
     headless_output,
-    read_recording,
+    loads,
+    read_bytes,
+    sniff,
 )
 from torchpar_top.contract.snapshot import ChildStatus, ExecutorView, GpuView, Snapshot
 from torchpar_top.contract.vocab import (
@@ -62,6 +68,8 @@ MODE_TID, FRONTEND_TID = 1, 2
 LANE_TID = 10
 #: Frames a trace is cut into for its counters (each frame one sample).
 TRACE_FRAMES = 2000
+#: The largest export read back whole (``replay`` of an export).
+MAX_EXPORT_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -98,12 +106,14 @@ def _exec_key(e: ExecutorView) -> str:
 
 @dataclass
 class Source:
-    """What an export is made of: samples in time order, and for a trace its exact intervals."""
+    """What an export is made of: samples in time order, streamed (each pass reads the file again, holding
+    one sample at a time), and for a trace its exact intervals."""
 
     path: str
     kind: str
     """``recording`` or ``trace``."""
-    samples: list[TimedSnapshot]
+    frames: Callable[[], Iterator[tuple[float, Snapshot]]]
+    """A fresh pass over ``(seconds from the first, snapshot)``, in time order."""
     header: dict[str, Any] = field(default_factory=dict)
     lanes: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     """Traces: per stream lane, its busy intervals in seconds from the start."""
@@ -112,7 +122,12 @@ class Source:
     t0: float = 0.0
     """``time.time()`` of the first sample (recordings; 0 for a trace): timestamps count from it."""
     note: str = ""
-    """What the reader left out (a recording's truncated last line), or ''."""
+    """What the reader left out (a recording's truncated last line, a corrupt one), or '': known after
+    a pass."""
+
+    def samples(self) -> Iterator[TimedSnapshot]:
+        """One pass over the samples."""
+        return samples_of(self.frames())
 
 
 def load_source(path: str) -> Source:
@@ -121,11 +136,9 @@ def load_source(path: str) -> Source:
     Raises:
         RecordingError, TraceError: the file is neither (one line).
     """
-    from torchpar_top.contract.recording import sniff
-
     kind = sniff(path)
     if kind == "recording":
-        return recording_source(read_recording(path))
+        return recording_source(path)
     if kind == "export":
         raise RecordingError(f"{path} is an export already: export the recording or trace it came from")
     if kind == "headless":
@@ -133,14 +146,24 @@ def load_source(path: str) -> Source:
     return trace_source(path)
 
 
-def recording_source(rec: Recording) -> Source:
-    """Every snapshot of a recording, at its time from the first."""
-    from torchpar_top.contract.codec import to_plain
+def recording_source(path: str) -> Source:
+    """A recording's snapshots, at their time from the first, read as they stream (the header now: a file
+    that is no recording fails here)."""
+    reader = RecordingReader(path)
+    source = Source(reader.path, "recording", lambda: iter(()), to_plain(reader.header), t0=reader.header.t)
+    first = [reader]
 
-    t0 = rec.times[0] if rec.times else rec.header.t
-    # derived again (model/snapshot.rebuild): a recording of an older version may lack some figures
-    samples = list(samples_of((s.t - t0, rebuild(s)) for s in rec.snapshots()))
-    return Source(rec.path, "recording", samples, to_plain(rec.header), t0=t0, note=rec.note)
+    def frames() -> Iterator[tuple[float, Snapshot]]:
+        r = first.pop() if first else RecordingReader(path)
+        t0 = None
+        for snap in r.snapshots():
+            if t0 is None:
+                t0 = source.t0 = snap.t
+            yield snap.t - t0, rebuild(snap)  # derived again: an older recording may lack figures
+        source.note = r.note
+
+    source.frames = frames
+    return source
 
 
 def trace_source(path: str) -> Source:
@@ -150,24 +173,12 @@ def trace_source(path: str) -> Source:
 
     session = TraceReplay(path, clock=False, interval=1.0)
     a = session.analysis
-    duration_s = max((a.end - a.start) / 1e6, 1e-6)
-    session.change_speed(duration_s / TRACE_FRAMES / session.frame_us * 1e6)
-    session.seek_start()
-    pairs = []
-    while True:
-        snap = session.snapshot()
-        pairs.append(((session.position - a.start) / 1e6, snap))
-        if not session.tick():
-            break
     lanes = {}
     multi = len(a.ranks) > 1
     for s in a.streams():
         name = f"cuda:{s.device} s{s.stream}"
         key = f"r{s.rank} {name}" if multi else name
-        lanes[key] = [
-            ((b - a.start) / 1e6, (e - a.start) / 1e6)
-            for b, e in zip(s.busy.starts, s.busy.ends, strict=True)
-        ]
+        lanes[key] = [((b - a.start) / 1e6, (e - a.start) / 1e6) for b, e in zip(s.busy.starts, s.busy.ends)]
     syncs = [
         ((p.ts - a.start) / 1e6, p.call, p.site, p.rank if multi else None)
         for r in a.ranks
@@ -175,7 +186,12 @@ def trace_source(path: str) -> Source:
         for p in lane.sync_points
     ]
     return Source(
-        os.fspath(path), "trace", list(samples_of(pairs)), {"trace": os.fspath(path)}, lanes, sorted(syncs)
+        os.fspath(path),
+        "trace",
+        lambda: session.frames(TRACE_FRAMES),
+        {"trace": os.fspath(path)},
+        lanes,
+        sorted(syncs),
     )
 
 
@@ -183,23 +199,32 @@ def trace_source(path: str) -> Source:
 
 
 def _us(seconds: float) -> int:
-    return round(seconds * 1e6)
+    return int(round(seconds * 1e6))
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""One encoder for every event (``json.dumps`` with options builds one per call)."""
 
 
 class TraceEvents:
-    """Trace-event JSON being built: names, counters, slices, instants."""
+    """Trace-event JSON being written as it is made (one event at a time to ``out``, comma-separated):
+    names, counters, slices, instants."""
 
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
+    def __init__(self, out: IO[str]) -> None:
+        self._out = out
+        self.count = 0
+        """Events written."""
         self.counters: dict[str, dict[str, Any]] = {}
         """Counter name → what it measures (for :func:`read_export`)."""
         self._threads: dict[tuple[int, str], int] = {}
 
+    def _emit(self, event: dict[str, Any]) -> None:
+        self._out.write(("," if self.count else "") + _JSON.encode(event))
+        self.count += 1
+
     def process(self, pid: int, name: str, sort: int) -> None:
-        self.events.append(
-            {"name": "process_name", "ph": "M", "ts": 0, "pid": pid, "tid": 0, "args": {"name": name}}
-        )
-        self.events.append(
+        self._emit({"name": "process_name", "ph": "M", "ts": 0, "pid": pid, "tid": 0, "args": {"name": name}})
+        self._emit(
             {
                 "name": "process_sort_index",
                 "ph": "M",
@@ -215,14 +240,14 @@ class TraceEvents:
         if (pid, key) not in self._threads:
             tid = tid if tid is not None else LANE_TID + sum(1 for p, _ in self._threads if p == pid)
             self._threads[(pid, key)] = tid
-            self.events.append(
+            self._emit(
                 {"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name}}
             )
         return self._threads[(pid, key)]
 
     def counter(self, pid: int, name: str, ts: int, key: str, value: float, meta: dict[str, Any]) -> None:
         self.counters.setdefault(name, {"pid": pid, "key": key, **meta})
-        self.events.append({"name": name, "ph": "C", "ts": ts, "pid": pid, "args": {key: value}})
+        self._emit({"name": name, "ph": "C", "ts": ts, "pid": pid, "args": {key: value}})
 
     def slice(
         self, pid: int, tid: int, name: str, ts: int, dur: int, cat: str, args: dict[str, Any] | None = None
@@ -232,27 +257,28 @@ class TraceEvents:
         event = {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid}
         if args:
             event["args"] = args
-        self.events.append(event)
+        self._emit(event)
 
     def instant(self, pid: int, tid: int, name: str, ts: int, cat: str, args: dict[str, Any]) -> None:
-        self.events.append(
+        self._emit(
             {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": pid, "tid": tid, "args": args}
         )
 
 
-def perfetto(source: Source) -> dict[str, Any]:
-    """The trace-event JSON object for ``source``."""
-    ev = TraceEvents()
-    ev.process(HOST_PID, "host", 0)
-    last = source.samples[-1].snap if source.samples else None
-    ev.process(RUN_PID, (last.target or last.experiment) if last else "run", 1)
-    _counters(ev, source)
-    _lanes(ev, source)
-    _modes(ev, source)
-    _frontend(ev, source)
-    step_slices(ev, source)
-    return {
-        "otherData": {
+def write_perfetto(source: Source, out: IO[str]) -> tuple[int, int]:
+    """Write the trace-event JSON object for ``source``, streaming: the events go to a temporary file as
+    the samples are read (one held at a time), then ``otherData`` (which describes every counter track
+    seen) and the events are written to ``out``. Returns ``(events, samples)``.
+
+    Raises:
+        OSError: ``out`` or the temporary file could not be written (a full disk).
+    """
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as tmp:
+        ev = TraceEvents(tmp)
+        samples, last = _events(ev, source)
+        ev.process(HOST_PID, "host", 0)
+        ev.process(RUN_PID, (last.target or last.experiment) if last else "run", 1)
+        other = {
             "format": EXPORT_FORMAT,
             "version": FORMAT_VERSION,
             "source": source.path,
@@ -260,76 +286,128 @@ def perfetto(source: Source) -> dict[str, Any]:
             "t0": source.t0,
             "header": source.header,
             "counters": ev.counters,
-        },
-        "displayTimeUnit": "ms",
-        "traceEvents": ev.events,
-    }
+        }
+        out.write('{"otherData":' + json.dumps(other, separators=(",", ":"), allow_nan=False))
+        out.write(',"displayTimeUnit":"ms","traceEvents":[')
+        tmp.seek(0)
+        shutil.copyfileobj(tmp, out, 1 << 20)
+        out.write("]}\n")
+    return ev.count, samples
 
 
-def _counters(ev: TraceEvents, source: Source) -> None:
-    for s in source.samples:
-        ts, snap = _us(s.t), s.snap
-        for i, load in enumerate(snap.cores):
-            ev.counter(HOST_PID, f"core {i} load %", ts, "load", load, {"what": "core", "core": i})
-        for g in snap.gpus:
-            if g.util_percent is not None:
-                ev.counter(
-                    HOST_PID,
-                    f"{g.label} util %",
-                    ts,
-                    "util",
-                    g.util_percent,
-                    {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index},
-                )
-            if g.mem_used is not None:
-                ev.counter(
-                    HOST_PID,
-                    f"{g.label} memory",
-                    ts,
-                    "bytes",
-                    g.mem_used,
-                    {
-                        "what": "gpu_mem",
-                        "gpu": g.label,
-                        "name": g.name,
-                        "index": g.index,
-                        "total": g.mem_total,
-                    },
-                )
-        for e in snap.executors:
+def perfetto(source: Source) -> dict[str, Any]:
+    """The trace-event JSON object for ``source``, in memory (for a test or a small source)."""
+    buf = io.StringIO()
+    write_perfetto(source, buf)
+    return json.loads(buf.getvalue())
+
+
+def _events(ev: TraceEvents, source: Source) -> tuple[int, Snapshot | None]:
+    """One pass over the samples, each track written as it goes; returns the samples and the last one."""
+    modes = _Modes(ev) if source.kind == "recording" else None
+    tid = ev.thread(RUN_PID, "frontend", "frontend", FRONTEND_TID)
+    prev: TimedSnapshot | None = None
+    count = 0
+    steps_seen: dict[int | None, float] = {}
+    for s in source.samples():
+        _counters(ev, s)
+        if prev is not None and source.kind == "recording":
+            _lanes(ev, prev, s)
+            _frontend(ev, tid, prev, s)
+        _steps(ev, steps_seen, s, source.t0)
+        if modes is not None:
+            modes.add(s)
+        prev, count = s, count + 1
+    if modes is not None:
+        modes.end()
+    if source.kind == "trace":  # the exact intervals and sync points
+        _trace_lanes(ev, source)
+        for t, call, site, rank in source.syncs:
+            ev.instant(RUN_PID, tid, call, _us(t), "sync", {"where": site, "rank": rank})
+    return count, prev.snap if prev is not None else None
+
+
+def _steps(ev: TraceEvents, seen: dict[int | None, float], s: TimedSnapshot, t0: float) -> None:
+    """Each rank's steps recorded whole since the last sample (``seen``: the last step end drawn per rank),
+    on its steps track beside the frontend's: a ``step`` slice and under it a slice per phase. A step
+    records how long each phase took, not when: the phases are laid end to end in the order of
+    ``vocab.PHASES``, ending at the step's end."""
+    for r in s.snap.ranks:
+        if r.steps is None:
+            continue
+        last = seen.get(r.rank, float("-inf"))
+        fresh = [rec for rec in r.steps.recent if rec.end > last]
+        if not fresh:
+            continue
+        seen[r.rank] = fresh[-1].end
+        name = "frontend: steps" if r.rank is None else f"rank {r.rank} frontend: steps"
+        tid = ev.thread(RUN_PID, f"steps r{r.rank}", name)
+        for rec in fresh:
+            durations = [(p, getattr(rec.phases, p)) for p in PHASES]
+            start = rec.end - t0 - sum(d for _, d in durations)
+            ev.slice(RUN_PID, tid, "step", _us(start), _us(rec.end - t0) - _us(start), "step")
+            for phase, d in durations:
+                ev.slice(RUN_PID, tid, phase, _us(start), _us(start + d) - _us(start), "phase")
+                start += d
+
+
+def _counters(ev: TraceEvents, s: TimedSnapshot) -> None:
+    ts, snap = _us(s.t), s.snap
+    for i, load in enumerate(snap.cores):
+        ev.counter(HOST_PID, f"core {i} load %", ts, "load", load, {"what": "core", "core": i})
+    for g in snap.gpus:
+        if g.util_percent is not None:
             ev.counter(
-                RUN_PID,
-                f"{_exec_key(e)} {e.quantity.value}",
+                HOST_PID,
+                f"{g.label} util %",
                 ts,
-                e.quantity.value,
-                e.value,
-                {
-                    "what": "executor",
-                    "executor": _exec_key(e),
-                    "name": e.name,
-                    "rank": e.rank,
-                    "kind": e.kind.value,
-                    "quantity": e.quantity.value,
-                    "counts": e.counts.value,
-                    "capacity": e.capacity,
-                    "emulated": e.emulated,
-                },
+                "util",
+                g.util_percent,
+                {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index},
             )
-        if snap.throughput is not None:
+        if g.mem_used is not None:
             ev.counter(
-                RUN_PID,
-                f"throughput {snap.throughput_unit}",
+                HOST_PID,
+                f"{g.label} memory",
                 ts,
-                "rate",
-                snap.throughput,
-                {"what": "throughput", "unit": snap.throughput_unit},
+                "bytes",
+                g.mem_used,
+                {"what": "gpu_mem", "gpu": g.label, "name": g.name, "index": g.index, "total": g.mem_total},
             )
+    for e in snap.executors:
+        ev.counter(
+            RUN_PID,
+            f"{_exec_key(e)} {e.quantity.value}",
+            ts,
+            e.quantity.value,
+            e.value,
+            {
+                "what": "executor",
+                "executor": _exec_key(e),
+                "name": e.name,
+                "rank": e.rank,
+                "kind": e.kind.value,
+                "quantity": e.quantity.value,
+                "counts": e.counts.value,
+                "capacity": e.capacity,
+                "emulated": e.emulated,
+            },
+        )
+    if snap.throughput is not None:
+        ev.counter(
+            RUN_PID,
+            f"throughput {snap.throughput_unit}",
+            ts,
+            "rate",
+            snap.throughput,
+            {"what": "throughput", "unit": snap.throughput_unit},
+        )
 
 
 def _windows(prev_t: float, t: float, count: int) -> list[tuple[int, int]]:
     """``count`` equal windows tiling ``[prev_t, t]``, in whole µs."""
     bounds = [_us(prev_t + (t - prev_t) * k / count) for k in range(count + 1)]
-    return list(itertools.pairwise(bounds))
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _plausible(prev_t: float, t: float, interval: float) -> int:
@@ -338,174 +416,154 @@ def _plausible(prev_t: float, t: float, interval: float) -> int:
     return max(1, math.ceil((t - prev_t) / interval * 1.5)) if interval > 0 else 1
 
 
-def _lanes(ev: TraceEvents, source: Source) -> None:
-    if source.kind == "trace":  # the exact intervals
-        for key, intervals in source.lanes.items():
-            tid = ev.thread(RUN_PID, key, f"{key} busy")
-            for start, end in intervals:
-                ev.slice(RUN_PID, tid, "busy", _us(start), _us(end) - _us(start), "lane")
-        return
-    for prev, s in itertools.pairwise(source.samples):
-        for e in s.snap.executors:
-            key = _exec_key(e)
-            n = min(s.new.get(f"{key}.busy", 0), len(e.busy), _plausible(prev.t, s.t, s.snap.interval))
-            if not n:
-                continue
-            tid = ev.thread(RUN_PID, key, f"{key} busy")
-            for (a, b), share in zip(_windows(prev.t, s.t, n), e.busy[-n:], strict=True):
-                if share > 0:
-                    ev.slice(RUN_PID, tid, "busy", a, b - a, "lane", {"share": round(share, 4)})
+def _trace_lanes(ev: TraceEvents, source: Source) -> None:
+    for key, intervals in source.lanes.items():
+        tid = ev.thread(RUN_PID, key, f"{key} busy")
+        for b, e in intervals:
+            ev.slice(RUN_PID, tid, "busy", _us(b), _us(e) - _us(b), "lane")
 
 
-def _modes(ev: TraceEvents, source: Source) -> None:
-    if source.kind != "recording":
-        return  # a trace has no mode: the program ran as it ran
-    runs: list[tuple[Mode, float, float]] = []
-    for s in source.samples:
-        if s.snap.attached:
+def _lanes(ev: TraceEvents, prev: TimedSnapshot, s: TimedSnapshot) -> None:
+    """A recording's busy windows between two samples, per executor lane."""
+    for e in s.snap.executors:
+        key = _exec_key(e)
+        n = min(s.new.get(f"{key}.busy", 0), len(e.busy), _plausible(prev.t, s.t, s.snap.interval))
+        if not n:
             continue
-        if runs and runs[-1][0] == s.snap.mode:
-            runs[-1] = (runs[-1][0], runs[-1][1], s.t)
-        else:
-            if runs:
-                runs[-1] = (runs[-1][0], runs[-1][1], s.t)
-            runs.append((s.snap.mode, s.t, s.t))
-    if not runs:
-        return
-    tid = ev.thread(RUN_PID, "mode", "mode (ASYNC / SYNC)", MODE_TID)
-    for mode, a, b in runs:
-        ev.slice(RUN_PID, tid, mode.value.upper(), _us(a), _us(b) - _us(a), "mode")
+        tid = ev.thread(RUN_PID, key, f"{key} busy")
+        for (a, b), share in zip(_windows(prev.t, s.t, n), e.busy[-n:]):
+            if share > 0:
+                ev.slice(RUN_PID, tid, "busy", a, b - a, "lane", {"share": round(share, 4)})
 
 
-def _frontend(ev: TraceEvents, source: Source) -> None:
-    tid = ev.thread(RUN_PID, "frontend", "frontend", FRONTEND_TID)
-    if source.kind == "trace":
-        for t, call, site, rank in source.syncs:
-            ev.instant(RUN_PID, tid, call, _us(t), "sync", {"where": site, "rank": rank})
-        return
-    for prev, s in itertools.pairwise(source.samples):
-        snap = s.snap
-        n = min(
-            s.new.get("frontend_busy", 0), len(snap.frontend_busy), _plausible(prev.t, s.t, snap.interval)
-        )
-        waits = snap.frontend_wait[-n:] if n and len(snap.frontend_wait) >= n else (0.0,) * n
-        # strict=False: with n = 0 there is no window, while frontend_busy[-0:] is the whole history
-        windows = _windows(prev.t, s.t, n) if n else []
-        for (a, b), busy, wait in zip(windows, snap.frontend_busy[-n:], waits, strict=False):
-            if busy > 0 or wait > 0:
-                ev.slice(
-                    RUN_PID,
-                    tid,
-                    "waiting" if wait > busy else "launching",
-                    a,
-                    b - a,
-                    "frontend",
-                    {"busy": round(busy, 4), "wait": round(wait, 4)},
-                )
-        before = {(p.rank, p.where, p.call): p.count for p in prev.snap.syncpoints}
-        for p in snap.syncpoints:
-            gained = p.count - before.get((p.rank, p.where, p.call), 0)
-            if gained > 0:
-                ev.instant(
-                    RUN_PID,
-                    tid,
-                    p.call,
-                    _us(s.t),
-                    "sync",
-                    {"where": p.where, "rank": p.rank, "count": gained, "sampled": p.sampled},
-                )
+class _Modes:
+    """A slice per ASYNC or SYNC period (a trace has no mode: the program ran as it ran); holds only the
+    period going on."""
+
+    def __init__(self, ev: TraceEvents) -> None:
+        self._ev = ev
+        self._run: tuple[Mode, float, float] | None = None
+
+    def add(self, s: TimedSnapshot) -> None:
+        if s.snap.attached:
+            return
+        run = self._run
+        if run is not None and run[0] == s.snap.mode:
+            self._run = (run[0], run[1], s.t)
+            return
+        if run is not None:
+            self._slice((run[0], run[1], s.t))
+        self._run = (s.snap.mode, s.t, s.t)
+
+    def end(self) -> None:
+        if self._run is not None:
+            self._slice(self._run)
+
+    def _slice(self, run: tuple[Mode, float, float]) -> None:
+        mode, a, b = run
+        tid = self._ev.thread(RUN_PID, "mode", "mode (ASYNC / SYNC)", MODE_TID)
+        self._ev.slice(RUN_PID, tid, mode.value.upper(), _us(a), _us(b) - _us(a), "mode")
 
 
-def step_slices(ev: TraceEvents, source: Source) -> None:
-    """Each recorded step on its rank's steps track (beside the frontend's): a ``step`` slice and under
-    it a slice per phase. A step records how long each phase took, not when: the phases are laid end to
-    end in the order of ``vocab.PHASES``, ending at the step's end."""
-    seen: dict[int | None, float] = {}
-    for s in source.samples:
-        for r in s.snap.ranks:
-            if r.steps is None:
-                continue
-            last = seen.get(r.rank, float("-inf"))
-            fresh = [rec for rec in r.steps.recent if rec.end > last]
-            if not fresh:
-                continue
-            seen[r.rank] = fresh[-1].end
-            name = "frontend: steps" if r.rank is None else f"rank {r.rank} frontend: steps"
-            tid = ev.thread(RUN_PID, f"steps r{r.rank}", name)
-            for rec in fresh:
-                durations = [(p, getattr(rec.phases, p)) for p in PHASES]
-                start = rec.end - source.t0 - sum(d for _, d in durations)
-                ev.slice(RUN_PID, tid, "step", _us(start), _us(rec.end - source.t0) - _us(start), "step")
-                for phase, d in durations:
-                    ev.slice(RUN_PID, tid, phase, _us(start), _us(start + d) - _us(start), "phase")
-                    start += d
-
-
-def write_perfetto(source: Source, out: IO[str]) -> int:
-    """Write the trace-event JSON; returns the number of events."""
-    obj = perfetto(source)
-    json.dump(obj, out, separators=(",", ":"), allow_nan=False)
-    out.write("\n")
-    return len(obj["traceEvents"])
+def _frontend(ev: TraceEvents, tid: int, prev: TimedSnapshot, s: TimedSnapshot) -> None:
+    """A recording's frontend windows (launching or waiting) and sync points between two samples."""
+    snap = s.snap
+    n = min(s.new.get("frontend_busy", 0), len(snap.frontend_busy), _plausible(prev.t, s.t, snap.interval))
+    waits = snap.frontend_wait[-n:] if n and len(snap.frontend_wait) >= n else (0.0,) * n
+    for (a, b), busy, wait in zip(_windows(prev.t, s.t, n) if n else (), snap.frontend_busy[-n:], waits):
+        if busy > 0 or wait > 0:
+            ev.slice(
+                RUN_PID,
+                tid,
+                "waiting" if wait > busy else "launching",
+                a,
+                b - a,
+                "frontend",
+                {"busy": round(busy, 4), "wait": round(wait, 4)},
+            )
+    before = {(p.rank, p.where, p.call): p.count for p in prev.snap.syncpoints}
+    for p in snap.syncpoints:
+        gained = p.count - before.get((p.rank, p.where, p.call), 0)
+        if gained > 0:
+            ev.instant(
+                RUN_PID,
+                tid,
+                p.call,
+                _us(s.t),
+                "sync",
+                {"where": p.where, "rank": p.rank, "count": gained, "sampled": p.sampled},
+            )
 
 
 # -- CSV ------------------------------------------------------------------------------------------
 
+#: The CSV's first columns; per core, executor and GPU ones follow, in the order first seen.
+CSV_FIXED = (
+    "t_s",
+    "time",
+    "mode",
+    "paused",
+    "child_state",
+    "throughput",
+    "throughput_unit",
+    "num_threads",
+    "frontend_busy",
+    "frontend_wait",
+    "overlap",
+)
 
-def csv_rows(source: Source) -> tuple[list[str], list[dict[str, Any]]]:
-    """The CSV's header and one row per sample (a column a sample lacks is empty)."""
-    fixed = [
-        "t_s",
-        "time",
-        "mode",
-        "paused",
-        "child_state",
-        "throughput",
-        "throughput_unit",
-        "num_threads",
-        "frontend_busy",
-        "frontend_wait",
-        "overlap",
-    ]
-    extra: dict[str, None] = {}
-    rows = []
-    for s in source.samples:
-        snap = s.snap
-        row: dict[str, Any] = {
-            "t_s": round(s.t, 6),
-            "time": round(snap.t, 3),
-            "mode": "" if snap.attached or source.kind == "trace" else snap.mode.value,
-            "paused": int(snap.paused),
-            "child_state": snap.child.state.value,
-            "throughput": "" if snap.throughput is None else snap.throughput,
-            "throughput_unit": snap.throughput_unit,
-            "num_threads": "" if snap.num_threads is None else snap.num_threads,
-            "frontend_busy": snap.frontend_busy[-1] if snap.frontend_busy else "",
-            "frontend_wait": snap.frontend_wait[-1] if snap.frontend_wait else "",
-            "overlap": snap.overlap[-1] if snap.overlap else "",
-        }
-        for i, load in enumerate(snap.cores):
-            row[f"core{i}_load_percent"] = load
-        for e in snap.executors:
-            row[f"{_exec_key(e)} {e.quantity.value}"] = e.value
-            row[f"{_exec_key(e)} busy"] = e.busy[-1] if e.busy else ""
-        for g in snap.gpus:
-            row[f"{g.label} util_percent"] = "" if g.util_percent is None else g.util_percent
-            row[f"{g.label} mem_used_bytes"] = "" if g.mem_used is None else g.mem_used
-        for k in row:
-            if k not in fixed:
-                extra[k] = None
-        rows.append(row)
-    return fixed + list(extra), rows
+
+def csv_row(kind: str, s: TimedSnapshot) -> dict[str, Any]:
+    """One sample's row (a column it lacks is absent)."""
+    snap = s.snap
+    row: dict[str, Any] = {
+        "t_s": round(s.t, 6),
+        "time": round(snap.t, 3),
+        "mode": "" if snap.attached or kind == "trace" else snap.mode.value,
+        "paused": int(snap.paused),
+        "child_state": snap.child.state.value,
+        "throughput": "" if snap.throughput is None else snap.throughput,
+        "throughput_unit": snap.throughput_unit,
+        "num_threads": "" if snap.num_threads is None else snap.num_threads,
+        "frontend_busy": snap.frontend_busy[-1] if snap.frontend_busy else "",
+        "frontend_wait": snap.frontend_wait[-1] if snap.frontend_wait else "",
+        "overlap": snap.overlap[-1] if snap.overlap else "",
+    }
+    for i, load in enumerate(snap.cores):
+        row[f"core{i}_load_percent"] = load
+    for e in snap.executors:
+        row[f"{_exec_key(e)} {e.quantity.value}"] = e.value
+        row[f"{_exec_key(e)} busy"] = e.busy[-1] if e.busy else ""
+    for g in snap.gpus:
+        row[f"{g.label} util_percent"] = "" if g.util_percent is None else g.util_percent
+        row[f"{g.label} mem_used_bytes"] = "" if g.mem_used is None else g.mem_used
+    return row
 
 
 def write_csv(source: Source, out: IO[str]) -> int:
-    """Write the CSV; returns the number of rows."""
-    header, rows = csv_rows(source)
-    writer = csv.DictWriter(out, fieldnames=header, restval="", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return len(rows)
+    """Write the CSV (a header, then one row per sample; a column a sample lacks is empty), streaming:
+    the rows go to a temporary file as the samples are read, then the header (every column seen) and the
+    rows to ``out``. Returns the number of rows.
+
+    Raises:
+        OSError: ``out`` or the temporary file could not be written (a full disk).
+    """
+    columns: dict[str, None] = dict.fromkeys(CSV_FIXED)
+    rows = 0
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as tmp:
+        for s in source.samples():
+            row = csv_row(source.kind, s)
+            for k in row:
+                if k not in columns:
+                    columns[k] = None
+            tmp.write(json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n")
+            rows += 1
+        writer = csv.DictWriter(out, fieldnames=list(columns), restval="", lineterminator="\n")
+        writer.writeheader()
+        tmp.seek(0)
+        for line in tmp:
+            writer.writerow(json.loads(line))
+    return rows
 
 
 # -- reading an export back -----------------------------------------------------------------------
@@ -518,10 +576,8 @@ def read_export(path: str) -> tuple[Recording, list[Snapshot]]:
     Raises:
         RecordingError: not an export this version reads (one line).
     """
-    from torchpar_top.contract.recording import read_bytes
-
     try:
-        obj = json.loads(read_bytes(path))
+        obj = loads(read_bytes(path, MAX_EXPORT_BYTES))
     except ValueError as exc:
         raise RecordingError(f"{path}: not valid JSON ({exc})") from None
     other = obj.get("otherData") if isinstance(obj, dict) else None
@@ -581,8 +637,7 @@ def _rebuild_snapshots(
     snaps = []
     for ts in sorted(by_ts):
         values = by_ts[ts]
-        gpus: dict[Any, dict[str, Any]] = {}
-        cores, execs, throughput, unit = {}, [], None, ThroughputUnit.ITEMS
+        cores, gpus, execs, throughput, unit = {}, {}, [], None, ThroughputUnit.ITEMS
         for cname, v in values.items():
             meta = counters[cname]
             what = meta.get("what")
@@ -663,35 +718,48 @@ def _rebuild_snapshots(
     return rec, snaps
 
 
-def export_summary(rec: Recording) -> dict[str, Any]:
-    """``replay RUN.jsonl --summary``: the recording's header and what its snapshots measured, whole."""
-    from torchpar_top.contract.codec import to_plain
+def export_summary(rec: RecordingReader | Recording) -> dict[str, Any]:
+    """``replay RUN.jsonl --summary``: the recording's header and what its snapshots measured, whole,
+    read as they stream (one snapshot held at a time).
 
-    snaps = [rebuild(s) for s in rec.snapshots()]  # figures derived again, as in recording_source
+    Raises:
+        RecordingError: not even the first snapshot decodes.
+    """
+    count = 0
+    first_t = last_t = 0.0
+    last: Snapshot | None = None
+    through = _Stat()
+    load = _Stat()
+    depth: dict[str, _Stat] = {}
+    for recorded in rec.snapshots():
+        s = rebuild(recorded)  # figures derived again, as in recording_source
+        if count == 0:
+            first_t = s.t
+        count, last_t, last = count + 1, s.t, s
+        if s.throughput is not None:
+            through.add(s.throughput)
+        if s.core_load is not None:
+            load.add(s.core_load)
+        for e in s.executors:
+            depth.setdefault(_exec_key(e), _Stat()).add(e.value)
     out: dict[str, Any] = {
         "header": to_plain(rec.header),
-        "snapshots": len(snaps),
-        "seconds": round(rec.times[-1] - rec.times[0], 3) if rec.times else 0.0,
+        "snapshots": count,
+        "seconds": round(last_t - first_t, 3),
         "note": rec.note,
     }
-    if not snaps:
+    if last is None:
         return out
-    last = snaps[-1]
-    through = [s.throughput for s in snaps if s.throughput is not None]
     out["target"] = last.target
     out["child"] = to_plain(last.child)
     out["throughput"] = {
         "unit": last.throughput_unit,
-        "mean": _mean(through),
-        "min": min(through, default=None),
-        "max": max(through, default=None),
+        "mean": through.mean(),
+        "min": through.lo,
+        "max": through.hi,
     }
-    out["mean_core_load"] = _mean([s.core_load for s in snaps if s.core_load is not None])
-    depth: dict[str, list[int]] = defaultdict(list)
-    for s in snaps:
-        for e in s.executors:
-            depth[_exec_key(e)].append(e.value)
-    out["executors"] = {k: {"max": max(v), "mean": _mean(v)} for k, v in depth.items()}
+    out["mean_core_load"] = load.mean()
+    out["executors"] = {k: {"max": v.hi, "mean": v.mean()} for k, v in depth.items()}
     out["scoreboard"] = {
         m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"} for m in last.scoreboard
     }
@@ -699,5 +767,20 @@ def export_summary(rec: Recording) -> dict[str, Any]:
     return out
 
 
-def _mean(values: list[float] | list[int]) -> float | None:
-    return round(sum(values) / len(values), 6) if values else None
+class _Stat:
+    """Count, sum, least and most of numbers seen one at a time."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0.0
+        self.lo: Any = None
+        self.hi: Any = None
+
+    def add(self, value: float) -> None:
+        self.n += 1
+        self.total += value
+        self.lo = value if self.lo is None or value < self.lo else self.lo
+        self.hi = value if self.hi is None or value > self.hi else self.hi
+
+    def mean(self) -> float | None:
+        return round(self.total / self.n, 6) if self.n else None

@@ -5,7 +5,9 @@ for traces, but what it shows is the snapshots recorded, not an analysis: a cloc
 ``interval × speed`` seconds of recording time on each tick, and the snapshot shown is the last one
 recorded at or before the position, exactly as it was recorded (histories included), with the replay's
 own state on top (paused, position, speed, notes in the log). Stepping moves one recorded snapshot.
-Every :data:`CHECKPOINT` snapshots one is kept whole, so a seek decodes at most that many lines.
+A seek decodes from the nearest line written whole before it (a keyframe, indexed when the file was read:
+at most ``KEYFRAME`` lines), or from a snapshot kept on the way (every :data:`CHECKPOINT`), whichever is
+nearer: a recording without keyframes (format version 1) decodes from its start the first time.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 import os
 from bisect import bisect_right
 from collections.abc import Sequence
+from typing import Any
 
 from torchpar_top.contract.recording import Decoder, Recording, RecordingError, decode_line, read_recording
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, ReplayView, Snapshot
@@ -119,6 +122,9 @@ class RecordingReplay(Playback):
         (said in the log), and the last one before it is returned with its index."""
         if self._given is not None:
             return self._given[index], index
+        keys = self.recording.keyframes
+        key = keys[bisect_right(keys, index) - 1] if keys and keys[0] <= index else None
+        prev: Snapshot | None
         if self._current is not None and self._index < index <= self._index + CHECKPOINT:
             start, prev = self._index + 1, self._current
         else:
@@ -129,6 +135,8 @@ class RecordingReplay(Playback):
                 start, prev = base + 1, self._checkpoints[base]
                 if base == index:
                     return prev, index
+        if key is not None and key >= start:  # a line written whole is nearer: decode from it
+            start, prev = key, None
         decoder = Decoder(prev)
         snap = prev
         for i in range(start, index + 1):
@@ -139,7 +147,7 @@ class RecordingReplay(Playback):
                     raise
                 self._cut(i, str(exc))
                 return (snap, i - 1) if snap is not None else self._snapshot_at(i - 1)
-            if i % CHECKPOINT == 0:
+            if i % CHECKPOINT == 0 and len(self.recording.keyframes) <= 1:  # keyframes make them needless
                 self._checkpoints[i] = snap
         assert snap is not None
         return snap, index
@@ -265,7 +273,8 @@ class RecordingReplay(Playback):
     def _intro(self) -> None:
         h = self.recording.header
         m = h.machine
-        gpus = f", GPUs: {', '.join(m.gpus)}" if m.gpus else ""
+        names = m.gpus or self._first_gpus()
+        gpus = f", GPUs: {', '.join(names)}" if names else ""
         self._say(
             f"replay of {self.path}: {len(self.times)} snapshots over {self._duration:.1f} s, recorded "
             f"{h.started} on {m.hostname} ({m.cores} cores{gpus}, torch {m.torch or 'not installed'})"
@@ -274,3 +283,15 @@ class RecordingReplay(Playback):
             self._say("recorded command: torchpar-top " + " ".join(h.command))
         if self.recording.note:
             self._say(f"note: {self.recording.note}")
+
+    def _first_gpus(self) -> tuple[str, ...]:
+        """The GPUs of the first snapshot (the header is written before the first sample: no GPUs)."""
+        first: Any = None
+        if self._given:
+            first = self._given[0]
+        elif self.times:
+            try:
+                first = decode_line(Decoder(), self.recording.lines[0], self.path)
+            except RecordingError:
+                return ()
+        return tuple(g.name for g in first.gpus) if first is not None else ()

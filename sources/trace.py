@@ -28,6 +28,7 @@ import os
 import time
 from bisect import bisect_left
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,6 +263,26 @@ class TraceReplay(Playback):
         starts = [s.queue.times[0] for s in self._streams if s.queue and s.queue.times]
         starts += [s.busy.starts[0] for s in self._streams if len(s.busy)]
         return min(starts, default=self._start)
+
+    def frames(self, count: int, keep: int = 2) -> Iterator[tuple[float, Snapshot]]:
+        """The whole trace cut into ``count`` frames of equal length from its start: ``(seconds from the
+        trace's start, the snapshot at the frame's end)`` each, the figures the screen shows there, with
+        histories of the newest ``keep`` frames only (a source for an export, which reads the newest
+        values: a snapshot is not rebuilt from 600 frames each time). Moves this replay's position: use a
+        replay of its own, not one on the screen."""
+        with self._lock:
+            self._speed = max(self._end - self._start, 1.0) / max(1, count) / (self.interval * 1e6)
+            self._jump(self._start)
+            self._frames = deque(self._frames, maxlen=keep)
+        while True:
+            with self._lock:
+                item = ((self._pos - self._start) / 1e6, self.snapshot())
+                done = self.finished
+                if not done:
+                    self._advance(1)
+            yield item
+            if done:
+                return
 
     # -- commands ---------------------------------------------------------------------------------
 

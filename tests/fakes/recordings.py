@@ -3,14 +3,14 @@
 import json
 
 from torchpar_top.contract import messages as m
-from torchpar_top.contract.recording import Recorder
 from torchpar_top.contract.snapshot import ChildStatus, HostSample
 from torchpar_top.contract.vocab import ChildState, LogSource
 from torchpar_top.model.store import HISTORY, SessionStore
+from torchpar_top.sinks.recording import Recorder
 
 
-def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5):
-    """A sample message as the agent sends it, read back by the real codec."""
+def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5, streams=1):
+    """A sample message as the agent sends it, read back by the real codec (``streams`` emulated streams)."""
     return m.decode(
         json.dumps(
             {
@@ -26,7 +26,7 @@ def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5):
                 "overlap": 0.25,
                 "executors": [
                     {
-                        "name": "s0",
+                        "name": f"s{k}",
                         "kind": "emulated-stream",
                         "emulated": True,
                         "quantity": "depth",
@@ -37,11 +37,57 @@ def sample(mode="async", depth=10, throughput=100.0, window=0.1, wait=0.5):
                         "busy": 0.9,
                         "blocked": 0.4,
                     }
+                    for k in range(streams)
                 ],
                 "roles": [{"tid": 7, "role": "frontend (main)"}],
             }
         )
     )
+
+
+def hello(pid, rank):
+    """A rank's hello, read back by the real codec."""
+    return m.decode(
+        json.dumps(
+            {
+                "v": m.VERSION,
+                "type": "hello",
+                "pid": pid,
+                "experiment": "run",
+                "device": "cpu",
+                "torch": "2.13.0",
+                "num_threads": 2,
+                "interop_threads": 2,
+                "rank": rank,
+                "world_size": 8,
+            }
+        )
+    )
+
+
+def stream_snapshots(n, ranks=1, streams=1, cores=8, interval=0.1, t0=1000.0, seed=7):
+    """``n`` snapshots of a real store, made one at a time (none held): a host sample and one child sample
+    per rank every ``interval``, with ``streams`` emulated streams per rank, ``cores`` cores, a mode switch
+    every 500, a log line now and then: what a long ``--record`` of a run writes."""
+    st = SessionStore("async")
+    st.on_child(ChildStatus(42, ChildState.RUNNING))
+    if ranks > 1:
+        for r in range(ranks):
+            st.on_message(hello(100 + r, r), r)
+    t, state = t0, seed
+    for i in range(n):
+        state = (state * 1103515245 + 12345) % 2**31
+        mode = "sync" if (i // 500) % 2 else "async"
+        for r in range(ranks):
+            st.on_message(
+                sample(mode, (i * 7 + r) % 1025, 50.0 + i % 13, interval, (i % 10) / 10, streams),
+                r if ranks > 1 else 0,
+            )
+        t += interval
+        st.on_host(HostSample(t, tuple(float((i * (k + 1)) % 100) for k in range(cores)), ()))
+        if state % 7 == 0:
+            st.add_log(LogSource.STDOUT, f"step {i}: loss {1.0 / (i + 1):.4f}")
+        yield st.snapshot()
 
 
 def store_snapshots(n=HISTORY + 80, seed=7):
@@ -81,11 +127,49 @@ class FakeSession:
         return self.snaps[min(self.host_samples, len(self.snaps)) - 1]
 
 
+def recorder_for(session, out, command, written=None):
+    """A real :class:`Recorder` whose clocks are the snapshots' own: the wall clock at the start reads 0 and
+    the monotonic clock the shown snapshot's ``t`` (or, given ``written``, the next one's of those), so
+    each line keeps its snapshot's time exactly."""
+    if written is not None:
+        times = iter([0.0, *(s.t for s in written)])
+        return Recorder(session, out, command, clock=lambda: 0.0, monotonic=lambda: next(times))
+    return Recorder(
+        session,
+        out,
+        command,
+        clock=lambda: 0.0,
+        monotonic=lambda: session.snapshot().t if session.host_samples else 0.0,
+    )
+
+
 def write_recording(path, snaps, command=("--headless",), interval=0.1):
     session = FakeSession(snaps)
     session.interval = interval
-    recorder = Recorder(session, open(path, "w", encoding="utf-8"), list(command))  # noqa: SIM115 the Recorder owns the file and closes it
-    for s in snaps:
+    recorder = recorder_for(session, open(path, "w", encoding="utf-8"), list(command))
+    for i, s in enumerate(snaps):
+        session.host_samples = i + 1
         recorder.write(s)
+    session.host_samples = 0  # nothing new for close() to take
     recorder.close()
+    return path
+
+
+def long_recording(path, n, interval=0.02, cycle=600):
+    """A recording of ``n`` snapshots made fast: ``cycle`` snapshots of a real store written by the real
+    recorder, then their lines again and again with later times. ``cycle`` is a multiple of the keyframe
+    period, so each repeat begins with a line written whole and decodes on its own."""
+    import re
+
+    from torchpar_top.contract.recording import KEYFRAME
+
+    assert cycle % KEYFRAME == 0
+    write_recording(path, list(stream_snapshots(cycle, interval=interval)), interval=interval)
+    header, *body = path.read_bytes().split(b"\n")[:-1]
+    t_prefix = re.compile(rb'^\{"t":[^,]*,')
+    with open(path, "wb") as f:
+        f.write(header + b"\n")
+        for i in range(n):
+            line = body[i % cycle]
+            f.write(t_prefix.sub(b'{"t":%r,' % (1000.0 + i * interval), line, count=1) + b"\n")
     return path

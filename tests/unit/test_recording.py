@@ -7,7 +7,7 @@ import json
 import threading
 
 import pytest
-from fakes.recordings import FakeSession, store_snapshots, write_recording
+from fakes.recordings import FakeSession, recorder_for, store_snapshots, write_recording
 from torchpar_top.contract import recording as rec_mod
 from torchpar_top.contract.codec import from_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
@@ -16,8 +16,8 @@ from torchpar_top.contract.recording import (
     FORMAT_VERSION,
     Decoder,
     Encoder,
-    Recorder,
     RecordingError,
+    RecordingReader,
     delta,
     read_recording,
     sniff,
@@ -91,7 +91,7 @@ def test_a_bad_keep_is_a_protocol_error_not_a_traceback(snaps):
 def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tmp_path):
     path = tmp_path / "run.jsonl"
     session = FakeSession(snaps[:30])
-    recorder = Recorder(session, open(path, "w", encoding="utf-8"), ["--headless", "--record", str(path)])  # noqa: SIM115 the Recorder owns the file and closes it
+    recorder = recorder_for(session, open(path, "w", encoding="utf-8"), ["--headless", "--record", str(path)])
     recorder.start()
     for k in range(1, 11):
         session.host_samples = k
@@ -128,8 +128,9 @@ def test_lines_kept_compressed_come_back_whole_in_any_order(snaps):
 def test_a_snapshot_with_a_nan_is_left_out_and_the_rest_still_decode_exactly(snaps, tmp_path):
     path = tmp_path / "run.jsonl"
     bad = dataclasses.replace(snaps[5], throughput=float("nan"))
-    recorder = Recorder(FakeSession(snaps), open(path, "w", encoding="utf-8"), [])  # noqa: SIM115 the Recorder owns the file and closes it
-    for s in [*snaps[:5], bad, *snaps[6:12]]:
+    written = [*snaps[:5], bad, *snaps[6:12]]
+    recorder = recorder_for(FakeSession(snaps), open(path, "w", encoding="utf-8"), [], written)
+    for s in written:
         recorder.write(s)
     recorder.close()
     assert recorder.skipped == 1 and "JSON" in recorder.skip_reason and recorder.error is None
@@ -158,7 +159,7 @@ def test_gzipped_recordings_are_read(snaps, tmp_path):
 def test_a_gz_recording_is_written_gzipped_and_a_kill_loses_at_most_the_last_line(snaps, tmp_path):
     path = tmp_path / "run.jsonl.gz"
     session = FakeSession(snaps[:40])
-    recorder = Recorder(session, rec_mod.open_output(str(path)), ["--record", str(path)])
+    recorder = recorder_for(session, rec_mod.open_output(str(path)), ["--record", str(path)], snaps[:40])
     for k in range(1, 41):
         recorder.write(snaps[k - 1])
         if k == 25:
@@ -187,16 +188,21 @@ def test_another_format_version_is_one_clear_line(snaps, tmp_path, version, word
         read_recording(str(path))
     message = str(err.value)
     assert "\n" not in message and f"version {version}" in message and word in message
-    assert f"reads version {FORMAT_VERSION}" in message
+    assert f"reads version 1, {FORMAT_VERSION}" in message
 
 
-def test_a_bad_line_in_the_middle_names_the_line(snaps, tmp_path):
+def test_a_bad_line_in_the_middle_ends_the_recording_there_and_says_where(snaps, tmp_path):
     path = write_recording(tmp_path / "run.jsonl", snaps[:5])
     lines = path.read_text().split("\n")
     lines[3] = lines[3][:50]  # not the last line: a corrupt file, not a kill -9
     path.write_text("\n".join(lines))
-    with pytest.raises(RecordingError, match="line 4: not a JSON object"):
-        read_recording(str(path))
+    rec = read_recording(str(path))  # what comes before it plays
+    assert list(rec.snapshots()) == snaps[:2]
+    assert "line 4: not a JSON object" in rec.note and "read up to the line before it" in rec.note
+    session = RecordingReplay(rec, clock=False)
+    assert any("line 4: not a JSON object" in line.text for line in session.snapshot().log)
+    reader = RecordingReader(str(path))  # the streaming reader says the same
+    assert list(reader.snapshots()) == snaps[:2] and "line 4" in reader.note
 
 
 def test_a_line_that_is_no_snapshot_ends_the_replay_before_it(snaps, tmp_path):
@@ -335,4 +341,4 @@ def test_a_snapshot_with_sync_sites_and_modes_round_trips(snaps, tmp_path):
 
 
 def test_module_constants_are_what_the_docs_say():
-    assert rec_mod.FORMAT == "torchpar-top-recording" and rec_mod.FORMAT_VERSION == 1
+    assert rec_mod.FORMAT == "torchpar-top-recording" and rec_mod.FORMAT_VERSION == 2
