@@ -109,7 +109,7 @@ def test_compare_on_a_phase_regresses_when_it_rises(tmp_path):
 
 
 def test_compare_cli_takes_a_phase(tmp_path):
-    from torchpar_top.outputs import compare as cli_compare
+    from torchpar_top.main import main as cli
 
     a = fed(make_steps_snapshot()).report()
     b = json.loads(json.dumps(a))
@@ -117,8 +117,8 @@ def test_compare_cli_takes_a_phase(tmp_path):
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     verdict.write(a, str(pa))
     verdict.write(b, str(pb))
-    assert cli_compare([str(pa), str(pb), "--metric", "step_seconds"]) == 1
-    assert cli_compare([str(pa), str(pb), "--metric", "phases.comm"]) == 0
+    assert cli(["compare", str(pa), str(pb), "--metric", "step_seconds"]) == 1
+    assert cli(["compare", str(pa), str(pb), "--metric", "phases.comm"]) == 0
 
 
 def test_prometheus_names():
@@ -166,7 +166,7 @@ def test_a_recording_round_trips_the_steps(tmp_path):
 def test_the_export_draws_a_slice_per_phase_per_step(tmp_path):
     snaps, ranks = stepping_snapshots()
     path = write_recording(tmp_path / "r.jsonl", snaps)
-    obj = perfetto(recording_source(read_recording(str(path))))
+    obj = perfetto(recording_source(str(path)))
     names = {e["tid"]: e["args"]["name"] for e in obj["traceEvents"] if e["name"] == "thread_name"}
     tracks = {n: t for t, n in names.items() if n.endswith("frontend: steps")}
     assert set(tracks) == {"rank 0 frontend: steps", "rank 1 frontend: steps"}
