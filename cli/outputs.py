@@ -144,9 +144,7 @@ def _check_writable(path: str) -> None:
         fail(f"--report {path}: no such folder {folder}")
     exists = os.path.exists(path)
     if not os.access(path if exists else folder, os.W_OK):
-        fail(
-            f"--report {path}: {os.strerror(13)} ({'the file' if exists else 'its folder'} is not writable)"
-        )
+        fail(f"--report {path}: {os.strerror(13)} ({'the file' if exists else 'its folder'} is not writable)")
     try:
         if exists and not stat.S_ISREG(os.stat(path).st_mode):
             with open(path, "w") as probe:  # a device: does it take a byte?

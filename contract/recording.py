@@ -579,7 +579,7 @@ class FileLines(Sequence[bytes]):
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         if i < 0:

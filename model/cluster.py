@@ -140,7 +140,7 @@ class _Steps:
     """A rank's step count at the previous refresh and its windows since."""
 
     count: float | None = None
-    windows: deque = field(default_factory=lambda: deque(maxlen=WINDOWS))
+    windows: deque[Window] = field(default_factory=lambda: deque(maxlen=WINDOWS))
 
 
 class ClusterModel:

@@ -10,7 +10,7 @@ import linecache
 import re
 from collections.abc import Callable
 
-from torchpar_top.contract.snapshot import StackFrame
+from torchpar_top.contract.messages import StackFrame
 from torchpar_top.contract.vocab import WaitKind
 
 _DATALOADER_FUNCS = {"__next__", "_next_data", "_get_data", "_try_get_data"}

@@ -192,7 +192,7 @@ class RankSteps:
         """Step end times, ascending (the latest :data:`ENDS_KEEP` to ``2 * ENDS_KEEP``)."""
         self._ends_cut = False
         """Whether older ends were dropped (a span before ``ends[0]`` is then counted from the counts)."""
-        self._views: tuple[tuple, StepsView | None] = ((), None)
+        self._views: tuple[tuple[object, ...], StepsView | None] = ((), None)
         self._slope: tuple[int, float | None] = (-1, None)
         self.counts: deque[tuple[float, int]] = deque(maxlen=DIFFS_KEEP)
         """(t, cumulative count) per sample: the rate where the ends are not all there."""
@@ -341,7 +341,7 @@ class StepsBook:
 
     def __init__(self) -> None:
         self.ranks: dict[int, RankSteps] = {}
-        self._straggler_key: tuple | None = None
+        self._straggler_key: tuple[object, ...] | None = None
         self._straggler: Straggler | None = None
 
     def add(self, key: int, t: float, window: float, steps: Steps | None, memory: Memory | None) -> None:

@@ -611,7 +611,7 @@ class SessionStore:
             if primary:
                 self._mode = msg.mode
                 self._num_threads = msg.num_threads
-                self._unit = "steps/s" if msg.steps is not None else msg.unit
+                self._unit = ThroughputUnit.STEPS if msg.steps is not None else msg.unit
                 self._sample_t = msg.t
             if self._paused:
                 return
@@ -747,7 +747,7 @@ class SessionStore:
             if book is not None:
                 sv = book.view(rates.get(s.number))
                 if sv is not None:
-                    view = replace(view, throughput=sv.per_second, unit="steps/s", steps=sv)
+                    view = replace(view, throughput=sv.per_second, unit=ThroughputUnit.STEPS, steps=sv)
                     steps = replace(sv, recent=()) if s.number == primary else steps  # kept in ranks
                 mem = book.memory_view(s.rank)
                 if mem is not None:

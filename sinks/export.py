@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -178,7 +179,8 @@ def trace_source(path: str) -> Source:
     for s in a.streams():
         name = f"cuda:{s.device} s{s.stream}"
         key = f"r{s.rank} {name}" if multi else name
-        lanes[key] = [((b - a.start) / 1e6, (e - a.start) / 1e6) for b, e in zip(s.busy.starts, s.busy.ends)]
+        spans = zip(s.busy.starts, s.busy.ends, strict=True)
+        lanes[key] = [((b - a.start) / 1e6, (e - a.start) / 1e6) for b, e in spans]
     syncs = [
         ((p.ts - a.start) / 1e6, p.call, p.site, p.rank if multi else None)
         for r in a.ranks
@@ -199,7 +201,7 @@ def trace_source(path: str) -> Source:
 
 
 def _us(seconds: float) -> int:
-    return int(round(seconds * 1e6))
+    return round(seconds * 1e6)
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
@@ -407,7 +409,7 @@ def _counters(ev: TraceEvents, s: TimedSnapshot) -> None:
 def _windows(prev_t: float, t: float, count: int) -> list[tuple[int, int]]:
     """``count`` equal windows tiling ``[prev_t, t]``, in whole µs."""
     bounds = [_us(prev_t + (t - prev_t) * k / count) for k in range(count + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 def _plausible(prev_t: float, t: float, interval: float) -> int:
@@ -431,7 +433,7 @@ def _lanes(ev: TraceEvents, prev: TimedSnapshot, s: TimedSnapshot) -> None:
         if not n:
             continue
         tid = ev.thread(RUN_PID, key, f"{key} busy")
-        for (a, b), share in zip(_windows(prev.t, s.t, n), e.busy[-n:]):
+        for (a, b), share in zip(_windows(prev.t, s.t, n), e.busy[-n:], strict=True):
             if share > 0:
                 ev.slice(RUN_PID, tid, "busy", a, b - a, "lane", {"share": round(share, 4)})
 
@@ -470,7 +472,9 @@ def _frontend(ev: TraceEvents, tid: int, prev: TimedSnapshot, s: TimedSnapshot) 
     snap = s.snap
     n = min(s.new.get("frontend_busy", 0), len(snap.frontend_busy), _plausible(prev.t, s.t, snap.interval))
     waits = snap.frontend_wait[-n:] if n and len(snap.frontend_wait) >= n else (0.0,) * n
-    for (a, b), busy, wait in zip(_windows(prev.t, s.t, n) if n else (), snap.frontend_busy[-n:], waits):
+    # strict=False: with n = 0 there is no window, while frontend_busy[-0:] is the whole history
+    windows = _windows(prev.t, s.t, n) if n else []
+    for (a, b), busy, wait in zip(windows, snap.frontend_busy[-n:], waits, strict=False):
         if busy > 0 or wait > 0:
             ev.slice(
                 RUN_PID,
@@ -637,7 +641,8 @@ def _rebuild_snapshots(
     snaps = []
     for ts in sorted(by_ts):
         values = by_ts[ts]
-        cores, gpus, execs, throughput, unit = {}, {}, [], None, ThroughputUnit.ITEMS
+        gpus: dict[Any, dict[str, Any]] = {}
+        cores, execs, throughput, unit = {}, [], None, ThroughputUnit.ITEMS
         for cname, v in values.items():
             meta = counters[cname]
             what = meta.get("what")

@@ -2,30 +2,31 @@
 
 Fields of each line (see README, "Headless output"): ``t``, ``experiment``, ``target``, ``description``,
 ``mode`` (null when attached), ``attached``, ``notice``, ``paused``, ``interval``, ``child`` {pid, state,
-exit_code, message}, ``cores`` [percent per core], ``threads`` [{role, executor, count, busy,
-cpu_percent, wait_percent}], ``starved`` (cores of run-queue wait, or null), ``frontend_hot_in_sync``,
-``executors`` [{name, rank, kind, quantity, counts, value, capacity, launched, completed, ready, busy,
-running, core_wait, blocked, emulated, note}], ``throughput`` {value, unit}, ``num_threads``,
-``interop_threads``, ``op_coverage``, ``sample_t``, ``frontend`` {busy, wait, core_wait}, ``overlap``
-and ``overlap_high`` (running at once: at least, at most), ``overlap_in_progress``, ``timing`` (the live
-loop paused for a timing round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth,
-frontend_wait}}, ``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}],
-``scaling`` [{threads, gflops, samples}], ``gpus`` [...], ``gpu_status``, ``ranks`` [{rank, pid, state,
-throughput, unit, depth, data_wait, exit_code, data_verdict, steps, local_rank, node_rank, hostname}], ``syncpoints`` [{where, rank, call,
+exit_code, message}, ``cores`` [percent per core], ``threads`` [{role, executor, count, busy, cpu_percent,
+wait_percent}], ``starved`` (cores of run-queue wait, or null), ``frontend_hot_in_sync``, ``executors``
+[{name, rank, kind, quantity, counts, value, capacity, launched, completed, ready, busy, running, core_wait,
+blocked, emulated, note}], ``throughput`` {value, unit}, ``num_threads``, ``interop_threads``,
+``op_coverage``, ``sample_t``, ``frontend`` {busy, wait, core_wait}, ``overlap`` and ``overlap_high``
+(running at once: at least, at most), ``overlap_in_progress``, ``timing`` (the live loop paused for a timing
+round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}}, ``ratio``,
+``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling`` [{threads, gflops,
+samples}], ``gpus`` [...], ``gpu_status``, ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait,
+exit_code, data_verdict, steps, local_rank, node_rank, hostname}], ``syncpoints`` [{where, rank, call,
 count, per_second, sampled}], ``data_verdict`` {bound, wait} or null, ``stack`` {pid, t, thread, idle,
-waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu`` (torchpar-top's own share of a
-core over the last second), ``replay`` {path, position, duration, speed, frame, finished, recorded} or
-null, ``steps`` {source, count, per_second, seconds, phases {data, transfer, forward, backward, comm,
-optimizer, sync, other: seconds per step}, run_seconds, run_phases, gpu} or null (also in each of
-``ranks``), ``straggler`` {rank, cause, ratio, costs} or null, ``memory`` [{rank, rss_bytes,
-rss_growth_bytes_per_min, devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}]; derived in ``model/`` (``model/figures.py``): ``primary_rank``, ``depth`` {value, capacity} (the
-header's), ``core_load`` (mean over the cores, percent), ``lanes`` {windows, frontend, executors,
-overlap, overlap_high, overlap_in_progress} (the lanes panel's percentages, as shares), ``steady``
-{seconds, done, throughput, mean_depth, frontend_wait} (the scoreboard's modes together); ``log`` [new
-log lines since the previous object, after a ``dropped`` marker when some came and went between two
-objects]. Every field is a :class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a
-history); nothing is derived here but the count of log lines left out
-(``tests/unit/test_snapshot_fields.py`` checks every field is here or says why not).
+waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu`` (torchpar-top's own share of a core
+over the last second), ``replay`` {path, position, duration, speed, frame, finished, recorded} or null,
+``steps`` {source, count, per_second, seconds, phases {data, transfer, forward, backward, comm, optimizer,
+sync, other: seconds per step}, run_seconds, run_phases, gpu} or null (also in each of ``ranks``),
+``straggler`` {rank, cause, ratio, costs} or null, ``memory`` [{rank, rss_bytes, rss_growth_bytes_per_min,
+devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}]; derived in ``model/``
+(``model/figures.py``): ``primary_rank``, ``depth`` {value, capacity} (the header's), ``core_load`` (mean
+over the cores, percent), ``lanes`` {windows, frontend, executors, overlap, overlap_high,
+overlap_in_progress} (the lanes panel's percentages, as shares), ``steady`` {seconds, done, throughput,
+mean_depth, frontend_wait} (the scoreboard's modes together); ``log`` [new log lines since the previous
+object, after a ``dropped`` marker when some came and went between two objects]. Every field is a
+:class:`~torchpar_top.contract.snapshot.Snapshot` field (the last value of a history); nothing is derived
+here but the count of log lines left out (``tests/unit/test_snapshot_fields.py`` checks every field is here
+or says why not).
 """
 
 from __future__ import annotations

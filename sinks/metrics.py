@@ -501,8 +501,8 @@ class SnapshotCollector:
             labels=[*names, "cause"],
             unit="ratio",
         )
-        if snap.straggler is not None and snap.straggler.ratio is not None:
-            st = snap.straggler
+        st = snap.straggler
+        if st is not None and st.ratio is not None:
             straggler.add_metric([host, str(st.rank), st.cause], st.ratio)
         rss = GaugeMetricFamily(PREFIX + "rss_bytes", "A rank's resident memory", labels=names, unit="bytes")
         growth = GaugeMetricFamily(

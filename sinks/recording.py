@@ -118,7 +118,7 @@ class Recorder:
 
     def _take(self) -> None:
         samples = self.session.host_samples
-        if samples == self._seen or samples == 0:
+        if samples in (self._seen, 0):
             return
         self._seen = samples
         self.write(self.session.snapshot())

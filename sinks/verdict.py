@@ -396,8 +396,9 @@ def _memory(snap: Snapshot | None) -> dict[str, Any]:
     run), and each device's peak allocated bytes."""
     mems = snap.memory if snap is not None else ()
     growth = [m.rss_growth_bytes_per_min for m in mems if m.rss_growth_bytes_per_min is not None]
+    fastest: float | None = max(growth, key=math.fabs) if growth else None
     return {
-        "rss_growth_bytes_per_min": round(max(growth, key=lambda g: abs(g))) if growth else None,
+        "rss_growth_bytes_per_min": None if fastest is None else round(fastest),
         "ranks": [
             {
                 "rank": m.rank,

@@ -168,8 +168,8 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
 
     def line(cells: list[str], style: str = "") -> Text:
         text = Text(style=style)
-        for i, ((_, w, align), cell) in enumerate(zip(COLUMNS, cells, strict=True)):
-            cell = render.clip(render.inert(cell), w - 1)
+        for i, ((_, w, align), raw) in enumerate(zip(COLUMNS, cells, strict=True)):
+            cell = render.clip(render.inert(raw), w - 1)
             last = i == len(COLUMNS) - 1
             text.append((cell.rjust(w - 1) + " ") if align == "r" else cell if last else cell.ljust(w))
         text.truncate(width)

@@ -114,7 +114,8 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "steps",
         "once a training step is seen: one bar per rank, split into the step's phases (**data**, "
-        "**transfer**, **forward**, **backward**, **comm**: waiting for other ranks, **optimizer**, **sync**, "
+        "**transfer**, **forward**, **backward**, **comm**: waiting for other ranks, **optimizer**, "
+        "**sync**, "
         "**other**), as long as its step compared with the longest, then its step time and steps/s; the "
         "**straggler** (the rank the others wait for) is marked with the phase that makes it slow. The title "
         "says what marks a step (optimizer steps, backward calls, DataLoader batches, model calls). On "

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from torchpar_top.contract.snapshot import StackFrame, StackView
+from torchpar_top.contract.messages import StackFrame
+from torchpar_top.contract.snapshot import StackView
 from torchpar_top.model.stacks import classify_wait, source_line
 from torchpar_top.probes.host.process import describe_pid
 

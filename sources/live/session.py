@@ -251,7 +251,7 @@ class Session:
                     expected=nproc,
                 )
                 env[ENV_SOCKET] = self._listener.path
-                if target.nodes.waiting:  # cleared by the first hello
+                if isinstance(target, ScriptTarget) and target.nodes.waiting:  # cleared by the first hello
                     self.store.set_target(target.label, target.nodes.waiting)
             child = ChildProcess(
                 lambda fd: target.command(fd, self.interval, self._sync_wanted),

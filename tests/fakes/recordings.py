@@ -146,7 +146,8 @@ def recorder_for(session, out, command, written=None):
 def write_recording(path, snaps, command=("--headless",), interval=0.1):
     session = FakeSession(snaps)
     session.interval = interval
-    recorder = recorder_for(session, open(path, "w", encoding="utf-8"), list(command))
+    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 the Recorder owns the file and closes it
+    recorder = recorder_for(session, out, list(command))
     for i, s in enumerate(snaps):
         session.host_samples = i + 1
         recorder.write(s)

@@ -28,6 +28,7 @@ def run(*args, timeout=240, limit_mb=None):
 
     return subprocess.run(
         [*CMD, *map(str, args)],
+        check=False,
         capture_output=True,
         text=True,
         timeout=timeout,

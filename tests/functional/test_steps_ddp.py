@@ -43,6 +43,7 @@ def headless(*script_args: str) -> list[dict]:
             str(SECONDS),
             *script_args,
         ],
+        check=False,
         capture_output=True,
         text=True,
         timeout=SECONDS + 180,

@@ -100,6 +100,7 @@ def test_bad_combination_is_one_line_and_status_2(tmp_path):
             "2",
             str(script),
         ],
+        check=False,
         capture_output=True,
         text=True,
         timeout=120,

@@ -91,7 +91,8 @@ def test_a_bad_keep_is_a_protocol_error_not_a_traceback(snaps):
 def test_the_recorder_writes_a_header_then_a_flushed_line_per_snapshot(snaps, tmp_path):
     path = tmp_path / "run.jsonl"
     session = FakeSession(snaps[:30])
-    recorder = recorder_for(session, open(path, "w", encoding="utf-8"), ["--headless", "--record", str(path)])
+    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 the Recorder owns the file and closes it
+    recorder = recorder_for(session, out, ["--headless", "--record", str(path)])
     recorder.start()
     for k in range(1, 11):
         session.host_samples = k
@@ -129,7 +130,8 @@ def test_a_snapshot_with_a_nan_is_left_out_and_the_rest_still_decode_exactly(sna
     path = tmp_path / "run.jsonl"
     bad = dataclasses.replace(snaps[5], throughput=float("nan"))
     written = [*snaps[:5], bad, *snaps[6:12]]
-    recorder = recorder_for(FakeSession(snaps), open(path, "w", encoding="utf-8"), [], written)
+    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 the Recorder owns the file and closes it
+    recorder = recorder_for(FakeSession(snaps), out, [], written)
     for s in written:
         recorder.write(s)
     recorder.close()

@@ -421,5 +421,3 @@ def test_a_live_session_offers_live_controls_not_replay_ones():
         assert not isinstance(session, ReplayControls)
     finally:
         session.close()
-
-

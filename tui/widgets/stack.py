@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torchpar_top.contract.snapshot import Snapshot, StackFrame, StackView
+from torchpar_top.contract.messages import StackFrame
+from torchpar_top.contract.snapshot import Snapshot, StackView
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Pad, Row, SnapshotPanel
 
