@@ -24,13 +24,15 @@ from typing import Any
 
 import torch
 from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
-from torchpar_top.contract.vocab import SyncScope
+from torchpar_top.contract.vocab import StepSource, SyncScope
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor, CuptiUnavailable, load_cupti
 from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
+from torchpar_top.probes.agent.usercode_phases import PhaseHooks
+from torchpar_top.probes.agent.usercode_steps import SYNC, GpuSteps, StepClock, read_memory
 from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
 
 CPU_SYNC_NOTE = (
@@ -48,8 +50,9 @@ def cuda_in_use() -> bool:
 
 
 class StepsOrOps:
-    """Throughput of user code: optimizer steps per second once a step was seen (every step is seen),
-    else ops per second, measured while the op counter was on and scaled to the whole window."""
+    """Throughput of user code: steps per second once a step was seen (every step is seen; from the
+    optimizer, backward, DataLoader or outermost module, :mod:`.usercode_steps`), else ops per second,
+    measured while the op counter was on and scaled to the whole window."""
 
     def __init__(
         self,
@@ -114,6 +117,14 @@ class UserCode:
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
         self.data.also_wait = agent.frontend_wait
+        self.steps = StepClock()
+        """The training steps and their phases (:mod:`.usercode_steps`)."""
+        self.steps.on_step = self._on_step
+        self.phases = PhaseHooks(self.steps, threading.get_ident())
+        """The phase boundaries Instrumentation installs (:mod:`.usercode_phases`)."""
+        self.data.steps = self.steps
+        self.memory = True
+        """Send the process's memory in each sample."""
         self.stop_requested = False
         self.interruptible = False
         """True while the user's code runs: a stop then interrupts it (KeyboardInterrupt)."""
@@ -133,6 +144,7 @@ class UserCode:
         agent.throughput = StepsOrOps(agent, self.eager, self._covered)
         agent.sample_parts.append(self._data_wait)
         agent.sample_parts.append(self._op_coverage)
+        agent.sample_parts.append(self._steps_part)
         agent.on_sample.append(self._after_sample)
         agent.on_stop.append(self._on_stop)
         agent.device_syncs.append(self._sync_cuda)
@@ -181,28 +193,48 @@ class UserCode:
             self.counting.pin(self.every_op or policy.per_op)
 
     def _sync_cuda(self) -> None:
-        """Wait for the GPU (if this process uses one); the wait is frontend wait."""
+        """Wait for the GPU (if this process uses one); the wait is frontend wait (and ``sync`` time)."""
         if cuda_in_use():
             wait = self.agent.frontend_wait
+            frontend = threading.get_ident() == self.agent.frontend_ident
+            if frontend:
+                self.steps.enter(SYNC)
             wait.begin(time.perf_counter())
             try:
                 torch.cuda.synchronize()
             finally:
                 wait.end(time.perf_counter())
+                if frontend:
+                    self.steps.exit(SYNC)
 
     # -- hooks --------------------------------------------------------------------------------------
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Optimizer step post hook: one step per step of the first optimizer seen (GANs step two)."""
+        if threading.get_ident() != self.agent.frontend_ident:
+            return
+        self.phases.optimizer_post()
+        primary = self._primary() if self._primary is not None else None
+        if primary is None:
+            self._primary, primary = weakref.ref(optimizer), optimizer
+        if optimizer is primary and self.steps.step(StepSource.OPTIMIZER):
+            return  # the step's own work ran (_on_step)
         if self.stop_requested:
             self._safe_stop()
         if self.counting is not None:
             self.counting.tick()
-        primary = self._primary() if self._primary is not None else None
-        if primary is None:
-            self._primary, primary = weakref.ref(optimizer), optimizer
-        if optimizer is primary:
-            self.agent.step()
+
+    def _on_step(self) -> None:
+        """A step closed (on the frontend): a switch point, a safe point to stop, settings applied."""
+        if self.stop_requested:
+            self._safe_stop()
+        if self.counting is not None:
+            self.counting.tick()
+            if self.switch_signal is not None and self.counting.on:
+                self.switch_signal.finish_off_soon()  # the step ended inside the counter's dispatch
+        agent = self.agent
+        agent.step(0)  # pending thread count applied; SYNC scope step synchronizes
+        agent.items = self.steps.count
 
     def watch_cuda_streams(self) -> None:
         """HOOK: CUDA became initialised in the user's code; watch its launch queues.
@@ -215,6 +247,7 @@ class UserCode:
         if self._cuda_watched:
             return
         self._cuda_watched = True
+        self.time_steps_on_cuda()
         if not self.every_op:
             reason = self._watch_with_cupti()
             if reason is None:
@@ -224,6 +257,15 @@ class UserCode:
                 "function mode instead (a Python hook per op, as with --every-op)"
             )
         self._watch_with_counter()
+
+    def time_steps_on_cuda(self) -> None:
+        """CUDA is in use (on the frontend): transfers and waits become phases, and the phases GPU time
+        from CUDA events (:class:`~.usercode_steps.GpuSteps`, untested on hardware)."""
+        try:
+            self.phases.install_cuda()
+        except Exception as exc:
+            self.agent.log(f"step phases: CUDA transfers not timed ({type(exc).__name__}: {exc})")
+        self.steps.use_gpu(GpuSteps(self.cuda, log=self.agent.log))
 
     def _watch_with_counter(self) -> None:
         """The launch counter on the current device's stream (a function mode on the frontend)."""
@@ -299,6 +341,13 @@ class UserCode:
         self.data.refresh(t0, t1)
         window = max(t1 - t0, 1e-9)
         return {"data_wait": min(1.0, busy_time(self.data.wait.intervals(t0, t1)) / window)}
+
+    def _steps_part(self, t0: float, t1: float) -> dict[str, Any]:
+        """Sample part: the steps so far and the process's memory."""
+        part: dict[str, Any] = {"steps": self.steps.take()}
+        if self.memory:
+            part["memory"] = read_memory(self.cuda if cuda_in_use() else None)
+        return part
 
     def _op_coverage(self, t0: float, t1: float) -> dict[str, Any]:
         """Sample part: the share of the window the op counter was on (ops are counted in slices)."""

@@ -48,6 +48,7 @@ class Instrumentation:
         self.switch.install()
         user.use_counting(self.counting, self.switch if self.switch.installed else None)
         self._hook = register_optimizer_step_post_hook(user.on_optimizer_step)
+        user.phases.install()
         user.data.on_frontend = self.counting.tick
         user.data.install()
         self.counting.tick()  # on at once: the first slice (or for good, with every_op)
@@ -58,6 +59,7 @@ class Instrumentation:
         self.switch.uninstall()
         self.user.data.on_frontend = None
         self.user.data.uninstall()
+        self.user.phases.uninstall()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None

@@ -216,10 +216,15 @@ class SwitchSignal:
         return True
 
     def _handle(self, signum: int, frame: Any) -> None:
-        counting = self.counting
-        counting.tick()  # contains its own errors
+        self.counting.tick()  # contains its own errors
+        self.finish_off_soon()
+
+    def finish_off_soon(self) -> None:
+        """After a tick on the main thread: a switch off that could not happen here (inside the
+        counter's own dispatch: a step that ends in ``backward``) happens at the next Python event
+        outside it (the one-shot profile hook)."""
         try:
-            if counting.off_due() and sys.getprofile() is None:  # landed inside a dispatch: finish outside
+            if self.counting.off_due() and sys.getprofile() is None:
                 sys.setprofile(self._finish_off)
         except Exception:
             pass

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torchpar_top.contract import messages as m
-from torchpar_top.contract.vocab import SyncScope
+from torchpar_top.contract.vocab import StepSource, SyncScope
 from torchpar_top.probes.agent import usercode
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.run import UsageError, exception_line, parse_args, system_exit_status
@@ -248,7 +248,10 @@ def test_time_in_a_single_process_loader_is_data_wait(agent):
         t1 = time.perf_counter()
         msg = agent.agent.sample(t0, t1)
     assert agent.data.executors == []
-    assert msg.data_wait > 0.5 and msg.frontend.wait > 0.5
+    # loading in this process is data time (the data phase, data_wait), not a wait for the device
+    assert msg.data_wait > 0.5 and msg.frontend.wait == 0.0
+    assert msg.steps.source == StepSource.DATALOADER and msg.steps.count == 5
+    assert msg.steps.phases.data > 0.5 * msg.steps.seconds
 
 
 # -- targets and the command line -------------------------------------------------------------------

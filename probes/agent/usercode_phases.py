@@ -1,0 +1,355 @@
+"""The phase boundaries of a training step in unmodified user code, for :class:`.usercode_steps.StepClock`.
+
+A handful of timestamps per step, all on the frontend (main) thread; calls from other threads pass
+through untouched:
+
+- ``optimizer``: a global optimizer step pre hook (the post hook is :class:`UserCode`'s, which also
+  marks the step);
+- ``backward``: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) and ``torch.autograd.grad``
+  wrapped; nested calls (a reentrant checkpoint's) are inside the outer one. With ``torch.distributed``
+  initialised, a pre-hook on the loss's ``grad_fn`` queues one autograd-engine callback at the start of
+  backward; it runs when the gradients are done, before DDP's own callback waits for the all-reduce, so
+  backward's return minus that moment is ``comm`` (DESIGN.md, "Step anatomy");
+- ``forward``: the outermost module call. For the first steps global module hooks find the modules
+  called while no other module's call is in progress (the roots: the model, a loss module); then those
+  hooks go and a forward pre-hook and hook on each root alone remain (never a hook per module);
+- ``comm``: the ``torch.distributed`` collectives, barriers and point-to-point calls, and
+  ``Work.wait()`` of an async one;
+- ``data``: the DataLoader wrapper (:mod:`.usercode_data`) calls the clock;
+- on CUDA only (there is no other device on a CPU run): ``transfer`` is ``Tensor.to``/``.cuda``/``.cpu``
+  and ``copy_`` between devices, ``sync`` is ``.item()``/``.tolist()`` of a CUDA tensor and
+  ``torch.cuda.synchronize``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.modules import module as _module
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torchpar_top.contract.vocab import StepSource
+from torchpar_top.probes.agent.usercode_steps import (
+    BACKWARD,
+    COMM,
+    FORWARD,
+    OPTIMIZER,
+    SYNC,
+    TRANSFER,
+    StepClock,
+)
+
+_dynamo_compiling: Callable[[], bool] = getattr(
+    torch.compiler, "is_dynamo_compiling", getattr(torch.compiler, "is_compiling", lambda: False)
+)
+_get_ident = threading.get_ident
+_perf = time.perf_counter
+
+#: Steps closed with the global module hooks on before they give way to hooks on the roots alone.
+DISCOVERY_STEPS = 3
+
+#: ``torch.distributed`` calls that wait for other ranks (when not ``async_op``).
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "barrier",
+    "monitored_barrier",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "send",
+    "recv",
+)
+
+
+class PhaseHooks:
+    """Installs (and removes) every phase boundary but the DataLoader's; enter and exit on the main thread."""
+
+    def __init__(self, clock: StepClock, frontend_ident: int | None = None) -> None:
+        self.clock = clock
+        self.frontend = _get_ident() if frontend_ident is None else frontend_ident
+        self._undo: list[Callable[[], None]] = []
+        self._depth = 0
+        """Module calls in progress on the frontend (roots only, once discovery is over)."""
+        self._backward_depth = 0
+        self._comm_depth = 0
+        self._discovery: list[Any] = []
+        self._roots: dict[int, Any] = {}
+        self._root_handles: list[Any] = []
+        self._discovered_at = 0
+        self.cuda_installed = False
+
+    # -- install / uninstall ------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Hooks and patches for the CPU boundaries (idempotent per instance)."""
+        if self._undo:
+            return
+        handle = register_optimizer_step_pre_hook(self._optimizer_pre)
+        self._undo.append(handle.remove)
+        self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patch(torch.autograd, "grad", self._wrap_backward)
+        pre = _module.register_module_forward_pre_hook(self._global_pre)
+        post = _module.register_module_forward_hook(self._global_post, always_call=True)
+        self._discovery = [pre, post]
+        self._undo.append(self._end_discovery)
+        self._undo.append(self._remove_roots)
+        if torch.distributed.is_available():
+            import torch.distributed as dist
+
+            for name in COLLECTIVES:
+                if callable(getattr(dist, name, None)):
+                    self._patch(dist, name, self._wrap_comm)
+            work = getattr(dist, "Work", None)
+            if work is not None and callable(getattr(work, "wait", None)):
+                self._patch(work, "wait", self._wrap_comm)
+
+    def install_cuda(self) -> None:
+        """Transfers and blocking waits on CUDA (on the frontend, once CUDA is in use)."""
+        if self.cuda_installed:
+            return
+        self.cuda_installed = True
+        T = torch.Tensor
+        self._patch(T, "to", lambda orig: self._wrap_transfer(orig, _to_moves))
+        self._patch(T, "cuda", lambda orig: self._wrap_transfer(orig, _cuda_moves))
+        self._patch(T, "cpu", lambda orig: self._wrap_transfer(orig, _cpu_moves))
+        self._patch(T, "copy_", lambda orig: self._wrap_transfer(orig, _copy_moves))
+        self._patch(T, "item", lambda orig: self._wrap_transfer(orig, _on_cuda, SYNC))
+        self._patch(T, "tolist", lambda orig: self._wrap_transfer(orig, _on_cuda, SYNC))
+        self._patch(torch.cuda, "synchronize", lambda orig: self._wrap_transfer(orig, None, SYNC))
+
+    def uninstall(self) -> None:
+        """Everything back as it was."""
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception:
+                pass
+        self.cuda_installed = False
+
+    def _patch(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+        """``owner.name`` wrapped; put back (or, where a class inherited it, removed) on uninstall."""
+        orig = getattr(owner, name)
+        inherited = isinstance(owner, type) and name not in owner.__dict__
+        setattr(owner, name, wrap(orig))
+        self._undo.append(lambda: delattr(owner, name) if inherited else setattr(owner, name, orig))
+
+    # -- optimizer ------------------------------------------------------------------------------------
+
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if _get_ident() == self.frontend:
+            self.clock.enter(OPTIMIZER)
+
+    def optimizer_post(self) -> None:
+        """From the optimizer step post hook (on the frontend): the optimizer phase ends."""
+        self.clock.exit(OPTIMIZER)
+
+    # -- backward -------------------------------------------------------------------------------------
+
+    def _wrap_backward(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        hooks = self
+
+        @functools.wraps(orig)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if hooks._backward_depth or _get_ident() != hooks.frontend or _dynamo_compiling():
+                return orig(*args, **kwargs)
+            clock = hooks.clock
+            hooks._backward_depth = 1
+            clock.enter(BACKWARD)
+            done = [0.0]
+            handle = _queue_done_callback(args[0] if args else None, done, clock) if _dist_on() else None
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                hooks._backward_depth = 0
+                if handle is not None:
+                    handle.remove()
+                clock.exit(BACKWARD, done[0])
+                clock.step(StepSource.BACKWARD)
+
+        return backward
+
+    # -- forward: the outermost module call -----------------------------------------------------------
+
+    def _global_pre(self, module: Any, args: Any) -> None:
+        if _dynamo_compiling() or _get_ident() != self.frontend:
+            return
+        if self._depth == 0:
+            self._roots.setdefault(id(module), module)
+            self.clock.enter(FORWARD)
+        self._depth += 1
+
+    def _global_post(self, module: Any, args: Any, out: Any) -> None:
+        if _dynamo_compiling() or _get_ident() != self.frontend or not self._depth:
+            return
+        self._depth -= 1
+        if self._depth == 0:
+            self.clock.exit(FORWARD)
+            self.clock.step(StepSource.MODULE)
+            if self._discovery:
+                if self._discovered_at == 0:
+                    self._discovered_at = self.clock.count
+                elif self.clock.count >= self._discovered_at + DISCOVERY_STEPS:
+                    self._switch_to_roots()
+
+    def _switch_to_roots(self) -> None:
+        """Discovery is over: hooks on the roots alone from now on."""
+        self._end_discovery()
+        for module in self._roots.values():
+            try:
+                self._root_handles.append(module.register_forward_pre_hook(self._global_pre))
+                self._root_handles.append(module.register_forward_hook(self._global_post, always_call=True))
+            except Exception:
+                continue
+
+    def _end_discovery(self) -> None:
+        for handle in self._discovery:
+            handle.remove()
+        self._discovery = []
+
+    def _remove_roots(self) -> None:
+        for handle in self._root_handles:
+            handle.remove()
+        self._root_handles = []
+        self._roots = {}
+
+    @property
+    def roots(self) -> list[Any]:
+        """The modules found to be called outermost (discovery ongoing or over)."""
+        return list(self._roots.values())
+
+    @property
+    def discovering(self) -> bool:
+        """True while the global module hooks are on."""
+        return bool(self._discovery)
+
+    # -- comm ---------------------------------------------------------------------------------------------
+
+    def _wrap_comm(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        hooks = self
+
+        @functools.wraps(orig)
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            if hooks._comm_depth or _get_ident() != hooks.frontend or _dynamo_compiling():
+                return orig(*args, **kwargs)
+            hooks._comm_depth = 1
+            hooks.clock.enter(COMM)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                hooks._comm_depth = 0
+                hooks.clock.exit(COMM)
+
+        return collective
+
+    # -- CUDA: transfers and waits -------------------------------------------------------------------
+
+    def _wrap_transfer(
+        self, orig: Callable[..., Any], moves: Callable[..., bool] | None, phase: int = TRANSFER
+    ) -> Callable[..., Any]:
+        hooks = self
+
+        @functools.wraps(orig)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if (
+                _dynamo_compiling()
+                or _get_ident() != hooks.frontend
+                or (moves is not None and not moves(*args, **kwargs))
+            ):
+                return orig(*args, **kwargs)
+            clock = hooks.clock
+            clock.enter(phase)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                clock.exit(phase)
+
+        return call
+
+
+def _dist_on() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized()
+
+
+def _queue_done_callback(root: Any, done: list[float], clock: StepClock) -> Any:
+    """A pre-hook on ``root``'s ``grad_fn`` that queues one engine callback noting when the gradients
+    are done (``done[0]``, ``perf_counter``); returns the hook's handle (None when it cannot)."""
+    if isinstance(root, (list, tuple)):
+        root = next((t for t in root if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
+    fn = getattr(root, "grad_fn", None)
+    if fn is None:
+        return None
+
+    def finished() -> None:
+        done[0] = _perf()
+        clock.mark_split(BACKWARD)
+
+    def prehook(grad_outputs: Any) -> None:
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(finished)
+        except Exception:
+            pass
+
+    try:
+        return fn.register_prehook(prehook)
+    except Exception:
+        return None
+
+
+# -- what moves between devices ------------------------------------------------------------------------
+
+
+def _device_index(x: Any) -> int | None:
+    """``get_device()``-style index of a device given as a tensor, a device, a string or an int; None
+    when ``x`` names no device (a dtype)."""
+    if isinstance(x, torch.Tensor):
+        return x.get_device()
+    if isinstance(x, torch.device):
+        return -1 if x.type == "cpu" else (x.index if x.index is not None else torch.cuda.current_device())
+    if isinstance(x, str):
+        return _device_index(torch.device(x))
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x
+    return None
+
+
+def _to_moves(self: Any, *args: Any, **kwargs: Any) -> bool:
+    target = kwargs.get("device")
+    if target is None and args:
+        target = args[0]
+    try:
+        index = _device_index(target)
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return index is not None and index != self.get_device()
+
+
+def _cuda_moves(self: Any, *args: Any, **kwargs: Any) -> bool:
+    return not self.is_cuda
+
+
+def _cpu_moves(self: Any, *args: Any, **kwargs: Any) -> bool:
+    return bool(self.is_cuda)
+
+
+def _copy_moves(self: Any, src: Any = None, *args: Any, **kwargs: Any) -> bool:
+    return isinstance(src, torch.Tensor) and src.is_cuda != self.is_cuda
+
+
+def _on_cuda(self: Any, *args: Any, **kwargs: Any) -> bool:
+    return bool(self.is_cuda)
