@@ -34,6 +34,10 @@ that hangs is cut off at most 30 s past its limit, so the run stays under 5 minu
    ``cupti`` binding against a torch.profiler trace of the same loop, then a launch-bound loop
    (``x.add_(1)``) plain and under ``torchpar-top run --headless``, alternating, two rounds: median
    speed ratio >= 0.97. Needs cupti-python; without it the check is skipped and says so.
+9. ``step_phases`` (before ``cupti_run`` in the plan): a training loop on cuda:0 under the agent's step
+   clock (``children/step_phases_loop.py``): its phases must be GPU time from the agent's CUDA events,
+   the forward within 15 % of the script's own events around it, the phases adding up to the step time,
+   no synchronize by the agent, and cuda:0's allocator figures in the sample's memory.
 
 Writes ``--out`` (JSON) and a Markdown summary beside it (``.md``); prints one line per check. Exit
 status 0 when nothing failed, 1 otherwise. Without a CUDA device it prints one line saying so, writes a

@@ -32,8 +32,8 @@ from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
 from torchpar_top.probes.agent.usercode_phases import PhaseHooks
-from torchpar_top.probes.agent.usercode_steps import SYNC, GpuSteps, StepClock, read_memory
 from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
+from torchpar_top.probes.agent.usercode_steps import SYNC, GpuSteps, StepClock, read_memory
 
 CPU_SYNC_NOTE = (
     "SYNC on the CPU: eager CPU ops are already synchronous, there is no queue to drain; "

@@ -23,6 +23,7 @@ through untouched:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -135,10 +136,8 @@ class PhaseHooks:
     def uninstall(self) -> None:
         """Everything back as it was."""
         while self._undo:
-            try:
+            with contextlib.suppress(Exception):
                 self._undo.pop()()
-            except Exception:
-                pass
         self.cuda_installed = False
 
     def _patch(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
@@ -300,10 +299,8 @@ def _queue_done_callback(root: Any, done: list[float], clock: StepClock) -> Any:
         clock.mark_split(BACKWARD)
 
     def prehook(grad_outputs: Any) -> None:
-        try:
+        with contextlib.suppress(Exception):
             torch.autograd.Variable._execution_engine.queue_callback(finished)
-        except Exception:
-            pass
 
     try:
         return fn.register_prehook(prehook)
@@ -314,29 +311,34 @@ def _queue_done_callback(root: Any, done: list[float], clock: StepClock) -> Any:
 # -- what moves between devices ------------------------------------------------------------------------
 
 
-def _device_index(x: Any) -> int | None:
-    """``get_device()``-style index of a device given as a tensor, a device, a string or an int; None
-    when ``x`` names no device (a dtype)."""
+def _device_of(x: Any) -> tuple[str, int | None] | None:
+    """``(type, index)`` of a device given as a tensor, a device, a string or an int (a CUDA ordinal);
+    None when ``x`` names no device (a dtype)."""
     if isinstance(x, torch.Tensor):
-        return x.get_device()
+        return x.device.type, x.device.index
     if isinstance(x, torch.device):
-        return -1 if x.type == "cpu" else (x.index if x.index is not None else torch.cuda.current_device())
+        return x.type, x.index
     if isinstance(x, str):
-        return _device_index(torch.device(x))
+        return _device_of(torch.device(x))
     if isinstance(x, int) and not isinstance(x, bool):
-        return x
+        return "cuda", x
     return None
 
 
 def _to_moves(self: Any, *args: Any, **kwargs: Any) -> bool:
+    """Whether ``self.to(*args, **kwargs)`` copies to another device (not a dtype change)."""
     target = kwargs.get("device")
     if target is None and args:
         target = args[0]
     try:
-        index = _device_index(target)
+        where = _device_of(target)
     except (RuntimeError, ValueError, TypeError):
         return False
-    return index is not None and index != self.get_device()
+    if where is None:
+        return False
+    kind, index = where
+    device = self.device
+    return kind != device.type or (index is not None and device.index is not None and index != device.index)
 
 
 def _cuda_moves(self: Any, *args: Any, **kwargs: Any) -> bool:

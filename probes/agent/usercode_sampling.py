@@ -25,6 +25,7 @@ never see a second state; SYNC after every op may still switch it on (one recomp
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -223,11 +224,9 @@ class SwitchSignal:
         """After a tick on the main thread: a switch off that could not happen here (inside the
         counter's own dispatch: a step that ends in ``backward``) happens at the next Python event
         outside it (the one-shot profile hook)."""
-        try:
+        with contextlib.suppress(Exception):
             if self.counting.off_due() and sys.getprofile() is None:
                 sys.setprofile(self._finish_off)
-        except Exception:
-            pass
 
     def _finish_off(self, frame: Any, event: str, arg: Any) -> None:
         """One-shot profile hook on the main thread: switch off at the first event outside a dispatch."""

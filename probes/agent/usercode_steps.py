@@ -24,6 +24,7 @@ hardware: checked with ``tests/fakes/fake_cuda.py`` and by ``benchmarks/gpu_chec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -174,7 +175,7 @@ class StepClock:
         """One step's phases are final: into the totals and the records."""
         self._resolved += 1
         self._seconds += seconds
-        self._tot = tot = [a + b for a, b in zip(self._tot, phases)]
+        self._tot = tot = [a + b for a, b in zip(self._tot, phases, strict=True)]
         self._records.append((self._resolved, end, phases))
         self.state = (self.source, self._resolved, self._seconds, tuple(tot))  # type: ignore[assignment]
 
@@ -328,10 +329,8 @@ class GpuSteps:
         if not self.failed:
             self.failed = f"{type(exc).__name__}: {exc}"
             if self.log is not None:
-                try:
+                with contextlib.suppress(OSError):
                     self.log(f"step phases on the GPU stopped ({self.failed}); CPU time from now on")
-                except OSError:
-                    pass
 
 
 # -- memory --------------------------------------------------------------------------------------------
