@@ -51,15 +51,27 @@ def _hints(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
     return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
 
 
+_SCALARS = (float, int, str, bool, type(None))
+
+
 def to_plain(obj: Any) -> Any:
     """A dataclass (or tuple, enum...) as JSON-able builtins: objects, lists, strings, numbers."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if type(obj) in _SCALARS:  # the most common case first (a sample's step end times: hundreds)
+        return obj
     if isinstance(obj, Enum):
         return obj.value
     if isinstance(obj, (tuple, list)):
+        if all(type(x) in _SCALARS for x in obj):
+            return list(obj)
         return [to_plain(x) for x in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in _fields(type(obj))}
     return obj
+
+
+@cache
+def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(cls)
 
 
 def dumps(obj: Any) -> str:

@@ -213,11 +213,10 @@ class UserCode:
         """Optimizer step post hook: one step per step of the first optimizer seen (GANs step two)."""
         if threading.get_ident() != self.agent.frontend_ident:
             return
-        self.phases.optimizer_post()
         primary = self._primary() if self._primary is not None else None
         if primary is None:
             self._primary, primary = weakref.ref(optimizer), optimizer
-        if optimizer is primary and self.steps.step(StepSource.OPTIMIZER):
+        if self.phases.optimizer_post(optimizer is primary):
             return  # the step's own work ran (_on_step)
         if self.stop_requested:
             self._safe_stop()
@@ -233,8 +232,11 @@ class UserCode:
             if self.switch_signal is not None and self.counting.on:
                 self.switch_signal.finish_off_soon()  # the step ended inside the counter's dispatch
         agent = self.agent
-        agent.step(0)  # pending thread count applied; SYNC scope step synchronizes
         agent.items = self.steps.count
+        if agent.threads_pending:
+            agent.apply_threads()
+        if agent.sync.enabled and agent.sync.per_step:
+            agent.synchronize()
 
     def watch_cuda_streams(self) -> None:
         """HOOK: CUDA became initialised in the user's code; watch its launch queues.

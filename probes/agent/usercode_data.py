@@ -199,7 +199,7 @@ class DataLoaderWatch:
             if ex is not None:
                 ex.consumed_one()
             if frontend and watch.steps is not None:
-                watch.steps.step(StepSource.DATALOADER)
+                watch.steps.step(StepSource.DATALOADER)  # after the data phase ended in _wait_end
             return data
 
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign]

@@ -93,6 +93,8 @@ class PhaseHooks:
         self._root_handles: list[Any] = []
         self._discovered_at = 0
         self.cuda_installed = False
+        self._dist = False
+        self._dist_asked = float("-inf")
 
     # -- install / uninstall ------------------------------------------------------------------------
 
@@ -153,9 +155,10 @@ class PhaseHooks:
         if _get_ident() == self.frontend:
             self.clock.enter(OPTIMIZER)
 
-    def optimizer_post(self) -> None:
-        """From the optimizer step post hook (on the frontend): the optimizer phase ends."""
-        self.clock.exit(OPTIMIZER)
+    def optimizer_post(self, primary: bool) -> bool:
+        """From the optimizer step post hook (on the frontend): the optimizer phase ends, and with the
+        primary optimizer a step; returns whether a step closed."""
+        return self.clock.exit(OPTIMIZER, step=StepSource.OPTIMIZER if primary else None)
 
     # -- backward -------------------------------------------------------------------------------------
 
@@ -170,17 +173,29 @@ class PhaseHooks:
             hooks._backward_depth = 1
             clock.enter(BACKWARD)
             done = [0.0]
-            handle = _queue_done_callback(args[0] if args else None, done, clock) if _dist_on() else None
+            handle = (
+                _queue_done_callback(args[0] if args else None, done, clock) if hooks._dist_on() else None
+            )
             try:
                 return orig(*args, **kwargs)
             finally:
                 hooks._backward_depth = 0
                 if handle is not None:
                     handle.remove()
-                clock.exit(BACKWARD, done[0])
-                clock.step(StepSource.BACKWARD)
+                clock.exit(BACKWARD, done[0], step=StepSource.BACKWARD)
 
         return backward
+
+    def _dist_on(self) -> bool:
+        """Whether ``torch.distributed`` is initialised (asked at most once a second until it is)."""
+        if self._dist:
+            return True
+        now = _perf()
+        if now - self._dist_asked >= 1.0:
+            self._dist_asked = now
+            dist = torch.distributed
+            self._dist = dist.is_available() and dist.is_initialized()
+        return self._dist
 
     # -- forward: the outermost module call -----------------------------------------------------------
 
@@ -188,7 +203,8 @@ class PhaseHooks:
         if _dynamo_compiling() or _get_ident() != self.frontend:
             return
         if self._depth == 0:
-            self._roots.setdefault(id(module), module)
+            if self._discovery:
+                self._roots.setdefault(id(module), module)
             self.clock.enter(FORWARD)
         self._depth += 1
 
@@ -197,8 +213,7 @@ class PhaseHooks:
             return
         self._depth -= 1
         if self._depth == 0:
-            self.clock.exit(FORWARD)
-            self.clock.step(StepSource.MODULE)
+            self.clock.exit(FORWARD, step=StepSource.MODULE)
             if self._discovery:
                 if self._discovered_at == 0:
                     self._discovered_at = self.clock.count
@@ -278,11 +293,6 @@ class PhaseHooks:
                 clock.exit(phase)
 
         return call
-
-
-def _dist_on() -> bool:
-    dist = torch.distributed
-    return dist.is_available() and dist.is_initialized()
 
 
 def _queue_done_callback(root: Any, done: list[float], clock: StepClock) -> Any:

@@ -100,11 +100,15 @@ class StepClock:
         if self.gpu is not None:
             self.gpu.mark(prev)
 
-    def exit(self, phase: int, split_at: float = 0.0, then: int = COMM) -> None:
+    def exit(
+        self, phase: int, split_at: float = 0.0, then: int = COMM, step: StepSource | None = None
+    ) -> bool:
         """``phase`` ends (phases left open inside it end with it). With ``split_at`` (a moment inside
-        it), the time after that moment is charged to ``then`` (backward's wait for the other ranks)."""
+        it), the time after that moment is charged to ``then`` (backward's wait for the other ranks).
+        With ``step``, its end also marks a step of that source (one timestamp for both); returns
+        whether a step closed."""
         if phase != self.phase and phase not in self._stack:
-            return
+            return self.step(step) if step is not None else False
         t = self._clock()
         cur = self.phase
         if self._since < split_at < t:
@@ -120,6 +124,7 @@ class StepClock:
             self.phase = self._stack.pop()
             if popped == phase:
                 break
+        return self._close(step, t) if step is not None else False
 
     def mark_split(self, phase: int) -> None:
         """The GPU side of a split (see :meth:`exit`): the stretch up to now was ``phase`` (any thread)."""
@@ -129,10 +134,15 @@ class StepClock:
 
     def step(self, source: StepSource) -> bool:
         """Something that marks a step of ``source`` happened; True when it closed a step."""
+        if PREFERENCE[source] < self._pref:
+            return False
+        return self._close(source, self._clock())
+
+    def _close(self, source: StepSource, t: float) -> bool:
+        """A step of ``source`` ends at ``t`` (if that source marks steps)."""
         pref = PREFERENCE[source]
         if pref < self._pref:
             return False
-        t = self._clock()
         if self._start is None:
             self._start = self._first = self._since = t
         if pref > self._pref:
@@ -150,6 +160,7 @@ class StepClock:
                 self.state = None
                 self._taken_end = self._taken_record = 0
         cur = self._cur
+        stretch = t != self._since  # False right after a phase ended at this very moment
         cur[self.phase] += t - self._since
         self._since = t
         phases = tuple(cur)
@@ -162,7 +173,7 @@ class StepClock:
         if gpu is None:
             self._final(t, seconds, phases)
         else:
-            for rec in gpu.end(self.phase, (t, seconds, phases)):
+            for rec in gpu.end(self.phase, (t, seconds, phases), mark=stretch):
                 self._final(*rec)
         if self._gpu_next is not None:  # GPU timing starts with a step
             self.gpu, self._gpu_next = self._gpu_next, None
@@ -277,10 +288,14 @@ class GpuSteps:
             return
         marks.append((phase, ev))
 
-    def end(self, phase: int, cpu: tuple[float, float, tuple]) -> list[tuple[float, float, tuple]]:
-        """The step ends now (its last stretch was ``phase``); returns the steps read since, in order, as
-        ``(end, seconds, phases)``; the next step's timing begins."""
-        self.mark(phase)
+    def end(
+        self, phase: int, cpu: tuple[float, float, tuple], mark: bool = True
+    ) -> list[tuple[float, float, tuple]]:
+        """The step ends now (its last stretch was ``phase``; ``mark`` False: a phase boundary was just
+        marked at this moment); returns the steps read since, in order, as ``(end, seconds, phases)``;
+        the next step's timing begins."""
+        if mark or not self._marks:
+            self.mark(phase)
         marks = self._marks
         if marks:
             self._pending.append((self._start, marks, cpu))
