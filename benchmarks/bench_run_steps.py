@@ -241,8 +241,9 @@ def main() -> None:
                 print(f"  {v:14s} no result")
                 continue
             vals = [x for x in rates[v] if x]
+            med = statistics.median(ratios)
             print(
-                f"  {v:14s} median {statistics.median(vals):9.1f} steps/s   ratio {statistics.median(ratios):.3f} "
+                f"  {v:14s} median {statistics.median(vals):9.1f} steps/s   ratio {med:.3f} "
                 f"({min(ratios):.3f}-{max(ratios):.3f})   rounds: {' '.join(f'{q:.3f}' for q in ratios)}"
             )
 

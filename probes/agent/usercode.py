@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from torchpar_top.contract.messages import SyncPoints as SyncPointsMessage
-from torchpar_top.contract.vocab import StepSource, SyncScope
+from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor, CuptiUnavailable, load_cupti
