@@ -188,6 +188,9 @@ def test_forked_children_pass_every_call_through(agent):
         n = agent.eager.n
         torch.ones(2) + 1
         assert agent.eager.n == n
+        w = torch.zeros(2, requires_grad=True)
+        w.sum().backward()  # the phase hooks pass through too: no step in a worker
+        assert agent.steps.count == 0
         inst.mode.active = True
 
 
