@@ -27,6 +27,7 @@ import contextlib
 import functools
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -106,6 +107,10 @@ class PhaseHooks:
         self._undo.append(handle.remove)
         self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(torch.autograd, "grad", self._wrap_backward)
+        # torch warns that a compiled module's global hooks fire for its wrapper too: ours know (they count
+        # the outermost call only), and the warning is about them, not the user's code
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOKS_WARNING, category=UserWarning)
+        self._undo.append(_drop_filter)
         pre = _module.register_module_forward_pre_hook(self._global_pre)
         post = _module.register_module_forward_hook(self._global_post, always_call=True)
         self._discovery = [pre, post]
@@ -293,6 +298,20 @@ class PhaseHooks:
                 clock.exit(phase)
 
         return call
+
+
+#: The start of the warning ``torch.compile(module)`` gives while global module hooks are installed.
+_COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
+
+
+def _drop_filter() -> None:
+    """Remove our warnings filter (the first one with our message), leaving the user's alone."""
+    for i, f in enumerate(warnings.filters):
+        msg = f[1]
+        if msg is not None and getattr(msg, "pattern", None) == _COMPILE_HOOKS_WARNING:
+            del warnings.filters[i]
+            warnings._filters_mutated()  # type: ignore[attr-defined]
+            return
 
 
 def _queue_done_callback(root: Any, done: list[float], clock: StepClock) -> Any:

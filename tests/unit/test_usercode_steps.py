@@ -240,3 +240,22 @@ def test_cuda_patches_go_on_once_and_come_off(monkeypatch):
     assert torch.Tensor.to is original_to and "to" not in torch.Tensor.__dict__
     assert torch.cuda.synchronize is original_sync
     assert PHASES.index("comm") == COMM
+
+
+def test_a_compiled_model_steps_without_graph_breaks_or_a_warning_about_our_hooks(recwarn):
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    user = RecordingUser()
+    model = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1)), backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 8)
+    with Instrumentation(user):
+        for _ in range(8):  # through the root discovery and past it
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        steps = user.steps.take()
+    assert steps.source == StepSource.OPTIMIZER and steps.count == 8 and steps.phases.forward > 0
+    assert not counters["graph_break"]
+    assert not [w for w in recwarn if "global hooks" in str(w.message)]
