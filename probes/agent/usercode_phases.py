@@ -306,10 +306,11 @@ _COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are globa
 
 def _drop_filter() -> None:
     """Remove our warnings filter (the first one with our message), leaving the user's alone."""
-    for i, f in enumerate(warnings.filters):
+    filters: list = warnings.filters  # type: ignore[assignment]
+    for i, f in enumerate(filters):
         msg = f[1]
         if msg is not None and getattr(msg, "pattern", None) == _COMPILE_HOOKS_WARNING:
-            del warnings.filters[i]
+            del filters[i]
             warnings._filters_mutated()  # type: ignore[attr-defined]
             return
 
