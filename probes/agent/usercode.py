@@ -32,7 +32,7 @@ from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncPoints
 from torchpar_top.probes.agent.usercode_phases import PhaseHooks
-from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
+from torchpar_top.probes.agent.usercode_sampling import STEPS_DUTY, SampledCounting, SwitchSignal
 from torchpar_top.probes.agent.usercode_steps import SYNC, GpuSteps, StepClock, read_memory
 
 CPU_SYNC_NOTE = (
@@ -228,6 +228,8 @@ class UserCode:
         if self.stop_requested:
             self._safe_stop()
         if self.counting is not None:
+            if self.counting.duty > STEPS_DUTY:
+                self.counting.duty = STEPS_DUTY  # steps found: ops/s is no longer the headline
             self.counting.tick()
             if self.switch_signal is not None and self.counting.on:
                 self.switch_signal.finish_off_soon()  # the step ended inside the counter's dispatch

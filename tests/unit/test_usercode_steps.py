@@ -259,3 +259,14 @@ def test_a_compiled_model_steps_without_graph_breaks_or_a_warning_about_our_hook
     assert steps.source == StepSource.OPTIMIZER and steps.count == 8 and steps.phases.forward > 0
     assert not counters["graph_break"]
     assert not [w for w in recwarn if "global hooks" in str(w.message)]
+
+
+def test_once_steps_are_found_the_op_counter_samples_less_of_the_time():
+    from torchpar_top.probes.agent.usercode_sampling import DUTY, STEPS_DUTY
+
+    user = RecordingUser()
+    w = torch.zeros(4, requires_grad=True)
+    with Instrumentation(user) as inst:
+        assert inst.counting.duty == DUTY
+        w.sum().backward()
+        assert inst.counting.duty == STEPS_DUTY < DUTY
