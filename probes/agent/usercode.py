@@ -1,15 +1,17 @@
 """The agent around unmodified user code: ops, steps, sync points, DataLoader prefetch, sync control.
 
 :class:`UserCode` composes an :class:`Agent` with the parts user code needs: a throughput source that
-counts optimizer steps (else ops), a sample part for the DataLoader wait, hooks after each sample and
-on a stop, and CUDA as a device to synchronize. :class:`Instrumentation` (:mod:`usercode_install`)
-installs, around the user's code, a function mode on the frontend thread (ops and sync points,
-:mod:`usercode_ops`), a global optimizer step post hook (steps) and the DataLoader wrappers
+counts training steps (else ops), sample parts for the DataLoader wait and for the steps, their phases
+and the process's memory (:mod:`usercode_steps`), hooks after each sample and on a stop, and CUDA as a
+device to synchronize. :class:`Instrumentation` (:mod:`usercode_install`) installs, around the user's
+code, a function mode on the frontend thread (ops and sync points, :mod:`usercode_ops`), a global
+optimizer step post hook, the phase hooks (:mod:`usercode_phases`) and the DataLoader wrappers
 (:mod:`usercode_data`).
 
-Throughput is optimizer steps/s once a step was seen, else ops/s. SYNC with scope ``op`` synchronizes
-CUDA after every op, with scope ``step`` after every optimizer step; on the CPU eager ops are already
-synchronous, so SYNC changes nothing there (the agent says so once).
+Throughput is steps/s once a step was seen (optimizer steps, else backward calls, else DataLoader
+batches, else outermost module calls), else ops/s. SYNC with scope ``op`` synchronizes CUDA after every
+op, with scope ``step`` after every step; on the CPU eager ops are already synchronous, so SYNC changes
+nothing there (the agent says so once).
 """
 
 from __future__ import annotations
