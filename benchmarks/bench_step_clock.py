@@ -12,7 +12,8 @@ Adam, ~5-10 ms), timed in short repeats of ``--steps`` steps, the variants inter
 - ``clock``: the same plus the step clock and its phase hooks (optimizer pre hook, backward wrapper,
   the roots' module hooks): the step anatomy's own cost;
 - ``counter``: ``clock`` with the op counter on for every op (``--every-op``): ``run`` keeps it on
-  ``DUTY`` (5 %) of the time, so its share of a step is ``DUTY`` times this difference;
+  ``STEPS_DUTY`` (2 %) of the time once steps are found, so its share of a step is ``STEPS_DUTY`` times
+  this difference;
 - ``sample``: the time one sample takes to build and encode (the sampler thread, holding the GIL, ten
   times a second), from a clock that has seen the loop's steps.
 
@@ -33,7 +34,7 @@ import torch
 from torch import nn
 from torchpar_top.probes.agent.usercode import UserCode
 from torchpar_top.probes.agent.usercode_install import Instrumentation
-from torchpar_top.probes.agent.usercode_sampling import DUTY
+from torchpar_top.probes.agent.usercode_sampling import STEPS_DUTY
 
 
 def make_loop(name: str) -> Any:
@@ -135,10 +136,10 @@ def main() -> None:
         per_step_sampler = sample / (1e5 / plain)  # 10 samples a second: one per 100 ms of steps
         print(f"  parts: instrumentation before the clock {hooks:+.2f} µs/step, step clock {clock:+.2f}, ")
         print(
-            f"         op counter when on {counter:+.2f} (x{DUTY:g} duty = {counter * DUTY:+.2f}), "
+            f"         op counter when on {counter:+.2f} (x{STEPS_DUTY:g} duty = {counter * STEPS_DUTY:+.2f}), "
             f"one sample {sample:.0f} µs (= {per_step_sampler:+.2f} µs/step at 10 Hz)"
         )
-        total = hooks + clock + counter * DUTY + per_step_sampler
+        total = hooks + clock + counter * STEPS_DUTY + per_step_sampler
         print(f"  estimated in-process cost {total:+.2f} µs/step = {total / plain:.1%} of a plain step")
 
 
