@@ -135,8 +135,9 @@ def main() -> None:
         sample = min(samples)
         per_step_sampler = sample / (1e5 / plain)  # 10 samples a second: one per 100 ms of steps
         print(f"  parts: instrumentation before the clock {hooks:+.2f} µs/step, step clock {clock:+.2f}, ")
+        share = counter * STEPS_DUTY
         print(
-            f"         op counter when on {counter:+.2f} (x{STEPS_DUTY:g} duty = {counter * STEPS_DUTY:+.2f}), "
+            f"         op counter when on {counter:+.2f} (x{STEPS_DUTY:g} duty = {share:+.2f}), "
             f"one sample {sample:.0f} µs (= {per_step_sampler:+.2f} µs/step at 10 Hz)"
         )
         total = hooks + clock + counter * STEPS_DUTY + per_step_sampler

@@ -187,7 +187,7 @@ class PhaseHooks:
                 hooks._backward_depth = 0
                 if handle is not None:
                     handle.remove()
-                clock.exit(BACKWARD, done[0], step=StepSource.BACKWARD)
+                clock.exit(BACKWARD, done[0], COMM, StepSource.BACKWARD)
 
         return backward
 
@@ -259,7 +259,7 @@ class PhaseHooks:
                 return orig(module, *args, **kwargs)
             finally:
                 hooks._depth = 0
-                clock.exit(FORWARD, step=StepSource.MODULE)
+                clock.exit(FORWARD, 0.0, COMM, StepSource.MODULE)
 
         __call__._tpt_root_call = True  # type: ignore[attr-defined]
         return __call__

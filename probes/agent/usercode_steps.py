@@ -124,7 +124,9 @@ class StepClock:
             self.phase = self._stack.pop()
             if popped == phase:
                 break
-        return self._close(step, t) if step is not None else False
+        if step is None or PREFERENCE[step] < self._pref:
+            return False
+        return self._close(step, t)
 
     def mark_split(self, phase: int) -> None:
         """The GPU side of a split (see :meth:`exit`): the stretch up to now was ``phase`` (any thread)."""
