@@ -178,9 +178,10 @@ class PhaseHooks:
             hooks._backward_depth = 1
             clock.enter(BACKWARD)
             done = [0.0]
-            handle = (
-                _queue_done_callback(args[0] if args else None, done, clock) if hooks._dist_on() else None
-            )
+            handle = None
+            if hooks._dist_on():
+                root = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+                handle = _queue_done_callback(root, done, clock)
             try:
                 return orig(*args, **kwargs)
             finally:
