@@ -38,6 +38,10 @@ that hangs is cut off at most 30 s past its limit, so the run stays under 5 minu
    torch's flight recorder on (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_ENABLE_TIMING=1``): the agent's log
    names ``nccl:all_reduce`` with its time per collective (``probes/agent/collectives.py``), within 2x of
    the script's own CUDA-event timing.
+10. ``step_phases`` (before ``cupti_run`` in the plan): a training loop on cuda:0 under the agent's step
+   clock (``children/step_phases_loop.py``): its phases must be GPU time from the agent's CUDA events,
+   the forward within 15 % of the script's own events around it, the phases adding up to the step time,
+   no synchronize by the agent, and cuda:0's allocator figures in the sample's memory.
 
 Writes ``--out`` (JSON) and a Markdown summary beside it (``.md``); prints one line per check. Exit
 status 0 when nothing failed, 1 otherwise. Without a CUDA device it prints one line saying so, writes a

@@ -83,12 +83,19 @@ def to_plain(obj: Any) -> Any:
     if type(obj) in _PLAIN:  # the most common case first: the values of histories
         return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_plain(getattr(obj, f.name)) for f in _fields(type(obj))}
     if isinstance(obj, Enum):
         return obj.value
     if isinstance(obj, (tuple, list)):
+        if all(type(x) in _PLAIN for x in obj):  # a history, a sample's step ends: hundreds of numbers
+            return list(obj)
         return [to_plain(x) for x in obj]
     return obj
+
+
+@cache
+def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    return dataclasses.fields(cls)
 
 
 def dumps(obj: Any) -> str:

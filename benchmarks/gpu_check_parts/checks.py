@@ -925,6 +925,22 @@ def check_compile(ctx: Context) -> Result:
     return script_check(ctx, CHILDREN / "compile_loop.py", ["400"], 'torch.compile(mode="reduce-overhead")')
 
 
+def check_step_phases(ctx: Context) -> Result:
+    """Step phases as GPU time from the agent's CUDA events (``probes/agent/usercode_steps.GpuSteps``)
+    against the script's own events around its forward; no synchronize by the agent; cuda:0's memory."""
+    done = ctx.run([ctx.python, str(CHILDREN / "step_phases_loop.py"), "200"], ctx.remaining(reserve=5))
+    result = cmp.marker_result(done.stdout.splitlines())
+    details: dict[str, Any] = {"result": result, "stderr": done.stderr[-2000:]}
+    if result is None:
+        return "failed", f"step_phases_loop.py printed no result (exit {done.returncode})", details
+    fwd, own = result["per_step"]["forward"], result["own_forward"]
+    line = (
+        f"gpu={result['gpu']}, forward {fwd * 1e3:.2f} ms/step vs the script's events {own * 1e3:.2f}, "
+        f"step {result['step_seconds'] * 1e3:.2f} ms, agent synchronizes: {result['agent_syncs']}"
+    )
+    return ("passed" if result.get("ok") else "failed"), line, details
+
+
 # -- 8: the CUPTI path: counts against the profiler, and the speed of a launch-bound loop --------------------
 
 #: The least ratio of a launch-bound loop's speed under ``torchpar-top run`` to its plain speed (issue 9).
@@ -1098,6 +1114,9 @@ PLAN = (
         check_compile,
         150,
         40,
+    ),
+    Planned(
+        "step_phases", "step phases as GPU time (CUDA events) vs the script's own", check_step_phases, 60, 20
     ),
     Planned(
         "cupti_run",

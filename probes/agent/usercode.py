@@ -1,15 +1,17 @@
 """The agent around unmodified user code: ops, steps, sync points, DataLoader prefetch, sync control.
 
 :class:`UserCode` composes an :class:`Agent` with the parts user code needs: a throughput source that
-counts optimizer steps (else ops), a sample part for the DataLoader wait, hooks after each sample and
-on a stop, and CUDA as a device to synchronize. :class:`Instrumentation` (:mod:`usercode_install`)
-installs, around the user's code, a function mode on the frontend thread (ops and sync points,
-:mod:`usercode_ops`), a global optimizer step post hook (steps) and the DataLoader wrappers
+counts training steps (else ops), sample parts for the DataLoader wait and for the steps, their phases
+and the process's memory (:mod:`usercode_steps`), hooks after each sample and on a stop, and CUDA as a
+device to synchronize. :class:`Instrumentation` (:mod:`usercode_install`) installs, around the user's
+code, a function mode on the frontend thread (ops and sync points, :mod:`usercode_ops`), a global
+optimizer step post hook, the phase hooks (:mod:`usercode_phases`) and the DataLoader wrappers
 (:mod:`usercode_data`).
 
-Throughput is optimizer steps/s once a step was seen, else ops/s. SYNC with scope ``op`` synchronizes
-CUDA after every op, with scope ``step`` after every optimizer step; on the CPU eager ops are already
-synchronous, so SYNC changes nothing there (the agent says so once).
+Throughput is steps/s once a step was seen (optimizer steps, else backward calls, else DataLoader
+batches, else outermost module calls), else ops/s. SYNC with scope ``op`` synchronizes CUDA after every
+op, with scope ``step`` after every step; on the CPU eager ops are already synchronous, so SYNC changes
+nothing there (the agent says so once).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor, Cup
 from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncCounter
-from torchpar_top.probes.agent.usercode_sampling import SampledCounting, SwitchSignal
+from torchpar_top.probes.agent.usercode_phases import PhaseHooks
+from torchpar_top.probes.agent.usercode_sampling import STEPS_DUTY, SampledCounting, SwitchSignal
+from torchpar_top.probes.agent.usercode_steps import SYNC, GpuSteps, StepClock, read_memory
 
 CPU_SYNC_NOTE = (
     "SYNC on the CPU: eager CPU ops are already synchronous, there is no queue to drain; "
@@ -50,8 +54,9 @@ def cuda_in_use() -> bool:
 
 
 class StepsOrOps:
-    """Throughput of user code: optimizer steps per second once a step was seen (every step is seen),
-    else ops per second, measured while the op counter was on and scaled to the whole window."""
+    """Throughput of user code: steps per second once a step was seen (every step is seen; from the
+    optimizer, backward, DataLoader or outermost module, :mod:`.usercode_steps`), else ops per second,
+    measured while the op counter was on and scaled to the whole window."""
 
     def __init__(
         self,
@@ -116,6 +121,14 @@ class UserCode:
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
         self.data.also_wait = agent.frontend_wait
+        self.steps = StepClock()
+        """The training steps and their phases (:mod:`.usercode_steps`)."""
+        self.steps.on_step = self._on_step
+        self.phases = PhaseHooks(self.steps, threading.get_ident())
+        """The phase boundaries Instrumentation installs (:mod:`.usercode_phases`)."""
+        self.data.steps = self.steps
+        self.memory = True
+        """Send the process's memory in each sample."""
         self.stop_requested = False
         self.interruptible = False
         """True while the user's code runs: a stop then interrupts it (KeyboardInterrupt)."""
@@ -135,6 +148,7 @@ class UserCode:
         agent.throughput = StepsOrOps(agent, self.eager, self._covered)
         agent.sample_parts.append(self._data_wait)
         agent.sample_parts.append(self._op_coverage)
+        agent.sample_parts.append(self._steps_part)
         agent.on_sample.append(self._after_sample)
         if (collectives := watch_collectives(agent.log, rank)) is not None:  # TORCH_FR_BUFFER_SIZE > 0
             agent.on_sample.append(collectives)
@@ -185,28 +199,52 @@ class UserCode:
             self.counting.pin(self.every_op or policy.per_op)
 
     def _sync_cuda(self) -> None:
-        """Wait for the GPU (if this process uses one); the wait is frontend wait."""
+        """Wait for the GPU (if this process uses one); the wait is frontend wait (and ``sync`` time)."""
         if cuda_in_use():
             wait = self.agent.frontend_wait
+            frontend = threading.get_ident() == self.agent.frontend_ident
+            if frontend:
+                self.steps.enter(SYNC)
             wait.begin(time.perf_counter())
             try:
                 torch.cuda.synchronize()
             finally:
                 wait.end(time.perf_counter())
+                if frontend:
+                    self.steps.exit(SYNC)
 
     # -- hooks --------------------------------------------------------------------------------------
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Optimizer step post hook: one step per step of the first optimizer seen (GANs step two)."""
+        if threading.get_ident() != self.agent.frontend_ident:
+            return
+        primary = self._primary() if self._primary is not None else None
+        if primary is None:
+            self._primary, primary = weakref.ref(optimizer), optimizer
+        if self.phases.optimizer_post(optimizer is primary):
+            return  # the step's own work ran (_on_step)
         if self.stop_requested:
             self._safe_stop()
         if self.counting is not None:
             self.counting.tick()
-        primary = self._primary() if self._primary is not None else None
-        if primary is None:
-            self._primary, primary = weakref.ref(optimizer), optimizer
-        if optimizer is primary:
-            self.agent.step()
+
+    def _on_step(self) -> None:
+        """A step closed (on the frontend): a switch point, a safe point to stop, settings applied."""
+        if self.stop_requested:
+            self._safe_stop()
+        if self.counting is not None:
+            if self.counting.duty > STEPS_DUTY:
+                self.counting.duty = STEPS_DUTY  # steps found: ops/s is no longer the headline
+            self.counting.tick()
+            if self.switch_signal is not None and self.counting.on:
+                self.switch_signal.finish_off_soon()  # the step ended inside the counter's dispatch
+        agent = self.agent
+        agent.items = self.steps.count
+        if agent.threads_pending:
+            agent.apply_threads()
+        if agent.sync.enabled and agent.sync.per_step:
+            agent.synchronize()
 
     def watch_cuda_streams(self) -> None:
         """HOOK: CUDA became initialised in the user's code; watch its launch queues.
@@ -219,6 +257,7 @@ class UserCode:
         if self._cuda_watched:
             return
         self._cuda_watched = True
+        self.time_steps_on_cuda()
         if not self.every_op:
             reason = self._watch_with_cupti()
             if reason is None:
@@ -228,6 +267,15 @@ class UserCode:
                 "function mode instead (a Python hook per op, as with --every-op)"
             )
         self._watch_with_counter()
+
+    def time_steps_on_cuda(self) -> None:
+        """CUDA is in use (on the frontend): transfers and waits become phases, and the phases GPU time
+        from CUDA events (:class:`~.usercode_steps.GpuSteps`, untested on hardware)."""
+        try:
+            self.phases.install_cuda()
+        except Exception as exc:
+            self.agent.log(f"step phases: CUDA transfers not timed ({type(exc).__name__}: {exc})")
+        self.steps.use_gpu(GpuSteps(self.cuda, log=self.agent.log))
 
     def _watch_with_counter(self) -> None:
         """The launch counter on the current device's stream (a function mode on the frontend)."""
@@ -303,6 +351,13 @@ class UserCode:
         self.data.refresh(t0, t1)
         window = max(t1 - t0, 1e-9)
         return {"data_wait": min(1.0, busy_time(self.data.wait.intervals(t0, t1)) / window)}
+
+    def _steps_part(self, t0: float, t1: float) -> dict[str, Any]:
+        """Sample part: the steps so far and the process's memory."""
+        part: dict[str, Any] = {"steps": self.steps.take()}
+        if self.memory:
+            part["memory"] = read_memory(self.cuda if cuda_in_use() else None)
+        return part
 
     def _op_coverage(self, t0: float, t1: float) -> dict[str, Any]:
         """Sample part: the share of the window the op counter was on (ops are counted in slices)."""

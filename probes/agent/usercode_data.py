@@ -10,7 +10,9 @@ These read private attributes of ``_MultiProcessingDataLoaderIter`` (``_send_idx
 ``_tasks_outstanding``, ``_worker_result_queue``, ``_data_queue``); when one is missing the executor
 degrades to counting consumed batches (``L = C``, no ``ready``). The time the frontend thread spends in
 ``__next__`` (any loader, also ``num_workers=0``), and in ``__iter__`` while it starts the workers, is
-its data wait.
+its data wait (``data_wait``) and the ``data`` phase of its step. Only a loader with workers makes the
+frontend *wait* (``frontend.wait``): one with ``num_workers=0`` loads on the frontend itself, which is
+data time, not time blocked on a device.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dl
-from torchpar_top.contract.vocab import ExecutorKind, Quantity, Role
+from torchpar_top.contract.vocab import ExecutorKind, Quantity, Role, StepSource
 from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.executor import Executor
+from torchpar_top.probes.agent.usercode_steps import DATA, StepClock
+
+_MultiIter = _dl._MultiProcessingDataLoaderIter
 
 #: The attribute a watched multi-process loader iterator carries its executor in.
 EXECUTOR_ATTR = "_tpt_executor"
@@ -142,6 +147,9 @@ class DataLoaderWatch:
         """Also records each wait (the agent's frontend-wait recorder; the frontend thread writes it)."""
         self.on_frontend: Callable[[], None] | None = None
         """Called on the frontend thread at each batch it asks for (a switch point for the op counter)."""
+        self.steps: StepClock | None = None
+        """The step clock: time in a loader is the ``data`` phase, each batch a step of the
+        ``dataloader`` source."""
 
     def install(self) -> None:
         """Wrap the two methods (once)."""
@@ -156,13 +164,14 @@ class DataLoaderWatch:
             if ex is not None:
                 ex.detach()  # before a persistent iterator's reset zeroes its counters
             frontend = threading.get_ident() == watch.frontend_ident
+            workers = getattr(loader, "num_workers", 0) > 0
             if frontend:  # starting the workers is waiting for the input pipeline too
-                watch._wait_begin(time.perf_counter())
+                watch._wait_begin(time.perf_counter(), workers)
             try:
                 it = orig_iter(loader)
             finally:
                 if frontend:
-                    watch._wait_end(time.perf_counter())
+                    watch._wait_end(time.perf_counter(), workers)
             if ex is not None and isinstance(it, _dl._MultiProcessingDataLoaderIter):
                 ex.attach(it)
                 setattr(it, EXECUTOR_ATTR, ex)
@@ -174,7 +183,8 @@ class DataLoaderWatch:
             if frontend:
                 if watch.on_frontend is not None:
                     watch.on_frontend()  # a switch point on the frontend (the op counter's slices)
-                watch._wait_begin(time.perf_counter())
+                workers = isinstance(it, _MultiIter)
+                watch._wait_begin(time.perf_counter(), workers)
             try:
                 data = orig_next(it)
             except StopIteration:
@@ -184,10 +194,12 @@ class DataLoaderWatch:
                 raise
             finally:
                 if frontend:
-                    watch._wait_end(time.perf_counter())
+                    watch._wait_end(time.perf_counter(), workers)
             ex = getattr(it, EXECUTOR_ATTR, None)
             if ex is not None:
                 ex.consumed_one()
+            if frontend and watch.steps is not None:
+                watch.steps.step(StepSource.DATALOADER)  # after the data phase ended in _wait_end
             return data
 
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
@@ -200,20 +212,26 @@ class DataLoaderWatch:
             _dl._BaseDataLoaderIter.__next__ = self._orig_next  # type: ignore[method-assign]
             self._orig_iter = self._orig_next = None
 
-    def _wait_begin(self, t: float) -> None:
-        """The frontend entered a loader's ``__iter__``/``__next__``."""
+    def _wait_begin(self, t: float, workers: bool = True) -> None:
+        """The frontend entered a loader's ``__iter__``/``__next__`` (of a loader with worker processes,
+        or one that loads in this process: then it is not waiting, it is loading, and that is data
+        time but no frontend wait)."""
         # begin/end, not add afterwards: a sample taken mid-wait must see the wait so far
         self.inside += 1
         self.wait.begin(t)
-        if self.also_wait is not None:
+        if workers and self.also_wait is not None:
             self.also_wait.begin(t)
+        if self.steps is not None:
+            self.steps.enter(DATA)
 
-    def _wait_end(self, t: float) -> None:
+    def _wait_end(self, t: float, workers: bool = True) -> None:
         """The frontend left it."""
         self.inside -= 1
         self.wait.end(t)
-        if self.also_wait is not None:
+        if workers and self.also_wait is not None:
             self.also_wait.end(t)
+        if self.steps is not None:
+            self.steps.exit(DATA)
 
     def _executor_for(self, loader: Any) -> DataLoaderExecutor | None:
         """The executor of a loader with workers (made at its first ``iter``), None without workers."""

@@ -89,6 +89,7 @@ LIBRARY_DIRS = (
 )
 
 _OVERRIDES_FILE = torch.overrides.__file__
+_TENSOR_TO = torch.Tensor.to
 _TENSOR_FILE = torch._tensor.__file__
 
 #: Most sites sent in one ``syncpoints`` message (the busiest first).
@@ -152,7 +153,9 @@ class SyncCounter:
     def _synchronizes(self, func: Any, args: tuple, kwargs: dict) -> bool:
         """Whether this call waits for the device (always on the CPU: it would on CUDA)."""
         tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if func is torch.Tensor.to and (kwargs.get("non_blocking") or not _targets_cpu(args[1:], kwargs)):
+        if getattr(func, "__wrapped__", func) is _TENSOR_TO and (
+            kwargs.get("non_blocking") or not _targets_cpu(args[1:], kwargs)
+        ):
             return False
         if self.cuda_in_use():  # a real GPU run: only calls on CUDA tensors wait
             return tensor is not None and tensor.is_cuda
@@ -291,7 +294,9 @@ def _has_bool_mask(index: Any) -> bool:
 
 
 def _classify(func: Any) -> Any:
-    """``_META``, ``_OP`` or the sync-point label of ``func``."""
+    """``_META``, ``_OP`` or the sync-point label of ``func`` (a wrapper is classified as what it wraps:
+    the step clock wraps ``Tensor.item``/``to``... on CUDA, and torch hands the mode the wrapper)."""
+    func = getattr(func, "__wrapped__", func)
     try:
         label = SYNC_CALLS.get(func) or MASK_CALLS.get(func)
     except TypeError:  # unhashable callable

@@ -138,7 +138,6 @@ def test_two_nodes_four_ranks_then_one_node_goes(tmp_path):
     assert not any(running(p.pid) for p in (*nodes, prom.proc))
 
 
-@pytest.mark.xfail(reason="needs step anatomy series", strict=False)
 def test_the_slow_rank_is_named_straggler(tmp_path):
     script = [os.path.join(SCRIPTS, "ddp_slow_rank.py"), "1000000", "3", "0.05"]
     prom, nodes, _ = _two_nodes(tmp_path, script)

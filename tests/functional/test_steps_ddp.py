@@ -13,7 +13,6 @@ import pytest
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.xfail(reason="needs the agent side", strict=False),
 ]
 
 CMD = [sys.executable, "-m", "torchpar_top"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torchpar_top.contract import messages as m
-from torchpar_top.contract.vocab import SyncScope
+from torchpar_top.contract.vocab import StepSource, SyncScope
 from torchpar_top.probes.agent import usercode
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.run import UsageError, exception_line, parse_args, system_exit_status
@@ -188,6 +188,9 @@ def test_forked_children_pass_every_call_through(agent):
         n = agent.eager.n
         torch.ones(2) + 1
         assert agent.eager.n == n
+        w = torch.zeros(2, requires_grad=True)
+        w.sum().backward()  # the phase hooks pass through too: no step in a worker
+        assert agent.steps.count == 0
         inst.mode.active = True
 
 
@@ -248,7 +251,10 @@ def test_time_in_a_single_process_loader_is_data_wait(agent):
         t1 = time.perf_counter()
         msg = agent.agent.sample(t0, t1)
     assert agent.data.executors == []
-    assert msg.data_wait > 0.5 and msg.frontend.wait > 0.5
+    # loading in this process is data time (the data phase, data_wait), not a wait for the device
+    assert msg.data_wait > 0.5 and msg.frontend.wait == 0.0
+    assert msg.steps.source == StepSource.DATALOADER and msg.steps.count == 5
+    assert msg.steps.phases.data > 0.5 * msg.steps.seconds
 
 
 # -- targets and the command line -------------------------------------------------------------------

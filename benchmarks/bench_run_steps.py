@@ -1,0 +1,256 @@
+"""The cost of ``torchpar-top run`` on a training loop, end to end: plain ``python`` vs under ``run``.
+
+    python benchmarks/bench_run_steps.py [--rounds 7] [--seconds 12] [--loops mlp,transformer]
+        [--variants plain,run] [--threads 1]
+
+Each loop is this file run as a child (``--loop NAME --seconds S``): it trains for ``S`` seconds and
+prints ``BENCH-STEPS {"steps_per_s": ...}``, its own rate over the time after a warm-up of
+:data:`WARMUP` s (so both variants measure the same thing, the same way: the agent's figures are not
+used). Variants:
+
+- ``plain``: ``python THIS --loop NAME``;
+- ``run``: ``python -m torchpar_top run --headless --duration D THIS --loop NAME`` (the monitor process,
+  its probes and the agent in the child: what a user pays);
+- ``run-no-stacks``: the same with ``--no-stacks``;
+- ``run-base``: ``run`` from another checkout of torchpar-top (``--base DIR``, e.g. the commit before a
+  change: ``git archive COMMIT | tar -x -C DIR``), imported through links as ``benchmarks/gpu_check.py``
+  does, in the same rounds: before and after side by side;
+- ``agent``: the agent alone (``python -m torchpar_top.probes.agent.run``) with nobody reading its
+  socket but a thread of this process: the child's share without the monitor's CPU.
+
+Loops:
+
+- ``mlp``: an MLP 64-128-10, batch 32, Adam (a launch-bound loop, ~0.2-0.5 ms steps);
+- ``transformer``: a 2-layer ``nn.TransformerEncoder`` (d_model 128, 4 heads, feed-forward 256), batch
+  8 × 16 tokens, Adam (~5-10 ms steps on one thread of a quiet machine, ~15 ms on a busy one).
+
+Rounds alternate the variants, and the order within a round rotates, so the drift of a shared machine
+hits every variant alike. Printed: each variant's median steps/s, and per round the ratio to ``plain``
+of the same round, with the median and range of those ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+THIS = Path(__file__).resolve()
+MARK = "BENCH-STEPS "
+#: Seconds each loop runs before its rate is measured.
+WARMUP = 3.0
+
+
+# -- the loops (in the child) ----------------------------------------------------------------------------
+
+
+def _loop(name: str, seconds: float, threads: int) -> None:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
+    if name == "mlp":
+        model: nn.Module = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+        x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+
+        def loss_fn() -> torch.Tensor:
+            return nn.functional.cross_entropy(model(x), y)
+
+    elif name == "transformer":
+        layer = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True)
+        model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        x = torch.randn(8, 16, 128)
+
+        def loss_fn() -> torch.Tensor:
+            return model(x).pow(2).mean()
+
+    else:
+        raise SystemExit(f"unknown loop {name!r}")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    start = time.perf_counter()
+    measured_from, steps, cpu0, proc0 = None, 0, 0.0, 0.0
+    while True:
+        opt.zero_grad()
+        loss_fn().backward()
+        opt.step()
+        now = time.perf_counter()
+        if measured_from is None:
+            if now - start >= WARMUP:
+                measured_from, steps, cpu0, proc0 = now, 0, time.thread_time(), time.process_time()
+        else:
+            steps += 1
+            if now - start >= seconds:
+                break
+    rate = steps / (now - measured_from)
+    cpu = (time.thread_time() - cpu0) / steps * 1e6
+    proc = (time.process_time() - proc0) / steps * 1e6
+    print(
+        MARK + json.dumps({"steps_per_s": rate, "steps": steps, "cpu_us": cpu, "process_cpu_us": proc}),
+        flush=True,
+    )
+
+
+# -- the variants (in this process) ---------------------------------------------------------------------
+
+
+def _rate(text: str) -> float | None:
+    """The loop's own ``BENCH-STEPS`` figure, printed plainly or carried in a headless object's log."""
+    for line in reversed(text.splitlines()):
+        texts = [line]
+        if line.startswith("{"):
+            try:
+                texts = [str(x.get("text", "")) for x in json.loads(line).get("log") or []]
+            except (ValueError, AttributeError):
+                texts = [line]
+        for t in reversed(texts):
+            at = t.find(MARK)
+            if at >= 0:
+                return float(json.loads(t[at + len(MARK) :])["steps_per_s"])
+    return None
+
+
+#: The layer folders a checkout installs as ``torchpar_top.<folder>`` (``cli/*.py`` are the top level).
+SUBPACKAGES = ("contract", "analysis", "model", "workloads", "probes", "sources", "sinks", "tui")
+_BASE_ENV: dict[str, str] = {}
+
+
+def base_env(checkout: Path) -> dict[str, str]:
+    """An environment whose ``torchpar_top`` is ``checkout``'s (a folder of links, made once)."""
+    if not _BASE_ENV:
+        shim = Path(tempfile.mkdtemp(prefix="tpt-bench-base-"))
+        package = shim / "torchpar_top"
+        package.mkdir()
+        for source in (checkout / "cli").glob("*.py"):
+            (package / source.name).symlink_to(source)
+        for folder in SUBPACKAGES:
+            if (checkout / folder).is_dir():
+                (package / folder).symlink_to(checkout / folder, target_is_directory=True)
+        atexit.register(shutil.rmtree, shim, ignore_errors=True)
+        _BASE_ENV.update(
+            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")]))
+        )
+    return _BASE_ENV
+
+
+def run_variant(
+    variant: str, loop: str, seconds: float, threads: int, base: Path | None = None
+) -> float | None:
+    """One run of one loop in one variant; its measured steps/s (None when it printed none)."""
+    child = [str(THIS), "--loop", loop, "--seconds", str(seconds), "--threads", str(threads)]
+    limit = seconds + 60
+    if variant == "plain":
+        out = subprocess.run(
+            [sys.executable, *child], check=False, capture_output=True, text=True, timeout=limit
+        )
+        return _rate(out.stdout)
+    if variant in ("run", "run-no-stacks", "run-base"):
+        cmd = [
+            sys.executable,
+            "-m",
+            "torchpar_top",
+            "run",
+            "--headless",
+            "--duration",
+            str(int(seconds + 15)),
+        ]
+        cmd += ["--no-stacks"] if variant == "run-no-stacks" else []
+        if variant == "run-base" and base is None:
+            raise SystemExit("run-base needs --base DIR")
+        env = base_env(base) if variant == "run-base" and base is not None else None
+        out = subprocess.run(
+            [*cmd, *child], check=False, capture_output=True, text=True, timeout=limit, env=env
+        )
+        return _rate(out.stdout)
+    if variant == "agent":
+        return _agent_alone(child, limit)
+    raise SystemExit(f"unknown variant {variant!r}")
+
+
+def _agent_alone(child: list[str], limit: float) -> float | None:
+    """The agent in the child, its socket drained by a thread here (no monitor process)."""
+    ours, theirs = socket.socketpair()
+    drained = threading.Event()
+
+    def drain() -> None:
+        while ours.recv(65536):
+            pass
+        drained.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    fd = theirs.fileno()
+    cmd = [sys.executable, "-m", "torchpar_top.probes.agent.run", "--fd", str(fd), *child]
+    out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=limit, pass_fds=(fd,))
+    theirs.close()
+    drained.wait(5)
+    ours.close()
+    return _rate(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--loops", default="mlp,transformer")
+    parser.add_argument("--variants", default="plain,run")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--base", type=Path, help="another checkout, for the run-base variant")
+    parser.add_argument("--loop", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loop:
+        _loop(args.loop, args.seconds, args.threads)
+        return
+    variants = args.variants.split(",")
+    if "plain" not in variants:
+        variants.insert(0, "plain")
+    results: dict[str, dict[str, list[float | None]]] = {}
+    for loop in args.loops.split(","):
+        rates: dict[str, list[float | None]] = {v: [] for v in variants}
+        for r in range(args.rounds):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            for v in order:
+                rates[v].append(run_variant(v, loop, args.seconds, args.threads, args.base))
+            line = ", ".join(f"{v} {rates[v][-1] or 0:.1f}" for v in variants)
+            print(f"{loop} round {r + 1}: {line}", file=sys.stderr, flush=True)
+        results[loop] = rates
+    if args.json:
+        print(json.dumps(results))
+        return
+    load = os.getloadavg()
+    print(
+        f"{args.rounds} rounds of {args.seconds:g} s, {args.threads} intra-op thread(s); load {load[0]:.2f}"
+    )
+    for loop, rates in results.items():
+        plain = rates["plain"]
+        ok_plain = [p for p in plain if p]
+        print(
+            f"\n{loop}: plain median {statistics.median(ok_plain):.1f} steps/s" if ok_plain else f"\n{loop}"
+        )
+        for v in variants:
+            if v == "plain":
+                continue
+            ratios = [x / p for x, p in zip(rates[v], plain, strict=True) if x and p]
+            if not ratios:
+                print(f"  {v:14s} no result")
+                continue
+            vals = [x for x in rates[v] if x]
+            med = statistics.median(ratios)
+            print(
+                f"  {v:14s} median {statistics.median(vals):9.1f} steps/s   ratio {med:.3f} "
+                f"({min(ratios):.3f}-{max(ratios):.3f})   rounds: {' '.join(f'{q:.3f}' for q in ratios)}"
+            )
+
+
+if __name__ == "__main__":
+    main()

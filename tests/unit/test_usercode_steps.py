@@ -1,0 +1,278 @@
+"""The step clock, its phase hooks and the GPU phases (on the fake CUDA), in this process."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fakes.fake_cuda import FakeCuda, SimClock
+from torch import nn
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.vocab import PHASES, StepSource
+from torchpar_top.probes.agent import usercode_phases
+from torchpar_top.probes.agent.usercode import UserCode
+from torchpar_top.probes.agent.usercode_install import Instrumentation
+from torchpar_top.probes.agent.usercode_steps import (
+    BACKWARD,
+    COMM,
+    DATA,
+    FORWARD,
+    OPTIMIZER,
+    TRANSFER,
+    GpuSteps,
+    StepClock,
+    read_memory,
+    rss_bytes,
+)
+
+
+def phases(steps):
+    return {p: getattr(steps.phases, p) for p in PHASES}
+
+
+def test_phases_nest_and_add_up_to_the_step_time_exactly():
+    t = SimClock(0.0)
+    c = StepClock(clock=t)
+    c.enter(DATA)
+    t.advance(0.010)
+    c.exit(DATA)
+    c.step(StepSource.DATALOADER)
+    t.advance(0.001)  # other
+    c.enter(FORWARD)
+    t.advance(0.004)
+    c.enter(TRANSFER)  # a copy inside the forward is transfer, not forward
+    t.advance(0.002)
+    c.exit(TRANSFER)
+    t.advance(0.004)
+    c.exit(FORWARD)
+    c.enter(BACKWARD)
+    t.advance(0.005)
+    c.exit(BACKWARD, split_at=t.now - 0.003)  # its last 3 ms waited for the other ranks
+    c.enter(OPTIMIZER)
+    t.advance(0.002)
+    c.exit(OPTIMIZER)
+    c.step(StepSource.OPTIMIZER)
+    steps = c.take(wall=lambda: 1000.0)
+    # the better source came before any sample: the dataloader step was folded into the first one
+    assert steps.source == StepSource.OPTIMIZER and steps.count == 1
+    got = phases(steps)
+    want = dict(data=0.010, transfer=0.002, forward=0.008, backward=0.002, comm=0.003, optimizer=0.002)
+    for p, v in want.items():
+        assert got[p] == pytest.approx(v)
+    assert got["other"] == pytest.approx(0.001)
+    assert sum(got.values()) == pytest.approx(steps.seconds) == pytest.approx(0.028)
+    assert len(steps.ends) == 1 and len(steps.recent) == 1
+    assert steps.ends[0] == pytest.approx(1000.0)  # wall clock: the step ended "now"
+    assert m.decode(m.Log(text="x").to_json())  # the codec takes the message (Sample: test_usercode.py)
+
+
+def test_a_better_source_after_a_sample_keeps_the_count_growing():
+    t = SimClock(0.0)
+    c = StepClock(clock=t)
+    for _ in range(3):
+        t.advance(0.01)
+        c.step(StepSource.MODULE)
+    assert c.take().count == 3  # went out in a sample
+    t.advance(0.01)
+    c.step(StepSource.BACKWARD)
+    assert not c.step(StepSource.MODULE)  # a lower source no longer marks steps
+    steps = c.take()
+    assert steps.source == StepSource.BACKWARD and steps.count == 4
+    assert steps.seconds == pytest.approx(0.03)  # the first step starts at the first boundary (t=0.01)
+    assert len(steps.ends) == 1  # only the step since the last sample
+    assert c.take().ends == ()
+
+
+def test_gpu_phases_are_event_time_read_a_step_later_without_waiting():
+    cuda = FakeCuda(devices=1)
+    t = cuda.clock
+    c = StepClock(clock=t)
+    c.use_gpu(GpuSteps(cuda))
+    c.step(StepSource.OPTIMIZER)  # CPU step; GPU timing starts with the next one
+    stream = cuda.current_stream()
+    c.enter(FORWARD)
+    stream.submit(0.005)  # 5 ms of kernels launched in 1 ms
+    t.advance(0.001)
+    c.exit(FORWARD)
+    c.enter(BACKWARD)
+    stream.submit(0.010)
+    t.advance(0.001)
+    c.exit(BACKWARD)
+    c.step(StepSource.OPTIMIZER)
+    assert c.take().count == 1  # the GPU has not finished that step: not read yet, nobody waited
+    assert cuda.syncs == 0
+    t.advance(0.050)
+    c.step(StepSource.OPTIMIZER)  # the next step's end reads the one before
+    steps = c.take()
+    assert steps.gpu and steps.count >= 2
+    gpu = steps.recent[-1] if steps.count == 2 else steps.recent[-2]
+    assert gpu.phases.forward == pytest.approx(0.005, abs=1e-4)
+    assert gpu.phases.backward == pytest.approx(0.010, abs=1e-4)
+    events = cuda.events_created
+    for _ in range(20):  # events are reused from the pool
+        c.enter(FORWARD)
+        stream.submit(0.001)
+        c.exit(FORWARD)
+        t.advance(0.01)
+        c.step(StepSource.OPTIMIZER)
+    assert cuda.events_created <= events + 6
+    assert cuda.syncs == 0
+
+
+def test_a_step_begun_while_a_graph_is_captured_keeps_its_cpu_phases():
+    cuda = FakeCuda(devices=1)
+    cuda.is_current_stream_capturing = lambda: True
+    t = cuda.clock
+    c = StepClock(clock=t)
+    gpu = GpuSteps(cuda)
+    c.use_gpu(gpu)
+    c.step(StepSource.OPTIMIZER)
+    c.enter(FORWARD)
+    t.advance(0.003)
+    c.exit(FORWARD)
+    c.step(StepSource.OPTIMIZER)
+    steps = c.take()
+    assert steps.count == 2 and steps.recent[-1].phases.forward == pytest.approx(0.003)
+    assert gpu.untimed == 1 and gpu.timed == 0 and not steps.gpu
+
+
+def test_memory_is_rss_and_each_initialised_devices_allocator():
+    assert rss_bytes() > 10 << 20
+    stats = {
+        0: {
+            "allocated_bytes.all.current": 100,
+            "reserved_bytes.all.current": 200,
+            "allocated_bytes.all.peak": 150,
+        },
+        1: {"reserved_bytes.all.current": 0},  # not used by this process: left out
+    }
+    cuda = SimpleNamespace(
+        is_initialized=lambda: True,
+        current_device=lambda: 0,
+        device_count=lambda: 2,
+        memory_stats=lambda i: stats[i],
+    )
+    mem = read_memory(cuda)
+    assert mem.rss_bytes > 0
+    assert mem.devices == (m.DeviceMemory("cuda:0", 100, 200, 150),)
+    never = SimpleNamespace(
+        is_initialized=lambda: False, memory_stats=lambda i: pytest.fail("initialised CUDA")
+    )
+    assert read_memory(never).devices == ()
+
+
+class RecordingUser(UserCode):
+    def __init__(self, **kw):
+        super().__init__(None, target="test", **kw)
+        self.agent.send = lambda msg: None
+
+
+def test_roots_are_found_then_hooked_alone_and_everything_is_put_back():
+    user = RecordingUser()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    criterion = nn.MSELoss()
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    originals = (torch.autograd.backward, torch.autograd.grad, torch.distributed.all_reduce)
+    with Instrumentation(user):
+        assert torch.autograd.backward is not originals[0]
+        for i in range(8):
+            loss = criterion(model(x), y)
+            loss.backward()
+            if i == 0:
+                assert user.phases.discovering
+        assert not user.phases.discovering  # the global module hooks are gone
+        assert {id(r) for r in user.phases.roots} == {id(model), id(criterion)}  # not the inner layers
+        # the roots' calls are timed by their classes' __call__, not by module hooks (torch's slow path)
+        assert nn.Sequential.__dict__["__call__"]._tpt_root_call and "__call__" in nn.MSELoss.__dict__
+        assert not model._forward_pre_hooks and not model._forward_hooks
+        inner = nn.Sequential(nn.Linear(8, 8))  # another instance of a root's class passes through
+        before = user.steps._cur[FORWARD]
+        inner(x)
+        assert user.steps._cur[FORWARD] == before
+        steps = user.steps.take()
+    assert steps.source == StepSource.BACKWARD and steps.count == 8
+    assert steps.phases.forward > 0 and steps.phases.backward > 0
+    assert (torch.autograd.backward, torch.autograd.grad, torch.distributed.all_reduce) == originals
+    assert "__call__" not in nn.Sequential.__dict__ and "__call__" not in nn.MSELoss.__dict__
+    assert not torch.nn.modules.module._global_forward_pre_hooks
+
+
+def test_a_module_only_loop_steps_by_its_outermost_calls():
+    user = RecordingUser()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    with Instrumentation(user), torch.no_grad():
+        for _ in range(6):
+            model(torch.randn(2, 8))
+        steps = user.steps.take()
+    assert steps.source == StepSource.MODULE and steps.count == 6
+
+
+def test_the_optimizer_phase_and_the_step_source():
+    user = RecordingUser()
+    w = torch.zeros(64, requires_grad=True)
+    opt = torch.optim.Adam([w])
+    with Instrumentation(user):
+        for _ in range(5):
+            w.pow(2).sum().backward()
+            opt.step()
+        steps = user.steps.take()
+    assert steps.source == StepSource.OPTIMIZER and steps.count == 5
+    assert steps.phases.optimizer > 0 and steps.phases.backward > 0
+    assert user.agent.items == 5
+
+
+def test_what_counts_as_a_transfer():
+    cpu = torch.zeros(2)
+    assert usercode_phases._to_moves(cpu, "cuda")
+    assert usercode_phases._to_moves(cpu, torch.device("cuda", 0))
+    assert usercode_phases._to_moves(cpu, device="cuda:1")
+    assert usercode_phases._to_moves(cpu, 0)  # an int is a CUDA ordinal
+    assert not usercode_phases._to_moves(cpu, torch.float16)  # a dtype change is no transfer
+    assert not usercode_phases._to_moves(cpu, "cpu")
+    assert not usercode_phases._to_moves(cpu, torch.zeros(1))
+    assert usercode_phases._cuda_moves(cpu) and not usercode_phases._cpu_moves(cpu)
+    assert not usercode_phases._copy_moves(cpu, torch.ones(2))
+
+
+def test_cuda_patches_go_on_once_and_come_off(monkeypatch):
+    user = RecordingUser()
+    original_to, original_sync = torch.Tensor.to, torch.cuda.synchronize
+    with Instrumentation(user):
+        user.phases.install_cuda()
+        user.phases.install_cuda()
+        assert torch.Tensor.to is not original_to and torch.Tensor.to.__wrapped__ is original_to
+        t = torch.zeros(2).to(torch.float16)  # still works, and is no transfer
+        assert t.dtype == torch.float16
+        assert user.steps._cur[TRANSFER] == 0.0
+    assert torch.Tensor.to is original_to and "to" not in torch.Tensor.__dict__
+    assert torch.cuda.synchronize is original_sync
+    assert PHASES.index("comm") == COMM
+
+
+def test_a_compiled_model_steps_without_graph_breaks_or_a_warning_about_our_hooks(recwarn):
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    user = RecordingUser()
+    model = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1)), backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 8)
+    with Instrumentation(user):
+        for _ in range(8):  # through the root discovery and past it
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        steps = user.steps.take()
+    assert steps.source == StepSource.OPTIMIZER and steps.count == 8 and steps.phases.forward > 0
+    assert not counters["graph_break"]
+    assert not [w for w in recwarn if "global hooks" in str(w.message)]
+
+
+def test_once_steps_are_found_the_op_counter_samples_less_of_the_time():
+    from torchpar_top.probes.agent.usercode_sampling import DUTY, STEPS_DUTY
+
+    user = RecordingUser()
+    w = torch.zeros(4, requires_grad=True)
+    with Instrumentation(user) as inst:
+        assert inst.counting.duty == DUTY
+        w.sum().backward()
+        assert inst.counting.duty == STEPS_DUTY < DUTY
