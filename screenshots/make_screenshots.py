@@ -33,6 +33,8 @@ SHOTS = {
     "intra-op": ("intra-op", [((), 4.0), (("minus",), 5.0), (("plus",), 4.0)], (120, 36)),
     "inter-op": ("inter-op", [((), 8.0)], (120, 36)),
     "run-train": ("run", [((), 10.0)], (120, 36)),
+    # two DDP ranks (Gloo, torchrun) whose rank 1 sleeps 12 ms more in its forward: the steps panel
+    "run-ddp-straggler": ("run-ddp", [((), 25.0)], (120, 40)),
     "async-80x24": ("async", [((), 8.0)], (80, 24)),
     # replays, at a moment chosen in the analysis whatever the load time: pause at once, go to the trace's
     # start, seek with the right arrow (5 % of the trace each), then step back frame by frame (1 ms each).
@@ -62,6 +64,9 @@ def _session(target: str):
     if target == "run":
         script = os.path.relpath(SCRIPTS / "train_dataloader.py")  # as a user would type it
         target = ScriptTarget(script, ("400",))
+    elif target == "run-ddp":
+        script = os.path.relpath(SCRIPTS / "ddp_steps.py")
+        target = ScriptTarget(script, ("120", "forward", "1", "12"), nproc=2)
     return Session(target, gpu_probe=_gpu_probe(), stack_source=_stack_source())
 
 
