@@ -149,6 +149,15 @@ class SyntheticSession:
 # -- the inner process: run the app, measure, write a JSON file ---------------------------------------
 
 
+def _tmux_session(server: str, name: str, env: list[str], shell: str) -> None:
+    """A detached tmux session ``name`` on its own server, of the benchmark's size, running ``shell``."""
+    size = ["-x", str(SIZE[0]), "-y", str(SIZE[1])]
+    subprocess.run(
+        ["tmux", "-L", server, "-f", "/dev/null", "new-session", "-d", "-s", name, *size, *env, shell],
+        check=True,
+    )
+
+
 def run_inner(kind: str, cores: int, seconds: float, out: Path, headless: bool) -> None:
     """Run the app (real terminal, or headless) for warm-up + ``seconds`` and write the figures to ``out``."""
     from torchpar_top.tui.app import TorchparTopApp
@@ -262,27 +271,7 @@ def measure(kind: str, cores: int, seconds: float, driver: str, workdir: Path) -
         server = f"torchpar-bench-{os.getpid()}"
         # Textual draws on stderr: it must stay the pane's terminal (errors go to a file, see --inner)
         shell = f"cd {shlex.quote(str(ROOT))} && {shlex.join(cmd)}"
-        subprocess.run(
-            [
-                "tmux",
-                "-L",
-                server,
-                "-f",
-                "/dev/null",
-                "new-session",
-                "-d",
-                "-s",
-                "bench",
-                "-x",
-                str(SIZE[0]),
-                "-y",
-                str(SIZE[1]),
-                "-e",
-                "COLORTERM=truecolor",
-                shell,
-            ],
-            check=True,
-        )
+        _tmux_session(server, "bench", ["-e", "COLORTERM=truecolor"], shell)
         try:
             while not out.exists() and time.monotonic() < deadline:
                 time.sleep(0.5)
@@ -421,26 +410,7 @@ def footprint_round(variant: str, seconds: float, workdir: Path) -> dict[str, An
     if workload is not None:
         workload.__enter__()
     try:
-        subprocess.run(
-            [
-                "tmux",
-                "-L",
-                server,
-                "-f",
-                "/dev/null",
-                "new-session",
-                "-d",
-                "-s",
-                "fp",
-                "-x",
-                str(SIZE[0]),
-                "-y",
-                str(SIZE[1]),
-                *env,
-                shlex.join(cmd),
-            ],
-            check=True,
-        )
+        _tmux_session(server, "fp", env, shlex.join(cmd))
         pid = int(
             subprocess.run(
                 ["tmux", "-L", server, "display-message", "-p", "-t", "fp", "#{pane_pid}"],

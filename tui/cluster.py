@@ -20,12 +20,12 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Markdown, Static
+from textual.widgets import Footer, Static
 from torchpar_top.contract.snapshot import Straggler
 from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.cluster import ClusterRank, ClusterView
 from torchpar_top.tui import render
+from torchpar_top.tui.screens.help import HelpScreen
 
 #: Short names of the phases in the phase column.
 PHASE_SHORT = {
@@ -182,32 +182,6 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
     return out
 
 
-class ClusterHelp(ModalScreen[None]):
-    """``?``: what the cluster screen shows; Escape, ``q`` or ``?`` close it."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "close", "close"),
-        Binding("q", "close", "close", show=False),
-        Binding("question_mark", "close", "close", show=False),
-    ]
-    DEFAULT_CSS = """
-    ClusterHelp { align: center middle; }
-    ClusterHelp > VerticalScroll { width: 96; max-width: 100%; height: 80%; border: round $accent;
-        background: $surface; }
-    ClusterHelp Markdown { background: $surface; margin: 0 1; }
-    """
-
-    def compose(self) -> ComposeResult:
-        """The help text."""
-        with VerticalScroll() as box:
-            box.border_title = "help · Escape closes"
-            yield Markdown(HELP)
-
-    def action_close(self) -> None:
-        """Back to the table."""
-        self.dismiss(None)
-
-
 class ClusterApp(App[None]):
     """Draws ``source.refresh()``'s views, one refresh per ``interval`` seconds."""
 
@@ -297,7 +271,7 @@ class ClusterApp(App[None]):
 
     def action_help(self) -> None:
         """``?``: the help screen."""
-        self.push_screen(ClusterHelp())
+        self.push_screen(HelpScreen(HELP))
 
     def quit_from_signal(self) -> None:
         """SIGINT/SIGTERM/SIGHUP: schedule the exit on the app's loop (never blocks in the handler)."""

@@ -136,7 +136,7 @@ def test_the_screen_says_an_error_keeps_trying_and_pauses():
             await pilot.pause(0.3)
             assert app.paused and source.calls <= calls + 1  # at most the refresh already under way
             await pilot.press("question_mark")
-            assert type(app.screen).__name__ == "ClusterHelp"
+            assert type(app.screen).__name__ == "HelpScreen"
             await pilot.press("escape")
             await pilot.press("q")
 

@@ -15,7 +15,7 @@ HELP = help_markdown()
 
 
 class HelpScreen(ModalScreen[None]):
-    """Closed by Escape, ``q`` or ``?``."""
+    """Closed by Escape, ``q`` or ``?``; shows the main screen's help, or ``text`` (the cluster's)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "close"),
@@ -37,11 +37,15 @@ class HelpScreen(ModalScreen[None]):
     }
     """
 
+    def __init__(self, text: str = HELP) -> None:
+        super().__init__()
+        self.text = text
+
     def compose(self) -> ComposeResult:
         """The help text, scrollable on a small terminal."""
         with VerticalScroll() as box:
             box.border_title = "help · Escape closes"
-            yield Markdown(HELP)
+            yield Markdown(self.text)
 
     def action_close(self) -> None:
         """Back to the main screen."""
