@@ -63,6 +63,41 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: Resident memory of one rank before it does any work: a Python process that imported torch and
+#: torch.distributed (219 MB, ``ru_maxrss`` on torch 2.13 CPU, Linux x86-64); ``--nproc-per-node`` asks for
+#: at least this much per rank, so more ranks than the machine's memory holds are refused before they start.
+RANK_MEMORY = 219 * 2**20
+
+
+def nproc(text: str) -> int:
+    """Ranks for ``--nproc-per-node``: at least one, and no more than the machine's memory can start."""
+    value = positive_int(text)
+    import psutil
+
+    total = psutil.virtual_memory().total
+    if value * RANK_MEMORY > total:
+        raise argparse.ArgumentTypeError(
+            f"{value} ranks need at least {value * RANK_MEMORY / 2**30:.0f} GiB (a rank with torch loaded takes "
+            f"about {RANK_MEMORY / 2**20:.0f} MiB) and this machine has {total / 2**30:.0f} GiB: at most "
+            f"{max(1, total // RANK_MEMORY)}"
+        )
+    return value
+
+
+def nproc_warning(value: int | None) -> str:
+    """A warning for more ranks than cores (they run, but take turns on the cores: every rate is lower and
+    the run-queue wait shows it), or ''."""
+    import os
+
+    cores = os.cpu_count() or 1
+    if value is None or value <= cores:
+        return ""
+    return (
+        f"--nproc-per-node {value} on {cores} cores: the ranks take turns on the cores (their rates fall and "
+        "the threads panel shows the wait)"
+    )
+
+
 def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
     parser.add_argument(
         "--interval",
@@ -239,7 +274,7 @@ def run_parser() -> Parser:
     )
     parser.add_argument(
         "--nproc-per-node",
-        type=positive_int,
+        type=nproc,
         metavar="N",
         help="launch through torchrun with N ranks on this node (Gloo on CPU)",
     )
@@ -288,10 +323,10 @@ def replay_parser() -> Parser:
     )
     parser.add_argument(
         "--interval",
-        type=positive,
+        type=interval,
         metavar="SECONDS",
-        help="seconds on screen between frames (default: 0.1 for a trace; a recording's "
-        "own sampling interval)",
+        help="seconds on screen between frames, %g to %g (default: 0.1 for a trace; a recording's own "
+        "sampling interval)" % INTERVAL_RANGE,
     )
     parser.add_argument(
         "--headless",
@@ -330,15 +365,8 @@ def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[st
     token after it is the script, whatever it looks like. ``-m`` without a module gives (ours, None,
     True, []).
     """
-    takes_value = {
-        "--interval",
-        "--duration",
-        "--nproc-per-node",
-        "--sync-scope",
-        "--record",
-        "--report",
-        "--metrics-port",
-        "--metrics-addr",
+    takes_value = {  # every option that takes a value, as the parser has it (--cupti-duty 0.5 was missed)
+        option for action in run_parser()._actions if action.nargs != 0 for option in action.option_strings
     }
     ours: list[str] = []
     i = 0

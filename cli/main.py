@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchpar_top import keep
-from torchpar_top.args import attach_parser, main_parser, replay_parser, run_parser, split_run
+from torchpar_top.args import attach_parser, main_parser, nproc_warning, replay_parser, run_parser, split_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,6 +133,9 @@ def _run_target(argv: list[str]) -> tuple[Any, argparse.Namespace]:
         parser.exit(2, f"torchpar-top: error: {problem}\n")
     if args.sync_scope != "op" and not args.sync:
         parser.error("--sync-scope only applies with --sync")
+    warning = nproc_warning(args.nproc_per_node)
+    if warning:
+        print(f"torchpar-top: warning: {warning}", file=sys.stderr)
     target = ScriptTarget(
         what,
         tuple(user_args),
