@@ -77,8 +77,8 @@ def nproc(text: str) -> int:
     total = psutil.virtual_memory().total
     if value * RANK_MEMORY > total:
         raise argparse.ArgumentTypeError(
-            f"{value} ranks need at least {value * RANK_MEMORY / 2**30:.0f} GiB (a rank with torch loaded takes "
-            f"about {RANK_MEMORY / 2**20:.0f} MiB) and this machine has {total / 2**30:.0f} GiB: at most "
+            f"{value} ranks need at least {value * RANK_MEMORY / 2**30:.0f} GiB (a rank with torch loaded "
+            f"takes about {RANK_MEMORY / 2**20:.0f} MiB) and this machine has {total / 2**30:.0f} GiB: at most "
             f"{max(1, total // RANK_MEMORY)}"
         )
     return value
@@ -325,8 +325,8 @@ def replay_parser() -> Parser:
         "--interval",
         type=interval,
         metavar="SECONDS",
-        help="seconds on screen between frames, %g to %g (default: 0.1 for a trace; a recording's own "
-        "sampling interval)" % INTERVAL_RANGE,
+        help=f"seconds on screen between frames, {INTERVAL_RANGE[0]:g} to {INTERVAL_RANGE[1]:g} (default: 0.1 "
+        "for a trace; a recording's own sampling interval)",
     )
     parser.add_argument(
         "--headless",
