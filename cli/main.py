@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import json
 import math
 import signal
@@ -16,6 +17,22 @@ from torchpar_top import keep
 from torchpar_top.args import attach_parser, main_parser, nproc_warning, replay_parser, run_parser, split_run
 
 
+def _quiet_interrupt(entry: Callable[..., int]) -> Callable[..., int]:
+    """Ctrl-C before the signal handlers are in place (a large trace or recording loading for replay,
+    export or --summary) ends the command quietly with 130, as a shell reports SIGINT, no traceback."""
+
+    @functools.wraps(entry)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        try:
+            return entry(*args, **kwargs)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while Python ends: no traceback
+            return 128 + signal.SIGINT
+
+    return wrapper
+
+
+@_quiet_interrupt
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)

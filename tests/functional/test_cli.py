@@ -428,3 +428,53 @@ def test_processes_that_left_the_group_end_with_a_headless_run(how):
         proc.kill()
         for leftover in processes_running(tag + "1", tag + "2"):
             leftover.kill()
+
+
+def _big_trace(path, pairs=200_000):
+    """A trace of ``pairs`` launches and their kernels on one stream (57 MB: loading it takes seconds)."""
+    events = []
+    for i in range(pairs):
+        events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": i * 10, "dur": 2, "pid": 1,
+             "tid": 1, "args": {"correlation": i + 1}}
+        )  # fmt: skip
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": "k", "ts": i * 10 + 3, "dur": 4, "pid": 0, "tid": 7,
+             "args": {"correlation": i + 1, "stream": 7, "device": 0}}
+        )  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": events}))
+    return str(path)
+
+
+def _has_read(pid, size):
+    """Whether process ``pid`` has read ``size`` bytes (the trace; decoding and analysing it come next)."""
+    try:
+        with open(f"/proc/{pid}/io") as fh:
+            return int(next(line for line in fh if line.startswith("rchar:")).split()[1]) >= size
+    except (OSError, StopIteration):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["summary", "export", "headless"])
+def test_ctrl_c_while_a_large_trace_loads_ends_quietly_with_130(tmp_path, command):
+    """SIGINT (Ctrl-C) once the trace is read, while it is decoded: status 130, no KeyboardInterrupt traceback."""
+    trace = _big_trace(tmp_path / "big.json")
+    argv = {
+        "summary": ["replay", trace, "--summary"],
+        "export": ["export", trace, "--csv", str(tmp_path / "out.csv")],
+        "headless": ["replay", trace, "--headless"],
+    }[command]
+    proc = subprocess.Popen([*CMD, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        size = os.path.getsize(trace)
+        wait_for(lambda: _has_read(proc.pid, size) or proc.poll() is not None, timeout=120)
+        assert proc.poll() is None, "ended before the trace was read"
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # a second Ctrl-C, while it ends, is quiet too
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
