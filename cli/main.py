@@ -76,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals = QuitSignals(lambda: stop.set())
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
         keep.stop_recorder(recorder)
-        outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only
+        outputs.finish(  # stdout: JSON only
+            sys.stderr, quit_by=_reader_gone(status), received=signals.received, duration=args.duration
+        )
         return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc
@@ -126,6 +128,13 @@ class QuitSignals:
     def status(self, otherwise: int) -> int:
         """128 + the signal that ended the run (as shells report it), else ``otherwise``."""
         return 128 + self.received if self.received is not None else otherwise
+
+
+def _reader_gone(status: int) -> str:
+    """What ended a headless run whose JSON lines nobody read any more (``| head -1``), or ''."""
+    from torchpar_top.sinks.headless import BROKEN_PIPE_STATUS
+
+    return "stdout closed (its reader went away)" if status == BROKEN_PIPE_STATUS else ""
 
 
 def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -224,7 +233,9 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
         stop = threading.Event()
         signals = QuitSignals(stop.set)
         status = headless.run(session, args.duration or math.inf, sys.stdout, stop=stop)
-        outputs.finish(sys.stderr, received=signals.received, duration=args.duration)
+        outputs.finish(
+            sys.stderr, quit_by=_reader_gone(status), received=signals.received, duration=args.duration
+        )
         return signals.status(status)
 
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc

@@ -377,6 +377,27 @@ def test_headless_into_a_closed_pipe_exits_quietly_with_nothing_left():
     assert proc.returncode == 128 + signal.SIGPIPE
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
     assert not _alive(record["child"]["pid"])
+    assert "stdout closed" in err and "--duration" not in err, err  # the verdict says why it ended
+
+
+@pytest.mark.slow
+def test_a_headless_replay_into_a_closed_pipe_says_stdout_closed():
+    proc = subprocess.Popen(
+        [*CMD, "replay", os.path.join(TRACES, "a100_event_sync_3_streams.json.gz"), "--headless"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.wait(60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert "stdout closed" in err, err
 
 
 @pytest.mark.slow
