@@ -98,6 +98,21 @@ def nproc_warning(value: int | None) -> str:
     )
 
 
+def check_terminal() -> None:
+    """The screen reads keys from stdin and draws on stdout: without a terminal on both (``< /dev/null``
+    spun a core with ``q`` dead; under nohup Textual's input thread failed and the app ended with 0), one
+    line and status 2 before anything starts."""
+    import os
+    import sys
+
+    for fd, name in ((0, "stdin"), (1, "stdout")):
+        if not os.isatty(fd):
+            sys.stderr.write(
+                f"torchpar-top: error: the screen needs a terminal ({name} is not one); use --headless\n"
+            )
+            raise SystemExit(2)
+
+
 def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
     parser.add_argument(
         "--interval",

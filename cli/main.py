@@ -14,7 +14,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchpar_top import keep
-from torchpar_top.args import attach_parser, main_parser, nproc_warning, replay_parser, run_parser, split_run
+from torchpar_top.args import (
+    attach_parser,
+    check_terminal,
+    main_parser,
+    nproc_warning,
+    replay_parser,
+    run_parser,
+    split_run,
+)
 
 
 def _quiet_interrupt(entry: Callable[..., int]) -> Callable[..., int]:
@@ -53,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _check_headless(parser, args)
         target = args.experiment
+    if not args.headless:
+        check_terminal()
     record = keep.open_record(args.record)  # an unwritable path fails before anything starts
 
     from torchpar_top.sources.live.session import Session

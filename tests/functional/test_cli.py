@@ -499,3 +499,37 @@ def test_ctrl_c_while_a_large_trace_loads_ends_quietly_with_130(tmp_path, comman
         proc.kill()
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["experiment", "run", "attach", "replay"])
+@pytest.mark.parametrize("stdin", ["/dev/null", "a terminal, stdout a pipe"])
+def test_the_screen_without_a_terminal_is_one_line_and_status_2(mode, stdin):
+    """``< /dev/null`` spun a core with q dead; under nohup the app ended with 0: now refused at the start."""
+    import pty
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    argv = {
+        "experiment": [],
+        "run": ["run", os.path.join(SCRIPTS, "sleeps.py")],
+        "attach": ["attach", str(sleeper.pid)],
+        "replay": ["replay", os.path.join(TRACES, "a100_event_sync_3_streams.json.gz")],
+    }[mode]
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [*CMD, *argv],
+            stdin=subprocess.DEVNULL if stdin == "/dev/null" else slave,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sleeper.kill()
+        os.close(master)
+        os.close(slave)
+    which = "stdin" if stdin == "/dev/null" else "stdout"
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"torchpar-top: error: the screen needs a terminal ({which} is not one); use --headless"
+    ]
