@@ -85,6 +85,29 @@ class CountRate:
         return done, self.unit
 
 
+AGENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""The agent's own files (``run.py``, ``usercode_exec.py``, the bootstrap)."""
+
+
+def _starter(filename: str) -> bool:
+    """A frame of what starts the user's code: the agent's files, or runpy (``python -m``, ``-m MODULE``)."""
+    return (
+        filename.startswith(AGENT_DIR)
+        or filename.startswith("<frozen runpy")
+        or filename.endswith("runpy.py")
+    )
+
+
+def user_frames(frames: list[Frame]) -> list[Frame]:
+    """``frames`` (outermost first) from the user's code on: the agent's and runpy's frames that start it
+    (``run.py``, ``usercode_exec.py`` above the script's ``<module>``) are an implementation detail. A stack
+    with nothing below them (the agent's own threads) is kept whole."""
+    for i, frame in enumerate(frames):
+        if not _starter(frame.filename):
+            return frames[i:]
+    return frames
+
+
 class Agent:
     """One per workload process."""
 
@@ -404,7 +427,7 @@ class Agent:
         if not frames:
             return None
         frames.reverse()
-        return FrontendStack(frames=tuple(frames), idle=idle)
+        return FrontendStack(frames=tuple(user_frames(frames)), idle=idle)
 
     def _frontend(self, wait: float, window: float) -> Frontend:
         """The frontend over the window: blocked ``wait`` (its recorded waits), and from its thread's

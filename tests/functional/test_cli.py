@@ -533,3 +533,29 @@ def test_the_screen_without_a_terminal_is_one_line_and_status_2(mode, stdin):
     assert proc.stderr.splitlines() == [
         f"torchpar-top: error: the screen needs a terminal ({which} is not one); use --headless"
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", [False, True])
+def test_the_frontend_stack_under_run_starts_at_the_users_code(module):
+    """The agent's own frames (run.py, usercode_exec.py, runpy's) were shown above the script's <module>."""
+    target = ["-m", "sleeps"] if module else [os.path.join(SCRIPTS, "sleeps.py")]
+    proc = subprocess.Popen(
+        [*CMD, "run", "--headless", "--duration", "60", *target],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=SCRIPTS,
+    )
+    try:
+        record = _first_record(
+            proc, lambda r: r["stack"] and any("main (" in f for f in r["stack"]["frames"])
+        )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    frames = record["stack"]["frames"]
+    assert frames[0].startswith("<module> (") and frames[0].split("(")[1].startswith(
+        os.path.realpath(os.path.join(SCRIPTS, "sleeps.py"))
+    ), frames
+    assert not any("probes/agent" in f or "runpy" in f for f in frames), frames
