@@ -275,6 +275,7 @@ class SessionStore:
         self._lock = threading.Lock()
         self.interval = interval
         self._log: deque[LogLine] = deque(maxlen=LOG_LINES)
+        self._partial: dict[LogSource, LogLine] = {}
         self._seq = 0
         self._paused = False
         self._cores: tuple[float, ...] = ()
@@ -334,14 +335,19 @@ class SessionStore:
 
     # -- writers ---------------------------------------------------------------------------------
 
-    def add_log(self, source: LogSource, text: str) -> None:
+    def add_log(self, source: LogSource, text: str, partial: bool = False) -> None:
         """Append a line to the log pane (kept while paused: nothing is lost). One longer than
         :data:`LOG_LINE_MAX` characters is cut to its first :data:`LOG_LINE_KEEP` and a marker that says how
-        many were left out."""
+        many were left out. ``partial``: the latest state of a line still being written (a ``\r``
+        progress bar), shown after the log until the line ends (the next line from ``source``)."""
         if len(text) > LOG_LINE_MAX:
             text = f"{text[:LOG_LINE_KEEP]} … [{len(text) - LOG_LINE_KEEP} more characters left out]"
         with self._lock:
             self._version += 1
+            if partial:
+                self._partial[LogSource(source)] = LogLine(0, LogSource(source), text)
+                return
+            self._partial.pop(LogSource(source), None)
             self._seq += 1
             self._log.append(LogLine(self._seq, LogSource(source), text))
             if source == LogSource.STDERR:
@@ -673,6 +679,7 @@ class SessionStore:
                 gpus=self._gpus,
                 gpu_status=self._gpu_status,
                 log=tuple(self._log)[-200:],
+                log_partial=tuple(self._partial.values()),
                 sample_t=self._sample_t,
                 target=self._target,
                 notice=self._notice,
