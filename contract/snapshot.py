@@ -231,6 +231,9 @@ class RankView:
     exit_code: int | None = None
     data_verdict: DataVerdict | None = None
     """This rank's DataLoader verdict, when it feeds from a watched DataLoader."""
+    note: str = ""
+    """How it ended when that needs saying: ``rank 1 aborted (SIGABRT) at interpreter exit, after its work
+    had finished`` (a signal after its code had returned, as Gloo's threads can at teardown)."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ ranks) is computed here, once, with :mod:`.derive`.
 
 from __future__ import annotations
 
+import re
+import signal
 import statistics
 import threading
 import time
@@ -175,6 +177,25 @@ class _Rounds:
         return out
 
 
+#: torchrun's line for the first rank that failed (torch/distributed/elastic/multiprocessing/api.py):
+#: ``failed (exitcode: -6) local_rank: 1 (pid: 26021) of binary: ...``: its pid is the agent's hello pid.
+TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: \d+ \(pid: (?P<pid>\d+)\)")
+
+
+def exit_note(who: str, reported: tuple[int, str] | None, exit_code: int) -> str:
+    """``rank 1 aborted (SIGABRT) at interpreter exit, after its work had finished``: the process died of
+    a signal after its agent reported that the user's code returned with 0 (Gloo's threads outliving the
+    interpreter abort it so, PyTorch #179291); '' otherwise."""
+    if reported != (0, "") or exit_code >= 0:  # not after a stop by torchpar-top, nor an error
+        return ""
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    how = f"aborted ({name})" if name == "SIGABRT" else f"was ended by {name}"
+    return f"{who} {how} at interpreter exit, after its work had finished"
+
+
 @dataclass
 class _Source:
     """One agent connection: the workload, or one torchrun rank."""
@@ -201,6 +222,10 @@ class _Source:
     """The status and reason its agent reported in an ``exit`` message: taken only once the process ended."""
     lost: bool = False
     """Its connection closed while its process ran on: nothing more comes from it."""
+    signal_code: int | None = None
+    """The status torchrun reported for this rank (``-6``: killed by SIGABRT); ranks are not our children."""
+    note: str = ""
+    """:func:`exit_note`, once it applies."""
 
     @property
     def who(self) -> str:
@@ -219,6 +244,7 @@ class _Source:
             self.data_wait,
             self.exit_code,
             derive.data_verdict(self.data_wait, self.has_dataloader),
+            self.note,
         )
 
 
@@ -348,10 +374,43 @@ class SessionStore:
                 self._partial[LogSource(source)] = LogLine(0, LogSource(source), text)
                 return
             self._partial.pop(LogSource(source), None)
+            failed = TORCHRUN_FAILED.search(text) if source == LogSource.STDERR else None
             self._seq += 1
             self._log.append(LogLine(self._seq, LogSource(source), text))
             if source == LogSource.STDERR:
                 self._stderr.append(text)
+        if failed is not None:
+            self._on_rank_status(int(failed["pid"]), int(failed["code"]))
+
+    def _on_rank_status(self, pid: int, code: int) -> None:
+        """torchrun said how the rank with ``pid`` ended (its ``failed (exitcode: -6) ... (pid: P)`` line):
+        the status its agent could not report when a signal came after it reported."""
+        with self._lock:
+            src = next((s for s in self._sources.values() if s.pid == pid), None)
+            if src is None or code >= 0:
+                return
+            self._version += 1
+            src.signal_code = code
+            if src.state == ChildState.EXITED:
+                src.exit_code = code
+        self._settle_note(src)
+
+    def _settle_note(self, src: _Source) -> None:
+        """Say once, in the log and on the rank, that it died of a signal after its code had returned."""
+        with self._lock:
+            note = (
+                "" if src.note or src.exit_code is None else exit_note(src.who, src.reported, src.exit_code)
+            )
+            if note:
+                self._version += 1
+                src.note = note
+        if note:
+            self.add_log(LogSource.APP, note)
+
+    def exit_notes(self) -> list[str]:
+        """Every agent's :func:`exit_note` so far (for the workload's status line and the verdict)."""
+        with self._lock:
+            return [s.note for s in self._sources.values() if s.note]
 
     def set_target(self, label: str, notice: str = "") -> None:
         """What runs (``run train.py``, ``attach 1234``...) and a standing notice about it."""
@@ -504,12 +563,15 @@ class SessionStore:
             src.state = ChildState.EXITED
             reported = None if src.lost else src.reported
             src.exit_code = exit_code if exit_code is not None else reported[0] if reported else None
+            if exit_code is None and src.signal_code is not None:
+                src.exit_code = src.signal_code  # torchrun's word on how the rank ended came first
             if src.lost and source == 0:
                 self._notice = ""  # it no longer runs on
             who = src.who
         if reported is not None and reported[0] == src.exit_code:
             reason = f": {reported[1]}" if reported[1] else ""
             self.add_log(LogSource.CHILD, f"{who}'s code ended with status {reported[0]}{reason}")
+        self._settle_note(src)
 
     def on_source_lost(self, source: int) -> bool:
         """Agent connection ``source`` closed while its process runs on (the workload closed the

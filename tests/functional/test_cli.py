@@ -559,3 +559,33 @@ def test_the_frontend_stack_under_run_starts_at_the_users_code(module):
         os.path.realpath(os.path.join(SCRIPTS, "sleeps.py"))
     ), frames
     assert not any("probes/agent" in f or "runpy" in f for f in frames), frames
+
+
+ABORT_NOTE = "aborted (SIGABRT) at interpreter exit, after its work had finished"
+
+
+@pytest.mark.slow
+def test_a_rank_that_aborts_after_its_work_is_told_apart_and_torchruns_status_kept():
+    proc = run(
+        "run", "--nproc-per-node", "2", "--headless", "--duration", "240",
+        os.path.join(SCRIPTS, "aborts_at_exit.py"), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]  # torchrun's own status for a failed rank
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    ranks = {r["rank"]: r for r in records[-1]["ranks"]}
+    assert ranks[1]["note"] == f"rank 1 {ABORT_NOTE}" and ranks[1]["exit_code"] == -6, ranks
+    assert ranks[0]["note"] == "", ranks
+    log = [line["text"] for r in records for line in r["log"]]
+    assert log.count(f"rank 1 {ABORT_NOTE}") == 1, log[-20:]
+    assert f"rank 1 {ABORT_NOTE}" in proc.stderr.split("verdict")[0]  # the verdict's first line says why
+
+
+@pytest.mark.slow
+def test_a_workload_that_aborts_after_its_work_is_told_apart():
+    proc = run(
+        "run", "--headless", "--duration", "240", os.path.join(SCRIPTS, "aborts_at_exit.py"), timeout=300
+    )
+    assert proc.returncode == 128 + signal.SIGABRT, proc.stderr[-3000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records[-1]["ranks"][0]["note"] == f"the workload {ABORT_NOTE}"
+    assert f"the workload {ABORT_NOTE}" in proc.stderr

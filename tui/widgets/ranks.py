@@ -132,4 +132,7 @@ class RanksPanel(SnapshotPanel):
             if "data" in cols:
                 row.add(render.pct(r.data_wait, cols["data"]), number)
             out.append(row)
+        for r in ranks:  # how a rank ended, when that needs a sentence: a signal after its work had finished
+            if r.note:
+                out.append(Row().add(render.clip(r.note, width), self.style("ranks--dead")))
         return out
