@@ -11,7 +11,7 @@ at least, at most),
 ``overlap_in_progress``, ``timing`` (the live loop paused for a timing round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}},
 ``ratio``, ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling``
 [{threads, gflops}], ``gpus`` [...], ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait, exit_code,
-data_verdict}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
+data_verdict, note}], ``syncpoints`` [{where, rank, call, count, per_second}], ``data_verdict`` {bound, wait}
 or null, ``stack`` {thread, idle, waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu``
 (torchpar-top's own share of a core over the last second), ``replay`` {path, position, duration, speed,
 frame, finished, recorded} or null, ``log`` [new log lines since the previous object, after a ``dropped``
