@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import ClassVar
 
 from torchpar_top.contract.snapshot import ExecutorView, RankView, Snapshot
@@ -133,6 +134,6 @@ class RanksPanel(SnapshotPanel):
                 row.add(render.pct(r.data_wait, cols["data"]), number)
             out.append(row)
         for r in ranks:  # how a rank ended, when that needs a sentence: a signal after its work had finished
-            if r.note:
-                out.append(Row().add(render.clip(r.note, width), self.style("ranks--dead")))
+            for part in textwrap.wrap(r.note, max(10, width)):  # whole, over as many lines as it takes
+                out.append(Row().add(render.clip(part, width), self.style("ranks--dead")))
         return out
