@@ -78,8 +78,8 @@ def nproc(text: str) -> int:
     if value * RANK_MEMORY > total:
         raise argparse.ArgumentTypeError(
             f"{value} ranks need at least {value * RANK_MEMORY / 2**30:.0f} GiB (a rank with torch loaded "
-            f"takes about {RANK_MEMORY / 2**20:.0f} MiB) and this machine has {total / 2**30:.0f} GiB: at most "
-            f"{max(1, total // RANK_MEMORY)}"
+            f"takes about {RANK_MEMORY / 2**20:.0f} MiB) and this machine has {total / 2**30:.0f} GiB: "
+            f"at most {max(1, total // RANK_MEMORY)}"
         )
     return value
 
@@ -340,8 +340,8 @@ def replay_parser() -> Parser:
         "--interval",
         type=interval,
         metavar="SECONDS",
-        help=f"seconds on screen between frames, {INTERVAL_RANGE[0]:g} to {INTERVAL_RANGE[1]:g} (default: 0.1 "
-        "for a trace; a recording's own sampling interval)",
+        help=f"seconds on screen between frames, {INTERVAL_RANGE[0]:g} to {INTERVAL_RANGE[1]:g} "
+        "(default: 0.1 for a trace; a recording's own sampling interval)",
     )
     parser.add_argument(
         "--headless",

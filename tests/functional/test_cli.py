@@ -479,7 +479,7 @@ def _has_read(pid, size):
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["summary", "export", "headless"])
 def test_ctrl_c_while_a_large_trace_loads_ends_quietly_with_130(tmp_path, command):
-    """SIGINT (Ctrl-C) once the trace is read, while it is decoded: status 130, no KeyboardInterrupt traceback."""
+    """SIGINT (Ctrl-C) once the trace is read, while it is decoded: 130, no KeyboardInterrupt traceback."""
     trace = _big_trace(tmp_path / "big.json")
     argv = {
         "summary": ["replay", trace, "--summary"],
