@@ -98,19 +98,26 @@ def nproc_warning(value: int | None) -> str:
     )
 
 
-def check_terminal() -> None:
-    """The screen reads keys from stdin and draws on stdout: without a terminal on both (``< /dev/null``
-    spun a core with ``q`` dead; under nohup Textual's input thread failed and the app ended with 0), one
-    line and status 2 before anything starts."""
+def terminal_problem() -> str:
+    """Why the screen cannot run here, or '': it reads keys from stdin and draws on stdout, so both must
+    be terminals (``< /dev/null`` spun a core with ``q`` dead; under nohup Textual's input thread failed and
+    the app ended with 0)."""
     import os
-    import sys
 
     for fd, name in ((0, "stdin"), (1, "stdout")):
         if not os.isatty(fd):
-            sys.stderr.write(
-                f"torchpar-top: error: the screen needs a terminal ({name} is not one); use --headless\n"
-            )
-            raise SystemExit(2)
+            return f"the screen needs a terminal ({name} is not one); use --headless"
+    return ""
+
+
+def check_terminal() -> None:
+    """:func:`terminal_problem` as one line and status 2, before the screen starts."""
+    import sys
+
+    problem = terminal_problem()
+    if problem:
+        sys.stderr.write(f"torchpar-top: error: {problem}\n")
+        raise SystemExit(2)
 
 
 def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:

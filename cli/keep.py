@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from torchpar_top.args import check_terminal, export_parser
+from torchpar_top.args import export_parser
 
 
 def _fail(message: str) -> NoReturn:
@@ -72,8 +72,6 @@ def replay(
     from torchpar_top.contract.recording import sniff
 
     args = parser.parse_args(argv)
-    if not args.summary and not args.headless:
-        check_terminal()  # before a long load
     kind = sniff(args.trace)
     if kind == "trace":
         return trace_replay(args)

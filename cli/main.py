@@ -7,6 +7,7 @@ import atexit
 import functools
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ from torchpar_top.args import (
     replay_parser,
     run_parser,
     split_run,
+    terminal_problem,
 )
 
 
@@ -61,9 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _check_headless(parser, args)
         target = args.experiment
-    if not args.headless:
-        check_terminal()
+    existed = args.record is not None and os.path.lexists(args.record)
     record = keep.open_record(args.record)  # an unwritable path fails before anything starts
+    if not args.headless and terminal_problem():  # bad input is said first, then this
+        if record is not None:
+            record.close()
+            if not existed:
+                os.remove(args.record)
+        check_terminal()
 
     from torchpar_top.sources.live.session import Session
 
@@ -248,6 +255,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
         )
         return signals.status(status)
 
+    check_terminal()  # after the file loaded: its errors come first
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc
 
     app = TorchparTopApp(session)
