@@ -64,6 +64,7 @@ from torchpar_top.probes.agent.executor import EagerDevice, Executor
 from torchpar_top.probes.agent.interop import InterOpPool
 from torchpar_top.probes.agent.stream import DEFAULT_CAPACITY, EmulatedStream
 from torchpar_top.probes.agent.sync import SyncPolicy
+from torchpar_top.probes.agent.usercode_exec import user_frames
 
 #: Seconds between two readings of the frontend's stack (sent in that sample).
 STACK_EVERY = 0.5
@@ -83,29 +84,6 @@ class CountRate:
         now = self.count()
         done, self._last = max(0, now - self._last), now
         return done, self.unit
-
-
-AGENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-"""The agent's own files (``run.py``, ``usercode_exec.py``, the bootstrap)."""
-
-
-def _starter(filename: str) -> bool:
-    """A frame of what starts the user's code: the agent's files, or runpy (``python -m``, ``-m MODULE``)."""
-    return (
-        filename.startswith(AGENT_DIR)
-        or filename.startswith("<frozen runpy")
-        or filename.endswith("runpy.py")
-    )
-
-
-def user_frames(frames: list[Frame]) -> list[Frame]:
-    """``frames`` (outermost first) from the user's code on: the agent's and runpy's frames that start it
-    (``run.py``, ``usercode_exec.py`` above the script's ``<module>``) are an implementation detail. A stack
-    with nothing below them (the agent's own threads) is kept whole."""
-    for i, frame in enumerate(frames):
-        if not _starter(frame.filename):
-            return frames[i:]
-    return frames
 
 
 class Agent:
