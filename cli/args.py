@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
@@ -104,6 +105,56 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return value
+
+
+#: Resident memory of one rank before it does any work: a Python process that imported torch and
+#: torch.distributed (219 MB, ``ru_maxrss`` on torch 2.13 CPU, Linux x86-64); ``--nproc-per-node`` asks for
+#: at least this much per rank, so more ranks than the machine's memory holds are refused before they start.
+RANK_MEMORY = 219 * 2**20
+
+
+def nproc(text: str) -> int:
+    """Ranks for ``--nproc-per-node``: at least one, and no more than the machine's memory can start."""
+    value = positive_int(text)
+    import psutil
+
+    total = psutil.virtual_memory().total
+    if value * RANK_MEMORY > total:
+        raise argparse.ArgumentTypeError(
+            f"{value} ranks need at least {value * RANK_MEMORY / 2**30:.0f} GiB (a rank with torch loaded "
+            f"takes about {RANK_MEMORY / 2**20:.0f} MiB) and this machine has {total / 2**30:.0f} GiB: "
+            f"at most {max(1, total // RANK_MEMORY)}"
+        )
+    return value
+
+
+def nproc_warning(value: int | None) -> str:
+    """A warning for more ranks than cores (they run, but take turns on the cores: every rate is lower and
+    the run-queue wait shows it), or ''."""
+    cores = os.cpu_count() or 1
+    if value is None or value <= cores:
+        return ""
+    return (
+        f"--nproc-per-node {value} on {cores} cores: the ranks take turns on the cores (their rates fall and "
+        "the threads panel shows the wait)"
+    )
+
+
+def terminal_problem() -> str:
+    """Why the screen cannot run here, or '': it reads keys from stdin and draws on stdout, so both must
+    be terminals (``< /dev/null`` spun a core with ``q`` dead; under nohup Textual's input thread failed and
+    the app ended with 0)."""
+    for fd, name in ((0, "stdin"), (1, "stdout")):
+        if not os.isatty(fd):
+            return f"the screen needs a terminal ({name} is not one); use --headless"
+    return ""
+
+
+def check_terminal() -> None:
+    """:func:`terminal_problem` as one line and status 2, before the screen starts."""
+    problem = terminal_problem()
+    if problem:
+        fail(problem)
 
 
 def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
@@ -306,7 +357,7 @@ def _run(commands: Any) -> Parser:
     )
     parser.add_argument(
         "--nproc-per-node",
-        type=positive_int,
+        type=nproc,
         metavar="N",
         help="launch through torchrun with N ranks on this node (Gloo on CPU)",
     )
@@ -448,10 +499,10 @@ def _replay(commands: Any) -> Parser:
     )
     parser.add_argument(
         "--interval",
-        type=positive,
+        type=interval,
         metavar="SECONDS",
-        help="seconds on screen between frames (default: 0.1 for a trace; a recording's "
-        "own sampling interval)",
+        help=f"seconds on screen between frames, {INTERVAL_RANGE[0]:g} to {INTERVAL_RANGE[1]:g} "
+        "(default: 0.1 for a trace; a recording's own sampling interval)",
     )
     parser.add_argument(
         "--headless",
@@ -520,16 +571,8 @@ def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[st
     token after it is the script, whatever it looks like. ``-m`` without a module gives (ours, None,
     True, []).
     """
-    takes_value = {
-        "--interval",
-        "--duration",
-        "--nproc-per-node",
-        "--sync-scope",
-        "--record",
-        "--report",
-        "--metrics-port",
-        "--metrics-addr",
-        *NODE_OPTIONS,
+    takes_value = {  # every option that takes a value, as the parser has it (--cupti-duty 0.5 was missed)
+        option for action in run_parser()._actions if action.nargs != 0 for option in action.option_strings
     }
     ours: list[str] = []
     i = 0

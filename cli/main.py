@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import math
+import os
 import signal
 import sys
 import threading
@@ -12,10 +14,33 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchpar_top import keep
-from torchpar_top.args import fail, parse, usage_error
+from torchpar_top.args import (
+    check_terminal,
+    fail,
+    nproc_warning,
+    parse,
+    terminal_problem,
+    usage_error,
+)
 from torchpar_top.outputs import print_summary
 
 
+def _quiet_interrupt(entry: Callable[..., int]) -> Callable[..., int]:
+    """Ctrl-C before the signal handlers are in place (a large trace or recording loading for replay,
+    export or --summary) ends the command quietly with 130, as a shell reports SIGINT, no traceback."""
+
+    @functools.wraps(entry)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        try:
+            return entry(*args, **kwargs)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while Python ends: no traceback
+            return 128 + signal.SIGINT
+
+    return wrapper
+
+
+@_quiet_interrupt
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -44,7 +69,14 @@ def _live(args: argparse.Namespace, argv: list[str]) -> int:
         target = _attach_target(args)
     else:
         target = args.experiment
+    existed = args.record is not None and os.path.lexists(args.record)
     record = keep.open_record(args.record)  # an unwritable path fails before anything starts
+    if not args.headless and terminal_problem():  # bad input is said first, then this
+        if record is not None:
+            record.close()
+            if not existed:
+                os.remove(args.record)
+        check_terminal()
 
     from torchpar_top.sources.live.session import Session
 
@@ -67,7 +99,9 @@ def _live(args: argparse.Namespace, argv: list[str]) -> int:
         signals = QuitSignals(stop.set)
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
         keep.stop_recorder(recorder)
-        outputs.finish(sys.stderr, received=signals.received, duration=args.duration)  # stdout: JSON only
+        outputs.finish(  # stdout: JSON only
+            sys.stderr, quit_by=_reader_gone(status), received=signals.received, duration=args.duration
+        )
         return signals.status(outputs.status(status))
 
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc
@@ -119,6 +153,13 @@ class QuitSignals:
         return 128 + self.received if self.received is not None else otherwise
 
 
+def _reader_gone(status: int) -> str:
+    """What ended a headless run whose JSON lines nobody read any more (``| head -1``), or ''."""
+    from torchpar_top.sinks.headless import BROKEN_PIPE_STATUS
+
+    return "stdout closed (its reader went away)" if status == BROKEN_PIPE_STATUS else ""
+
+
 def _check_headless(args: argparse.Namespace) -> None:
     if args.headless and args.duration is None:
         usage_error(args, "--headless needs --duration SECONDS")
@@ -144,6 +185,9 @@ def _run_target(args: argparse.Namespace) -> Any:
     problem = check_nodes(args)
     if problem:
         fail(problem)
+    warning = nproc_warning(args.nproc_per_node)
+    if warning:
+        print(f"torchpar-top: warning: {warning}", file=sys.stderr)
     nodes = {f[2:].replace("-", "_"): getattr(args, f[2:].replace("-", "_")) for f in NODE_OPTIONS}
     return ScriptTarget(
         args.target,
@@ -211,9 +255,12 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
         stop = threading.Event()
         signals = QuitSignals(stop.set)
         status = headless.run(session, args.duration or math.inf, sys.stdout, stop=stop)
-        outputs.finish(sys.stderr, received=signals.received, duration=args.duration)
+        outputs.finish(
+            sys.stderr, quit_by=_reader_gone(status), received=signals.received, duration=args.duration
+        )
         return signals.status(outputs.status(status))
 
+    check_terminal()  # after the file loaded: its errors come first
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc
 
     app = TorchparTopApp(session)

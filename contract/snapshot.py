@@ -280,6 +280,9 @@ class RankView:
     """torchrun: its node's rank (``GROUP_RANK``)."""
     hostname: str = ""
     """The host it runs on."""
+    note: str = ""
+    """How it ended when that needs saying: ``rank 1 aborted (SIGABRT) at interpreter exit, after its work
+    had finished`` (a signal after its code had returned, as Gloo's threads can at teardown)."""
 
 
 @dataclass(frozen=True)
@@ -462,6 +465,9 @@ class Snapshot:
     """Why the GPU panel is empty, when it is (no NVML, no driver...)."""
     log: tuple[LogLine, ...] = ()
     """The most recent log lines, oldest first (``seq`` increases)."""
+    log_partial: tuple[LogLine, ...] = ()
+    """Lines still being written, one per stream at most: a progress bar's latest state (``\r``), shown
+    after the log until its newline makes it a line of ``log`` (``seq`` 0: not in the log yet)."""
     op_coverage: float | None = None
     """Share of the last window the op counter was on, when ops are counted in slices (ops/s and sync
     points are then sampled); ``None`` when not counted that way."""

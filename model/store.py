@@ -8,6 +8,8 @@ ranks) is computed here, once, with :mod:`.derive`.
 
 from __future__ import annotations
 
+import re
+import signal
 import statistics
 import threading
 import time
@@ -190,6 +192,25 @@ class _Rounds:
         return out
 
 
+#: torchrun's line for the first rank that failed (torch/distributed/elastic/multiprocessing/api.py):
+#: ``failed (exitcode: -6) local_rank: 1 (pid: 26021) of binary: ...``: its pid is the agent's hello pid.
+TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: \d+ \(pid: (?P<pid>\d+)\)")
+
+
+def exit_note(who: str, reported: tuple[int, str] | None, exit_code: int) -> str:
+    """``rank 1 aborted (SIGABRT) at interpreter exit, after its work had finished``: the process died of
+    a signal after its agent reported that the user's code returned with 0 (Gloo's threads outliving the
+    interpreter abort it so, PyTorch #179291); '' otherwise."""
+    if reported != (0, "") or exit_code >= 0:  # not after a stop by torchpar-top, nor an error
+        return ""
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    how = f"aborted ({name})" if name == "SIGABRT" else f"was ended by {name}"
+    return f"{who} {how} at interpreter exit, after its work had finished"
+
+
 @dataclass
 class _Source:
     """One agent connection: the workload, or one torchrun rank."""
@@ -218,6 +239,10 @@ class _Source:
     """Its connection closed while its process ran on: nothing more comes from it."""
     where: tuple[int | None, int | None, str] = (None, None, "")
     """Its hello's ``local_rank``, ``node_rank`` and ``hostname``."""
+    signal_code: int | None = None
+    """The status torchrun reported for this rank (``-6``: killed by SIGABRT); ranks are not our children."""
+    note: str = ""
+    """:func:`exit_note`, once it applies."""
 
     @property
     def who(self) -> str:
@@ -239,6 +264,7 @@ class _Source:
             local_rank=self.where[0],
             node_rank=self.where[1],
             hostname=self.where[2],
+            note=self.note,
         )
 
 
@@ -296,6 +322,7 @@ class SessionStore:
         self._lock = threading.Lock()
         self.interval = interval
         self._log: deque[LogLine] = deque(maxlen=LOG_LINES)
+        self._partial: dict[LogSource, LogLine] = {}
         self._seq = 0
         self._paused = False
         self._cores: tuple[float, ...] = ()
@@ -358,18 +385,56 @@ class SessionStore:
 
     # -- writers ---------------------------------------------------------------------------------
 
-    def add_log(self, source: LogSource, text: str) -> None:
+    def add_log(self, source: LogSource, text: str, partial: bool = False) -> None:
         """Append a line to the log pane (kept while paused: nothing is lost). One longer than
         :data:`LOG_LINE_MAX` characters is cut to its first :data:`LOG_LINE_KEEP` and a marker that says how
-        many were left out."""
+        many were left out. ``partial``: the latest state of a line still being written (a ``\r``
+        progress bar), shown after the log until the line ends (the next line from ``source``)."""
         if len(text) > LOG_LINE_MAX:
             text = f"{text[:LOG_LINE_KEEP]} … [{len(text) - LOG_LINE_KEEP} more characters left out]"
         with self._lock:
             self._version += 1
+            if partial:
+                self._partial[LogSource(source)] = LogLine(0, LogSource(source), text)
+                return
+            self._partial.pop(LogSource(source), None)
+            failed = TORCHRUN_FAILED.search(text) if source == LogSource.STDERR else None
             self._seq += 1
             self._log.append(LogLine(self._seq, LogSource(source), text))
             if source == LogSource.STDERR:
                 self._stderr.append(text)
+        if failed is not None:
+            self._on_rank_status(int(failed["pid"]), int(failed["code"]))
+
+    def _on_rank_status(self, pid: int, code: int) -> None:
+        """torchrun said how the rank with ``pid`` ended (its ``failed (exitcode: -6) ... (pid: P)`` line):
+        the status its agent could not report when a signal came after it reported."""
+        with self._lock:
+            src = next((s for s in self._sources.values() if s.pid == pid), None)
+            if src is None or code >= 0:
+                return
+            self._version += 1
+            src.signal_code = code
+            if src.state == ChildState.EXITED:
+                src.exit_code = code
+        self._settle_note(src)
+
+    def _settle_note(self, src: _Source) -> None:
+        """Say once, in the log and on the rank, that it died of a signal after its code had returned."""
+        with self._lock:
+            note = (
+                "" if src.note or src.exit_code is None else exit_note(src.who, src.reported, src.exit_code)
+            )
+            if note:
+                self._version += 1
+                src.note = note
+        if note:
+            self.add_log(LogSource.APP, note)
+
+    def exit_notes(self) -> list[str]:
+        """Every agent's :func:`exit_note` so far (for the workload's status line and the verdict)."""
+        with self._lock:
+            return [s.note for s in self._sources.values() if s.note]
 
     def set_target(self, label: str, notice: str = "") -> None:
         """What runs (``run train.py``, ``attach 1234``...) and a standing notice about it."""
@@ -525,12 +590,15 @@ class SessionStore:
             src.state = ChildState.EXITED
             reported = None if src.lost else src.reported
             src.exit_code = exit_code if exit_code is not None else reported[0] if reported else None
+            if exit_code is None and src.signal_code is not None:
+                src.exit_code = src.signal_code  # torchrun's word on how the rank ended came first
             if src.lost and source == 0:
                 self._notice = ""  # it no longer runs on
             who = src.who
         if reported is not None and reported[0] == src.exit_code:
             reason = f": {reported[1]}" if reported[1] else ""
             self.add_log(LogSource.CHILD, f"{who}'s code ended with status {reported[0]}{reason}")
+        self._settle_note(src)
 
     def on_source_lost(self, source: int) -> bool:
         """Agent connection ``source`` closed while its process runs on (the workload closed the
@@ -712,6 +780,7 @@ class SessionStore:
                 gpus=self._gpus,
                 gpu_status=self._gpu_status,
                 log=tuple(self._log),
+                log_partial=tuple(self._partial.values()),
                 sample_t=self._sample_t,
                 target=self._target,
                 notice=self._notice,

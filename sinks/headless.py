@@ -11,7 +11,7 @@ blocked, emulated, note}], ``throughput`` {value, unit}, ``num_threads``, ``inte
 round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}}, ``ratio``,
 ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling`` [{threads, gflops,
 samples}], ``gpus`` [...], ``gpu_status``, ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait,
-exit_code, data_verdict, steps, local_rank, node_rank, hostname}], ``syncpoints`` [{where, rank, call,
+exit_code, data_verdict, steps, local_rank, node_rank, hostname, note}], ``syncpoints`` [{where, rank, call,
 count, per_second, sampled}], ``data_verdict`` {bound, wait} or null, ``stack`` {pid, t, thread, idle,
 waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu`` (torchpar-top's own share of a core
 over the last second), ``replay`` {path, position, duration, speed, frame, finished, recorded} or null,

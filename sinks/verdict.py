@@ -628,11 +628,30 @@ class ReportError(ValueError):
     """A file that is not a report ``compare`` can read (the message is one line)."""
 
 
+class _NotFinite(ValueError):
+    """A number in a report that is NaN or infinite (its text is the message)."""
+
+
+def _not_finite(text: str) -> float:
+    raise _NotFinite(text)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
 def load(path: str) -> dict[str, Any]:
     """A report written by ``--report``; :class:`ReportError` with a one-line reason otherwise."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = json.load(fh, parse_constant=_not_finite, parse_float=_finite)
+    except _NotFinite as exc:  # json reads NaN, Infinity and 1e999 by default: a gate never passes on them
+        raise ReportError(
+            f"{path}: a figure that is not a finite number ({exc}): not a report to compare"
+        ) from None
     except FileNotFoundError:
         raise ReportError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

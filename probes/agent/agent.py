@@ -64,6 +64,7 @@ from torchpar_top.probes.agent.executor import EagerDevice, Executor
 from torchpar_top.probes.agent.interop import InterOpPool
 from torchpar_top.probes.agent.stream import DEFAULT_CAPACITY, EmulatedStream
 from torchpar_top.probes.agent.sync import SyncPolicy
+from torchpar_top.probes.agent.usercode_exec import user_frames
 
 #: Seconds between two readings of the frontend's stack (sent in that sample).
 STACK_EVERY = 0.5
@@ -405,7 +406,7 @@ class Agent:
         if not frames:
             return None
         frames.reverse()
-        return FrontendStack(frames=tuple(frames), idle=idle)
+        return FrontendStack(frames=tuple(user_frames(frames)), idle=idle)
 
     def _frontend(self, wait: float, window: float) -> Frontend:
         """The frontend over the window: blocked ``wait`` (its recorded waits), and from its thread's

@@ -19,10 +19,41 @@ import runpy
 import sys
 import types
 import zipfile
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+
+class _HasFilename(Protocol):
+    @property
+    def filename(self) -> str: ...
+
+
+F = TypeVar("F", bound=_HasFilename)
 
 #: Frames from files below this directory belong to torchpar-top and are cut from user tracebacks.
 OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+AGENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""The agent's own files (``run.py``, this one, the bootstrap)."""
+
+
+def _starter(filename: str) -> bool:
+    """A frame of what starts the user's code: the agent's files, or runpy (``python -m``, ``-m MODULE``)."""
+    return (
+        filename.startswith(AGENT_DIR)
+        or filename.startswith("<frozen runpy")
+        or filename.endswith("runpy.py")
+    )
+
+
+def user_frames(frames: list[F]) -> list[F]:
+    """``frames`` (outermost first) from the user's code on: the agent's and runpy's frames that start it
+    (``run.py``, ``usercode_exec.py`` above the script's ``<module>``) are an implementation detail. A stack
+    with nothing below them (the agent's own threads) is kept whole."""
+    for i, frame in enumerate(frames):
+        if not _starter(frame.filename):
+            return frames[i:]
+    return frames
 
 
 def run_user_code(target: str, is_module: bool, args: list[str]) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from torchpar_top.contract.messages import StackFrame
 from torchpar_top.contract.snapshot import StackView
 from torchpar_top.model.stacks import classify_wait, source_line
+from torchpar_top.probes.agent.usercode_exec import user_frames
 from torchpar_top.probes.host.process import describe_pid
 
 TIMEOUT_S = 2.0
@@ -62,8 +63,12 @@ def parse_dump(
     main = main or next((th for th in threads if th.get("thread_name") == "MainThread"), None)
     main = main or threads[-1]  # py-spy lists the newest thread first: the main thread comes last
     frames = tuple(
-        StackFrame(str(fr.get("name", "?")), str(fr.get("filename", "")), int(fr.get("line") or 0))
-        for fr in reversed(main.get("frames") or [])
+        user_frames(  # a process under `torchpar-top run`: from the user's code on, as the agent shows it
+            [
+                StackFrame(str(fr.get("name", "?")), str(fr.get("filename", "")), int(fr.get("line") or 0))
+                for fr in reversed(main.get("frames") or [])
+            ]
+        )
     )
     tid = main.get("os_thread_id")
     name = main.get("thread_name") or ("MainThread" if tid == pid else f"thread {tid or main['thread_id']}")

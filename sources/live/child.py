@@ -25,7 +25,8 @@ from torchpar_top.sources.live.tree import ProcessTree
 from torchpar_top.sources.live.wire import MessageStream, TextStream
 
 OnMessage = Callable[[Message], None]
-OnOutput = Callable[[LogSource, str], None]
+OnOutput = Callable[..., None]
+"""(source, text) for a line; (source, text, True) for the latest state of a line still being written."""
 OnExit = Callable[[int], None]
 
 #: How long a child gets after SIGTERM before SIGKILL (the grace after ``stop`` is PARENT_STOP_GRACE).
@@ -169,8 +170,14 @@ class ChildProcess:
         protocol_error = lambda text: self._on_output(LogSource.PROTOCOL, text)  # noqa: E731
         readers: dict[int, MessageStream | TextStream] = {
             sock.fileno(): MessageStream(self._on_message, protocol_error),
-            proc.stdout.fileno(): TextStream(lambda text: self._on_output(LogSource.STDOUT, text)),
-            proc.stderr.fileno(): TextStream(lambda text: self._on_output(LogSource.STDERR, text)),
+            proc.stdout.fileno(): TextStream(
+                lambda text: self._on_output(LogSource.STDOUT, text),
+                lambda text: self._on_output(LogSource.STDOUT, text, True),
+            ),
+            proc.stderr.fileno(): TextStream(
+                lambda text: self._on_output(LogSource.STDERR, text),
+                lambda text: self._on_output(LogSource.STDERR, text, True),
+            ),
         }
         for fd in readers:
             os.set_blocking(fd, False)

@@ -314,6 +314,7 @@ class Session:
             return  # a child we stopped on purpose (switch or close): nothing to report
         message = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         self.store.on_source_closed(0, code)
+        message = "; ".join([message, *self.store.exit_notes()])  # torchrun's status, and why
         self.store.on_child(ChildStatus(child.pid, ChildState.EXITED, code, f"workload {message}"))
         key = (
             "r to run it again, w for an experiment"

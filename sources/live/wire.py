@@ -39,14 +39,27 @@ class MessageStream:
 class TextStream:
     """Feeds a workload's stdout or stderr in, calls ``on_line(text)`` per line. A line of more than
     :data:`LOG_LINE_MAX` bytes is passed on as its first :data:`LOG_LINE_KEEP` and `` … [N more bytes left
-    out]``; the rest of it is counted, never accumulated. Blank lines are skipped."""
+    out]``; the rest of it is counted, never accumulated. Blank lines are skipped.
 
-    def __init__(self, on_line: Callable[[str], None]) -> None:
+    A carriage return (``\\r``: a progress bar, tqdm's) starts the line over, as on a terminal: the line
+    is its latest state, and while it has no newline yet ``on_partial(text)`` gets that state at the end of
+    each chunk read (at most once per chunk, only when it changed), so the log shows it live."""
+
+    def __init__(
+        self, on_line: Callable[[str], None], on_partial: Callable[[str], None] | None = None
+    ) -> None:
         self._on_line = on_line
+        self._on_partial = on_partial
         self._limit = LOG_LINE_MAX
         self._buf = bytearray()
         self._over = 0
         """Bytes of the current line beyond the limit."""
+        self._latest = ""
+        """The line's last complete state before a ``\\r`` (blank: none)."""
+        self._shown = ""
+        """The state last passed to ``on_partial``."""
+        self._cr = False
+        """Whether the current line had a ``\\r``."""
 
     @property
     def buffered(self) -> int:
@@ -54,15 +67,28 @@ class TextStream:
         return len(self._buf)
 
     def feed(self, data: bytes) -> None:
-        """Pass on every line that ``data`` completes."""
+        """Pass on every line that ``data`` completes, then the state of a ``\\r`` line still open."""
         start = 0
         while True:
-            newline = data.find(b"\n", start)
-            self._take(data, start, len(data) if newline < 0 else newline)
-            if newline < 0:
-                return
-            self._emit()
-            start = newline + 1
+            newline, ret = data.find(b"\n", start), data.find(b"\r", start)
+            end = min((i for i in (newline, ret) if i >= 0), default=-1)
+            self._take(data, start, len(data) if end < 0 else end)
+            if end < 0:
+                break
+            if end == ret:
+                self._cr = True
+                state = self._text()
+                if state.strip():
+                    self._latest = state
+                self._buf, self._over = bytearray(), 0
+            else:
+                self._emit()
+            start = end + 1
+        if self._on_partial is not None and self._cr:
+            state = self._state()
+            if state.strip() and state != self._shown:
+                self._shown = state
+                self._on_partial(state)
 
     def finish(self) -> None:
         """The stream ended: pass on a last line that had no newline."""
@@ -76,13 +102,21 @@ class TextStream:
             self._buf += data[start : start + keep]
         self._over += end - start - keep
 
-    def _emit(self) -> None:
-        """Pass the current line on (unless blank) and start the next."""
+    def _text(self) -> str:
+        """The current line's bytes as text (cut, with the count of bytes left out, beyond the limit)."""
         if self._over:
             over = self._over + len(self._buf) - LOG_LINE_KEEP
-            text = f"{self._buf[:LOG_LINE_KEEP].decode('utf-8', 'replace')} … [{over} more bytes left out]"
-        else:
-            text = self._buf.decode("utf-8", "replace")
-        self._buf, self._over = bytearray(), 0
+            return f"{self._buf[:LOG_LINE_KEEP].decode('utf-8', 'replace')} … [{over} more bytes left out]"
+        return self._buf.decode("utf-8", "replace")
+
+    def _state(self) -> str:
+        """The line as a terminal shows it: what came after the last ``\\r``, else the state before it."""
+        text = self._text()
+        return text if text.strip() else self._latest
+
+    def _emit(self) -> None:
+        """Pass the current line on (unless blank) and start the next."""
+        text = self._state()
+        self._buf, self._over, self._latest, self._shown, self._cr = bytearray(), 0, "", "", False
         if text.strip():
             self._on_line(text)

@@ -380,6 +380,27 @@ def test_headless_into_a_closed_pipe_exits_quietly_with_nothing_left():
     assert proc.returncode == 128 + signal.SIGPIPE
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
     assert not _alive(record["child"]["pid"])
+    assert "stdout closed" in err and "--duration" not in err, err  # the verdict says why it ended
+
+
+@pytest.mark.slow
+def test_a_headless_replay_into_a_closed_pipe_says_stdout_closed():
+    proc = subprocess.Popen(
+        [*CMD, "replay", os.path.join(TRACES, "a100_event_sync_3_streams.json.gz"), "--headless"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.wait(60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert "stdout closed" in err, err
 
 
 @pytest.mark.slow
@@ -431,3 +452,144 @@ def test_processes_that_left_the_group_end_with_a_headless_run(how):
         proc.kill()
         for leftover in processes_running(tag + "1", tag + "2"):
             leftover.kill()
+
+
+def _big_trace(path, pairs=200_000):
+    """A trace of ``pairs`` launches and their kernels on one stream (57 MB: loading it takes seconds)."""
+    events = []
+    for i in range(pairs):
+        events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": i * 10, "dur": 2, "pid": 1,
+             "tid": 1, "args": {"correlation": i + 1}}
+        )  # fmt: skip
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": "k", "ts": i * 10 + 3, "dur": 4, "pid": 0, "tid": 7,
+             "args": {"correlation": i + 1, "stream": 7, "device": 0}}
+        )  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": events}))
+    return str(path)
+
+
+def _has_read(pid, size):
+    """Whether process ``pid`` has read ``size`` bytes (the trace; decoding and analysing it come next)."""
+    try:
+        with open(f"/proc/{pid}/io") as fh:
+            return int(next(line for line in fh if line.startswith("rchar:")).split()[1]) >= size
+    except (OSError, StopIteration):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["summary", "export", "headless"])
+def test_ctrl_c_while_a_large_trace_loads_ends_quietly_with_130(tmp_path, command):
+    """SIGINT (Ctrl-C) once the trace is read, while it is decoded: 130, no KeyboardInterrupt traceback."""
+    trace = _big_trace(tmp_path / "big.json")
+    argv = {
+        "summary": ["replay", trace, "--summary"],
+        "export": ["export", trace, "--csv", str(tmp_path / "out.csv")],
+        "headless": ["replay", trace, "--headless"],
+    }[command]
+    proc = subprocess.Popen([*CMD, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        size = os.path.getsize(trace)
+        wait_for(lambda: _has_read(proc.pid, size) or proc.poll() is not None, timeout=120)
+        assert proc.poll() is None, "ended before the trace was read"
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # a second Ctrl-C, while it ends, is quiet too
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["experiment", "run", "attach", "replay"])
+@pytest.mark.parametrize("stdin", ["/dev/null", "a terminal, stdout a pipe"])
+def test_the_screen_without_a_terminal_is_one_line_and_status_2(mode, stdin):
+    """``< /dev/null`` spun a core with q dead; under nohup the app ended with 0: now refused at the start."""
+    import pty
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    argv = {
+        "experiment": [],
+        "run": ["run", os.path.join(SCRIPTS, "sleeps.py")],
+        "attach": ["attach", str(sleeper.pid)],
+        "replay": ["replay", os.path.join(TRACES, "a100_event_sync_3_streams.json.gz")],
+    }[mode]
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [*CMD, *argv],
+            check=False,
+            stdin=subprocess.DEVNULL if stdin == "/dev/null" else slave,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sleeper.kill()
+        os.close(master)
+        os.close(slave)
+    which = "stdin" if stdin == "/dev/null" else "stdout"
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"torchpar-top: error: the screen needs a terminal ({which} is not one); use --headless"
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", [False, True])
+def test_the_frontend_stack_under_run_starts_at_the_users_code(module):
+    """The agent's own frames (run.py, usercode_exec.py, runpy's) were shown above the script's <module>."""
+    target = ["-m", "sleeps"] if module else [os.path.join(SCRIPTS, "sleeps.py")]
+    proc = subprocess.Popen(
+        [*CMD, "run", "--headless", "--duration", "60", *target],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=SCRIPTS,
+    )
+    try:
+        record = _first_record(
+            proc, lambda r: r["stack"] and any("main (" in f for f in r["stack"]["frames"])
+        )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    frames = record["stack"]["frames"]
+    assert frames[0].startswith("<module> (") and frames[0].split("(")[1].startswith(
+        os.path.realpath(os.path.join(SCRIPTS, "sleeps.py"))
+    ), frames
+    assert not any("probes/agent" in f or "runpy" in f for f in frames), frames
+
+
+ABORT_NOTE = "aborted (SIGABRT) at interpreter exit, after its work had finished"
+
+
+@pytest.mark.slow
+def test_a_rank_that_aborts_after_its_work_is_told_apart_and_torchruns_status_kept():
+    proc = run(
+        "run", "--nproc-per-node", "2", "--headless", "--duration", "240",
+        os.path.join(SCRIPTS, "aborts_at_exit.py"), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]  # torchrun's own status for a failed rank
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    ranks = {r["rank"]: r for r in records[-1]["ranks"]}
+    assert ranks[1]["note"] == f"rank 1 {ABORT_NOTE}" and ranks[1]["exit_code"] == -6, ranks
+    assert ranks[0]["note"] == "", ranks
+    log = [line["text"] for r in records for line in r["log"]]
+    assert log.count(f"rank 1 {ABORT_NOTE}") == 1, log[-20:]
+    assert f"rank 1 {ABORT_NOTE}" in proc.stderr.split("verdict")[0]  # the verdict's first line says why
+
+
+@pytest.mark.slow
+def test_a_workload_that_aborts_after_its_work_is_told_apart():
+    proc = run(
+        "run", "--headless", "--duration", "240", os.path.join(SCRIPTS, "aborts_at_exit.py"), timeout=300
+    )
+    assert proc.returncode == 128 + signal.SIGABRT, proc.stderr[-3000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records[-1]["ranks"][0]["note"] == f"the workload {ABORT_NOTE}"
+    assert f"the workload {ABORT_NOTE}" in proc.stderr

@@ -880,3 +880,25 @@ async def test_keys_a_source_cannot_answer_are_said_by_the_app() -> None:
         "changing the speed: only in a replay (torchpar-top replay FILE)",
     ]
     assert source.fake.names() == ["start", "close"]
+
+
+@run_async
+async def test_a_line_being_written_shows_its_latest_state_after_the_newest_line() -> None:
+    """A progress bar (\\r) in the log: its latest state live, replaced by the ended line."""
+    snap = make_snapshot()
+    lines = (LogLine(1, "stdout", "epoch 1"),)
+    app, session = app_on(dataclasses.replace(snap, log=lines, log_partial=(LogLine(0, "stderr", " 10%|#"),)))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        log = app.query_one(LogPanel)
+        assert log.plain_lines()[-2:] == ["  out epoch 1", "  err  10%|#"]
+        session.snapshot_value = dataclasses.replace(
+            snap, log=lines, log_partial=(LogLine(0, "stderr", " 60%|######"),)
+        )
+        await settle(pilot)
+        assert " 60%|######" in text_of(log) and " 10%|#" not in text_of(log)
+        ended = (*lines, LogLine(2, "stderr", "100%|##########"))
+        session.snapshot_value = dataclasses.replace(snap, log=ended)
+        await settle(pilot)
+        assert log.plain_lines()[-2:] == ["  out epoch 1", "  err 100%|##########"]
+        assert "60%" not in text_of(log)

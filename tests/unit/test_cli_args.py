@@ -100,3 +100,47 @@ def test_subcommands_parse_into_one_namespace_shape():
     )
     # unique in compare, ambiguous against the experiment's --metrics-port/--metrics-addr
     assert parse(["compare", "a.json", "b.json", "--metric", "cpu_load"]).metric == "cpu_load"
+
+
+@pytest.mark.parametrize("option", ["--cupti-duty", "--metrics-addr", "--sync-scope"])
+def test_every_option_that_takes_a_value_takes_it_after_a_space(option):
+    """``--cupti-duty 0.5 train.py`` took 0.5 for the script."""
+    value = {"--cupti-duty": "0.5", "--metrics-addr": "0.0.0.0", "--sync-scope": "step"}[option]
+    ours, script, _, user = split_run([option, value, "train.py", "--lr", "1"])
+    assert (ours, script, user) == ([option, value], "train.py", ["--lr", "1"])
+    assert run_parser().parse_args(ours) is not None
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--interval", "1e-5"], "between 0.02 and 60"),  # ZeroDivisionError
+        (["--interval", "1e308"], "between 0.02 and 60"),  # OverflowError
+        (["--interval", "nan"], "greater than 0"),
+    ],
+)
+def test_replay_interval_has_the_live_modes_bounds(argv, needle, capsys):
+    from torchpar_top.args import parse
+
+    with pytest.raises(SystemExit) as exc:
+        parse(["replay", "trace.json", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_more_ranks_than_memory_holds_are_refused_with_the_reason(capsys):
+    with pytest.raises(SystemExit) as exc:
+        run_parser().parse_args(["--nproc-per-node", "100000"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert (
+        exc.value.code == 2 and "100000 ranks need at least" in line and "GiB" in line and "at most" in line
+    )
+
+
+def test_more_ranks_than_cores_are_a_warning(monkeypatch):
+    from torchpar_top.args import nproc_warning
+
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    assert nproc_warning(None) == "" and nproc_warning(4) == ""
+    assert nproc_warning(5).startswith("--nproc-per-node 5 on 4 cores: the ranks take turns")
+    assert run_parser().parse_args(["--nproc-per-node", "5"]).nproc_per_node == 5

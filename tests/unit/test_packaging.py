@@ -82,3 +82,14 @@ def test_every_module_imports_from_the_wheel(wheel, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_numpy_is_a_runtime_dependency(wheel):
+    """The README's install gives the async experiment's numpy row, and torch no NumPy warning."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = zf.read(name).decode()
+    requires = [
+        line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")
+    ]
+    assert any(r.split(";")[0].strip().startswith("numpy") and "extra" not in r for r in requires), requires

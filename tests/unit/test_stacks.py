@@ -492,3 +492,24 @@ def test_permission_denied_reading_proc(monkeypatch):
 
     monkeypatch.setattr(pr.os, "readlink", deny)
     assert check_attach(os.getpid()) == f"cannot read process {os.getpid()}: permission denied"
+
+
+def test_a_dump_of_a_process_under_run_starts_at_the_users_code():
+    """py-spy (attach) of a process that `torchpar-top run` started: the agent's frames are left out too."""
+    from torchpar_top.probes.agent import usercode_exec
+
+    agent = usercode_exec.AGENT_DIR
+    frames = [  # py-spy lists the innermost frame first
+        {"name": "nap", "filename": "/home/u/train.py", "line": 4},
+        {"name": "<module>", "filename": "/home/u/train.py", "line": 9},
+        {"name": "run_script", "filename": agent + "usercode_exec.py", "line": 58},
+        {"name": "main", "filename": agent + "run.py", "line": 179},
+        {"name": "<module>", "filename": agent + "run.py", "line": 253},
+        {"name": "_run_code", "filename": "<frozen runpy>", "line": 88},
+    ]
+    dump = json.dumps([{"thread_id": 1, "os_thread_id": 7, "thread_name": "MainThread", "frames": frames}])
+    view = parse_dump(dump, 7, 0.0, source)
+    assert [(f.function, f.filename) for f in view.frames] == [
+        ("<module>", "/home/u/train.py"),
+        ("nap", "/home/u/train.py"),
+    ]

@@ -208,3 +208,17 @@ def test_overlap_line_says_on_cores_and_in_progress() -> None:
         snap, executors=tuple(dataclasses.replace(e, running=(), core_wait=()) for e in snap.executors)
     )
     assert overlap_text(plain) == "overlap 18%"  # nothing read: the sweep of intervals, one figure
+
+
+def test_a_table_of_results_has_one_unit_of_time() -> None:
+    """torch launches were in ms beside numpy and torch + synchronize in s."""
+    from torchpar_top.contract.snapshot import ResultRow
+    from torchpar_top.tui.widgets.scoreboard import result_scale
+
+    def units(*values: float) -> list[str]:
+        rows = [ResultRow(f"r{i}", v, "s") for i, v in enumerate(values)] + [ResultRow("share", 14.0, "%")]
+        return [result_scale(r, rows)[1] for r in rows]
+
+    assert units(0.4612, 0.000267, 0.1903) == ["ms", "ms", "ms", "%"]
+    assert units(2.5, 0.000267, 0.19) == ["s", "s", "s", "%"]
+    assert result_scale(ResultRow("alone", 0.05, "s")) == (1000.0, "ms")

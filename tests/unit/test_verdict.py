@@ -302,3 +302,22 @@ def test_the_watch_feeds_recent_snapshots_and_a_fresh_last_one():
     watch.stop()
     assert len(ages) >= 3 and set(ages) == {0.01}  # on its clock, a snapshot at most one interval old
     assert built == ["fresh"]  # only the last one is built for it: the end of the run, as it is
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", "1e999"])
+@pytest.mark.parametrize("where", ["a", "b", "other figure"])
+def test_compare_never_passes_on_a_figure_that_is_not_finite(tmp_path, capsys, bad, where):
+    """json reads NaN, Infinity and 1e999 (inf): the gate gave "+nan %: ok" and status 0."""
+    good = report_with(tmp_path, "good.json", 10.0)
+    garbage = tmp_path / "garbage.json"
+    text = (tmp_path / "good.json").read_text()
+    if where == "other figure":
+        garbage.write_text(text.replace('"frontend_busy": ', f'"frontend_busy": {bad}, "was": ', 1))
+    else:
+        garbage.write_text(text.replace('"steps_per_s": 10.0', f'"steps_per_s": {bad}', 1))
+    assert garbage.read_text() != text
+    argv = (good, str(garbage)) if where != "a" else (str(garbage), good)
+    status, out, err = run_compare(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert status == 2 and out == "", (status, out, err)
+    assert len(lines) == 1 and "garbage.json" in lines[0] and "not a finite number" in lines[0], lines

@@ -71,3 +71,58 @@ def test_the_store_bounds_every_log_line_whatever_its_source():
     assert all(len(line.text) <= LOG_LINE_MAX for line in log)
     assert log[-1].text == "z" * LOG_LINE_KEEP + f" … [{1_000_000 - LOG_LINE_KEEP} more characters left out]"
     assert store.snapshot().child.last_stderr == ()
+
+
+def _bar(i: int) -> bytes:
+    """A tqdm-like state: ``\\r 42%|████      | 42/100``."""
+    return f"\r{i:3d}%|{'█' * (i // 10):<10}| {i}/100".encode()
+
+
+def test_a_progress_bar_shows_its_latest_state_live_then_its_last_as_the_line():
+    """tqdm's ``\\r`` states: each read shows the newest; the line is the last state, not the first 4 KiB."""
+    lines, states = [], []
+    stream = TextStream(lines.append, states.append)
+    stream.feed(b"epoch 1\n")
+    for i in range(0, 101):
+        stream.feed(_bar(i))
+        assert states[-1] == _bar(i).decode()[1:]  # the state just written, before any newline
+    assert lines == ["epoch 1"]
+    stream.feed(b"\n")
+    assert lines == ["epoch 1", "100%|██████████| 100/100"]
+
+
+def test_several_states_in_one_read_show_only_the_newest_and_crlf_ends_a_line():
+    lines, states = [], []
+    stream = TextStream(lines.append, states.append)
+    stream.feed(_bar(1) + _bar(2) + _bar(3))
+    assert states == ["  3%|          | 3/100"]
+    stream.feed(_bar(3))  # unchanged: not passed on again
+    assert len(states) == 1
+    stream.feed(b"\r\n")  # a state then CRLF: the line is that state
+    assert lines == ["  3%|          | 3/100"]
+    stream.feed(b"one\r\ntwo\n")
+    assert lines[1:] == ["one", "two"]
+
+
+def test_thousands_of_states_keep_the_reader_bounded_and_end_on_the_last():
+    lines, states = [], []
+    stream = TextStream(lines.append, states.append)
+    _feed(stream, b"".join(_bar(i % 101) for i in range(20_000)) + b"\n", chunk=4096)
+    assert stream.buffered == 0 and lines == [_bar(19_999 % 101).decode()[1:]]
+    assert max(len(s) for s in states) < 100
+
+
+def test_the_store_keeps_a_line_being_written_apart_until_it_ends():
+    store = SessionStore("run")
+    store.add_log(LogSource.STDERR, " 10%|█", partial=True)
+    store.add_log(LogSource.STDOUT, "a print meanwhile")
+    store.add_log(LogSource.STDERR, " 20%|██", partial=True)
+    snap = store.snapshot()
+    assert [line.text for line in snap.log_partial] == [" 20%|██"]
+    assert snap.log[-1].text == "a print meanwhile"
+    store.add_log(LogSource.STDERR, "100%|██████████")
+    snap = store.snapshot()
+    assert snap.log_partial == () and [line.text for line in snap.log[-2:]] == [
+        "a print meanwhile",
+        "100%|██████████",
+    ]

@@ -91,6 +91,8 @@ class LogPanel(Widget):
         self._reported: tuple[int | None, ChildState, int | None] | None = None
         self._styles: dict[str, Style] = {}
         self._appended = 0
+        self._tail: tuple[tuple[Piece, ...], ...] = ()
+        """Lines still being written (a progress bar's latest state), shown after the newest line."""
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Append new log lines, and the child's status once when it exits or fails."""
@@ -107,12 +109,14 @@ class LogPanel(Widget):
             self._append(((lines[0], "log--status"),))
             for extra in lines[1:]:
                 self._append(((extra, "log--stderr"),))
-        if self._appended != before:
+        tail = tuple(pieces_of(line) for line in snapshot.log_partial)
+        if self._appended != before or tail != self._tail:
+            self._tail = tail
             self.refresh()
 
     def plain_lines(self) -> list[str]:
-        """Every line kept, as plain text, oldest first."""
-        return ["".join(text for text, _ in pieces) for pieces in self._lines]
+        """Every line kept, as plain text, oldest first (lines still being written last)."""
+        return ["".join(text for text, _ in pieces) for pieces in (*self._lines, *self._tail)]
 
     def _append(self, pieces: tuple[Piece, ...]) -> None:
         """Add a line; a view scrolled back stays on the lines it shows."""
@@ -126,12 +130,13 @@ class LogPanel(Widget):
         """Line ``y``: the newest lines fill the pane from the bottom up (less what is scrolled back)."""
         width, height = self.size
         base = self.rich_style
-        end = len(self._lines) - self.scroll_back  # one past the newest line shown
+        end = len(self._lines) + len(self._tail) - self.scroll_back  # one past the newest line shown
         index = max(0, end - height) + y
         if index >= end:
             return Strip.blank(width, base)
         row = Row()
-        for text, name in self._lines[index]:
+        pieces = self._lines[index] if index < len(self._lines) else self._tail[index - len(self._lines)]
+        for text, name in pieces:
             row.add(text, self._style(name))
         return row.strip(width, base)
 
@@ -158,7 +163,7 @@ class LogPanel(Widget):
             self.refresh()
 
     def _max_scroll(self) -> int:
-        return max(0, len(self._lines) - max(1, self.size.height))
+        return max(0, len(self._lines) + len(self._tail) - max(1, self.size.height))
 
     def _show_scroll(self) -> None:
         """The border says when the view is not following the newest line."""

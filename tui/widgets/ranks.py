@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import ClassVar
 
 from torchpar_top.contract.snapshot import ExecutorView, RankView, Snapshot
@@ -164,4 +165,7 @@ class RanksPanel(SnapshotPanel):
                 text = f"{SHORT[worst[0]]} {render.pct(worst[1], 0)}" if worst else "—"
                 row.add(("  " + text).ljust(cols["slow"]), self.style("dim" if exited else "label"))
             out.append(row)
+        for r in ranks:  # how a rank ended, when that needs a sentence: a signal after its work had finished
+            for part in textwrap.wrap(r.note, max(10, width)):  # whole, over as many lines as it takes
+                out.append(Row().add(render.clip(part, width), self.style("ranks--dead")))
         return out

@@ -12,9 +12,14 @@ from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
 
-def result_scale(row: ResultRow) -> tuple[float, str]:
-    """The factor and unit a result row is shown in: seconds below 0.1 s as milliseconds."""
-    return (1000.0, "ms") if row.unit == "s" and abs(row.value) < 0.1 else (1.0, row.unit)
+def result_scale(row: ResultRow, rows: Sequence[ResultRow] = ()) -> tuple[float, str]:
+    """The factor and unit a result row is shown in: seconds as milliseconds when every row in seconds of
+    the table (``rows``; the row alone without them) is below 1 s, so that one table has one unit of time
+    (torch launches in ms beside torch + synchronize in s read as the same size)."""
+    if row.unit != "s":
+        return 1.0, row.unit
+    seconds = [abs(r.value) for r in rows if r.unit == "s"] or [abs(row.value)]
+    return (1000.0, "ms") if max(seconds) < 1.0 else (1.0, "s")
 
 
 def result_number(x: float | None) -> str:
@@ -98,9 +103,11 @@ class ScoreboardPanel(SnapshotPanel):
         """One row per result. Results in rounds are the latest complete round's, under a line naming
         it, with the median and range over the complete rounds when there is room."""
         label_w = min(max(len(r.label) for r in results), max(8, width - 16))
-        scaled = [result_scale(r) for r in results]
+        scaled = [result_scale(r, results) for r in results]
         unit_w = max(len(unit) for _, unit in scaled) + 1
-        value_w = 6
+        value_w = max(
+            6, *(len(result_number(r.value * k)) for r, (k, _) in zip(results, scaled, strict=True))
+        )  # one column
         spread = any(r.round is not None for r in results) and label_w + 1 + value_w + unit_w + 19 <= width
         out = []
         shown_header = False
