@@ -753,7 +753,7 @@ async def test_results_in_rounds_show_one_round_with_median_and_range() -> None:
         launch = " ".join(next(line for line in lines if "torch launch" in line).split())
         assert launch == "torch launch 0.2670 ms 0.281 (0.24–0.40)"  # under 0.1 s: milliseconds
         sync = " ".join(next(line for line in lines if "torch + sync" in line).split())
-        assert sync == "torch + sync 0.1903 s 0.191 (0.19–0.20)"
+        assert sync == "torch + sync 190.3 ms 191 (187–204)"  # one unit per table: every timing under 1 s
 
 
 @run_async
@@ -768,7 +768,7 @@ async def test_a_first_round_has_no_median_yet() -> None:
         await settle(pilot)
         text = text_of(app.query_one(ScoreboardPanel))
         assert "round 1" in text and "median" not in text and "kept" not in text
-        assert "0.5847 s" in text and "1.037 ×" in text
+        assert "584.7 ms" in text and "1.037 ×" in text  # one unit per table: ms, every timing under 1 s
 
 
 @run_async

@@ -174,7 +174,7 @@ HEADLESS = {
         for part in ("phases", "run_phases")
         for p in PHASES
     },
-    **{f"ranks[].{k}": f"ranks[].{k}" for k in ("local_rank", "node_rank", "hostname")},
+    **{f"ranks[].{k}": f"ranks[].{k}" for k in ("local_rank", "node_rank", "hostname", "note")},
     **{f"straggler.{k}": f"straggler.{k}" for k in ("rank", "cause", "ratio", "costs")},
     **{f"memory[].{k}": f"memory[].{k}" for k in ("rank", "rss_bytes", "rss_growth_bytes_per_min")},
     **{
@@ -190,6 +190,11 @@ NOT_IN_HEADLESS = {
         for k in ("end", *(f"phases.{p}" for p in PHASES))
     },
     "child.last_stderr": "the same lines are in the log, source stderr",
+    **{
+        f"log_partial[].{k}": "a line still being written (a progress bar's latest state): the screen shows "
+        "it live; headless and recordings keep finished lines only"
+        for k in ("seq", "source", "text")
+    },
     "core_history": HISTORY,
     "threads[].tid": "headless gives the threads summed per role (thread_groups), as the panel shows them",
     "threads[].name": "as threads[].tid",
@@ -325,6 +330,7 @@ NOT_IN_PROMETHEUS = {
     "scaling[].samples": "how many timings the GFLOP/s is the mean of, not a figure",
     "gpus[].util_history": HISTORY,
     "log[].seq": "log lines are not metrics",
+    "log_partial[].seq": "log lines are not metrics",
     "sample_t": "the child's clock at its newest sample (latency measurements), not a figure",
     "ranks[].pid": "a process id, not a measurement",
     "ranks[].data_verdict.wait": "the same figure as ranks[].data_wait (torchpar_data_wait_ratio)",
