@@ -236,7 +236,7 @@ def test_what_counts_as_a_transfer():
 def test_cuda_patches_go_on_once_and_come_off(monkeypatch):
     user = RecordingUser()
     original_to, original_sync = torch.Tensor.to, torch.cuda.synchronize
-    # another test's monkeypatch may have left the inherited method in Tensor's own __dict__: put back as found
+    # another test's monkeypatch may leave the inherited method in Tensor's own __dict__: put back as found
     had_to = "to" in torch.Tensor.__dict__
     with Instrumentation(user):
         user.phases.install_cuda()
