@@ -138,6 +138,10 @@ DIFFS_KEEP = 600
 MEMORY_POINTS = 512
 #: Seconds between two memory points, at first.
 MEMORY_EVERY = 1.0
+#: Memory points start once this many steps are done: the first steps allocate the model's gradients,
+#: the optimizer's state and the loader's workers, which is set-up, not growth (an 8 s run read
+#: +500 MiB/min from importing and the first step alone).
+MEMORY_WARMUP_STEPS = 10
 
 ZERO = StepPhases()
 
@@ -213,7 +217,8 @@ class RankSteps:
         self.t = t
         if memory is not None:
             self.memory = memory
-            if not self.rss or t - self.rss[-1][0] >= self._rss_every:
+            warm = steps is not None and steps.count >= MEMORY_WARMUP_STEPS
+            if warm and (not self.rss or t - self.rss[-1][0] >= self._rss_every):
                 self.rss.append((t, float(memory.rss_bytes)))
                 if len(self.rss) >= MEMORY_POINTS:
                     self.rss = self.rss[::2]

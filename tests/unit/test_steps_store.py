@@ -4,7 +4,7 @@ window vs run phases, the straggler from per-rank windows (none for identical ra
 import pytest
 from fakes.steps import Rank, hello
 from torchpar_top.contract.vocab import PHASES
-from torchpar_top.model.steps import RankSteps, slope_per_min
+from torchpar_top.model.steps import MEMORY_WARMUP_STEPS, RankSteps, slope_per_min
 from torchpar_top.model.store import SessionStore
 
 
@@ -105,6 +105,20 @@ def test_memory_growth_is_the_slope_of_rss():
     (mem,) = st.snapshot().memory
     assert mem.rss_growth_bytes_per_min == pytest.approx(60_000_000, rel=0.02)
     assert mem.rss_bytes == int(r.rss)
+
+
+def test_memory_taken_before_the_tenth_step_is_set_up_not_growth():
+    """Importing and the first steps allocate hundreds of MB: a steady run after them reads no growth."""
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(step=0.1, rss=100_000_000, leak=200_000_000.0)  # 200 MB a second, for the first steps
+    for _ in range(int(MEMORY_WARMUP_STEPS * r.step / r.window)):
+        st.on_message(r.sample())
+    r.leak = 0.0
+    for _ in range(100):
+        st.on_message(r.sample())
+    (mem,) = st.snapshot().memory
+    assert mem.rss_growth_bytes_per_min == pytest.approx(0.0, abs=1.0)
 
 
 def test_slope_needs_points_and_time():
