@@ -331,6 +331,18 @@ VARIANTS: dict[str, list[str]] = {
         "-c",
         "exec {tpt} -e async --headless --duration 1000 --no-stacks > /dev/null",
     ],
+    # the steps panel drawn: two DDP ranks (Gloo) through torchrun, rank 1 slowed in its forward
+    "app run ddp": [
+        "torchpar-top",
+        "run",
+        "--nproc-per-node",
+        "2",
+        str(Path(__file__).resolve().parents[1] / "tests" / "scripts" / "ddp_steps.py"),
+        "1000",
+        "forward",
+        "1",
+        "12",
+    ],
     "btop": ["btop"],
     "mm alone": ["sh", "-c", "exec {python} {mm} {seconds} {out}"],
     "mm under run": ["torchpar-top", "run", "{mm}", "{seconds}", "{out}"],
