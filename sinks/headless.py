@@ -237,11 +237,14 @@ def _write_records(session: Any, duration: float, out: TextIO, stop: threading.E
     """Write a record per host sample; returns the workload's status if it ended before the time ran out."""
     log_after, seen = 0, 0
     end = time.monotonic() + duration
+    due = 0.0  # when the next sample is expected: sleep until then, then poll every interval / 4
     while time.monotonic() < end and not stop.is_set():
-        stop.wait(min(session.interval / 4, max(0.0, end - time.monotonic())))
+        now = time.monotonic()
+        stop.wait(min(max(due - now, session.interval / 4), max(0.0, end - now)))
         if session.host_samples == seen:
             continue
         seen = session.host_samples
+        due = time.monotonic() + session.interval * 0.8  # 40 wake-ups a second at 10 Hz became ~20
         snap = session.snapshot()
         out.write(json.dumps(to_record(snap, log_after)) + "\n")
         out.flush()
