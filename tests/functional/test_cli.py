@@ -569,10 +569,10 @@ ABORT_NOTE = "aborted (SIGABRT) at interpreter exit, after its work had finished
 
 
 @pytest.mark.slow
-def test_a_rank_that_aborts_after_its_work_is_told_apart_and_torchruns_status_kept():
+def test_a_rank_that_aborts_after_its_work_is_told_apart_and_torchruns_status_kept(tmp_path):
     proc = run(
         "run", "--nproc-per-node", "2", "--headless", "--duration", "240",
-        os.path.join(SCRIPTS, "aborts_at_exit.py"), timeout=300,
+        os.path.join(SCRIPTS, "aborts_at_exit.py"), str(tmp_path / "rank0-done"), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]  # torchrun's own status for a failed rank
     records = [json.loads(line) for line in proc.stdout.splitlines()]

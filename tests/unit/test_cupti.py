@@ -322,8 +322,21 @@ def test_sync_points_come_from_the_runtime_call_with_the_callers_line() -> None:
     assert site.count == 1
 
 
+#: The UserCodes a test made: on CUDA they patch Tensor.item, .to... (the step phases' transfers and
+#: waits); every test puts them back, or the next module's tests count sync points through our wrappers.
+_MADE: list[UserCode] = []
+
+
+@pytest.fixture(autouse=True)
+def _patches_put_back():
+    yield
+    while _MADE:
+        _MADE.pop().phases.uninstall()
+
+
 def _usercode(load) -> tuple[UserCode, list[str]]:
     uc = UserCode(None, target="script.py")
+    _MADE.append(uc)
     logs: list[str] = []
     uc.agent.log = logs.append  # type: ignore[method-assign]
     uc.cuda = FakeCuda(1)
