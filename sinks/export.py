@@ -569,8 +569,8 @@ def write_csv(source: Source, out: IO[str]) -> int:
     columns: dict[str, None] = dict.fromkeys(CSV_FIXED)
     rows = 0
     with tempfile.TemporaryFile("w+", encoding="utf-8") as tmp:
-        for s in source.samples():
-            row = csv_row(source.kind, s)
+        for t, snap in source.frames():  # no history's gains: the CSV reads none (samples_of's deltas)
+            row = csv_row(source.kind, TimedSnapshot(t, snap, {}))
             for k in row:
                 if k not in columns:
                     columns[k] = None
