@@ -159,7 +159,7 @@ def recording_source(path: str) -> Source:
     def frames() -> Iterator[tuple[float, Snapshot]]:
         r = first.pop() if first else RecordingReader(path)
         t0 = None
-        for snap in r.snapshots():
+        for snap in r.snapshots(derived=False):  # the exports read no derived figure
             if t0 is None:
                 t0 = source.t0 = snap.t
             yield snap.t - t0, _as_exported(snap)
@@ -750,7 +750,7 @@ def export_summary(rec: RecordingReader | Recording) -> dict[str, Any]:
     through = _Stat()
     load = _Stat()
     depth: dict[str, _Stat] = {}
-    for s in rec.snapshots():
+    for s in rec.snapshots(derived=False):  # its derived figures are computed below
         # the one derived figure read per snapshot, computed again (an older recording may lack it); the
         # whole rebuild (every DERIVED figure) was a third of the summary's time
         core_load = figures.core_load(s.cores)
