@@ -45,7 +45,7 @@ from importlib import metadata
 from typing import IO, Any
 
 from torchpar_top.contract.codec import ProtocolError, bounded, dataclass, from_plain, to_plain
-from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.snapshot import DERIVED, Snapshot
 
 #: The header's ``format``: what tells a recording from a profiler trace.
 FORMAT = "torchpar-top-recording"
@@ -287,7 +287,11 @@ class Encoder:
 class Decoder:
     """Recording lines back to the snapshots recorded (histories rebuilt on the previous line's)."""
 
-    def __init__(self, prev: Snapshot | None = None) -> None:
+    def __init__(self, prev: Snapshot | None = None, derived: bool = True) -> None:
+        """``derived=False``: the line's derived figures (``DERIVED``) are left out, neither decoded nor
+        checked (``None`` in the snapshot), for a reader that computes those it shows (a sixth of a line's
+        decoding)."""
+        self._derived = derived
         self._prev: dict[str, tuple[Any, ...]] = dict(_histories(prev)) if prev is not None else {}
         self._same: dict[str, Any] = {n: getattr(prev, n) for n in SAME_FIELDS} if prev is not None else {}
 
@@ -304,6 +308,9 @@ class Decoder:
             if name not in self._same:
                 raise ProtocolError(f"{where}: _same names {name!r}, which no line before gave")
             data[name] = self._same[name]
+        if not self._derived and isinstance(data, dict):
+            for name in DERIVED:
+                data.pop(name, None)
         snap = from_plain(Snapshot, data, where)
         keep = data.get("_keep", {})
         if not isinstance(keep, dict) or not all(
@@ -615,13 +622,13 @@ class Recording:
     keyframes: tuple[int, ...] = ()
     """Indexes of the lines written whole (sorted)."""
 
-    def snapshots(self) -> Iterator[Snapshot]:
-        """Every snapshot, in order, exactly as recorded.
+    def snapshots(self, derived: bool = True) -> Iterator[Snapshot]:
+        """Every snapshot, in order, exactly as recorded (``derived``: as :class:`Decoder`'s).
 
         Raises:
             RecordingError: a line that does not decode (named).
         """
-        decoder = Decoder()
+        decoder = Decoder(derived=derived)
         for i, raw in enumerate(self.lines):
             yield decode_line(decoder, raw, f"{self.path} line {i + 2}")
 
@@ -775,10 +782,10 @@ class RecordingReader:
     def _stop(self, where: str, why: str) -> None:
         self.note = f"{where}: {why}: the recording is read up to the line before it"
 
-    def snapshots(self) -> Iterator[Snapshot]:
+    def snapshots(self, derived: bool = True) -> Iterator[Snapshot]:
         """Every snapshot, in order, decoded, until the end or a line that is not one (then :attr:`note`,
-        and the snapshots before it are what there is). Once only."""
-        decoder = Decoder()
+        and the snapshots before it are what there is). Once only. ``derived``: as :class:`Decoder`'s."""
+        decoder = Decoder(derived=derived)
         first = True
         for _, _, _raw, data in self.lines():
             where = f"{self.path} line {self._number}"

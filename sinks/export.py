@@ -22,6 +22,7 @@ The CSV has one row per sample: time, mode, throughput, then per core, executor 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import itertools
 import json
@@ -58,7 +59,8 @@ from torchpar_top.contract.vocab import (
     Quantity,
     ThroughputUnit,
 )
-from torchpar_top.model.snapshot import build, rebuild
+from torchpar_top.model import figures
+from torchpar_top.model.snapshot import build
 from torchpar_top.model.store import CORE_HISTORY, HISTORY
 
 #: ``otherData.format`` of an export.
@@ -157,14 +159,26 @@ def recording_source(path: str) -> Source:
     def frames() -> Iterator[tuple[float, Snapshot]]:
         r = first.pop() if first else RecordingReader(path)
         t0 = None
-        for snap in r.snapshots():
+        for snap in r.snapshots(derived=False):  # the exports read no derived figure
             if t0 is None:
                 t0 = source.t0 = snap.t
-            yield snap.t - t0, rebuild(snap)  # derived again: an older recording may lack figures
+            yield snap.t - t0, _as_exported(snap)
         source.note = r.note
 
     source.frames = frames
     return source
+
+
+def _as_exported(snap: Snapshot) -> Snapshot:
+    """A recorded snapshot as the exports read it: its sync sites in ``model.snapshot.build``'s order (an
+    older recording's may not be). The exports read no derived figure (``DERIVED``), so none is computed
+    again: ``rebuild`` was a third of an export's time."""
+    points = snap.syncpoints
+    if len(points) > 1:
+        ordered = tuple(sorted(points, key=figures.sync_order))
+        if ordered != points:
+            return dataclasses.replace(snap, syncpoints=ordered)
+    return snap
 
 
 def trace_source(path: str) -> Source:
@@ -555,8 +569,8 @@ def write_csv(source: Source, out: IO[str]) -> int:
     columns: dict[str, None] = dict.fromkeys(CSV_FIXED)
     rows = 0
     with tempfile.TemporaryFile("w+", encoding="utf-8") as tmp:
-        for s in source.samples():
-            row = csv_row(source.kind, s)
+        for t, snap in source.frames():  # no history's gains: the CSV reads none (samples_of's deltas)
+            row = csv_row(source.kind, TimedSnapshot(t, snap, {}))
             for k in row:
                 if k not in columns:
                     columns[k] = None
@@ -736,15 +750,17 @@ def export_summary(rec: RecordingReader | Recording) -> dict[str, Any]:
     through = _Stat()
     load = _Stat()
     depth: dict[str, _Stat] = {}
-    for recorded in rec.snapshots():
-        s = rebuild(recorded)  # figures derived again, as in recording_source
+    for s in rec.snapshots(derived=False):  # its derived figures are computed below
+        # the one derived figure read per snapshot, computed again (an older recording may lack it); the
+        # whole rebuild (every DERIVED figure) was a third of the summary's time
+        core_load = figures.core_load(s.cores)
         if count == 0:
             first_t = s.t
         count, last_t, last = count + 1, s.t, s
         if s.throughput is not None:
             through.add(s.throughput)
-        if s.core_load is not None:
-            load.add(s.core_load)
+        if core_load is not None:
+            load.add(core_load)
         for e in s.executors:
             depth.setdefault(_exec_key(e), _Stat()).add(e.value)
     out: dict[str, Any] = {
@@ -768,7 +784,7 @@ def export_summary(rec: RecordingReader | Recording) -> dict[str, Any]:
     out["scoreboard"] = {
         m.mode.value: {k: v for k, v in to_plain(m).items() if k != "mode"} for m in last.scoreboard
     }
-    out["ratio"] = last.ratio
+    out["ratio"] = figures.ratio(last.scoreboard)
     return out
 
 

@@ -190,3 +190,66 @@ def test_an_export_is_not_exported_again_and_other_json_is_not_an_export(recordi
     other.write_text('{"traceEvents": []}')
     with pytest.raises(RecordingError, match="not a torchpar-top export"):
         read_export(str(other))
+
+
+def _full_decode_outputs(path):
+    """The summary, CSV and Perfetto export of ``path`` made from every snapshot decoded whole (derived
+    figures included) and rebuilt (every DERIVED figure computed again): what the commands did before
+    they read only what they output."""
+    from torchpar_top.contract.recording import read_recording
+    from torchpar_top.model import figures
+    from torchpar_top.model.snapshot import rebuild
+    from torchpar_top.sinks.export import CSV_FIXED, Source, TimedSnapshot, csv_row, export_summary
+
+    rec = read_recording(path)
+    snaps = [rebuild(s) for s in rec.snapshots()]
+    assert any(s.lanes is not None for s in rec.snapshots())  # the lines carry derived figures
+    t0 = snaps[0].t
+    source = Source(path, "recording", lambda: iter([(s.t - t0, s) for s in snaps]), t0=t0)
+    source.header = load_source(path).header
+    rows = [csv_row("recording", TimedSnapshot(t, s, {})) for t, s in source.frames()]
+    columns = list(dict.fromkeys([*CSV_FIXED, *(k for row in rows for k in row)]))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    trace = io.StringIO()
+    write_perfetto(source, trace)
+    loads = [figures.core_load(s.cores) for s in snaps]
+    assert [s.core_load for s in snaps] == loads
+    summary = export_summary(rec)  # Recording.snapshots, also without derived figures now
+    return summary, buf.getvalue(), trace.getvalue(), snaps
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_commands_read_only_what_they_output_and_give_what_the_full_decode_gives(tmp_path, ranks):
+    from fakes.recordings import stream_snapshots
+    from torchpar_top.contract.recording import RecordingReader
+    from torchpar_top.sinks.export import export_summary
+
+    snaps = [
+        dataclasses.replace(
+            s,
+            gpus=(gpu(i),),
+            # two sites in the opposite of build's order (the export puts them in its order)
+            syncpoints=(
+                SyncSite("a.py:1", "item", i, 1.0, None, True),
+                SyncSite("b.py:2", "item", i, 3.0, None, True),
+            ),
+        )
+        for i, s in enumerate(stream_snapshots(700, ranks=ranks, streams=2, interval=0.05))
+    ]
+    path = str(tmp_path / "run.jsonl")
+    write_recording(path, snaps, interval=0.05)
+    summary, csv_text, trace_text, full = _full_decode_outputs(path)
+    assert summary["ratio"] == full[-1].ratio and summary["mean_core_load"] is not None
+    # the streaming commands, each on its own pass over the file
+    assert export_summary(RecordingReader(path)) == summary
+    out = io.StringIO()
+    write_csv(load_source(path), out)
+    same_csv = out.getvalue() == csv_text  # compared outside assert: pytest's diff of MBs takes minutes
+    assert same_csv
+    out = io.StringIO()
+    write_perfetto(load_source(path), out)
+    same_trace = out.getvalue() == trace_text
+    assert same_trace
