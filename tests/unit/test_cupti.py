@@ -492,14 +492,12 @@ def test_a_rows_note_reaches_the_snapshot_and_headless_json() -> None:
     assert st.snapshot().executors[0].note is None
 
 
-def test_the_queue_panel_says_a_row_stands_aside() -> None:
-    from dataclasses import replace
-
+def _cuda_row(note: str):
+    """A CUDA stream's queue row as the snapshot carries it, with ``note``."""
     from torchpar_top.contract.snapshot import ExecutorView
     from torchpar_top.contract.vocab import ExecutorKind, Quantity
-    from torchpar_top.tui.widgets.queues import note_text
 
-    row = ExecutorView(
+    return ExecutorView(
         name="cuda:0 stream 7",
         kind=ExecutorKind.CUDA_STREAM,
         quantity=Quantity.DEPTH,
@@ -512,8 +510,16 @@ def test_the_queue_panel_says_a_row_stands_aside() -> None:
         busy=(0.5,),
         blocked=0.0,
         counts=Counted.KERNELS,
-        note="standing aside: torch.profiler active",
+        note=note,
     )
+
+
+def test_the_queue_panel_says_a_row_stands_aside() -> None:
+    from dataclasses import replace
+
+    from torchpar_top.tui.widgets.queues import note_text
+
+    row = _cuda_row("standing aside: torch.profiler active")
     assert note_text(row, short=False) == "standing aside: torch.profiler active"
     assert note_text(row, short=True) == "aside"
     assert note_text(replace(row, note=None), short=False) == ""
@@ -580,23 +586,7 @@ def test_cupti_duty_goes_from_the_command_line_to_the_monitor(capsys) -> None:
 
 
 def test_a_sampled_row_says_so_in_short() -> None:
-    from torchpar_top.contract.snapshot import ExecutorView
-    from torchpar_top.contract.vocab import ExecutorKind, Quantity
     from torchpar_top.tui.widgets.queues import note_text
 
-    row = ExecutorView(
-        name="cuda:0 stream 7",
-        kind=ExecutorKind.CUDA_STREAM,
-        quantity=Quantity.DEPTH,
-        value=3,
-        capacity=1024,
-        launched=10,
-        completed=7,
-        emulated=False,
-        history=(3.0,),
-        busy=(0.5,),
-        blocked=0.0,
-        counts=Counted.KERNELS,
-        note="sampled: CUPTI records 1 sample interval in 20",
-    )
+    row = _cuda_row("sampled: CUPTI records 1 sample interval in 20")
     assert note_text(row, short=True) == "sampled"
