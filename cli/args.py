@@ -554,7 +554,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
             fail(f"options before {args.command} belong to the built-in experiment", "torchpar-top")
         return args
     if command == "run":
-        ours, target, module, target_args = split_run(argv[1:])
+        ours, target, module, target_args = split_run(argv[1:], parser.commands["run"])
         args = parser.commands[command].parse_args(ours)
         args.target, args.module, args.target_args = target, module, target_args
     else:
@@ -563,16 +563,21 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def split_run(argv: Sequence[str]) -> tuple[list[str], str | None, bool, list[str]]:
+def split_run(
+    argv: Sequence[str], run: argparse.ArgumentParser | None = None
+) -> tuple[list[str], str | None, bool, list[str]]:
     """Split ``run``'s argv into (our options, script or module, is_module, the user's args).
 
     Our options come first; the first token that is not one of them (or ``-m MODULE``) starts the
     user's command, and everything after it belongs to the user's code. ``--`` ends our options: the
     token after it is the script, whatever it looks like. ``-m`` without a module gives (ours, None,
-    True, []).
+    True, []). ``run``: the run subcommand's parser, when the caller has built it already.
     """
     takes_value = {  # every option that takes a value, as the parser has it (--cupti-duty 0.5 was missed)
-        option for action in run_parser()._actions if action.nargs != 0 for option in action.option_strings
+        option
+        for action in (run or run_parser())._actions
+        if action.nargs != 0
+        for option in action.option_strings
     }
     ours: list[str] = []
     i = 0
