@@ -19,6 +19,11 @@ from enum import Enum
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+try:  # a dependency of the package; without it (a bare interpreter) the standard library parses alone
+    import orjson
+except ImportError:  # pragma: no cover - tests/unit/test_codec_fast.py runs this case in a child
+    orjson = None  # type: ignore[assignment]
+
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform
 else:  # typing has it from Python 3.11 on; only type checkers read it
@@ -98,6 +103,23 @@ def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
     return dataclasses.fields(cls)
 
 
+def loads(raw: bytes | str, **stdlib: Any) -> Any:
+    """One JSON document: parsed by orjson (a third of the standard library's time on a recording's
+    line), and by :func:`json.loads` (given ``stdlib``'s hooks) where orjson refuses it, so that what
+    the standard library reads is still read, and an error is its (a lone surrogate escape, ``NaN``, an
+    integer past a float, nesting past 1,024 levels go that way).
+
+    Raises:
+        ValueError: not JSON (or a hook's refusal); RecursionError: nested past Python's limit.
+    """
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw, **stdlib)
+
+
 def dumps(obj: Any) -> str:
     """Compact JSON of :func:`to_plain` (no NaN or infinity: those are not JSON)."""
     return json.dumps(to_plain(obj), separators=(",", ":"), allow_nan=False)
@@ -110,6 +132,11 @@ def from_plain(cls: type[T], data: Any, where: str = "") -> T:
         ProtocolError: naming the first field that is missing, mistyped or out of bounds.
     """
     hint: Any = cls
+    try:
+        fast: T = _fast(hint)(data)
+        return fast
+    except _Slow:  # anything but the plain valid case: the checking path decides, and names the field
+        pass
     built: T = _converter(hint)(data, where or cls.__name__)
     return built
 
@@ -273,3 +300,178 @@ class LineReader:
             self._buf.clear()
             raise ProtocolError(f"line longer than {self._max} bytes")
         return [bytes(line) for line in lines if line.strip()]
+
+
+# -- the fast path --------------------------------------------------------------------------------
+#
+# Decoding is most of what reading a recording or a sample costs, and nearly every value is of the plain
+# valid kind. So each dataclass also gets a converter generated as Python source (as ``dataclasses``
+# makes ``__init__``): one function per class, a few inline type tests per field, no call and no
+# ``where`` string per value. It accepts only what the checking converters above accept, and whatever
+# it does not plainly accept (a wrong type, a missing field, a value out of bounds, an int subclass) it
+# hands back as :class:`_Slow`: :func:`from_plain` then runs the checking converter, which either
+# accepts the value after all or names what is wrong. tests/unit/test_codec_fast.py holds the two to
+# the same answers.
+
+
+class _Slow(Exception):
+    """The fast converter met something other than the plain valid case."""
+
+
+FastConverter = Callable[[Any], Any]
+
+
+def _slow(_: Any) -> Any:
+    raise _Slow
+
+
+@cache
+def _fast(hint: Any) -> FastConverter:
+    """The fast converter of a dataclass (for any other hint: one that always defers)."""
+    if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+        return _slow
+    source, scope = _fast_source(hint)
+    exec(compile(source, f"<fast converter of {hint.__name__}>", "exec"), scope)
+    built: FastConverter = scope["convert"]
+    return built
+
+
+def _fast_source(cls: type) -> tuple[str, dict[str, Any]]:
+    """The source of ``convert(data)`` for ``cls``, and the names it uses."""
+    scope: dict[str, Any] = {
+        "_Slow": _Slow,
+        "_new": object.__new__,
+        "_cls": cls,
+        "_dict": dict,
+        "_list": list,
+        "_str": str,
+        "_int": int,
+        "_float": float,
+        "_bool": bool,
+        "_tuple": tuple,
+        "_set": set,
+        "_map": map,
+        "_all": all,
+        "_type": type,
+        "_len": len,
+        "_isfinite": math.isfinite,
+        "_FLOATS": _FLOAT,
+        "_INTS": frozenset({int}),
+        "_STRS": frozenset({str}),
+        "_MAX_ITEMS": MAX_ITEMS,
+    }
+    plain_init = not hasattr(cls, "__post_init__") and all(f.init for f in dataclasses.fields(cls))
+    lines = ["def convert(data):", "    if _type(data) is not _dict: raise _Slow", "    try:"]
+    body = ["d = {}"]
+    for i, (f, hint) in enumerate(_hints(cls)):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        check = _fast_value(hint, f"f{i}", scope)
+        if f.metadata:
+            check += _fast_bounds(f.metadata["lo"], f.metadata["hi"], f.metadata["above"])
+        take = [f"v = data[{f.name!r}]", *check, f"d[{f.name!r}] = v"]
+        if required:
+            body += take
+            continue
+        if f.default_factory is not dataclasses.MISSING:
+            scope[f"default{i}"] = f.default_factory
+            default = f"default{i}()"
+        else:
+            scope[f"default{i}"] = f.default
+            default = f"default{i}"
+        body += [
+            f"if {f.name!r} in data:",
+            *[f"    {t}" for t in take],
+            "else:",
+            f"    d[{f.name!r}] = {default}",
+        ]
+    if plain_init:  # frozen: __init__ would set each field through object.__setattr__
+        body += ["o = _new(_cls)", "o.__dict__.update(d)", "return o"]
+    else:
+        body += ["return _cls(**d)"]
+    lines += [f"        {b}" for b in body]
+    lines += ["    except (KeyError, TypeError, ValueError, OverflowError):", "        raise _Slow from None"]
+    return "\n".join(lines) + "\n", scope
+
+
+def _fast_value(hint: Any, name: str, scope: dict[str, Any]) -> list[str]:
+    """Statements that check ``v`` against ``hint`` and leave it converted in ``v`` (or raise)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        (inner,) = [o for o in options if o is not type(None)]
+        checks = _fast_value(inner, name, scope)
+        if type(None) not in options:
+            return ["if v is None: raise _Slow", *checks]
+        return ["if v is not None:", *[f"    {c}" for c in checks]] if checks else []
+    if origin is tuple:
+        (item, _) = typing.get_args(hint)
+        head = ["if _type(v) is not _list or _len(v) > _MAX_ITEMS: raise _Slow"]
+        if item is float:
+            scope[name] = _fast_item(float, scope, name)
+            return [
+                *head,
+                "if _set(_map(_type, v)) <= _FLOATS and _all(_map(_isfinite, v)): v = _tuple(v)",
+                f"else: v = _tuple([{name}(x) for x in v])",
+            ]
+        if item in (int, str):
+            kinds = "_INTS" if item is int else "_STRS"
+            return [*head, f"if not _set(_map(_type, v)) <= {kinds}: raise _Slow", "v = _tuple(v)"]
+        scope[name] = _fast_item(item, scope, name)
+        return [*head, f"v = _tuple([{name}(x) for x in v])"]
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        scope[name] = _fast(hint)
+        return [f"v = {name}(v)"]
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        members = {m.value: m for m in hint}
+        if not all(type(k) is str for k in members):
+            return ["raise _Slow"]
+        scope[name] = members
+        return [f"v = {name}[v]"]  # KeyError, or TypeError (unhashable): deferred
+    if hint is bool:
+        return ["if _type(v) is not _bool: raise _Slow"]
+    if hint is int:
+        return ["if _type(v) is not _int: raise _Slow"]
+    if hint is float:
+        return [
+            "if _type(v) is _float:",
+            "    if v - v != 0.0: raise _Slow",  # infinity or NaN
+            "elif _type(v) is _int: v = _float(v)",  # OverflowError: deferred
+            "else: raise _Slow",
+        ]
+    if hint is str:
+        return ["if _type(v) is not _str: raise _Slow"]
+    return ["raise _Slow"]
+
+
+def _fast_item(hint: Any, scope: dict[str, Any], name: str) -> FastConverter:
+    """A converter of one item of a tuple, as a function (for a comprehension)."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _fast(hint)
+    inner: dict[str, Any] = dict(scope)
+    checks = _fast_value(hint, f"{name}_item", inner)
+    source = "\n".join(
+        [
+            "def item(v):",
+            "    try:",
+            *[f"        {c}" for c in checks],
+            "        return v",
+            "    except (KeyError, TypeError, ValueError, OverflowError):",
+            "        raise _Slow from None",
+        ]
+    )
+    exec(compile(source + "\n", f"<fast converter of {name}>", "exec"), inner)
+    built: FastConverter = inner["item"]
+    return built
+
+
+def _fast_bounds(lo: float | None, hi: float | None, above: float | None) -> list[str]:
+    tests = []
+    if lo is not None:
+        tests.append(f"v < {lo!r}")
+    if hi is not None:
+        tests.append(f"v > {hi!r}")
+    if above is not None:
+        tests.append(f"v <= {above!r}")
+    if not tests:
+        return []
+    return [f"if v is not None and ({' or '.join(tests)}): raise _Slow"]

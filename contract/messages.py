@@ -15,7 +15,15 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from torchpar_top.contract.codec import MAX_LINE, ProtocolError, bounded, dataclass, from_plain, to_plain
+from torchpar_top.contract.codec import (
+    MAX_LINE,
+    ProtocolError,
+    bounded,
+    dataclass,
+    from_plain,
+    loads,
+    to_plain,
+)
 from torchpar_top.contract.vocab import (
     Counted,
     ExecutorKind,
@@ -414,7 +422,7 @@ def decode(line: bytes | str, types: dict[str, type[Message]] = CHILD_MESSAGES) 
     if len(line) > MAX_LINE:
         raise ProtocolError(f"line of {len(line)} bytes exceeds {MAX_LINE}")
     try:
-        obj = json.loads(line)
+        obj = loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
     if not isinstance(obj, dict):

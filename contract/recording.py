@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import metadata
 from typing import IO, Any
 
+from torchpar_top.contract import codec
 from torchpar_top.contract.codec import ProtocolError, bounded, dataclass, from_plain, to_plain
 from torchpar_top.contract.snapshot import DERIVED, Snapshot
 
@@ -172,12 +173,7 @@ def delta(prev: Sequence[Any], cur: Sequence[Any]) -> tuple[int, tuple[Any, ...]
     return 0, tuple(cur)
 
 
-def _rebuild(prev: Sequence[Any], keep: int, new: tuple[Any, ...], where: str) -> tuple[Any, ...]:
-    if keep == 0:
-        return new
-    if keep > len(prev):
-        raise ProtocolError(f"{where}: keeps {keep} values of a history that had {len(prev)}")
-    return tuple(prev[len(prev) - keep :]) + new
+_INT = frozenset({int})
 
 
 def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
@@ -313,13 +309,21 @@ class Decoder:
                 data.pop(name, None)
         snap = from_plain(Snapshot, data, where)
         keep = data.get("_keep", {})
-        if not isinstance(keep, dict) or not all(
-            isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in keep.values()
+        if not isinstance(keep, dict) or not (
+            set(map(type, keep.values())) <= _INT and min(keep.values(), default=0) >= 0
         ):
             raise ProtocolError(f"{where}: _keep must map history paths to counts")
         values = {}
-        for path, added in _histories(snap):
-            values[path] = _rebuild(self._prev.get(path, ()), keep.get(path, 0), added, f"{where}: {path}")
+        prev = self._prev
+        for path, new in _histories(snap):  # inline: a line has a few dozen histories
+            k = keep.get(path, 0)
+            if not k:
+                values[path] = new
+                continue
+            before = prev.get(path, ())
+            if k > len(before):
+                raise ProtocolError(f"{where}: {path}: keeps {k} values of a history that had {len(before)}")
+            values[path] = tuple(before[len(before) - k :]) + new
         unknown = set(keep) - set(values)
         if unknown:
             raise ProtocolError(f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}")
@@ -654,7 +658,7 @@ def loads(raw: bytes | str) -> Any:
         ValueError: not JSON, or over a bound (the message says which).
     """
     try:
-        return json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
+        return codec.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
     except RecursionError:
         raise ValueError("nested too deeply") from None
 

@@ -1,0 +1,168 @@
+"""The codec's fast converters give the checking converters' answers: the same object for what both
+accept, and a deferral (never a wrong object) for anything the checking path refuses; and JSON parsing
+reads what the standard library reads, with or without orjson."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+from fakes.recordings import hello, sample, stream_snapshots
+from fakes.steps import Rank
+from fakes.steps import hello as fake_hello
+from torchpar_top.contract import codec
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.codec import ProtocolError, _converter, _fast, _Slow, to_plain
+from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.model.store import SessionStore
+
+
+def _stepping():
+    """Samples of two stepping ranks (steps, phases, memory; one rank's forward 3x) and the snapshots a
+    real store makes of them (step views, a straggler, memory)."""
+    store = SessionStore("run")
+    ranks = [
+        Rank(step=0.016, jitter=0.2, leak=1000.0, forward=0.002, backward=0.003, comm=0.010, optimizer=0.001),
+        Rank(step=0.016, jitter=0.2, seed=1, forward=0.010, backward=0.003, comm=0.002, optimizer=0.001),
+    ]
+    for i, pid in enumerate((100, 101)):
+        store.on_message(fake_hello(pid, i), source=i)
+    samples, snaps = [], []
+    for _ in range(100):
+        for i, r in enumerate(ranks):
+            samples.append(r.sample())
+            store.on_message(samples[-1], source=i)
+        snaps.append(store.snapshot())
+    return samples[::20], snaps[::20] + snaps[-1:]
+
+
+def corpus():
+    """``(class, plain)`` pairs, all valid: snapshots of real stores and messages as agents send them."""
+    out = []
+    for snap in stream_snapshots(40, ranks=2, streams=3, cores=4):
+        out.append((Snapshot, to_plain(snap)))
+    samples, snaps = _stepping()
+    assert snaps[-1].straggler is not None and snaps[-1].steps is not None
+    out += [(Snapshot, to_plain(s)) for s in snaps]
+    for msg in (sample(streams=2), hello(7, 1), *samples):
+        out.append((type(msg), {**to_plain(msg), "v": m.VERSION, "type": msg.TYPE}))
+    return out
+
+
+def _answer_slow(cls, data):
+    try:
+        return "ok", repr(_converter(cls)(data, "x"))
+    except ProtocolError:
+        return "refused", None
+
+
+def _answer_fast(cls, data):
+    try:
+        return "ok", repr(_fast(cls)(data))
+    except _Slow:
+        return "deferred", None
+
+
+def test_every_valid_object_takes_the_fast_path_and_builds_what_the_checking_path_builds():
+    pairs = corpus()
+    assert len(pairs) > 40
+    for cls, data in pairs:
+        fast = _answer_fast(cls, data)
+        assert fast[0] == "ok", f"{cls.__name__}: the plain valid case fell back to the checking path"
+        assert fast == _answer_slow(cls, data)
+
+
+BAD_VALUES = [
+    None,
+    True,
+    False,
+    "x",
+    -1,
+    -1.5,
+    0,
+    10**30,
+    1e300,
+    float("inf"),
+    float("nan"),
+    [],
+    {},
+    [1.5],
+    ["x"],
+]
+
+
+def _paths(node, path=()):
+    yield path
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node[:3]):
+            yield from _paths(v, (*path, i))
+
+
+def _mutants(data, rng, n):
+    paths = [p for p in _paths(data) if p]
+    for _ in range(n):
+        path = rng.choice(paths)
+        mutant = json.loads(json.dumps(data))  # a deep copy of plain data
+        parent = mutant
+        for key in path[:-1]:
+            parent = parent[key]
+        last = path[-1]
+        roll = rng.random()
+        if roll < 0.15 and isinstance(parent, dict):
+            del parent[last]
+        elif roll < 0.2 and isinstance(parent[last], list):
+            parent[last] = (
+                parent[last] * (codec.MAX_ITEMS + 1) if parent[last] else [0.0] * (codec.MAX_ITEMS + 1)
+            )
+        else:
+            parent[last] = rng.choice(BAD_VALUES)
+        yield mutant
+
+
+def test_a_mutated_object_is_built_alike_or_deferred_never_built_wrong():
+    rng = random.Random(3)
+    deferred = refused = 0
+    for cls, data in corpus()[::5]:
+        for mutant in _mutants(data, rng, 60):
+            slow = _answer_slow(cls, mutant)
+            fast = _answer_fast(cls, mutant)
+            if fast[0] == "ok":
+                assert slow == fast, (
+                    f"{cls.__name__}: the fast path built what the checking path builds otherwise"
+                )
+            else:
+                deferred += 1
+            refused += slow[0] == "refused"
+    assert refused > 50 and deferred >= refused  # the mutations did reach refusals, and each one was deferred
+
+
+def test_from_plain_names_the_field_the_fast_path_deferred_on():
+    data = to_plain(next(iter(stream_snapshots(1))))
+    data["executors"][0]["capacity"] = "lots"
+    with pytest.raises(ProtocolError, match=r"Snapshot\.executors\[0\]\.capacity: expected an integer"):
+        codec.from_plain(Snapshot, data)
+
+
+def test_parsing_falls_back_to_the_standard_library_for_what_orjson_refuses():
+    assert codec.loads(b'{"a": "\\ud800"}') == {"a": "\ud800"}  # a lone surrogate escape: json reads it
+    with pytest.raises(ValueError):
+        codec.loads(b'{"a": ')
+
+
+def test_without_orjson_the_codec_parses_and_decodes_alike(tmp_path):
+    line = sample(streams=2).to_json().decode()
+    script = (
+        "import sys; sys.modules['orjson'] = None\n"
+        "from torchpar_top.contract import codec, messages as m\n"
+        "assert codec.orjson is None\n"
+        f"print(repr(m.decode({line!r})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == repr(m.decode(line))
