@@ -313,23 +313,42 @@ class Decoder:
             set(map(type, keep.values())) <= _INT and min(keep.values(), default=0) >= 0
         ):
             raise ProtocolError(f"{where}: _keep must map history paths to counts")
-        values = {}
+        values: dict[str, tuple[Any, ...]] = {}
         prev = self._prev
-        for path, new in _histories(snap):  # inline: a line has a few dozen histories
+
+        def rebuilt(path: str, new: tuple[Any, ...]) -> tuple[Any, ...]:
             k = keep.get(path, 0)
-            if not k:
-                values[path] = new
-                continue
-            before = prev.get(path, ())
-            if k > len(before):
-                raise ProtocolError(f"{where}: {path}: keeps {k} values of a history that had {len(before)}")
-            values[path] = tuple(before[len(before) - k :]) + new
+            if k:
+                before = prev.get(path, ())
+                if k > len(before):
+                    raise ProtocolError(
+                        f"{where}: {path}: keeps {k} values of a history that had {len(before)}"
+                    )
+                new = before[len(before) - k :] + new
+            values[path] = new
+            return new
+
+        # The objects were just built for this line and are held nowhere else: their histories are set in
+        # place (each as _histories walks them), not copied again with dataclasses.replace.
+        top = snap.__dict__
+        for name in SNAPSHOT_HISTORIES:
+            top[name] = rebuilt(name, top[name])
+        top["core_history"] = tuple(rebuilt(f"core_history.{i}", h) for i, h in enumerate(snap.core_history))
+        for i, e in enumerate(snap.executors):
+            for name in EXECUTOR_HISTORIES:
+                e.__dict__[name] = rebuilt(f"executors.{i}.{name}", e.__dict__[name])
+        for i, g in enumerate(snap.gpus):
+            for name in GPU_HISTORIES:
+                g.__dict__[name] = rebuilt(f"gpus.{i}.{name}", g.__dict__[name])
+        for i, r in enumerate(snap.ranks):
+            if r.steps is not None:
+                r.steps.__dict__["recent"] = rebuilt(f"ranks.{i}.steps.recent", r.steps.recent)
         unknown = set(keep) - set(values)
         if unknown:
             raise ProtocolError(f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}")
         self._prev = values
         self._same = {n: getattr(snap, n) for n in SAME_FIELDS}
-        return _with_histories(snap, values)
+        return snap
 
 
 # -- writing --------------------------------------------------------------------------------------
