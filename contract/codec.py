@@ -125,20 +125,35 @@ def dumps(obj: Any) -> str:
     return json.dumps(to_plain(obj), separators=(",", ":"), allow_nan=False)
 
 
-def from_plain(cls: type[T], data: Any, where: str = "") -> T:
+def from_plain(cls: type[T], data: Any, where: str = "", only: frozenset[str] | None = None) -> T:
     """Build ``cls`` from decoded JSON, checking every field.
+
+    ``only``: of the fields with a default, only these are read (and checked); the others keep their
+    defaults, whatever ``data`` holds for them.
 
     Raises:
         ProtocolError: naming the first field that is missing, mistyped or out of bounds.
     """
     hint: Any = cls
     try:
-        fast: T = _fast(hint)(data)
+        fast: T = _fast(hint, only)(data)
         return fast
     except _Slow:  # anything but the plain valid case: the checking path decides, and names the field
         pass
+    if only is not None and isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k in only or k in _required(hint)}
     built: T = _converter(hint)(data, where or cls.__name__)
     return built
+
+
+@cache
+def _required(cls: Any) -> frozenset[str]:
+    """The fields of a dataclass without a default."""
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
 
 
 Converter = Callable[[Any, str], Any]
@@ -326,18 +341,20 @@ def _slow(_: Any) -> Any:
 
 
 @cache
-def _fast(hint: Any) -> FastConverter:
-    """The fast converter of a dataclass (for any other hint: one that always defers)."""
+def _fast(hint: Any, only: frozenset[str] | None = None) -> FastConverter:
+    """The fast converter of a dataclass (for any other hint: one that always defers); ``only``: as
+    :func:`from_plain`'s."""
     if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
         return _slow
-    source, scope = _fast_source(hint)
+    source, scope = _fast_source(hint, only)
     exec(compile(source, f"<fast converter of {hint.__name__}>", "exec"), scope)
     built: FastConverter = scope["convert"]
     return built
 
 
-def _fast_source(cls: type) -> tuple[str, dict[str, Any]]:
-    """The source of ``convert(data)`` for ``cls``, and the names it uses."""
+def _fast_source(cls: type, only: frozenset[str] | None = None) -> tuple[str, dict[str, Any]]:
+    """The source of ``convert(data)`` for ``cls``, and the names it uses (``only``: as
+    :func:`from_plain`'s)."""
     scope: dict[str, Any] = {
         "_Slow": _Slow,
         "_new": object.__new__,
@@ -362,9 +379,17 @@ def _fast_source(cls: type) -> tuple[str, dict[str, Any]]:
     }
     plain_init = not hasattr(cls, "__post_init__") and all(f.init for f in dataclasses.fields(cls))
     lines = ["def convert(data):", "    if _type(data) is not _dict: raise _Slow", "    try:"]
-    body = ["d = {}"]
+    body = ["d = _skipped.copy()"]
+    scope["_skipped"] = skipped = {}
     for i, (f, hint) in enumerate(_hints(cls)):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if not required and only is not None and f.name not in only:
+            if f.default_factory is not dataclasses.MISSING:  # made for each object: it may be mutable
+                scope[f"default{i}"] = f.default_factory
+                body.append(f"d[{f.name!r}] = default{i}()")
+            else:
+                skipped[f.name] = f.default
+            continue
         check = _fast_value(hint, f"f{i}", scope)
         if f.metadata:
             check += _fast_bounds(f.metadata["lo"], f.metadata["hi"], f.metadata["above"])

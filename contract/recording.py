@@ -40,7 +40,7 @@ import socket
 import stat
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from importlib import metadata
 from typing import IO, Any
 
@@ -174,6 +174,13 @@ def delta(prev: Sequence[Any], cur: Sequence[Any]) -> tuple[int, tuple[Any, ...]
 
 
 _INT = frozenset({int})
+_SNAPSHOT_FIELDS = frozenset(f.name for f in dataclasses.fields(Snapshot))
+#: The snapshot fields every line has (no default): decoded whatever a reader ``reads``.
+REQUIRED = frozenset(
+    f.name
+    for f in dataclasses.fields(Snapshot)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+)
 
 
 def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
@@ -283,11 +290,28 @@ class Encoder:
 class Decoder:
     """Recording lines back to the snapshots recorded (histories rebuilt on the previous line's)."""
 
-    def __init__(self, prev: Snapshot | None = None, derived: bool = True) -> None:
+    def __init__(
+        self, prev: Snapshot | None = None, derived: bool = True, reads: Collection[str] | None = None
+    ) -> None:
         """``derived=False``: the line's derived figures (``DERIVED``) are left out, neither decoded nor
         checked (``None`` in the snapshot), for a reader that computes those it shows (a sixth of a line's
-        decoding)."""
+        decoding).
+
+        ``reads``: the only snapshot fields decoded (with those every line has, ``REQUIRED``); the others
+        are neither decoded nor checked, and hold their defaults (empty, ``None``). For a reader that says
+        what it reads (the summary, the exports: tests/unit/test_export.py holds each to what it makes
+        from every field): a line's decoding is mostly fields such a reader never looks at.
+
+        Raises:
+            ValueError: ``reads`` names a field a snapshot does not have.
+        """
         self._derived = derived
+        self._reads: frozenset[str] | None = None
+        if reads is not None:
+            unknown = set(reads) - _SNAPSHOT_FIELDS
+            if unknown:
+                raise ValueError(f"a snapshot has no field {sorted(unknown)[0]!r}")
+            self._reads = frozenset(reads) | REQUIRED
         self._prev: dict[str, tuple[Any, ...]] = dict(_histories(prev)) if prev is not None else {}
         self._same: dict[str, Any] = {n: getattr(prev, n) for n in SAME_FIELDS} if prev is not None else {}
 
@@ -300,14 +324,16 @@ class Decoder:
         same = data.get("_same", []) if isinstance(data, dict) else []
         if not isinstance(same, list) or not all(isinstance(n, str) for n in same):
             raise ProtocolError(f"{where}: _same must list field names")
+        reads = self._reads
         for name in same:
             if name not in self._same:
                 raise ProtocolError(f"{where}: _same names {name!r}, which no line before gave")
-            data[name] = self._same[name]
+            if reads is None or name in reads:
+                data[name] = self._same[name]
         if not self._derived and isinstance(data, dict):
             for name in DERIVED:
                 data.pop(name, None)
-        snap = from_plain(Snapshot, data, where)
+        snap = from_plain(Snapshot, data, where, reads)
         keep = data.get("_keep", {})
         if not isinstance(keep, dict) or not (
             set(map(type, keep.values())) <= _INT and min(keep.values(), default=0) >= 0
@@ -332,7 +358,8 @@ class Decoder:
         # place (each as _histories walks them), not copied again with dataclasses.replace.
         top = snap.__dict__
         for name in SNAPSHOT_HISTORIES:
-            top[name] = rebuilt(name, top[name])
+            if reads is None or name in reads:
+                top[name] = rebuilt(name, top[name])
         top["core_history"] = tuple(rebuilt(f"core_history.{i}", h) for i, h in enumerate(snap.core_history))
         for i, e in enumerate(snap.executors):
             for name in EXECUTOR_HISTORIES:
@@ -344,6 +371,8 @@ class Decoder:
             if r.steps is not None:
                 r.steps.__dict__["recent"] = rebuilt(f"ranks.{i}.steps.recent", r.steps.recent)
         unknown = set(keep) - set(values)
+        if reads is not None:  # a history of a field left out was not rebuilt, nor looked at
+            unknown = {path for path in unknown if path.partition(".")[0] in reads}
         if unknown:
             raise ProtocolError(f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}")
         self._prev = values
@@ -645,13 +674,13 @@ class Recording:
     keyframes: tuple[int, ...] = ()
     """Indexes of the lines written whole (sorted)."""
 
-    def snapshots(self, derived: bool = True) -> Iterator[Snapshot]:
-        """Every snapshot, in order, exactly as recorded (``derived``: as :class:`Decoder`'s).
+    def snapshots(self, derived: bool = True, reads: Collection[str] | None = None) -> Iterator[Snapshot]:
+        """Every snapshot, in order, exactly as recorded (``derived``, ``reads``: as :class:`Decoder`'s).
 
         Raises:
             RecordingError: a line that does not decode (named).
         """
-        decoder = Decoder(derived=derived)
+        decoder = Decoder(derived=derived, reads=reads)
         for i, raw in enumerate(self.lines):
             yield decode_line(decoder, raw, f"{self.path} line {i + 2}")
 
@@ -805,10 +834,11 @@ class RecordingReader:
     def _stop(self, where: str, why: str) -> None:
         self.note = f"{where}: {why}: the recording is read up to the line before it"
 
-    def snapshots(self, derived: bool = True) -> Iterator[Snapshot]:
+    def snapshots(self, derived: bool = True, reads: Collection[str] | None = None) -> Iterator[Snapshot]:
         """Every snapshot, in order, decoded, until the end or a line that is not one (then :attr:`note`,
-        and the snapshots before it are what there is). Once only. ``derived``: as :class:`Decoder`'s."""
-        decoder = Decoder(derived=derived)
+        and the snapshots before it are what there is). Once only. ``derived``, ``reads``: as
+        :class:`Decoder`'s."""
+        decoder = Decoder(derived=derived, reads=reads)
         first = True
         for _, _, _raw, data in self.lines():
             where = f"{self.path} line {self._number}"

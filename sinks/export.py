@@ -21,6 +21,7 @@ The CSV has one row per sample: time, mode, throughput, then per core, executor 
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import io
@@ -28,11 +29,11 @@ import itertools
 import json
 import math
 import os
-import shutil
 import tempfile
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import IO, Any
 
 import orjson
@@ -116,8 +117,9 @@ class Source:
     path: str
     kind: str
     """``recording`` or ``trace``."""
-    frames: Callable[[], Iterator[tuple[float, Snapshot]]]
-    """A fresh pass over ``(seconds from the first, snapshot)``, in time order."""
+    frames: Callable[[Collection[str] | None], Iterator[tuple[float, Snapshot]]]
+    """A fresh pass over ``(seconds from the first, snapshot)``, in time order; given the snapshot fields
+    the pass reads (or ``None``: all), a recording decodes only those (``Decoder``'s ``reads``)."""
     header: dict[str, Any] = field(default_factory=dict)
     lanes: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     """Traces: per stream lane, its busy intervals in seconds from the start."""
@@ -129,9 +131,9 @@ class Source:
     """What the reader left out (a recording's truncated last line, a corrupt one), or '': known after
     a pass."""
 
-    def samples(self) -> Iterator[TimedSnapshot]:
-        """One pass over the samples."""
-        return samples_of(self.frames())
+    def samples(self, reads: Collection[str] | None = None) -> Iterator[TimedSnapshot]:
+        """One pass over the samples (``reads``: as :attr:`frames`')."""
+        return samples_of(self.frames(reads))
 
 
 def load_source(path: str) -> Source:
@@ -154,13 +156,13 @@ def recording_source(path: str) -> Source:
     """A recording's snapshots, at their time from the first, read as they stream (the header now: a file
     that is no recording fails here)."""
     reader = RecordingReader(path)
-    source = Source(reader.path, "recording", lambda: iter(()), to_plain(reader.header), t0=reader.header.t)
+    source = Source(reader.path, "recording", lambda _: iter(()), to_plain(reader.header), t0=reader.header.t)
     first = [reader]
 
-    def frames() -> Iterator[tuple[float, Snapshot]]:
+    def frames(reads: Collection[str] | None = None) -> Iterator[tuple[float, Snapshot]]:
         r = first.pop() if first else RecordingReader(path)
         t0 = None
-        for snap in r.snapshots(derived=False):  # the exports read no derived figure
+        for snap in r.snapshots(derived=False, reads=reads):  # the exports read no derived figure
             if t0 is None:
                 t0 = source.t0 = snap.t
             yield snap.t - t0, _as_exported(snap)
@@ -205,7 +207,7 @@ def trace_source(path: str) -> Source:
     return Source(
         os.fspath(path),
         "trace",
-        lambda: session.frames(TRACE_FRAMES),
+        lambda _: session.frames(TRACE_FRAMES),
         {"trace": os.fspath(path)},
         lanes,
         sorted(syncs),
@@ -226,7 +228,7 @@ class TraceEvents:
     """Trace-event JSON being written as it is made (one event at a time to ``out``, comma-separated):
     names, counters, slices, instants."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[bytes]) -> None:
         self._out = out
         self.count = 0
         """Events written."""
@@ -238,7 +240,7 @@ class TraceEvents:
         # orjson: a fifth of json's time per event, and an export is a dozen events per sample. Every
         # number in an event is finite (a snapshot's are checked when decoded; the rest are sums and
         # roundings of those), so orjson's writing NaN as null never happens.
-        self._out.write(("," if self.count else "") + orjson.dumps(event).decode())
+        self._out.write(b"," + orjson.dumps(event) if self.count else orjson.dumps(event))
         self.count += 1
 
     def process(self, pid: int, name: str, sort: int) -> None:
@@ -296,7 +298,7 @@ def write_perfetto(source: Source, out: IO[str]) -> tuple[int, int]:
     Raises:
         OSError: ``out`` or the temporary file could not be written (a full disk).
     """
-    with tempfile.TemporaryFile("w+", encoding="utf-8") as tmp:
+    with tempfile.TemporaryFile("w+b") as tmp:  # bytes, as orjson writes them: no text layer per event
         ev = TraceEvents(tmp)
         samples, last = _events(ev, source)
         ev.process(HOST_PID, "host", 0)
@@ -313,8 +315,10 @@ def write_perfetto(source: Source, out: IO[str]) -> tuple[int, int]:
         out.write('{"otherData":' + json.dumps(other, separators=(",", ":"), allow_nan=False))
         out.write(',"displayTimeUnit":"ms","traceEvents":[')
         tmp.seek(0)
-        shutil.copyfileobj(tmp, out, 1 << 20)
-        out.write("]}\n")
+        text = codecs.getincrementaldecoder("utf-8")()  # a chunk may end inside a character
+        while chunk := tmp.read(1 << 20):
+            out.write(text.decode(chunk))
+        out.write(text.decode(b"", final=True) + "]}\n")
     return ev.count, samples
 
 
@@ -325,6 +329,22 @@ def perfetto(source: Source) -> dict[str, Any]:
     return json.loads(buf.getvalue())
 
 
+#: The snapshot fields the Perfetto export reads (beside ``REQUIRED``): a recording decodes only these.
+PERFETTO_READS = (
+    "cores",
+    "gpus",
+    "executors",
+    "throughput",
+    "throughput_unit",
+    "frontend_busy",
+    "frontend_wait",
+    "syncpoints",
+    "attached",
+    "ranks",
+    "target",
+)
+
+
 def _events(ev: TraceEvents, source: Source) -> tuple[int, Snapshot | None]:
     """One pass over the samples, each track written as it goes; returns the samples and the last one."""
     modes = _Modes(ev) if source.kind == "recording" else None
@@ -332,7 +352,7 @@ def _events(ev: TraceEvents, source: Source) -> tuple[int, Snapshot | None]:
     prev: TimedSnapshot | None = None
     count = 0
     steps_seen: dict[int | None, float] = {}
-    for s in source.samples():
+    for s in source.samples(PERFETTO_READS):
         _counters(ev, s)
         if prev is not None and source.kind == "recording":
             _lanes(ev, prev, s)
@@ -377,60 +397,50 @@ def _steps(ev: TraceEvents, seen: dict[int | None, float], s: TimedSnapshot, t0:
 def _counters(ev: TraceEvents, s: TimedSnapshot) -> None:
     ts, snap = _us(s.t), s.snap
     for i, load in enumerate(snap.cores):
-        ev.counter(HOST_PID, f"core {i} load %", ts, "load", load, lambda i=i: {"what": "core", "core": i})
+        ev.counter(HOST_PID, f"core {i} load %", ts, "load", load, partial(_core_meta, i))
     for g in snap.gpus:
         if g.util_percent is not None:
             ev.counter(
-                HOST_PID,
-                f"{g.label} util %",
-                ts,
-                "util",
-                g.util_percent,
-                lambda g=g: {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index},
+                HOST_PID, f"{g.label} util %", ts, "util", g.util_percent, partial(_gpu_meta, g, False)
             )
         if g.mem_used is not None:
-            ev.counter(
-                HOST_PID,
-                f"{g.label} memory",
-                ts,
-                "bytes",
-                g.mem_used,
-                lambda g=g: {
-                    "what": "gpu_mem",
-                    "gpu": g.label,
-                    "name": g.name,
-                    "index": g.index,
-                    "total": g.mem_total,
-                },
-            )
+            ev.counter(HOST_PID, f"{g.label} memory", ts, "bytes", g.mem_used, partial(_gpu_meta, g, True))
     for e in snap.executors:
-        ev.counter(
-            RUN_PID,
-            f"{_exec_key(e)} {e.quantity.value}",
-            ts,
-            e.quantity.value,
-            e.value,
-            lambda e=e: {
-                "what": "executor",
-                "executor": _exec_key(e),
-                "name": e.name,
-                "rank": e.rank,
-                "kind": e.kind.value,
-                "quantity": e.quantity.value,
-                "counts": e.counts.value,
-                "capacity": e.capacity,
-                "emulated": e.emulated,
-            },
-        )
+        q = e.quantity.value
+        ev.counter(RUN_PID, f"{_exec_key(e)} {q}", ts, q, e.value, partial(_executor_meta, e))
     if snap.throughput is not None:
+        unit = snap.throughput_unit
         ev.counter(
-            RUN_PID,
-            f"throughput {snap.throughput_unit}",
-            ts,
-            "rate",
-            snap.throughput,
-            lambda: {"what": "throughput", "unit": snap.throughput_unit},
+            RUN_PID, f"throughput {unit}", ts, "rate", snap.throughput, partial(_throughput_meta, unit)
         )
+
+
+def _throughput_meta(unit: str) -> dict[str, Any]:
+    return {"what": "throughput", "unit": unit}
+
+
+def _core_meta(i: int) -> dict[str, Any]:
+    return {"what": "core", "core": i}
+
+
+def _gpu_meta(g: GpuView, memory: bool) -> dict[str, Any]:
+    if not memory:
+        return {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index}
+    return {"what": "gpu_mem", "gpu": g.label, "name": g.name, "index": g.index, "total": g.mem_total}
+
+
+def _executor_meta(e: ExecutorView) -> dict[str, Any]:
+    return {
+        "what": "executor",
+        "executor": _exec_key(e),
+        "name": e.name,
+        "rank": e.rank,
+        "kind": e.kind.value,
+        "quantity": e.quantity.value,
+        "counts": e.counts.value,
+        "capacity": e.capacity,
+        "emulated": e.emulated,
+    }
 
 
 def _windows(prev_t: float, t: float, count: int) -> list[tuple[int, int]]:
@@ -544,6 +554,22 @@ CSV_FIXED = (
 )
 
 
+#: The snapshot fields the CSV reads (beside ``REQUIRED``): a recording decodes only these.
+CSV_READS = (
+    "attached",
+    "throughput",
+    "throughput_unit",
+    "num_threads",
+    "frontend_busy",
+    "frontend_wait",
+    "overlap",
+    "cores",
+    "executors",
+    "gpus",
+    "syncpoints",
+)
+
+
 def csv_row(kind: str, s: TimedSnapshot) -> dict[str, Any]:
     """One sample's row (a column it lacks is absent)."""
     snap = s.snap
@@ -582,18 +608,18 @@ def write_csv(source: Source, out: IO[str]) -> int:
     columns: dict[str, None] = dict.fromkeys(CSV_FIXED)
     rows = 0
     with tempfile.TemporaryFile("w+", encoding="utf-8") as tmp:
-        for t, snap in source.frames():  # no history's gains: the CSV reads none (samples_of's deltas)
+        for t, snap in source.frames(CSV_READS):  # no history's gains: the CSV reads none (samples_of's)
             row = csv_row(source.kind, TimedSnapshot(t, snap, {}))
             for k in row:
                 if k not in columns:
                     columns[k] = None
-            tmp.write(json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n")
+            tmp.write(orjson.dumps(row).decode() + "\n")  # a row's values are finite (the snapshot's)
             rows += 1
         writer = csv.DictWriter(out, fieldnames=list(columns), restval="", lineterminator="\n")
         writer.writeheader()
         tmp.seek(0)
         for line in tmp:
-            writer.writerow(json.loads(line))
+            writer.writerow(orjson.loads(line))
     return rows
 
 
@@ -750,6 +776,10 @@ def _rebuild_snapshots(
     return rec, snaps
 
 
+#: The snapshot fields the summary reads (beside ``REQUIRED``): a recording decodes only these.
+SUMMARY_READS = ("cores", "throughput", "throughput_unit", "executors", "target", "scoreboard")
+
+
 def export_summary(rec: RecordingReader | Recording) -> dict[str, Any]:
     """``replay RUN.jsonl --summary``: the recording's header and what its snapshots measured, whole,
     read as they stream (one snapshot held at a time).
@@ -763,7 +793,7 @@ def export_summary(rec: RecordingReader | Recording) -> dict[str, Any]:
     through = _Stat()
     load = _Stat()
     depth: dict[str, _Stat] = {}
-    for s in rec.snapshots(derived=False):  # its derived figures are computed below
+    for s in rec.snapshots(derived=False, reads=SUMMARY_READS):  # its derived figures are computed below
         # the one derived figure read per snapshot, computed again (an older recording may lack it); the
         # whole rebuild (every DERIVED figure) was a third of the summary's time
         core_load = figures.core_load(s.cores)

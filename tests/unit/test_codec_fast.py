@@ -166,3 +166,28 @@ def test_without_orjson_the_codec_parses_and_decodes_alike(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == repr(m.decode(line))
+
+
+def test_a_snapshot_read_for_some_fields_takes_only_those_and_defers_alike():
+    only = frozenset({"cores", "executors", "scoreboard"})
+    rng = random.Random(5)
+    for cls, data in corpus()[:40:8]:
+        assert cls is Snapshot
+        built = codec.from_plain(Snapshot, data, only=only)
+        whole = codec.from_plain(Snapshot, data)
+        assert (built.cores, built.executors, built.scoreboard) == (
+            whole.cores,
+            whole.executors,
+            whole.scoreboard,
+        )
+        assert built.core_history == () and built.frontend_busy == () and built.t == whole.t
+        for mutant in _mutants(data, rng, 60):
+            try:
+                fast = ("ok", repr(_fast(Snapshot, only)(mutant)))
+            except _Slow:
+                fast = ("deferred", None)
+            try:
+                slow = ("ok", repr(codec.from_plain(Snapshot, mutant, only=only)))
+            except ProtocolError:
+                slow = ("refused", None)
+            assert fast[0] == "deferred" or fast == slow

@@ -205,9 +205,9 @@ def _full_decode_outputs(path):
     snaps = [rebuild(s) for s in rec.snapshots()]
     assert any(s.lanes is not None for s in rec.snapshots())  # the lines carry derived figures
     t0 = snaps[0].t
-    source = Source(path, "recording", lambda: iter([(s.t - t0, s) for s in snaps]), t0=t0)
+    source = Source(path, "recording", lambda _reads: iter([(s.t - t0, s) for s in snaps]), t0=t0)
     source.header = load_source(path).header
-    rows = [csv_row("recording", TimedSnapshot(t, s, {})) for t, s in source.frames()]
+    rows = [csv_row("recording", TimedSnapshot(t, s, {})) for t, s in source.frames(None)]
     columns = list(dict.fromkeys([*CSV_FIXED, *(k for row in rows for k in row)]))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, restval="", lineterminator="\n")
@@ -253,3 +253,33 @@ def test_the_commands_read_only_what_they_output_and_give_what_the_full_decode_g
     write_perfetto(load_source(path), out)
     same_trace = out.getvalue() == trace_text
     assert same_trace
+
+
+def test_stepping_ranks_export_from_their_read_fields_what_the_full_decode_gives(tmp_path):
+    """Two stepping ranks (steps, phases, memory, a straggler): the exports, decoding only the fields they
+    read, give what they give from every snapshot decoded whole."""
+    from fakes.steps import Rank, hello
+    from torchpar_top.model.store import SessionStore
+
+    store = SessionStore("run")
+    fast = {"forward": 0.002, "backward": 0.003, "comm": 0.010, "optimizer": 0.001}
+    slow = {"forward": 0.010, "backward": 0.003, "comm": 0.002, "optimizer": 0.001}
+    ranks = [Rank(step=0.016, jitter=0.2, seed=1, **fast), Rank(step=0.016, jitter=0.2, seed=2, **slow)]
+    for i in range(2):
+        store.on_message(hello(100 + i, i), source=i)
+    snaps = []
+    for _ in range(150):
+        for i, r in enumerate(ranks):
+            store.on_message(r.sample(), source=i)
+        snaps.append(store.snapshot())
+    assert snaps[-1].straggler is not None and all(r.steps is not None for r in snaps[-1].ranks)
+    path = str(tmp_path / "steps.jsonl")
+    write_recording(path, snaps)
+    _, csv_text, trace_text, _ = _full_decode_outputs(path)
+    assert '"cat":"phase"' in trace_text  # the steps' phases are drawn: the ranks were read
+    out = io.StringIO()
+    write_perfetto(load_source(path), out)
+    assert out.getvalue() == trace_text
+    out = io.StringIO()
+    write_csv(load_source(path), out)
+    assert out.getvalue() == csv_text
