@@ -370,11 +370,12 @@ class Decoder:
         for i, r in enumerate(snap.ranks):
             if r.steps is not None:
                 r.steps.__dict__["recent"] = rebuilt(f"ranks.{i}.steps.recent", r.steps.recent)
-        unknown = set(keep) - set(values)
-        if reads is not None:  # a history of a field left out was not rebuilt, nor looked at
-            unknown = {path for path in unknown if path.partition(".")[0] in reads}
-        if unknown:
-            raise ProtocolError(f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}")
+        if not keep.keys() <= values.keys():
+            unknown = set(keep) - set(values)
+            if reads is not None:  # a history of a field left out was not rebuilt, nor looked at
+                unknown = {path for path in unknown if path.partition(".")[0] in reads}
+            if unknown:
+                raise ProtocolError(f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}")
         self._prev = values
         self._same = {n: getattr(snap, n) for n in SAME_FIELDS}
         return snap

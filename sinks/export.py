@@ -33,8 +33,8 @@ import tempfile
 from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
-from typing import IO, Any
+from functools import cache
+from typing import IO, Any, TypeVar
 
 import orjson
 from torchpar_top.contract.codec import to_plain
@@ -105,6 +105,8 @@ def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[TimedS
 def _exec_key(e: ExecutorView) -> str:
     return f"r{e.rank} {e.name}" if e.rank is not None else e.name
 
+
+T = TypeVar("T")
 
 # -- sources --------------------------------------------------------------------------------------
 
@@ -267,11 +269,11 @@ class TraceEvents:
         return self._threads[(pid, key)]
 
     def counter(
-        self, pid: int, name: str, ts: int, key: str, value: float, meta: Callable[[], dict[str, Any]]
+        self, pid: int, name: str, ts: int, key: str, value: float, meta: Callable[[T], dict[str, Any]], of: T
     ) -> None:
-        """A counter's value at ``ts``; ``meta`` says what it measures, asked the first time only."""
+        """A counter's value at ``ts``; ``meta(of)`` says what it measures, asked the first time only."""
         if name not in self.counters:
-            self.counters[name] = {"pid": pid, "key": key, **meta()}
+            self.counters[name] = {"pid": pid, "key": key, **meta(of)}
         self._emit({"name": name, "ph": "C", "ts": ts, "pid": pid, "args": {key: value}})
 
     def slice(
@@ -397,22 +399,23 @@ def _steps(ev: TraceEvents, seen: dict[int | None, float], s: TimedSnapshot, t0:
 def _counters(ev: TraceEvents, s: TimedSnapshot) -> None:
     ts, snap = _us(s.t), s.snap
     for i, load in enumerate(snap.cores):
-        ev.counter(HOST_PID, f"core {i} load %", ts, "load", load, partial(_core_meta, i))
+        ev.counter(HOST_PID, _core_name(i), ts, "load", load, _core_meta, i)
     for g in snap.gpus:
         if g.util_percent is not None:
-            ev.counter(
-                HOST_PID, f"{g.label} util %", ts, "util", g.util_percent, partial(_gpu_meta, g, False)
-            )
+            ev.counter(HOST_PID, f"{g.label} util %", ts, "util", g.util_percent, _gpu_util_meta, g)
         if g.mem_used is not None:
-            ev.counter(HOST_PID, f"{g.label} memory", ts, "bytes", g.mem_used, partial(_gpu_meta, g, True))
+            ev.counter(HOST_PID, f"{g.label} memory", ts, "bytes", g.mem_used, _gpu_mem_meta, g)
     for e in snap.executors:
         q = e.quantity.value
-        ev.counter(RUN_PID, f"{_exec_key(e)} {q}", ts, q, e.value, partial(_executor_meta, e))
+        ev.counter(RUN_PID, f"{_exec_key(e)} {q}", ts, q, e.value, _executor_meta, e)
     if snap.throughput is not None:
         unit = snap.throughput_unit
-        ev.counter(
-            RUN_PID, f"throughput {unit}", ts, "rate", snap.throughput, partial(_throughput_meta, unit)
-        )
+        ev.counter(RUN_PID, f"throughput {unit}", ts, "rate", snap.throughput, _throughput_meta, unit)
+
+
+@cache
+def _core_name(i: int) -> str:
+    return f"core {i} load %"
 
 
 def _throughput_meta(unit: str) -> dict[str, Any]:
@@ -423,9 +426,11 @@ def _core_meta(i: int) -> dict[str, Any]:
     return {"what": "core", "core": i}
 
 
-def _gpu_meta(g: GpuView, memory: bool) -> dict[str, Any]:
-    if not memory:
-        return {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index}
+def _gpu_util_meta(g: GpuView) -> dict[str, Any]:
+    return {"what": "gpu_util", "gpu": g.label, "name": g.name, "index": g.index}
+
+
+def _gpu_mem_meta(g: GpuView) -> dict[str, Any]:
     return {"what": "gpu_mem", "gpu": g.label, "name": g.name, "index": g.index, "total": g.mem_total}
 
 
