@@ -31,7 +31,7 @@ import math
 import os
 import tempfile
 from collections import defaultdict, deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import IO, Any, TypeVar
@@ -87,17 +87,29 @@ class TimedSnapshot:
     """History path (``executors.0.busy``...) → values added since the previous sample."""
 
 
-def samples_of(times_snaps: Iterable[tuple[float, Snapshot]]) -> Iterator[TimedSnapshot]:
-    """Samples with the values each history gained (:func:`~torchpar_top.contract.recording.delta`)."""
+def samples_of(
+    times_snaps: Iterable[tuple[float, Snapshot]], added: Callable[[], Mapping[str, int]] | None = None
+) -> Iterator[TimedSnapshot]:
+    """Samples with the values each history gained (:func:`~torchpar_top.contract.recording.delta`).
+
+    ``added``: for a recording, what the decoder read the last snapshot's line to add to each history
+    (``Decoder.added``, by path): what ``delta`` finds, since the line was written from it, so it is
+    taken as it is where the executor sits at the same place in both snapshots."""
     prev: Snapshot | None = None
     for t, snap in times_snaps:
         new = {}
         if prev is not None:
-            prev_ex = {_exec_key(e): e for e in prev.executors}
-            for e in snap.executors:
-                p = prev_ex.get(_exec_key(e))
-                new[f"{_exec_key(e)}.busy"] = len(delta(p.busy if p else (), e.busy)[1])
-            new["frontend_busy"] = len(delta(prev.frontend_busy, snap.frontend_busy)[1])
+            known = added() if added is not None else {}
+            prev_ex = {_exec_key(e): (i, e) for i, e in enumerate(prev.executors)}
+            for i, e in enumerate(snap.executors):
+                key = _exec_key(e)
+                j, p = prev_ex.get(key, (-1, None))
+                n = known.get(f"executors.{i}.busy") if j == i else None
+                new[f"{key}.busy"] = n if n is not None else len(delta(p.busy if p else (), e.busy)[1])
+            n = known.get("frontend_busy")
+            new["frontend_busy"] = (
+                n if n is not None else len(delta(prev.frontend_busy, snap.frontend_busy)[1])
+            )
         yield TimedSnapshot(t, snap, new)
         prev = snap
 
@@ -129,13 +141,15 @@ class Source:
     """Traces: (seconds, call, site, rank) per sync point."""
     t0: float = 0.0
     """``time.time()`` of the first sample (recordings; 0 for a trace): timestamps count from it."""
+    added: Callable[[], Mapping[str, int]] | None = None
+    """Recordings: what the line of the frame just given added to each history (``samples_of``'s)."""
     note: str = ""
     """What the reader left out (a recording's truncated last line, a corrupt one), or '': known after
     a pass."""
 
     def samples(self, reads: Collection[str] | None = None) -> Iterator[TimedSnapshot]:
         """One pass over the samples (``reads``: as :attr:`frames`')."""
-        return samples_of(self.frames(reads))
+        return samples_of(self.frames(reads), self.added)
 
 
 def load_source(path: str) -> Source:
@@ -160,9 +174,12 @@ def recording_source(path: str) -> Source:
     reader = RecordingReader(path)
     source = Source(reader.path, "recording", lambda _: iter(()), to_plain(reader.header), t0=reader.header.t)
     first = [reader]
+    current = [reader]
+    source.added = lambda: current[0].decoder.added
 
     def frames(reads: Collection[str] | None = None) -> Iterator[tuple[float, Snapshot]]:
         r = first.pop() if first else RecordingReader(path)
+        current[0] = r
         t0 = None
         for snap in r.snapshots(derived=False, reads=reads):  # the exports read no derived figure
             if t0 is None:
@@ -798,7 +815,8 @@ def export_summary(rec: RecordingReader | Recording) -> dict[str, Any]:
     through = _Stat()
     load = _Stat()
     depth: dict[str, _Stat] = {}
-    for s in rec.snapshots(derived=False, reads=SUMMARY_READS):  # its derived figures are computed below
+    # its derived figures are computed below; it reads no history
+    for s in rec.snapshots(derived=False, reads=SUMMARY_READS, histories=False):
         # the one derived figure read per snapshot, computed again (an older recording may lack it); the
         # whole rebuild (every DERIVED figure) was a third of the summary's time
         core_load = figures.core_load(s.cores)
