@@ -373,6 +373,7 @@ def _fast_source(cls: type, only: frozenset[str] | None = None) -> tuple[str, di
         "_len": len,
         "_isfinite": math.isfinite,
         "_FLOATS": _FLOAT,
+        "_NUMBERS": frozenset({int, float}),
         "_INTS": frozenset({int}),
         "_STRS": frozenset({str}),
         "_MAX_ITEMS": MAX_ITEMS,
@@ -435,7 +436,12 @@ def _fast_value(hint: Any, name: str, scope: dict[str, Any]) -> list[str]:
             scope[name] = _fast_item(float, scope, name)
             return [
                 *head,
-                "if _set(_map(_type, v)) <= _FLOATS and _all(_map(_isfinite, v)): v = _tuple(v)",
+                "kinds = _set(_map(_type, v))",
+                "if kinds <= _FLOATS and _all(_map(_isfinite, v)): v = _tuple(v)",
+                # ints among them (a depth history): converted at C speed; a huge one is OverflowError
+                "elif kinds <= _NUMBERS:",
+                "    v = _tuple(_map(_float, v))",
+                "    if not _all(_map(_isfinite, v)): raise _Slow",
                 f"else: v = _tuple([{name}(x) for x in v])",
             ]
         if item in (int, str):

@@ -295,7 +295,7 @@ class Decoder:
         prev: Snapshot | None = None,
         derived: bool = True,
         reads: Collection[str] | None = None,
-        histories: bool = True,
+        histories: bool | Collection[str] = True,
     ) -> None:
         """``derived=False``: the line's derived figures (``DERIVED``) are left out, neither decoded nor
         checked (``None`` in the snapshot), for a reader that computes those it shows (a sixth of a line's
@@ -306,15 +306,19 @@ class Decoder:
         what it reads (the summary, the exports: tests/unit/test_export.py holds each to what it makes
         from every field): a line's decoding is mostly fields such a reader never looks at.
 
-        ``histories=False``: no history is rebuilt (each holds the values its line carried, not the
-        history), for a reader of none (the summary): 160 histories of 600 values a line, with 8 ranks of
-        5 streams.
+        ``histories``: which histories are rebuilt (``False``: none; or their names: ``frontend_busy``,
+        ``core_history``, ``executors.busy``, ``gpus.util_history``, ``ranks.steps.recent``...); any other
+        holds the values its line carried, not the history, and what its line keeps of it is not checked.
+        For a reader of a few histories or none (the exports, the summary): with 8 ranks of 5 streams a
+        line has 160 histories of up to 600 values.
 
         Raises:
             ValueError: ``reads`` names a field a snapshot does not have.
         """
         self._derived = derived
-        self._histories = histories
+        self._histories: bool | frozenset[str] = (
+            histories if isinstance(histories, bool) else frozenset(histories)
+        )
         self.added: dict[str, int] = {}
         """History path → how many values the last line decoded added to it, for each history the line
         kept values of (one written whole is not here: how much of it is new, the line does not say)."""
@@ -368,26 +372,35 @@ class Decoder:
             values[path] = new
             return new
 
-        if not self._histories:
+        wanted = self._histories
+        if wanted is False:
             self._same = {n: getattr(snap, n) for n in SAME_FIELDS}
             return snap
+        every = wanted is True
+        names: frozenset[str] = frozenset() if isinstance(wanted, bool) else wanted
         # The objects were just built for this line and are held nowhere else: their histories are set in
         # place (each as _histories walks them), not copied again with dataclasses.replace.
         top = snap.__dict__
         for name in SNAPSHOT_HISTORIES:
-            if reads is None or name in reads:
+            if (reads is None or name in reads) and (every or name in names):
                 top[name] = rebuilt(name, top[name])
-        top["core_history"] = tuple(rebuilt(f"core_history.{i}", h) for i, h in enumerate(snap.core_history))
-        for i, e in enumerate(snap.executors):
-            for name in EXECUTOR_HISTORIES:
-                e.__dict__[name] = rebuilt(f"executors.{i}.{name}", e.__dict__[name])
-        for i, g in enumerate(snap.gpus):
-            for name in GPU_HISTORIES:
-                g.__dict__[name] = rebuilt(f"gpus.{i}.{name}", g.__dict__[name])
-        for i, r in enumerate(snap.ranks):
-            if r.steps is not None:
-                r.steps.__dict__["recent"] = rebuilt(f"ranks.{i}.steps.recent", r.steps.recent)
-        if not keep.keys() <= values.keys():
+        if every or "core_history" in names:
+            top["core_history"] = tuple(
+                rebuilt(f"core_history.{i}", h) for i, h in enumerate(snap.core_history)
+            )
+        for name in EXECUTOR_HISTORIES:
+            if every or f"executors.{name}" in names:
+                for i, e in enumerate(snap.executors):
+                    e.__dict__[name] = rebuilt(f"executors.{i}.{name}", e.__dict__[name])
+        for name in GPU_HISTORIES:
+            if every or f"gpus.{name}" in names:
+                for i, g in enumerate(snap.gpus):
+                    g.__dict__[name] = rebuilt(f"gpus.{i}.{name}", g.__dict__[name])
+        if every or "ranks.steps.recent" in names:
+            for i, r in enumerate(snap.ranks):
+                if r.steps is not None:
+                    r.steps.__dict__["recent"] = rebuilt(f"ranks.{i}.steps.recent", r.steps.recent)
+        if every and not keep.keys() <= values.keys():
             unknown = set(keep) - set(values)
             if reads is not None:  # a history of a field left out was not rebuilt, nor looked at
                 unknown = {path for path in unknown if path.partition(".")[0] in reads}
@@ -693,7 +706,10 @@ class Recording:
     """Indexes of the lines written whole (sorted)."""
 
     def snapshots(
-        self, derived: bool = True, reads: Collection[str] | None = None, histories: bool = True
+        self,
+        derived: bool = True,
+        reads: Collection[str] | None = None,
+        histories: bool | Collection[str] = True,
     ) -> Iterator[Snapshot]:
         """Every snapshot, in order, exactly as recorded (``derived``, ``reads``, ``histories``: as
         :class:`Decoder`'s).
@@ -858,7 +874,10 @@ class RecordingReader:
         self.note = f"{where}: {why}: the recording is read up to the line before it"
 
     def snapshots(
-        self, derived: bool = True, reads: Collection[str] | None = None, histories: bool = True
+        self,
+        derived: bool = True,
+        reads: Collection[str] | None = None,
+        histories: bool | Collection[str] = True,
     ) -> Iterator[Snapshot]:
         """Every snapshot, in order, decoded, until the end or a line that is not one (then :attr:`note`,
         and the snapshots before it are what there is). Once only. ``derived``, ``reads``,

@@ -131,9 +131,10 @@ class Source:
     path: str
     kind: str
     """``recording`` or ``trace``."""
-    frames: Callable[[Collection[str] | None], Iterator[tuple[float, Snapshot]]]
+    frames: Callable[[Collection[str] | None, bool | Collection[str]], Iterator[tuple[float, Snapshot]]]
     """A fresh pass over ``(seconds from the first, snapshot)``, in time order; given the snapshot fields
-    the pass reads (or ``None``: all), a recording decodes only those (``Decoder``'s ``reads``)."""
+    and the histories the pass reads (``None``, ``True``: all), a recording decodes only those
+    (``Decoder``'s ``reads`` and ``histories``)."""
     header: dict[str, Any] = field(default_factory=dict)
     lanes: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     """Traces: per stream lane, its busy intervals in seconds from the start."""
@@ -147,9 +148,11 @@ class Source:
     """What the reader left out (a recording's truncated last line, a corrupt one), or '': known after
     a pass."""
 
-    def samples(self, reads: Collection[str] | None = None) -> Iterator[TimedSnapshot]:
-        """One pass over the samples (``reads``: as :attr:`frames`')."""
-        return samples_of(self.frames(reads), self.added)
+    def samples(
+        self, reads: Collection[str] | None = None, histories: bool | Collection[str] = True
+    ) -> Iterator[TimedSnapshot]:
+        """One pass over the samples (``reads``, ``histories``: as :attr:`frames`')."""
+        return samples_of(self.frames(reads, histories), self.added)
 
 
 def load_source(path: str) -> Source:
@@ -172,16 +175,20 @@ def recording_source(path: str) -> Source:
     """A recording's snapshots, at their time from the first, read as they stream (the header now: a file
     that is no recording fails here)."""
     reader = RecordingReader(path)
-    source = Source(reader.path, "recording", lambda _: iter(()), to_plain(reader.header), t0=reader.header.t)
+    source = Source(
+        reader.path, "recording", lambda *_: iter(()), to_plain(reader.header), t0=reader.header.t
+    )
     first = [reader]
     current = [reader]
     source.added = lambda: current[0].decoder.added
 
-    def frames(reads: Collection[str] | None = None) -> Iterator[tuple[float, Snapshot]]:
+    def frames(
+        reads: Collection[str] | None = None, histories: bool | Collection[str] = True
+    ) -> Iterator[tuple[float, Snapshot]]:
         r = first.pop() if first else RecordingReader(path)
         current[0] = r
         t0 = None
-        for snap in r.snapshots(derived=False, reads=reads):  # the exports read no derived figure
+        for snap in r.snapshots(derived=False, reads=reads, histories=histories):  # and no derived figure
             if t0 is None:
                 t0 = source.t0 = snap.t
             yield snap.t - t0, _as_exported(snap)
@@ -226,7 +233,7 @@ def trace_source(path: str) -> Source:
     return Source(
         os.fspath(path),
         "trace",
-        lambda _: session.frames(TRACE_FRAMES),
+        lambda *_: session.frames(TRACE_FRAMES),
         {"trace": os.fspath(path)},
         lanes,
         sorted(syncs),
@@ -362,6 +369,8 @@ PERFETTO_READS = (
     "ranks",
     "target",
 )
+#: The histories it reads (``Decoder``'s ``histories``): the lanes' and the steps'.
+PERFETTO_HISTORIES = ("frontend_busy", "frontend_wait", "executors.busy", "ranks.steps.recent")
 
 
 def _events(ev: TraceEvents, source: Source) -> tuple[int, Snapshot | None]:
@@ -371,7 +380,7 @@ def _events(ev: TraceEvents, source: Source) -> tuple[int, Snapshot | None]:
     prev: TimedSnapshot | None = None
     count = 0
     steps_seen: dict[int | None, float] = {}
-    for s in source.samples(PERFETTO_READS):
+    for s in source.samples(PERFETTO_READS, PERFETTO_HISTORIES):
         _counters(ev, s)
         if prev is not None and source.kind == "recording":
             _lanes(ev, prev, s)
@@ -590,6 +599,8 @@ CSV_READS = (
     "gpus",
     "syncpoints",
 )
+#: The histories it reads (their last values).
+CSV_HISTORIES = ("frontend_busy", "frontend_wait", "overlap", "executors.busy")
 
 
 def csv_row(kind: str, s: TimedSnapshot) -> dict[str, Any]:
@@ -630,7 +641,9 @@ def write_csv(source: Source, out: IO[str]) -> int:
     columns: dict[str, None] = dict.fromkeys(CSV_FIXED)
     rows = 0
     with tempfile.TemporaryFile("w+", encoding="utf-8") as tmp:
-        for t, snap in source.frames(CSV_READS):  # no history's gains: the CSV reads none (samples_of's)
+        for t, snap in source.frames(
+            CSV_READS, CSV_HISTORIES
+        ):  # no history's gains: the CSV reads none (samples_of's)
             row = csv_row(source.kind, TimedSnapshot(t, snap, {}))
             for k in row:
                 if k not in columns:

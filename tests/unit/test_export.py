@@ -205,9 +205,9 @@ def _full_decode_outputs(path):
     snaps = [rebuild(s) for s in rec.snapshots()]
     assert any(s.lanes is not None for s in rec.snapshots())  # the lines carry derived figures
     t0 = snaps[0].t
-    source = Source(path, "recording", lambda _reads: iter([(s.t - t0, s) for s in snaps]), t0=t0)
+    source = Source(path, "recording", lambda *_: iter([(s.t - t0, s) for s in snaps]), t0=t0)
     source.header = load_source(path).header
-    rows = [csv_row("recording", TimedSnapshot(t, s, {})) for t, s in source.frames(None)]
+    rows = [csv_row("recording", TimedSnapshot(t, s, {})) for t, s in source.frames(None, True)]
     columns = list(dict.fromkeys([*CSV_FIXED, *(k for row in rows for k in row)]))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, restval="", lineterminator="\n")
