@@ -129,7 +129,8 @@ def from_plain(cls: type[T], data: Any, where: str = "", only: frozenset[str] | 
     """Build ``cls`` from decoded JSON, checking every field.
 
     ``only``: of the fields with a default, only these are read (and checked); the others keep their
-    defaults, whatever ``data`` holds for them.
+    defaults, whatever ``data`` holds for them. A name ``field.sub`` reads only ``sub`` of a nested
+    dataclass (or of each one in a tuple) where ``field`` is read; without such a name, all of it.
 
     Raises:
         ProtocolError: naming the first field that is missing, mistyped or out of bounds.
@@ -391,7 +392,12 @@ def _fast_source(cls: type, only: frozenset[str] | None = None) -> tuple[str, di
             else:
                 skipped[f.name] = f.default
             continue
-        check = _fast_value(hint, f"f{i}", scope)
+        inner = (
+            None
+            if only is None
+            else frozenset(n[len(f.name) + 1 :] for n in only if n.startswith(f"{f.name}."))
+        )
+        check = _fast_value(hint, f"f{i}", scope, inner or None)
         if f.metadata:
             check += _fast_bounds(f.metadata["lo"], f.metadata["hi"], f.metadata["above"])
         take = [f"v = data[{f.name!r}]", *check, f"d[{f.name!r}] = v"]
@@ -419,13 +425,13 @@ def _fast_source(cls: type, only: frozenset[str] | None = None) -> tuple[str, di
     return "\n".join(lines) + "\n", scope
 
 
-def _fast_value(hint: Any, name: str, scope: dict[str, Any]) -> list[str]:
+def _fast_value(hint: Any, name: str, scope: dict[str, Any], only: frozenset[str] | None = None) -> list[str]:
     """Statements that check ``v`` against ``hint`` and leave it converted in ``v`` (or raise)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
         (inner,) = [o for o in options if o is not type(None)]
-        checks = _fast_value(inner, name, scope)
+        checks = _fast_value(inner, name, scope, only)
         if type(None) not in options:
             return ["if v is None: raise _Slow", *checks]
         return ["if v is not None:", *[f"    {c}" for c in checks]] if checks else []
@@ -447,10 +453,10 @@ def _fast_value(hint: Any, name: str, scope: dict[str, Any]) -> list[str]:
         if item in (int, str):
             kinds = "_INTS" if item is int else "_STRS"
             return [*head, f"if not _set(_map(_type, v)) <= {kinds}: raise _Slow", "v = _tuple(v)"]
-        scope[name] = _fast_item(item, scope, name)
+        scope[name] = _fast_item(item, scope, name, only)
         return [*head, f"v = _tuple([{name}(x) for x in v])"]
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        scope[name] = _fast(hint)
+        scope[name] = _fast(hint, only)
         return [f"v = {name}(v)"]
     if isinstance(hint, type) and issubclass(hint, Enum):
         members = {m.value: m for m in hint}
@@ -474,10 +480,12 @@ def _fast_value(hint: Any, name: str, scope: dict[str, Any]) -> list[str]:
     return ["raise _Slow"]
 
 
-def _fast_item(hint: Any, scope: dict[str, Any], name: str) -> FastConverter:
+def _fast_item(
+    hint: Any, scope: dict[str, Any], name: str, only: frozenset[str] | None = None
+) -> FastConverter:
     """A converter of one item of a tuple, as a function (for a comprehension)."""
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _fast(hint)
+        return _fast(hint, only)
     inner: dict[str, Any] = dict(scope)
     checks = _fast_value(hint, f"{name}_item", inner)
     source = "\n".join(

@@ -302,7 +302,9 @@ class Decoder:
         decoding).
 
         ``reads``: the only snapshot fields decoded (with those every line has, ``REQUIRED``); the others
-        are neither decoded nor checked, and hold their defaults (empty, ``None``). For a reader that says
+        are neither decoded nor checked, and hold their defaults (empty, ``None``). ``executors.rank``
+        reads, of each executor, its ``rank`` and the fields every executor has (``from_plain``'s
+        ``only``). For a reader that says
         what it reads (the summary, the exports: tests/unit/test_export.py holds each to what it makes
         from every field): a line's decoding is mostly fields such a reader never looks at.
 
@@ -324,10 +326,11 @@ class Decoder:
         kept values of (one written whole is not here: how much of it is new, the line does not say)."""
         self._reads: frozenset[str] | None = None
         if reads is not None:
-            unknown = set(reads) - _SNAPSHOT_FIELDS
+            tops = {name.partition(".")[0] for name in reads}  # "executors.rank": of executors, rank
+            unknown = tops - _SNAPSHOT_FIELDS
             if unknown:
                 raise ValueError(f"a snapshot has no field {sorted(unknown)[0]!r}")
-            self._reads = frozenset(reads) | REQUIRED
+            self._reads = frozenset(reads) | tops | REQUIRED
         self._prev: dict[str, tuple[Any, ...]] = dict(_histories(prev)) if prev is not None else {}
         self._same: dict[str, Any] = {n: getattr(prev, n) for n in SAME_FIELDS} if prev is not None else {}
 

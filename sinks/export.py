@@ -115,7 +115,12 @@ def samples_of(
 
 
 def _exec_key(e: ExecutorView) -> str:
-    return f"r{e.rank} {e.name}" if e.rank is not None else e.name
+    return e.name if e.rank is None else _ranked_key(e.rank, e.name)
+
+
+@cache
+def _ranked_key(rank: int, name: str) -> str:
+    return f"r{rank} {name}"
 
 
 T = TypeVar("T")
@@ -359,7 +364,8 @@ def perfetto(source: Source) -> dict[str, Any]:
 PERFETTO_READS = (
     "cores",
     "gpus",
-    "executors",
+    "executors.rank",
+    "executors.counts",
     "throughput",
     "throughput_unit",
     "frontend_busy",
@@ -495,13 +501,17 @@ def _trace_lanes(ev: TraceEvents, source: Source) -> None:
 
 def _lanes(ev: TraceEvents, prev: TimedSnapshot, s: TimedSnapshot) -> None:
     """A recording's busy windows between two samples, per executor lane."""
+    plausible = _plausible(prev.t, s.t, s.snap.interval)
+    windows: dict[int, list[tuple[int, int]]] = {}  # by count: the same for every lane
     for e in s.snap.executors:
         key = _exec_key(e)
-        n = min(s.new.get(f"{key}.busy", 0), len(e.busy), _plausible(prev.t, s.t, s.snap.interval))
+        n = min(s.new.get(f"{key}.busy", 0), len(e.busy), plausible)
         if not n:
             continue
         tid = ev.thread(RUN_PID, key, f"{key} busy")
-        for (a, b), share in zip(_windows(prev.t, s.t, n), e.busy[-n:], strict=True):
+        if n not in windows:
+            windows[n] = _windows(prev.t, s.t, n)
+        for (a, b), share in zip(windows[n], e.busy[-n:], strict=True):
             if share > 0:
                 ev.slice(RUN_PID, tid, "busy", a, b - a, "lane", {"share": round(share, 4)})
 
@@ -595,7 +605,7 @@ CSV_READS = (
     "frontend_wait",
     "overlap",
     "cores",
-    "executors",
+    "executors.rank",
     "gpus",
     "syncpoints",
 )
@@ -812,7 +822,7 @@ def _rebuild_snapshots(
 
 
 #: The snapshot fields the summary reads (beside ``REQUIRED``): a recording decodes only these.
-SUMMARY_READS = ("cores", "throughput", "throughput_unit", "executors", "target", "scoreboard")
+SUMMARY_READS = ("cores", "throughput", "throughput_unit", "executors.rank", "target", "scoreboard")
 
 
 def export_summary(rec: RecordingReader | Recording) -> dict[str, Any]:

@@ -191,3 +191,14 @@ def test_a_snapshot_read_for_some_fields_takes_only_those_and_defers_alike():
             except ProtocolError:
                 slow = ("refused", None)
             assert fast[0] == "deferred" or fast == slow
+
+
+def test_a_nested_field_read_for_some_of_its_fields_keeps_the_others_default():
+    data = to_plain(list(stream_snapshots(3, streams=2))[-1])
+    data["executors"][0]["running"] = [0.5]
+    data["executors"][0]["note"] = "a note"
+    whole = codec.from_plain(Snapshot, data)
+    built = codec.from_plain(Snapshot, data, only=frozenset({"executors", "executors.rank"}))
+    e, w = built.executors[0], whole.executors[0]
+    assert (e.name, e.value, e.busy, e.rank) == (w.name, w.value, w.busy, w.rank)  # read (or required)
+    assert (w.running, w.note) == ((0.5,), "a note") and (e.running, e.note) == ((), None)  # left out
