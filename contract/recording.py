@@ -910,7 +910,7 @@ def read_recording(path: str, check: bool = False) -> Recording:
 
     A line that cannot be read ends the recording there, said in :attr:`Recording.note` (a kill's
     truncated last line, a corrupt line in the middle). With ``check``, every line is decoded too (about
-    0.1 ms each, docs/benchmarks.md); without, a line that is JSON but no snapshot is found when
+    25 µs each, docs/benchmarks.md); without, a line that is JSON but no snapshot is found when
     :meth:`Recording.snapshots` (or a replay) reaches it.
 
     Raises:
