@@ -16,6 +16,7 @@ from typing import ClassVar
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import BindingsMap, BindingType
+from textual.driver import Driver
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker
@@ -23,6 +24,7 @@ from torchpar_top.contract.snapshot import LiveControls, ReplayControls, Snapsho
 from torchpar_top.tui import keys
 from torchpar_top.tui.commands import TorchparCommands
 from torchpar_top.tui.compositor import screen_class
+from torchpar_top.tui.driver import driver_class
 from torchpar_top.tui.screens.help import HelpScreen
 from torchpar_top.tui.screens.picker import PickerScreen
 from torchpar_top.tui.widgets.cores import CoresPanel
@@ -85,6 +87,10 @@ class TorchparTopApp(App[None]):
     COMMANDS = App.COMMANDS | {TorchparCommands}
 
     BINDINGS: ClassVar[list[BindingType]] = keys.bindings()  # type: ignore[assignment]
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver, made to survive the terminal going away (``tui/driver.py``)."""
+        return driver_class(super().get_driver_class())
 
     def __init__(
         self,

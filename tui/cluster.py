@@ -20,11 +20,13 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.driver import Driver
 from textual.widgets import Footer, Static
 from torchpar_top.contract.snapshot import Straggler
 from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.cluster import ClusterRank, ClusterView
 from torchpar_top.tui import render
+from torchpar_top.tui.driver import driver_class
 from torchpar_top.tui.screens.help import HelpScreen
 
 #: Short names of the phases in the phase column.
@@ -196,6 +198,10 @@ class ClusterApp(App[None]):
     #table { border: round $primary 50%; border-title-color: $accent; border-title-style: bold;
         padding: 0 1; height: 1fr; }
     """
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver, made to survive the terminal going away (``tui/driver.py``)."""
+        return driver_class(super().get_driver_class())
 
     def __init__(
         self,
