@@ -379,9 +379,13 @@ def _fast_source(cls: type, only: frozenset[str] | None = None) -> tuple[str, di
         "_STRS": frozenset({str}),
         "_MAX_ITEMS": MAX_ITEMS,
     }
-    plain_init = not hasattr(cls, "__post_init__") and all(f.init for f in dataclasses.fields(cls))
     lines = ["def convert(data):", "    if _type(data) is not _dict: raise _Slow", "    try:"]
-    body = ["d = _skipped.copy()"]
+    plain_init = not hasattr(cls, "__post_init__") and all(f.init for f in dataclasses.fields(cls))
+    # frozen: __init__ would set each field through object.__setattr__; the fields go into the new
+    # object's own __dict__ instead (a line that defers leaves the half-made object behind)
+    body = (
+        ["o = _new(_cls)", "d = o.__dict__", "d.update(_skipped)"] if plain_init else ["d = _skipped.copy()"]
+    )
     scope["_skipped"] = skipped = {}
     for i, (f, hint) in enumerate(_hints(cls)):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -416,10 +420,7 @@ def _fast_source(cls: type, only: frozenset[str] | None = None) -> tuple[str, di
             "else:",
             f"    d[{f.name!r}] = {default}",
         ]
-    if plain_init:  # frozen: __init__ would set each field through object.__setattr__
-        body += ["o = _new(_cls)", "o.__dict__.update(d)", "return o"]
-    else:
-        body += ["return _cls(**d)"]
+    body += ["return o"] if plain_init else ["return _cls(**d)"]
     lines += [f"        {b}" for b in body]
     lines += ["    except (KeyError, TypeError, ValueError, OverflowError):", "        raise _Slow from None"]
     return "\n".join(lines) + "\n", scope
@@ -442,8 +443,9 @@ def _fast_value(hint: Any, name: str, scope: dict[str, Any], only: frozenset[str
             scope[name] = _fast_item(float, scope, name)
             return [
                 *head,
-                "kinds = _set(_map(_type, v))",
-                "if kinds <= _FLOATS and _all(_map(_isfinite, v)): v = _tuple(v)",
+                # a line's delta carries one new value, or none: those first, without the set
+                "if _len(v) < 2 and (not v or (_type(v[0]) is _float and v[0] - v[0] == 0.0)): v = _tuple(v)",
+                "elif (kinds := _set(_map(_type, v))) <= _FLOATS and _all(_map(_isfinite, v)): v = _tuple(v)",
                 # ints among them (a depth history): converted at C speed; a huge one is OverflowError
                 "elif kinds <= _NUMBERS:",
                 "    v = _tuple(_map(_float, v))",

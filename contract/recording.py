@@ -41,6 +41,7 @@ import stat
 import zlib
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from functools import cache
 from importlib import metadata
 from typing import IO, Any
 
@@ -174,6 +175,14 @@ def delta(prev: Sequence[Any], cur: Sequence[Any]) -> tuple[int, tuple[Any, ...]
 
 
 _INT = frozenset({int})
+
+
+@cache
+def _path(field: str, i: int, name: str) -> str:
+    """``executors.3.busy``: a history's path in a line's ``_keep`` (made once each)."""
+    return f"{field}.{i}.{name}"
+
+
 _SNAPSHOT_FIELDS = frozenset(f.name for f in dataclasses.fields(Snapshot))
 #: The snapshot fields every line has (no default): decoded whatever a reader ``reads``.
 REQUIRED = frozenset(
@@ -371,7 +380,7 @@ class Decoder:
                         f"{where}: {path}: keeps {k} values of a history that had {len(before)}"
                     )
                 added[path] = len(new)
-                new = before[len(before) - k :] + new
+                new = (before if k == len(before) else before[len(before) - k :]) + new
             values[path] = new
             return new
 
@@ -394,11 +403,11 @@ class Decoder:
         for name in EXECUTOR_HISTORIES:
             if every or f"executors.{name}" in names:
                 for i, e in enumerate(snap.executors):
-                    e.__dict__[name] = rebuilt(f"executors.{i}.{name}", e.__dict__[name])
+                    e.__dict__[name] = rebuilt(_path("executors", i, name), e.__dict__[name])
         for name in GPU_HISTORIES:
             if every or f"gpus.{name}" in names:
                 for i, g in enumerate(snap.gpus):
-                    g.__dict__[name] = rebuilt(f"gpus.{i}.{name}", g.__dict__[name])
+                    g.__dict__[name] = rebuilt(_path("gpus", i, name), g.__dict__[name])
         if every or "ranks.steps.recent" in names:
             for i, r in enumerate(snap.ranks):
                 if r.steps is not None:

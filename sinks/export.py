@@ -85,6 +85,12 @@ class TimedSnapshot:
     snap: Snapshot
     new: dict[str, int]
     """History path (``executors.0.busy``...) → values added since the previous sample."""
+    keys: tuple[str, ...] = ()
+    """Each executor's key (``_exec_key``), in order (made once per sample: the exports read it often)."""
+
+    def exec_key(self, i: int, e: ExecutorView) -> str:
+        """The key of ``e``, the ``i``-th executor of :attr:`snap`."""
+        return self.keys[i] if i < len(self.keys) else _exec_key(e)
 
 
 def samples_of(
@@ -96,22 +102,39 @@ def samples_of(
     (``Decoder.added``, by path): what ``delta`` finds, since the line was written from it, so it is
     taken as it is where the executor sits at the same place in both snapshots."""
     prev: Snapshot | None = None
+    prev_at: dict[str, int] = {}
     for t, snap in times_snaps:
         new = {}
+        keys = tuple(map(_exec_key, snap.executors))
         if prev is not None:
             known = added() if added is not None else {}
-            prev_ex = {_exec_key(e): (i, e) for i, e in enumerate(prev.executors)}
-            for i, e in enumerate(snap.executors):
-                key = _exec_key(e)
-                j, p = prev_ex.get(key, (-1, None))
-                n = known.get(f"executors.{i}.busy") if j == i else None
-                new[f"{key}.busy"] = n if n is not None else len(delta(p.busy if p else (), e.busy)[1])
+            for i, (key, e) in enumerate(zip(keys, snap.executors, strict=True)):
+                j = prev_at.get(key, -1)
+                n = known.get(_busy_path(i)) if j == i else None
+                if n is None:
+                    n = len(delta(prev.executors[j].busy if j >= 0 else (), e.busy)[1])
+                new[_busy_key(key)] = n
             n = known.get("frontend_busy")
             new["frontend_busy"] = (
                 n if n is not None else len(delta(prev.frontend_busy, snap.frontend_busy)[1])
             )
-        yield TimedSnapshot(t, snap, new)
-        prev = snap
+        yield TimedSnapshot(t, snap, new, keys)
+        prev, prev_at = snap, {key: i for i, key in enumerate(keys)}
+
+
+@cache
+def _busy_path(i: int) -> str:
+    return f"executors.{i}.busy"
+
+
+@cache
+def _busy_key(key: str) -> str:
+    return f"{key}.busy"
+
+
+@cache
+def _lane_name(key: str) -> str:
+    return f"{key} busy"
 
 
 def _exec_key(e: ExecutorView) -> str:
@@ -261,8 +284,9 @@ class TraceEvents:
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
+        self._parts: list[bytes] = []
         self.count = 0
-        """Events written."""
+        """Events made (:meth:`flush` writes those not yet written)."""
         self.counters: dict[str, dict[str, Any]] = {}
         """Counter name → what it measures (for :func:`read_export`)."""
         self._threads: dict[tuple[int, str], int] = {}
@@ -271,8 +295,17 @@ class TraceEvents:
         # orjson: a fifth of json's time per event, and an export is a dozen events per sample. Every
         # number in an event is finite (a snapshot's are checked when decoded; the rest are sums and
         # roundings of those), so orjson's writing NaN as null never happens.
-        self._out.write(b"," + orjson.dumps(event) if self.count else orjson.dumps(event))
+        self._parts.append(orjson.dumps(event))
         self.count += 1
+        if len(self._parts) >= 512:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the events made since the last flush, comma-separated."""
+        if self._parts:
+            joined = b",".join(self._parts)
+            self._out.write(b"," + joined if self.count > len(self._parts) else joined)
+            self._parts.clear()
 
     def process(self, pid: int, name: str, sort: int) -> None:
         self._emit({"name": "process_name", "ph": "M", "ts": 0, "pid": pid, "tid": 0, "args": {"name": name}})
@@ -334,6 +367,7 @@ def write_perfetto(source: Source, out: IO[str]) -> tuple[int, int]:
         samples, last = _events(ev, source)
         ev.process(HOST_PID, "host", 0)
         ev.process(RUN_PID, (last.target or last.experiment) if last else "run", 1)
+        ev.flush()
         other = {
             "format": EXPORT_FORMAT,
             "version": FORMAT_VERSION,
@@ -437,12 +471,17 @@ def _counters(ev: TraceEvents, s: TimedSnapshot) -> None:
             ev.counter(HOST_PID, f"{g.label} util %", ts, "util", g.util_percent, _gpu_util_meta, g)
         if g.mem_used is not None:
             ev.counter(HOST_PID, f"{g.label} memory", ts, "bytes", g.mem_used, _gpu_mem_meta, g)
-    for e in snap.executors:
+    for i, e in enumerate(snap.executors):
         q = e.quantity.value
-        ev.counter(RUN_PID, f"{_exec_key(e)} {q}", ts, q, e.value, _executor_meta, e)
+        ev.counter(RUN_PID, _counter_name(s.exec_key(i, e), q), ts, q, e.value, _executor_meta, e)
     if snap.throughput is not None:
         unit = snap.throughput_unit
         ev.counter(RUN_PID, f"throughput {unit}", ts, "rate", snap.throughput, _throughput_meta, unit)
+
+
+@cache
+def _counter_name(key: str, quantity: str) -> str:
+    return f"{key} {quantity}"
 
 
 @cache
@@ -503,12 +542,12 @@ def _lanes(ev: TraceEvents, prev: TimedSnapshot, s: TimedSnapshot) -> None:
     """A recording's busy windows between two samples, per executor lane."""
     plausible = _plausible(prev.t, s.t, s.snap.interval)
     windows: dict[int, list[tuple[int, int]]] = {}  # by count: the same for every lane
-    for e in s.snap.executors:
-        key = _exec_key(e)
-        n = min(s.new.get(f"{key}.busy", 0), len(e.busy), plausible)
+    for i, e in enumerate(s.snap.executors):
+        key = s.exec_key(i, e)
+        n = min(s.new.get(_busy_key(key), 0), len(e.busy), plausible)
         if not n:
             continue
-        tid = ev.thread(RUN_PID, key, f"{key} busy")
+        tid = ev.thread(RUN_PID, key, _lane_name(key))
         if n not in windows:
             windows[n] = _windows(prev.t, s.t, n)
         for (a, b), share in zip(windows[n], e.busy[-n:], strict=True):
