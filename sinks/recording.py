@@ -17,7 +17,7 @@ from typing import IO, Any
 from torchpar_top.contract.codec import to_plain
 from torchpar_top.contract.messages import VERSION as PROTOCOL_VERSION
 from torchpar_top.contract.recording import FORMAT, FORMAT_VERSION, Encoder, Header, machine_info
-from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.snapshot import ChildStatus, Snapshot
 
 
 class Recorder:
@@ -57,6 +57,7 @@ class Recorder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._seen = -1
+        self._last_child: ChildStatus | None = None
         self._checked = 0.0
         self.lines = 0
         """Snapshot lines written."""
@@ -116,9 +117,18 @@ class Recorder:
             self.error = f"recording {self.path} stopped: {why}" if self.path else f"recording stopped: {why}"
         self._tell(self.error)
 
-    def _take(self) -> None:
+    def _take(self, final: bool = False) -> None:
+        """Write the session's snapshot when a host sample came since the last one written; ``final``
+        (at close), also when the child's status changed without one (it exited after the last host
+        sample: the recording must end on how the run ended)."""
         samples = self.session.host_samples
-        if samples in (self._seen, 0):
+        if samples == 0:
+            return
+        if samples == self._seen:
+            if final:
+                snap = self.session.snapshot()
+                if snap.child != self._last_child:
+                    self.write(snap)
             return
         self._seen = samples
         self.write(self.session.snapshot())
@@ -141,6 +151,7 @@ class Recorder:
                 self._out.write(line)
                 self._out.flush()
                 self.lines += 1
+                self._last_child = snap.child
             except (OSError, ValueError) as exc:
                 self._fail(exc)
 
@@ -167,7 +178,7 @@ class Recorder:
             thread.join(timeout=10)
         if not self._out.closed:
             try:
-                self._take()
+                self._take(final=True)
                 self._check_deleted(now=True)
                 with self._lock:
                     if not self._header_written and self.error is None:

@@ -344,3 +344,34 @@ def test_a_snapshot_with_sync_sites_and_modes_round_trips(snaps, tmp_path):
 
 def test_module_constants_are_what_the_docs_say():
     assert rec_mod.FORMAT == "torchpar-top-recording" and rec_mod.FORMAT_VERSION == 2
+
+
+def test_a_child_that_exits_after_the_last_host_sample_is_recorded_at_close(snaps, tmp_path):
+    """The run ends between two host samples (the headless loop sees the exit, no sample follows): the
+    recording still ends on the exit, not on the last 'running' snapshot."""
+    path = tmp_path / "run.jsonl"
+    session = FakeSession(list(snaps[:5]))
+    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 the Recorder owns the file and closes it
+    recorder = recorder_for(session, out, [])
+    recorder.start()
+    session.host_samples = 5
+    wait_for(lambda: recorder.lines == 1)
+    assert session.snaps[4].child.state != ChildState.EXITED
+    session.snaps[4] = dataclasses.replace(
+        snaps[4], child=dataclasses.replace(snaps[4].child, state=ChildState.EXITED, exit_code=0)
+    )
+    recorder.close()
+    recorded = list(read_recording(str(path)).snapshots())
+    assert len(recorded) == 2 and recorded[-1].child.state == ChildState.EXITED
+
+
+def test_close_writes_nothing_more_when_nothing_changed(snaps, tmp_path):
+    path = tmp_path / "run.jsonl"
+    session = FakeSession(list(snaps[:5]))
+    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 the Recorder owns the file and closes it
+    recorder = recorder_for(session, out, [])
+    recorder.start()
+    session.host_samples = 5
+    wait_for(lambda: recorder.lines == 1)
+    recorder.close()
+    assert recorder.lines == 1
