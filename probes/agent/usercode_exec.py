@@ -46,13 +46,30 @@ def _starter(filename: str) -> bool:
     )
 
 
+#: The agent's wrappers around the user's calls (the backward wrapper, the root module's call, the
+#: DataLoader watch, the step hooks): frames of these files inside a user's stack are left out of it.
+WRAPPERS = tuple(
+    AGENT_DIR + name
+    for name in (
+        "usercode.py",
+        "usercode_phases.py",
+        "usercode_data.py",
+        "usercode_steps.py",
+        "usercode_sampling.py",
+    )
+)
+
+
 def user_frames(frames: list[F]) -> list[F]:
     """``frames`` (outermost first) from the user's code on: the agent's and runpy's frames that start it
-    (``run.py``, ``usercode_exec.py`` above the script's ``<module>``) are an implementation detail. A stack
-    with nothing below them (the agent's own threads) is kept whole."""
+    (``run.py``, ``usercode_exec.py`` above the script's ``<module>``) are an implementation detail, and so
+    are the agent's wrappers inside it (``WRAPPERS``: ``Tensor.backward`` then torch's ``backward``, not
+    the phase clock's wrapper between them). A stack with nothing below them (the agent's own threads) is
+    kept whole."""
     for i, frame in enumerate(frames):
         if not _starter(frame.filename):
-            return frames[i:]
+            user = [f for f in frames[i:] if not f.filename.startswith(WRAPPERS)]
+            return user or frames[i:]
     return frames
 
 
