@@ -142,19 +142,19 @@ def from_plain(cls: type[T], data: Any, where: str = "", only: frozenset[str] | 
     except _Slow:  # anything but the plain valid case: the checking path decides, and names the field
         pass
     if only is not None and isinstance(data, dict):
-        data = {k: v for k, v in data.items() if k in only or k in _required(hint)}
+        data = {k: v for k, v in data.items() if k in only or k in required_fields(hint)}
     built: T = _converter(hint)(data, where or cls.__name__)
     return built
 
 
+def _is_required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
 @cache
-def _required(cls: Any) -> frozenset[str]:
-    """The fields of a dataclass without a default."""
-    return frozenset(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    )
+def required_fields(cls: Any) -> frozenset[str]:
+    """The fields of a dataclass without a default (every JSON object of it has them)."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if _is_required(f))
 
 
 Converter = Callable[[Any, str], Any]
@@ -260,7 +260,7 @@ def _dataclass_converter(cls: type) -> Converter:
     """A converter for a frozen dataclass: every field checked, missing required ones refused."""
     fields = []
     for f, hint in _hints(cls):
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        required = _is_required(f)
         bounds = (f.metadata["lo"], f.metadata["hi"], f.metadata["above"]) if f.metadata else None
         fields.append((f.name, _converter(hint), required, bounds))
 
@@ -388,14 +388,20 @@ def _fast_source(cls: type, only: frozenset[str] | None = None) -> tuple[str, di
     )
     scope["_skipped"] = skipped = {}
     for i, (f, hint) in enumerate(_hints(cls)):
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if not required and only is not None and f.name not in only:
+        required = _is_required(f)
+        if not required:
             if f.default_factory is not dataclasses.MISSING:  # made for each object: it may be mutable
                 scope[f"default{i}"] = f.default_factory
-                body.append(f"d[{f.name!r}] = default{i}()")
+                default = f"default{i}()"
             else:
-                skipped[f.name] = f.default
-            continue
+                scope[f"default{i}"] = f.default
+                default = f"default{i}"
+            if only is not None and f.name not in only:
+                if f.default_factory is dataclasses.MISSING:
+                    skipped[f.name] = f.default
+                else:
+                    body.append(f"d[{f.name!r}] = {default}")
+                continue
         inner = (
             None
             if only is None
@@ -408,12 +414,6 @@ def _fast_source(cls: type, only: frozenset[str] | None = None) -> tuple[str, di
         if required:
             body += take
             continue
-        if f.default_factory is not dataclasses.MISSING:
-            scope[f"default{i}"] = f.default_factory
-            default = f"default{i}()"
-        else:
-            scope[f"default{i}"] = f.default
-            default = f"default{i}"
         body += [
             f"if {f.name!r} in data:",
             *[f"    {t}" for t in take],

@@ -46,7 +46,14 @@ from importlib import metadata
 from typing import IO, Any
 
 from torchpar_top.contract import codec
-from torchpar_top.contract.codec import ProtocolError, bounded, dataclass, from_plain, to_plain
+from torchpar_top.contract.codec import (
+    ProtocolError,
+    bounded,
+    dataclass,
+    from_plain,
+    required_fields,
+    to_plain,
+)
 from torchpar_top.contract.snapshot import DERIVED, Snapshot
 
 #: The header's ``format``: what tells a recording from a profiler trace.
@@ -178,18 +185,15 @@ _INT = frozenset({int})
 
 
 @cache
-def _path(field: str, i: int, name: str) -> str:
-    """``executors.3.busy``: a history's path in a line's ``_keep`` (made once each)."""
+def history_path(field: str, i: int, name: str) -> str:
+    """``executors.3.busy``: the path of the ``i``-th executor's (or GPU's) history in a line's ``_keep``
+    and in ``Decoder.added`` (made once each)."""
     return f"{field}.{i}.{name}"
 
 
 _SNAPSHOT_FIELDS = frozenset(f.name for f in dataclasses.fields(Snapshot))
 #: The snapshot fields every line has (no default): decoded whatever a reader ``reads``.
-REQUIRED = frozenset(
-    f.name
-    for f in dataclasses.fields(Snapshot)
-    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-)
+REQUIRED = required_fields(Snapshot)
 
 
 def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
@@ -200,10 +204,10 @@ def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
         yield f"core_history.{i}", h
     for i, e in enumerate(snap.executors):
         for name in EXECUTOR_HISTORIES:
-            yield f"executors.{i}.{name}", getattr(e, name)
+            yield history_path("executors", i, name), getattr(e, name)
     for i, g in enumerate(snap.gpus):
         for name in GPU_HISTORIES:
-            yield f"gpus.{i}.{name}", getattr(g, name)
+            yield history_path("gpus", i, name), getattr(g, name)
     for i, r in enumerate(snap.ranks):
         if r.steps is not None:
             yield f"ranks.{i}.steps.recent", r.steps.recent
@@ -385,40 +389,40 @@ class Decoder:
             return new
 
         wanted = self._histories
-        if wanted is False:
-            self._same = {n: getattr(snap, n) for n in SAME_FIELDS}
-            return snap
-        every = wanted is True
-        names: frozenset[str] = frozenset() if isinstance(wanted, bool) else wanted
-        # The objects were just built for this line and are held nowhere else: their histories are set in
-        # place (each as _histories walks them), not copied again with dataclasses.replace.
-        top = snap.__dict__
-        for name in SNAPSHOT_HISTORIES:
-            if (reads is None or name in reads) and (every or name in names):
-                top[name] = rebuilt(name, top[name])
-        if every or "core_history" in names:
-            top["core_history"] = tuple(
-                rebuilt(f"core_history.{i}", h) for i, h in enumerate(snap.core_history)
-            )
-        for name in EXECUTOR_HISTORIES:
-            if every or f"executors.{name}" in names:
-                for i, e in enumerate(snap.executors):
-                    e.__dict__[name] = rebuilt(_path("executors", i, name), e.__dict__[name])
-        for name in GPU_HISTORIES:
-            if every or f"gpus.{name}" in names:
-                for i, g in enumerate(snap.gpus):
-                    g.__dict__[name] = rebuilt(_path("gpus", i, name), g.__dict__[name])
-        if every or "ranks.steps.recent" in names:
-            for i, r in enumerate(snap.ranks):
-                if r.steps is not None:
-                    r.steps.__dict__["recent"] = rebuilt(f"ranks.{i}.steps.recent", r.steps.recent)
-        if every and not keep.keys() <= values.keys():
-            unknown = set(keep) - set(values)
-            if reads is not None:  # a history of a field left out was not rebuilt, nor looked at
-                unknown = {path for path in unknown if path.partition(".")[0] in reads}
-            if unknown:
-                raise ProtocolError(f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}")
-        self._prev = values
+        if wanted is not False:
+            every = wanted is True
+            names: frozenset[str] = frozenset() if isinstance(wanted, bool) else wanted
+            # The objects were just built for this line and are held nowhere else: their histories are set in
+            # place (each as _histories walks them), not copied again with dataclasses.replace.
+            top = snap.__dict__
+            for name in SNAPSHOT_HISTORIES:
+                if (reads is None or name in reads) and (every or name in names):
+                    top[name] = rebuilt(name, top[name])
+            if every or "core_history" in names:
+                top["core_history"] = tuple(
+                    rebuilt(f"core_history.{i}", h) for i, h in enumerate(snap.core_history)
+                )
+            for name in EXECUTOR_HISTORIES:
+                if every or f"executors.{name}" in names:
+                    for i, e in enumerate(snap.executors):
+                        e.__dict__[name] = rebuilt(history_path("executors", i, name), e.__dict__[name])
+            for name in GPU_HISTORIES:
+                if every or f"gpus.{name}" in names:
+                    for i, g in enumerate(snap.gpus):
+                        g.__dict__[name] = rebuilt(history_path("gpus", i, name), g.__dict__[name])
+            if every or "ranks.steps.recent" in names:
+                for i, r in enumerate(snap.ranks):
+                    if r.steps is not None:
+                        r.steps.__dict__["recent"] = rebuilt(f"ranks.{i}.steps.recent", r.steps.recent)
+            if every and not keep.keys() <= values.keys():
+                unknown = set(keep) - set(values)
+                if reads is not None:  # a history of a field left out was not rebuilt, nor looked at
+                    unknown = {path for path in unknown if path.partition(".")[0] in reads}
+                if unknown:
+                    raise ProtocolError(
+                        f"{where}: _keep names no history of the line: {sorted(unknown)[0]!r}"
+                    )
+            self._prev = values
         self._same = {n: getattr(snap, n) for n in SAME_FIELDS}
         return snap
 

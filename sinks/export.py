@@ -47,6 +47,7 @@ from torchpar_top.contract.recording import (
     RecordingReader,
     delta,
     headless_output,
+    history_path,
     loads,
     read_bytes,
     sniff,
@@ -110,7 +111,7 @@ def samples_of(
             known = added() if added is not None else {}
             for i, (key, e) in enumerate(zip(keys, snap.executors, strict=True)):
                 j = prev_at.get(key, -1)
-                n = known.get(_busy_path(i)) if j == i else None
+                n = known.get(history_path("executors", i, "busy")) if j == i else None
                 if n is None:
                     n = len(delta(prev.executors[j].busy if j >= 0 else (), e.busy)[1])
                 new[_busy_key(key)] = n
@@ -120,11 +121,6 @@ def samples_of(
             )
         yield TimedSnapshot(t, snap, new, keys)
         prev, prev_at = snap, {key: i for i, key in enumerate(keys)}
-
-
-@cache
-def _busy_path(i: int) -> str:
-    return f"executors.{i}.busy"
 
 
 @cache
@@ -275,12 +271,9 @@ def _us(seconds: float) -> int:
     return round(seconds * 1e6)
 
 
-"""One encoder for every event (``json.dumps`` with options builds one per call)."""
-
-
 class TraceEvents:
-    """Trace-event JSON being written as it is made (one event at a time to ``out``, comma-separated):
-    names, counters, slices, instants."""
+    """Trace-event JSON being written as it is made (to ``out``, comma-separated, 512 events at a time;
+    :meth:`flush` writes the rest): names, counters, slices, instants."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
@@ -690,9 +683,8 @@ def write_csv(source: Source, out: IO[str]) -> int:
     columns: dict[str, None] = dict.fromkeys(CSV_FIXED)
     rows = 0
     with tempfile.TemporaryFile("w+", encoding="utf-8") as tmp:
-        for t, snap in source.frames(
-            CSV_READS, CSV_HISTORIES
-        ):  # no history's gains: the CSV reads none (samples_of's)
+        # no history's gains (samples_of's): the CSV reads a history's last value alone
+        for t, snap in source.frames(CSV_READS, CSV_HISTORIES):
             row = csv_row(source.kind, TimedSnapshot(t, snap, {}))
             for k in row:
                 if k not in columns:
