@@ -7,12 +7,12 @@ With FAILING_RANK, that rank raises a RuntimeError at step 20 (torchrun then sto
 Reads RANK / WORLD_SIZE (and MASTER_ADDR / MASTER_PORT) from the environment torchrun sets.
 """
 
-import atexit
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+from gloo_exit import leave_without_teardown
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -27,21 +27,7 @@ def main() -> None:
         train(rank, world, steps, failing)
     finally:
         dist.destroy_process_group()
-    # The rank's work is done and its group destroyed: leave without Python's teardown. Gloo's threads can
-    # outlive the interpreter there, and a rank then aborts after its last line ("terminate called without
-    # an active exception", SIGABRT, a PyTorch bug: its proposed fix destroys the group at exit, #179291).
-    # destroy_process_group alone does not prevent it (measured with a core busy, plain torchrun: 2 of 8
-    # runs aborted with it at the end, 1 of 7 with the model collected first; 0 of 20 with this exit, and
-    # the torchrun tests passed 20 times in a row). This handler is registered last, so it runs first at
-    # exit: after the agent's report of how the code ended (sent when main returned), before the teardown.
-    # torchpar-top's handling of that abort is tested with a script that aborts at exit on purpose.
-    atexit.register(_leave_now)
-
-
-def _leave_now() -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_without_teardown()  # Gloo's threads may abort a rank at teardown (gloo_exit.py)
 
 
 def train(rank: int, world: int, steps: int, failing: int | None) -> None:

@@ -13,6 +13,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from gloo_exit import leave_without_teardown
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
@@ -75,6 +76,7 @@ def main() -> None:
     if rank == 0:
         print(f"done: {step} steps on {world} ranks", flush=True)
     dist.destroy_process_group()
+    leave_without_teardown()  # Gloo's threads may abort a rank at teardown (gloo_exit.py)
 
 
 if __name__ == "__main__":
