@@ -125,6 +125,46 @@ def dumps(obj: Any) -> str:
     return json.dumps(to_plain(obj), separators=(",", ":"), allow_nan=False)
 
 
+def fast_dumps(obj: Any) -> bytes | None:
+    """Compact JSON of a dataclass by orjson (a twentieth of :func:`dumps`' time on an agent's sample:
+    it writes dataclasses, enums and tuples itself, as :func:`to_plain` makes them); None where orjson
+    is missing or refuses the object (an integer past 64 bits, a lone surrogate), for :func:`dumps` to
+    write. orjson writes NaN and infinity as ``null``: :func:`finite` refuses them first.
+
+    Raises:
+        ValueError: a NaN or an infinity in ``obj`` (as ``json.dumps(allow_nan=False)`` does).
+    """
+    if orjson is None:
+        return None
+    try:
+        raw = orjson.dumps(obj)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    if not finite(obj):
+        raise ValueError("NaN or infinity is not JSON")
+    return raw
+
+
+def finite(obj: Any) -> bool:
+    """Whether every float in ``obj`` (a dataclass, tuple, list, dict or scalar) is finite: lists of
+    numbers checked at C speed."""
+    kind = type(obj)
+    if kind is float:
+        return math.isfinite(obj)
+    if kind in _PLAIN or isinstance(obj, Enum):
+        return True
+    if kind is tuple or kind is list:
+        try:
+            return all(map(math.isfinite, obj))
+        except (TypeError, OverflowError):  # not all numbers (or an int past a float): one by one
+            return all(map(finite, obj))
+    if kind is dict:
+        return all(map(finite, obj.values()))
+    if dataclasses.is_dataclass(obj):
+        return all(finite(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    return True
+
+
 def from_plain(cls: type[T], data: Any, where: str = "", only: frozenset[str] | None = None) -> T:
     """Build ``cls`` from decoded JSON, checking every field.
 

@@ -20,6 +20,7 @@ from torchpar_top.contract.codec import (
     ProtocolError,
     bounded,
     dataclass,
+    fast_dumps,
     from_plain,
     loads,
     to_plain,
@@ -46,7 +47,13 @@ class Message:
     TYPE: ClassVar[str] = ""
 
     def to_json(self) -> bytes:
-        """This message as one JSON line (NaN and infinity refused: they are not JSON)."""
+        """This message as one JSON line (NaN and infinity refused: they are not JSON). By orjson where
+        it can (an agent sends ten samples a second from inside the user's process), else the standard
+        library: the same document either way (``tests/unit/test_codec_fast.py``)."""
+        body = fast_dumps(self)
+        if body is not None:
+            head = f'{{"v":{VERSION},"type":{json.dumps(self.TYPE)}'.encode()
+            return head + (b"," + body[1:] if len(body) > 2 else b"}") + b"\n"
         obj = {"v": VERSION, "type": self.TYPE, **to_plain(self)}
         return (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode()
 
@@ -201,6 +208,10 @@ class Steps:
     gpu: bool = False
     """True when the phases are GPU time from CUDA events at the phase boundaries, False for the
     frontend's wall time."""
+    timed: int | None = bounded(default=None, lo=0)
+    """How many of the ``count`` steps had their phases timed; None: all of them. A fast loop's phases
+    are timed in one step of several (``probes/agent/usercode_steps.py``, "Sampled phases"): the others'
+    are estimated, the timed steps' phases scaled to the sample's step time."""
 
 
 #: The most step end times one sample carries (a faster loop's rate still comes from ``count``).
