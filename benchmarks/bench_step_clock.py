@@ -9,10 +9,13 @@ Adam, ~5-10 ms), timed in short repeats of ``--steps`` steps, the variants inter
 - ``hooks``: ``run``'s instrumentation with the step clock's phase hooks left out and the op counter
   kept off (the optimizer step hook, the DataLoader wrapper, the switch signal: what ``run`` installed
   before the step clock);
-- ``clock``: the same plus the step clock and its phase hooks (optimizer pre hook, backward wrapper,
-  the roots' module hooks): the step anatomy's own cost;
+- ``timed``: the same plus the step clock and its phase hooks (optimizer pre hook, backward wrapper,
+  the roots' ``__call__`` wrapper) timing every step's phases;
+- ``clock``: the same as ``run`` has it: a fast loop's phases timed in one step per
+  ``TIMED_EVERY_S`` of steps, the per-step hooks off in between (``usercode_steps.py``, "Sampled
+  phases"); ``--steps`` should cover several timed steps (the default does);
 - ``counter``: ``clock`` with the op counter on for every op (``--every-op``): ``run`` keeps it on
-  ``STEPS_DUTY`` (2 %) of the time once steps are found, so its share of a step is ``STEPS_DUTY`` times
+  ``STEPS_DUTY`` of the time once steps are found, so its share of a step is ``STEPS_DUTY`` times
   this difference;
 - ``sample``: the time one sample takes to build and encode (the sampler thread, holding the GIL, ten
   times a second), from a clock that has seen the loop's steps.
@@ -32,6 +35,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torchpar_top.probes.agent import usercode_steps
 from torchpar_top.probes.agent.usercode import UserCode
 from torchpar_top.probes.agent.usercode_install import Instrumentation
 from torchpar_top.probes.agent.usercode_sampling import STEPS_DUTY
@@ -74,6 +78,16 @@ def timed(variant: str, loop: Any, steps: int, user: UserCode) -> float:
     if variant == "hooks":
         user.phases.install = lambda: None  # type: ignore[method-assign]
         user.data.steps = None
+    every = usercode_steps.TIMED_EVERY_S
+    if variant == "timed":
+        usercode_steps.TIMED_EVERY_S = 0.0
+    try:
+        return _instrumented(variant, loop, steps, user)
+    finally:
+        usercode_steps.TIMED_EVERY_S = every
+
+
+def _instrumented(variant: str, loop: Any, steps: int, user: UserCode) -> float:
     with Instrumentation(user) as inst:
         if variant == "counter":
             inst.counting.pin(True)
@@ -81,7 +95,8 @@ def timed(variant: str, loop: Any, steps: int, user: UserCode) -> float:
         else:
             inst.counting.stop()
             inst.counting.failed = "off for this benchmark"
-        loop(5)  # past the root discovery
+        loop(10)  # past the root discovery
+        loop(steps // 4)  # into the steady state (timed steps and untimed ones)
         return loop(steps)
 
 
@@ -107,7 +122,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    variants = ("plain", "hooks", "clock", "counter")
+    variants = ("plain", "hooks", "timed", "clock", "counter")
     for name in args.loops.split(","):
         loop = make_loop(name)
         steps = args.steps if name == "mlp" else max(10, args.steps // 20)
@@ -115,7 +130,8 @@ def main() -> None:
         times: dict[str, list[float]] = {v: [] for v in variants}
         samples: list[float] = []
         for r in range(args.repeats):
-            order = variants[r % 4 :] + variants[: r % 4]
+            k = r % len(variants)
+            order = variants[k:] + variants[:k]
             for v in order:
                 times[v].append(timed(v, loop, steps, UserCode(None, target="bench")))
             if r % 4 == 0:
@@ -127,14 +143,18 @@ def main() -> None:
         for v in variants:
             print(f"  {v:8s} min {best[v]:9.2f}   median {statistics.median(times[v]):9.2f}")
         plain = best["plain"]
-        hooks, clock, counter = (
+        hooks, every_step, clock, counter = (
             best["hooks"] - plain,
+            best["timed"] - best["hooks"],
             best["clock"] - best["hooks"],
             best["counter"] - best["clock"],
         )
         sample = min(samples)
         per_step_sampler = sample / (1e5 / plain)  # 10 samples a second: one per 100 ms of steps
-        print(f"  parts: instrumentation before the clock {hooks:+.2f} µs/step, step clock {clock:+.2f}, ")
+        print(
+            f"  parts: instrumentation before the clock {hooks:+.2f} µs/step, step clock {clock:+.2f} "
+            f"(every step timed: {every_step:+.2f}),"
+        )
         share = counter * STEPS_DUTY
         print(
             f"         op counter when on {counter:+.2f} (x{STEPS_DUTY:g} duty = {share:+.2f}), "

@@ -238,6 +238,10 @@ class StepsView:
     """Seconds per step in each phase over the run."""
     gpu: bool = False
     """The phases are GPU time (CUDA events), not the frontend's wall time."""
+    timed_share: float | None = None
+    """The share of the run's steps whose phases were timed; None: all of them. A fast loop's phases
+    are timed in one step of several and estimated for the others from them
+    (``probes/agent/usercode_steps.py``, "Sampled phases")."""
     recent: tuple[StepRecord, ...] = ()
     """The last whole steps (``model.steps.RECENT_KEEP`` at most), oldest first: what a recording keeps
     and the export draws as a slice per phase per step (not in headless JSON)."""

@@ -315,6 +315,7 @@ class RankSteps:
             run_seconds=total.seconds / total.count,
             run_phases=divide(total.phases, total.count),
             gpu=total.gpu,
+            timed_share=None if total.timed is None else total.timed / total.count,
             recent=tuple(self.recent),
         )
         self._views = (key, view)

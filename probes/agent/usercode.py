@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 from torchpar_top.contract.messages import SyncPoints
-from torchpar_top.contract.vocab import SyncScope, ThroughputUnit
+from torchpar_top.contract.vocab import StepSource, SyncScope, ThroughputUnit
 from torchpar_top.probes.agent.activity import busy_time
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.collectives import watch as watch_collectives
@@ -37,7 +37,7 @@ from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncCounter
 from torchpar_top.probes.agent.usercode_phases import PhaseHooks
 from torchpar_top.probes.agent.usercode_sampling import STEPS_DUTY, SampledCounting, SwitchSignal
-from torchpar_top.probes.agent.usercode_steps import SYNC, GpuSteps, StepClock, read_memory
+from torchpar_top.probes.agent.usercode_steps import OPTIMIZER, SYNC, GpuSteps, StepClock, read_memory
 
 CPU_SYNC_NOTE = (
     "SYNC on the CPU: eager CPU ops are already synchronous, there is no queue to drain; "
@@ -222,22 +222,26 @@ class UserCode:
         primary = self._primary() if self._primary is not None else None
         if primary is None:
             self._primary, primary = weakref.ref(optimizer), optimizer
-        if self.phases.optimizer_post(optimizer is primary):
-            return  # the step's own work ran (_on_step)
+        # the optimizer phase ends, and with the primary optimizer a step (its own work: _on_step)
+        if self.steps.exit(OPTIMIZER, step=StepSource.OPTIMIZER if optimizer is primary else None):
+            return
         if self.stop_requested:
             self._safe_stop()
         if self.counting is not None:
             self.counting.tick()
 
     def _on_step(self) -> None:
-        """A step closed (on the frontend): a switch point, a safe point to stop, settings applied."""
+        """A step closed (on the frontend): a switch point, a safe point to stop, settings applied.
+
+        It runs in every step of the user's loop: a few attribute reads when nothing is to be done."""
         if self.stop_requested:
             self._safe_stop()
-        if self.counting is not None:
-            if self.counting.duty > STEPS_DUTY:
-                self.counting.duty = STEPS_DUTY  # steps found: ops/s is no longer the headline
-            self.counting.tick()
-            if self.switch_signal is not None and self.counting.on:
+        counting = self.counting
+        if counting is not None:
+            if counting.duty > STEPS_DUTY:
+                counting.duty = STEPS_DUTY  # steps found: ops/s is no longer the headline
+            counting.tick()
+            if counting.on and self.switch_signal is not None:
                 self.switch_signal.finish_off_soon()  # the step ended inside the counter's dispatch
         agent = self.agent
         agent.items = self.steps.count

@@ -93,6 +93,12 @@ class PhaseHooks:
         self._roots: dict[int, Any] = {}
         self._root_ids: frozenset[int] = frozenset()
         self._discovered_at = 0
+        self._toggled: list[tuple[Any, str, Any, Any, bool, StepSource]] = []
+        """``(owner, name, original, wrapper, inherited, marks)`` of the per-step wrappers that come off
+        while a step's phases are not timed (:attr:`StepClock.sampling
+        <.usercode_steps.StepClock.sampling>`), unless they mark the steps (``marks`` is the source)."""
+        self._pre: Any = None
+        """The optimizer step pre hook's handle while it is registered."""
         self.cuda_installed = False
         self._dist = False
         self._dist_asked = float("-inf")
@@ -103,10 +109,10 @@ class PhaseHooks:
         """Hooks and patches for the CPU boundaries (idempotent per instance)."""
         if self._undo:
             return
-        handle = register_optimizer_step_pre_hook(self._optimizer_pre)
-        self._undo.append(handle.remove)
-        self._patch(torch.autograd, "backward", self._wrap_backward)
-        self._patch(torch.autograd, "grad", self._wrap_backward)
+        self._pre = register_optimizer_step_pre_hook(self._optimizer_pre)
+        self._undo.append(self._remove_pre)
+        self._patch(torch.autograd, "backward", self._wrap_backward, toggled=StepSource.BACKWARD)
+        self._patch(torch.autograd, "grad", self._wrap_backward, toggled=StepSource.BACKWARD)
         # torch warns that a compiled module's global hooks fire for its wrapper too: ours know (they count
         # the outermost call only), and the warning is about them, not the user's code
         warnings.filterwarnings("ignore", message=_COMPILE_HOOKS_WARNING, category=UserWarning)
@@ -142,28 +148,62 @@ class PhaseHooks:
 
     def uninstall(self) -> None:
         """Everything back as it was."""
+        self.clock.on_timing = None
+        self.clock.stop_sampling()
+        self._toggled = []
         while self._undo:
             with contextlib.suppress(Exception):
                 self._undo.pop()()
         self.cuda_installed = False
 
-    def _patch(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
-        """``owner.name`` wrapped; put back (or, where a class inherited it, removed) on uninstall."""
+    def _patch(
+        self, owner: Any, name: str, wrap: Callable[[Any], Any], toggled: StepSource | None = None
+    ) -> None:
+        """``owner.name`` wrapped; put back (or, where a class inherited it, removed) on uninstall.
+        ``toggled``: a per-step wrapper marking steps of that source, off while a step's phases are not
+        timed (:meth:`set_timing`). Only attributes of modules are: setting a class's attribute makes
+        the interpreter drop what it specialised for the class (its ``__call__`` wrapper costs more
+        taken off and put back every few steps than left on)."""
         orig = getattr(owner, name)
         inherited = isinstance(owner, type) and name not in owner.__dict__
-        setattr(owner, name, wrap(orig))
+        wrapper = wrap(orig)
+        setattr(owner, name, wrapper)
         self._undo.append(lambda: delattr(owner, name) if inherited else setattr(owner, name, orig))
+        if toggled is not None:
+            self._toggled.append((owner, name, orig, wrapper, inherited, toggled))
+
+    def set_timing(self, on: bool) -> None:
+        """From the step clock, at a step's end on the frontend: the per-step wrappers and the optimizer
+        pre hook go back (``on``: the next step is timed) or come off (it is not), but for a wrapper
+        that marks the steps (backward's, where no optimizer steps): steps are still counted. A wrapper
+        someone else replaced since is left where it is (and keeps timing when on)."""
+        source = self.clock.source
+        for owner, name, orig, wrapper, inherited, marks in self._toggled:
+            if not on and marks is source:
+                continue
+            now = owner.__dict__.get(name) if inherited else getattr(owner, name, None)
+            if on and now is (None if inherited else orig):
+                setattr(owner, name, wrapper)
+            elif not on and now is wrapper:
+                if inherited:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, orig)
+        if on and self._pre is None:
+            self._pre = register_optimizer_step_pre_hook(self._optimizer_pre)
+        elif not on:
+            self._remove_pre()
+
+    def _remove_pre(self) -> None:
+        if self._pre is not None:
+            self._pre.remove()
+            self._pre = None
 
     # -- optimizer ------------------------------------------------------------------------------------
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _get_ident() == self.frontend:
             self.clock.enter(OPTIMIZER)
-
-    def optimizer_post(self, primary: bool) -> bool:
-        """From the optimizer step post hook (on the frontend): the optimizer phase ends, and with the
-        primary optimizer a step; returns whether a step closed."""
-        return self.clock.exit(OPTIMIZER, step=StepSource.OPTIMIZER if primary else None)
 
     # -- backward -------------------------------------------------------------------------------------
 
@@ -240,12 +280,19 @@ class PhaseHooks:
                 self._patch(cls, "__call__", self._wrap_root_call)
             except Exception:
                 continue
+        self.clock.on_timing = self.set_timing
+        self.clock.allow_sampling()
 
     def _wrap_root_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         hooks = self
 
+        clock = self.clock
+        module_steps = StepSource.MODULE
+
         @functools.wraps(orig)
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if not clock.timing and clock.source is not module_steps:  # an untimed step: pass
+                return orig(module, *args, **kwargs)
             if (
                 hooks._depth
                 or id(module) not in hooks._root_ids
@@ -253,7 +300,6 @@ class PhaseHooks:
                 or _dynamo_compiling()
             ):
                 return orig(module, *args, **kwargs)
-            clock = hooks.clock
             hooks._depth = 1
             clock.enter(FORWARD)
             try:

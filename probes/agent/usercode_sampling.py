@@ -41,12 +41,14 @@ SLICE = 0.05
 DUTY = 0.05
 #: ... once training steps are found: steps/s is then the throughput, and the counter serves the sync
 #: points (sampled, scaled) alone; at ~3.5 µs per op the counter on 5 % of a launch-bound loop's time
-#: was its largest cost (``benchmarks/bench_step_clock.py``).
-STEPS_DUTY = 0.02
+#: was its largest cost (``benchmarks/bench_step_clock.py``; at 2 % still ~2.7 µs of a 190 µs step).
+STEPS_DUTY = 0.01
 #: A switch this late (seconds) without a step or batch to do it asks the sampler for a signal.
 LATE = 0.1
 #: The signal used where a loop has no step or batch boundary (real-time, unused by torch and Python).
 SIGNAL = getattr(signal, "SIGRTMIN", 34) + 5
+
+_NEVER = float("inf")
 
 
 def _stack_len() -> int:
@@ -93,6 +95,8 @@ class SampledCounting:
         self._next_on = clock()
         self._pending: list[Callable[[], None]] = []
         self._pending_since = 0.0
+        self._due = 0.0
+        """The clock reading from which a tick has a switch to make (see :meth:`_set_due`)."""
         self._lock = threading.Lock()
         self.frontend_ident = threading.get_ident()
 
@@ -101,10 +105,13 @@ class SampledCounting:
     def tick(self) -> None:
         """At a switch point on the frontend: run what waits for it, switch the mode on or off if due.
 
-        It runs inside the user's code (a hook, a signal handler): an error of ours is kept here and
+        It runs inside the user's code (a hook, a signal handler; every training step): when nothing
+        waits and no switch is due it returns after one clock read. An error of ours is kept here and
         ends the slicing (the counter goes off), it never reaches the user's code. A stop's
         ``KeyboardInterrupt`` (a pending call) does, as intended.
         """
+        if not self._pending and self._clock() < self._due:
+            return
         if threading.get_ident() != self.frontend_ident or self.failed:
             return
         try:
@@ -122,8 +129,8 @@ class SampledCounting:
             for fn in pending:
                 fn()
         now = self._clock()
-        if not self.frozen and compiled_code_seen():
-            self.frozen = True
+        if not self.frozen and compiled_code_seen():  # only looked at when a switch is due: frozen
+            self.frozen = True  # keeps the state as it is, so finding out at the next switch is enough
             if self.on_freeze is not None:
                 self.on_freeze(self.on)
         if self.on:
@@ -131,6 +138,16 @@ class SampledCounting:
                 self._switch_off(now)
         elif self.pinned or (not self.frozen and now >= self._next_on):
             self._switch_on(now)
+        self._set_due()
+
+    def _set_due(self) -> None:
+        """When the next tick has something to do (pending calls aside, which it checks itself)."""
+        if self.on:
+            self._due = _NEVER if self.pinned or self.frozen else self._on_since + self.slice
+        elif self.pinned:
+            self._due = 0.0  # at once (again, if it had to stand aside)
+        else:
+            self._due = _NEVER if self.frozen else self._next_on
 
     def _switch_on(self, now: float) -> None:
         if _stack_len() != 0:  # another mode is on (or we are inside a dispatch): not now
@@ -139,6 +156,7 @@ class SampledCounting:
             return
         self.mode.__enter__()
         self.on, self._on_since = True, now
+        self._set_due()
 
     def off_due(self) -> bool:
         """Whether the running slice should end now."""
@@ -153,6 +171,7 @@ class SampledCounting:
         self.covered += length
         self.on = False
         self._next_on = now + length * (1.0 - self.duty) / self.duty  # keeps the long-run duty
+        self._set_due()
         return True
 
     def pin(self, pinned: bool) -> None:
@@ -160,6 +179,7 @@ class SampledCounting:
         self.pinned = pinned
         if pinned and not self.on:
             self._next_on = self._clock()
+        self._set_due()
 
     def tick_off(self) -> bool:
         """Switch off now if the mode can be taken off the stack here; True when it is off."""

@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchpar_top.contract.messages import (
@@ -48,12 +48,43 @@ DATA, TRANSFER, FORWARD, BACKWARD, COMM, OPTIMIZER, SYNC, OTHER = range(len(PHAS
 PREFERENCE = {StepSource.MODULE: 1, StepSource.DATALOADER: 2, StepSource.BACKWARD: 3, StepSource.OPTIMIZER: 4}
 #: Steps the GPU may be behind the frontend before a step goes untimed on the GPU (its CPU phases count).
 MAX_PENDING = 64
+#: Finished steps the frontend keeps for the sampler before it merges them into one (nobody sampling).
+COMPACT_AT = 1 << 14
+#: Once phase timing may be sampled, one step's phases are timed per this many seconds of steps. A
+#: timed step costs a few µs more than an untimed one, and taking the hooks off and putting them back
+#: ~5-20 µs (``benchmarks/bench_step_clock.py``): ~0.3 % of a fast loop's time at most this way.
+TIMED_EVERY_S = 0.01
+#: Steps are sampled only where that leaves at least this many steps between timed ones (else every
+#: step is timed: steps of ~1 ms and longer, where timing them all costs less than switching).
+MIN_EVERY = 8
+#: At most this many steps go untimed in a row.
+MAX_UNTIMED = 255
 
-_NO_PHASES = (0.0,) * len(PHASES)
+_N = len(PHASES)
+
+StepTimes = tuple[float, float, Sequence[float]]
+"""One step: its end (``perf_counter``), its seconds, its phases (seconds, in :data:`PHASES` order)."""
+Record = tuple[float, float, Sequence[float] | None, int, int]
+"""A finished step for the sampler: ``(end, seconds, phases, n, timed)``; phases None for a step whose
+phases were not timed; ``n`` steps (1, or more once merged), ``timed`` of them timed."""
 
 
 class StepClock:
-    """Steps and their phases, written by the frontend thread, read by the sampler (:meth:`take`)."""
+    """Steps and their phases, written by the frontend thread, read by the sampler (:meth:`take`).
+
+    The frontend does as little as it can per step (the clock runs inside the user's loop): a
+    timestamp and a list addition per boundary, and at a step's end one :data:`Record` appended to a
+    deque (an atomic append, no lock). Everything else (the run's totals, the count, the ends and the
+    whole steps of a sample) is done by the sampler, ten times a second, over the records it drains.
+
+    **Sampled phases.** Once :attr:`sampling` is set (the phase hooks set it when their root discovery
+    is over), a fast loop's steps are not all timed: one step per :data:`TIMED_EVERY_S` of steps is,
+    and :attr:`on_timing` takes the per-step hooks off in between (the other steps are still counted,
+    with their duration); loops of ~1 ms steps and longer have every step timed (:data:`MIN_EVERY`).
+    The untimed steps' phases are estimated: the sample's timed steps' phases scaled to the sample's
+    whole step time (so they add up), and the count
+    of timed steps goes out with them (``Steps.timed``). Phases on the GPU are never sampled.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
@@ -66,18 +97,26 @@ class StepClock:
         self._start: float | None = None
         """Start of the open step (None before the first boundary)."""
         self._first = 0.0
-        self._cur = [0.0] * len(PHASES)
-        self._tot = [0.0] * len(PHASES)
+        self._cur = [0.0] * _N
         self.count = 0
-        """Steps closed so far (the frontend's count; with the GPU, :attr:`state` may lag it)."""
-        self._seconds = 0.0
-        self.state: tuple[StepSource, int, float, tuple[float, ...]] | None = None
-        """``(source, count, seconds, phases)`` of the steps whose phases are final: replaced whole, so
-        the sampler reads one consistent tuple."""
-        self._ends: deque[tuple[int, float]] = deque(maxlen=MAX_STEP_ENDS)
-        self._records: deque[tuple[int, float, tuple[float, ...]]] = deque(maxlen=MAX_STEP_RECORDS)
+        """Steps closed so far (the frontend's count; with the GPU, the sampler's may lag it)."""
+        self.timing = True
+        """Whether the open step's phases are timed (see "Sampled phases")."""
+        self.sampling = False
+        """Whether steps may go untimed (set once the phase hooks know what to take off)."""
+        self.on_timing: Callable[[bool], None] | None = None
+        """Called on the frontend when :attr:`timing` changes (the hooks come off or go back)."""
+        self._untimed_left = 0
+        self._done: deque[Record] = deque()
+        """Finished steps not yet taken by the sampler: appended by the frontend."""
+        self._lock = threading.Lock()
+        """Held by the sampler's :meth:`take` and by the frontend's rare paths (a better source,
+        merging records), never by the per-step path."""
+        # the sampler's side: the run's totals over the records taken
         self._resolved = 0
-        self._taken_end = self._taken_record = 0
+        self._timed = 0
+        self._seconds = 0.0
+        self._tot = [0.0] * _N
         self.sent = False
         """True once a sample carried steps: from then on the count only grows."""
         self.gpu: GpuSteps | None = None
@@ -90,6 +129,8 @@ class StepClock:
 
     def enter(self, phase: int) -> None:
         """A phase begins (nested inside the one open now)."""
+        if not self.timing:
+            return
         t = self._clock()
         if self._start is None:
             self._start = self._first = self._since = t
@@ -107,10 +148,12 @@ class StepClock:
         it), the time after that moment is charged to ``then`` (backward's wait for the other ranks).
         With ``step``, its end also marks a step of that source (one timestamp for both); returns
         whether a step closed."""
-        if phase != self.phase and phase not in self._stack:
-            return self.step(step) if step is not None else False
-        t = self._clock()
         cur = self.phase
+        if not self.timing or (phase != cur and phase not in self._stack):
+            if step is None or (step is not self.source and not self._better(step)):
+                return False
+            return self._close(self._clock())
+        t = self._clock()
         if self._since < split_at < t:
             self._cur[cur] += split_at - self._since
             self._cur[then] += t - split_at
@@ -119,14 +162,19 @@ class StepClock:
         self._since = t
         if self.gpu is not None:
             self.gpu.mark(then if split_at else cur)
-        while self._stack:
-            popped = self.phase
-            self.phase = self._stack.pop()
-            if popped == phase:
-                break
-        if step is None or PREFERENCE[step] < self._pref:
+        stack = self._stack
+        if cur == phase:
+            self.phase = stack.pop() if stack else OTHER
+        else:
+            while stack:
+                popped, self.phase = self.phase, stack.pop()
+                if popped == phase:
+                    break
+        if step is None:
             return False
-        return self._close(step, t)
+        if step is not self.source and not self._better(step):
+            return False
+        return self._close(t)
 
     def mark_split(self, phase: int) -> None:
         """The GPU side of a split (see :meth:`exit`): the stretch up to now was ``phase`` (any thread)."""
@@ -136,61 +184,107 @@ class StepClock:
 
     def step(self, source: StepSource) -> bool:
         """Something that marks a step of ``source`` happened; True when it closed a step."""
-        if PREFERENCE[source] < self._pref:
+        if source is not self.source and not self._better(source):
             return False
-        return self._close(source, self._clock())
+        return self._close(self._clock())
 
-    def _close(self, source: StepSource, t: float) -> bool:
-        """A step of ``source`` ends at ``t`` (if that source marks steps)."""
+    def _better(self, source: StepSource) -> bool:
+        """``source`` is not the one marking steps: True (and it marks them from now on) when it is
+        preferred. Before any step went out in a sample, the steps of the source it replaces are
+        folded back into the open one, so the count starts with the source that stays."""
         pref = PREFERENCE[source]
-        if pref < self._pref:
+        if pref <= self._pref:
             return False
-        if self._start is None:
-            self._start = self._first = self._since = t
-        if pref > self._pref:
+        with self._lock:
             self.source, self._pref = source, pref
-            if not self.sent and self.count:  # fold the lower source's steps back into the open one
-                cur, tot = self._cur, self._tot
-                for i in range(len(cur)):
-                    cur[i] += tot[i]
-                self._tot = [0.0] * len(PHASES)
-                self.count = self._resolved = 0
+            if not self.sent and self.count:
+                cur = self._cur
+                while self._done:
+                    _, seconds, phases, _, _ = self._done.popleft()
+                    if phases is None:
+                        cur[OTHER] += seconds
+                        continue
+                    for i in range(_N):
+                        cur[i] += phases[i]
+                for i in range(_N):
+                    cur[i] += self._tot[i]
+                self._tot = [0.0] * _N
+                self.count = self._resolved = self._timed = 0
                 self._seconds = 0.0
                 self._start = self._first
-                self._ends.clear()
-                self._records.clear()
-                self.state = None
-                self._taken_end = self._taken_record = 0
-        cur = self._cur
-        stretch = t != self._since  # False right after a phase ended at this very moment
-        cur[self.phase] += t - self._since
-        self._since = t
-        phases = tuple(cur)
-        self._cur = [0.0] * len(PHASES)
+        return True
+
+    def _close(self, t: float) -> bool:
+        """A step of the current source ends at ``t``."""
+        if self._start is None:
+            self._start = self._first = self._since = t
         seconds = t - self._start
         self._start = t
         self.count += 1
-        self._ends.append((self.count, t))
+        done = self._done
         gpu = self.gpu
-        if gpu is None:
-            self._final(t, seconds, phases)
+        if not self.timing:
+            done.append((t, seconds, None, 1, 0))
         else:
-            for rec in gpu.end(self.phase, (t, seconds, phases), mark=stretch):
-                self._final(*rec)
+            cur = self._cur
+            stretch = t != self._since  # False right after a phase ended at this very moment
+            cur[self.phase] += t - self._since
+            self._since = t
+            self._cur = [0.0] * _N
+            if gpu is None:
+                done.append((t, seconds, cur, 1, 1))
+            else:
+                for end, secs, phases in gpu.end(self.phase, (t, seconds, cur), mark=stretch):
+                    done.append((end, secs, phases, 1, 1))
+        if len(done) > COMPACT_AT:
+            self._compact()
         if self._gpu_next is not None:  # GPU timing starts with a step
             self.gpu, self._gpu_next = self._gpu_next, None
             self.gpu.begin()
+            self.sampling = False
+            if not self.timing:
+                self._set_timing(True, t)
+        if self.sampling:
+            if self._untimed_left:
+                self._untimed_left -= 1
+                if self.timing:
+                    self._set_timing(False, t)
+            else:
+                every = int(TIMED_EVERY_S / seconds) if seconds > 0 else MAX_UNTIMED + 1
+                self._untimed_left = min(MAX_UNTIMED, every - 1) if every >= MIN_EVERY else 0
+                if not self.timing:
+                    self._set_timing(True, t)
         if self.on_step is not None:
             self.on_step()
         return True
 
-    def _final(self, end: float, seconds: float, phases: tuple[float, ...]) -> None:
-        """One step's phases are final: into the totals and the records."""
-        self._resolved += 1
-        self._seconds += seconds
-        self._tot = tot = [a + b for a, b in zip(self._tot, phases, strict=True)]
-        self._records.append((self._resolved, end, phases))
-        self.state = (self.source, self._resolved, self._seconds, tuple(tot))  # type: ignore[assignment]
+    def _set_timing(self, on: bool, t: float) -> None:
+        """The next step is timed (``on``) or not: from a step's end at ``t``."""
+        self.timing = on
+        if on:  # a phase left open when timing stopped ended unseen: start afresh
+            self._stack.clear()
+            self.phase, self._since = OTHER, t
+        if self.on_timing is not None:
+            self.on_timing(on)
+
+    def allow_sampling(self) -> None:
+        """The per-step hooks can come off between timed steps: sample a fast loop's phases (never
+        while they are GPU time)."""
+        if self.gpu is None and self._gpu_next is None:
+            self.sampling = True
+
+    def stop_sampling(self) -> None:
+        """Time every step from now on (the hooks that sampling takes off are going away)."""
+        self.sampling = False
+        if not self.timing:
+            self._set_timing(True, self._clock())
+
+    def _compact(self) -> None:
+        """Nobody took the finished steps for a while: merge them into one record (bounded memory)."""
+        with self._lock:
+            records = [self._done.popleft() for _ in range(len(self._done))]
+            seconds, phases, n, timed = _merge(records, self._tot, self._seconds)
+            self._done.append((records[-1][0], seconds, phases, n, timed))
 
     def use_gpu(self, gpu: GpuSteps) -> None:
         """Time the phases with CUDA events from the next step on (on the frontend thread)."""
@@ -200,33 +294,57 @@ class StepClock:
 
     def take(self, wall: Callable[[], float] = time.time) -> Steps | None:
         """The ``steps`` of a sample: cumulative totals, the ends and whole steps since the last call."""
-        state = self.state
-        if state is None:
-            return None
-        source, count, seconds, tot = state
+        with self._lock:
+            done = self._done
+            records = [done.popleft() for _ in range(len(done))]
+            if records:
+                seconds, phases, n, timed = _merge(records, self._tot, self._seconds)
+                self._resolved += n
+                self._timed += timed
+                self._seconds += seconds
+                self._tot = [a + b for a, b in zip(self._tot, phases, strict=True)]
+            source = self.source
+            if source is None or not self._resolved:
+                return None
+            self.sent = True
+            count, timed, seconds, tot = self._resolved, self._timed, self._seconds, self._tot
         offset = wall() - self._clock()
-        ends = [(i, t) for i, t in list(self._ends) if i > self._taken_end]
-        records = [r for r in list(self._records) if r[0] > self._taken_record]
-        if ends:
-            self._taken_end = ends[-1][0]
-        if records:
-            self._taken_record = records[-1][0]
-        self.sent = True
+        ends = [r[0] + offset for r in records[-MAX_STEP_ENDS:] if r[3] == 1]
+        recent = [(r[0], r[2]) for r in records if r[3] == 1 and r[2] is not None][-MAX_STEP_RECORDS:]
         gpu = self.gpu
         return Steps(
             source=source,
             count=count,
             seconds=max(0.0, seconds),
             phases=_phases(tot),
-            ends=tuple(t + offset for _, t in ends[-MAX_STEP_ENDS:]),
-            recent=tuple(
-                StepRecord(end=t + offset, phases=_phases(p)) for _, t, p in records[-MAX_STEP_RECORDS:]
-            ),
+            ends=tuple(ends),
+            recent=tuple(StepRecord(end=end + offset, phases=_phases(p)) for end, p in recent),
             gpu=gpu is not None and gpu.timed > 0,
+            timed=None if timed == count else timed,
         )
 
 
-def _phases(values: tuple[float, ...]) -> StepPhases:
+def _merge(
+    records: list[Record], run_phases: Sequence[float], run_seconds: float
+) -> tuple[float, list[float], int, int]:
+    """Records summed: ``(seconds, phases, n, timed)``. Where some steps were not timed, the phases are
+    the timed ones' scaled to all the steps' seconds (the run's shares so far where none was timed)."""
+    _, secs, all_phases, ns, timed_ns = zip(*records, strict=True)
+    seconds, n, timed = sum(secs), sum(ns), sum(timed_ns)
+    measured = [p for p in all_phases if p is not None]
+    if measured:
+        phases = [sum(col) for col in zip(*measured, strict=True)]
+        if len(measured) < len(records):
+            covered = sum(s for s, p in zip(secs, all_phases, strict=True) if p is not None)
+            scale = seconds / covered if covered > 0 else 0.0
+            phases = [p * scale for p in phases]
+        return seconds, phases, n, timed
+    if run_seconds > 0:
+        return seconds, [p * seconds / run_seconds for p in run_phases], n, timed
+    return seconds, [seconds if i == OTHER else 0.0 for i in range(_N)], n, timed
+
+
+def _phases(values: Sequence[float]) -> StepPhases:
     return StepPhases(*(max(0.0, v) for v in values))
 
 
@@ -244,7 +362,7 @@ class GpuSteps:
         self.cuda = cuda
         self.log = log
         self._pool: list[Any] = []
-        self._pending: deque[tuple[Any, list[tuple[int, Any]] | None, tuple[float, float, tuple]]] = deque()
+        self._pending: deque[tuple[Any, list[tuple[int, Any]] | None, StepTimes]] = deque()
         self._marks: list[tuple[int, Any]] | None = None
         self._start: Any = None
         self._stream: Any = None
@@ -290,9 +408,7 @@ class GpuSteps:
             return
         marks.append((phase, ev))
 
-    def end(
-        self, phase: int, cpu: tuple[float, float, tuple], mark: bool = True
-    ) -> list[tuple[float, float, tuple]]:
+    def end(self, phase: int, cpu: StepTimes, mark: bool = True) -> list[StepTimes]:
         """The step ends now (its last stretch was ``phase``; ``mark`` False: a phase boundary was just
         marked at this moment); returns the steps read since, in order, as ``(end, seconds, phases)``;
         the next step's timing begins."""
@@ -309,7 +425,7 @@ class GpuSteps:
             self.begin()
         return self.poll()
 
-    def poll(self) -> list[tuple[float, float, tuple]]:
+    def poll(self) -> list[StepTimes]:
         """Steps whose events all completed, oldest first (``query()`` only: never waits)."""
         out = []
         pending = self._pending
@@ -339,7 +455,7 @@ class GpuSteps:
             with self._lock:
                 self._pool.append(start)
                 self._pool.extend(ev for _, ev in marks[:-1])
-            out.append((cpu[0], sum(phases), tuple(phases)))
+            out.append((cpu[0], sum(phases), phases))
         return out
 
     def _fail(self, exc: Exception) -> None:

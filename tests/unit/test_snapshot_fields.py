@@ -166,7 +166,7 @@ HEADLESS = {
     **{
         f"{where}steps.{k}": f"{where}steps.{k}"
         for where in ("", "ranks[].")
-        for k in ("source", "count", "per_second", "seconds", "run_seconds", "gpu")
+        for k in ("source", "count", "per_second", "seconds", "run_seconds", "gpu", "timed_share")
     },
     **{
         f"{where}steps.{part}.{p}": f"{where}steps.{part}.{p}"
@@ -308,6 +308,11 @@ NOT_IN_PROMETHEUS = {
         f"{where}steps.{part}": f"over the run: the report's; avg_over_time of the window's series, {PROMQL}"
         for where in ("", "ranks[].")
         for part in ("run_seconds", *(f"run_phases.{p}" for p in PHASES))
+    },
+    **{
+        f"{where}steps.timed_share": "how the phases were measured (a fast loop's in one step of "
+        "several), not a figure of the workload: headless and the steps panel's title say it"
+        for where in ("", "ranks[].")
     },
     "straggler.costs": "the others' torchpar_step_phase_seconds{phase='comm'} less the straggler's: "
     + PROMQL,

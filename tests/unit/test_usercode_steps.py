@@ -6,9 +6,10 @@ import pytest
 import torch
 from fakes.fake_cuda import FakeCuda, SimClock
 from torch import nn
+from torch.optim import optimizer as optimizer_module
 from torchpar_top.contract import messages as m
 from torchpar_top.contract.vocab import PHASES, StepSource
-from torchpar_top.probes.agent import usercode_phases
+from torchpar_top.probes.agent import usercode_phases, usercode_steps
 from torchpar_top.probes.agent.usercode import UserCode
 from torchpar_top.probes.agent.usercode_install import Instrumentation
 from torchpar_top.probes.agent.usercode_steps import (
@@ -166,7 +167,8 @@ class RecordingUser(UserCode):
         self.agent.send = lambda msg: None
 
 
-def test_roots_are_found_then_hooked_alone_and_everything_is_put_back():
+def test_roots_are_found_then_hooked_alone_and_everything_is_put_back(monkeypatch):
+    monkeypatch.setattr(usercode_steps, "TIMED_EVERY_S", 0.0)  # every step timed: the hooks stay on
     user = RecordingUser()
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
     criterion = nn.MSELoss()
@@ -194,6 +196,84 @@ def test_roots_are_found_then_hooked_alone_and_everything_is_put_back():
     assert (torch.autograd.backward, torch.autograd.grad, torch.distributed.all_reduce) == originals
     assert "__call__" not in nn.Sequential.__dict__ and "__call__" not in nn.MSELoss.__dict__
     assert not torch.nn.modules.module._global_forward_pre_hooks
+
+
+def test_a_fast_loops_phases_are_timed_in_some_steps_with_the_hooks_off_in_between(monkeypatch):
+    monkeypatch.setattr(usercode_steps, "TIMED_EVERY_S", 10.0)  # any step is fast: the most untimed
+    user = RecordingUser()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    w = list(model.parameters())
+    opt = torch.optim.SGD(w, lr=0.01)
+    x = torch.randn(4, 8)
+    original = torch.autograd.backward
+    seen = set()
+    with Instrumentation(user):
+        for _ in range(3 * (usercode_steps.MAX_UNTIMED + 1)):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            if not user.phases.discovering:
+                seen.add((torch.autograd.backward is original, "__call__" in nn.Sequential.__dict__))
+        steps = user.steps.take()
+    # between timed steps backward's wrapper and the pre hook are off; they come back for the timed
+    # ones; the root's class keeps its __call__ (changing a class costs more than the wrapper)
+    assert seen == {(True, True), (False, True)}
+    assert steps.count == 3 * (usercode_steps.MAX_UNTIMED + 1)  # every step is counted
+    # the steps of the root discovery (the first 5 or 6), then one in MAX_UNTIMED + 1
+    assert 7 <= steps.timed <= 10
+    assert sum(phases(steps).values()) == pytest.approx(steps.seconds)  # estimated, still adding up
+    assert steps.phases.forward > 0 and steps.phases.backward > 0 and steps.phases.optimizer > 0
+    assert all(sum(phases(r).values()) > 0 for r in steps.recent)  # whole steps: timed ones only
+    assert torch.autograd.backward is original and "__call__" not in nn.Sequential.__dict__
+    assert not optimizer_module._global_optimizer_pre_hooks
+
+
+@pytest.mark.parametrize("source", [StepSource.BACKWARD, StepSource.MODULE])
+def test_a_fast_loop_without_an_optimizer_keeps_every_step_with_sampled_phases(monkeypatch, source):
+    """The wrapper that marks the steps stays on in the untimed steps (manual SGD: backward's)."""
+    monkeypatch.setattr(usercode_steps, "TIMED_EVERY_S", 10.0)
+    user = RecordingUser()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    x = torch.randn(4, 8)
+    n = 2 * (usercode_steps.MAX_UNTIMED + 1)
+    with Instrumentation(user):
+        for _ in range(n):
+            if source is StepSource.BACKWARD:
+                model(x).sum().backward()
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(p.grad, alpha=-0.01)
+                        p.grad = None
+            else:
+                with torch.no_grad():
+                    model(x)
+        steps = user.steps.take()
+    assert steps.source == source and steps.count == n
+    assert steps.timed is not None and steps.timed < n // 10
+    assert sum(phases(steps).values()) == pytest.approx(steps.seconds)
+
+
+def test_a_wrapper_someone_put_over_ours_is_left_alone_when_the_hooks_come_off(monkeypatch):
+    monkeypatch.setattr(usercode_steps, "TIMED_EVERY_S", 10.0)
+    user = RecordingUser()
+    w = torch.zeros(4, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.01)
+    with Instrumentation(user):
+        ours = torch.autograd.backward
+
+        def theirs(*args, **kwargs):  # a library wrapping backward after us
+            return ours(*args, **kwargs)
+
+        torch.autograd.backward = theirs
+        for _ in range(10):
+            w.sum().backward()
+            opt.step()
+            assert torch.autograd.backward is theirs
+        user.phases.clock.sampling = True
+        user.phases.set_timing(False)
+        assert torch.autograd.backward is theirs
+        torch.autograd.backward = ours  # they put ours back before we go
+    assert user.steps.take().count == 10
 
 
 def test_a_module_only_loop_steps_by_its_outermost_calls():
