@@ -160,7 +160,9 @@ def finite(obj: Any) -> bool:
             return all(map(finite, obj))
     if kind is dict:
         return all(map(finite, obj.values()))
-    if dataclasses.is_dataclass(obj):
+    if hasattr(kind, "__dataclass_fields__"):
+        if hasattr(obj, "__dict__"):  # every field, also those a fast converter filled in
+            return all(map(finite, obj.__dict__.values()))
         return all(finite(getattr(obj, f.name)) for f in dataclasses.fields(obj))
     return True
 
