@@ -36,7 +36,12 @@ from torchpar_top.probes.agent.sync import SyncPolicy
 from torchpar_top.probes.agent.usercode_data import DataLoaderWatch
 from torchpar_top.probes.agent.usercode_ops import EagerOps, OpCounter, SyncCounter
 from torchpar_top.probes.agent.usercode_phases import PhaseHooks
-from torchpar_top.probes.agent.usercode_sampling import STEPS_DUTY, SampledCounting, SwitchSignal
+from torchpar_top.probes.agent.usercode_sampling import (
+    STEPS_DUTY,
+    STEPS_SLICE,
+    SampledCounting,
+    SwitchSignal,
+)
 from torchpar_top.probes.agent.usercode_steps import OPTIMIZER, SYNC, GpuSteps, StepClock, read_memory
 
 CPU_SYNC_NOTE = (
@@ -238,8 +243,8 @@ class UserCode:
             self._safe_stop()
         counting = self.counting
         if counting is not None:
-            if counting.duty > STEPS_DUTY:
-                counting.duty = STEPS_DUTY  # steps found: ops/s is no longer the headline
+            if counting.duty > STEPS_DUTY:  # steps found: ops/s is no longer the headline
+                counting.duty, counting.slice = STEPS_DUTY, STEPS_SLICE
             counting.tick()
             if counting.on and self.switch_signal is not None:
                 self.switch_signal.finish_off_soon()  # the step ended inside the counter's dispatch

@@ -43,6 +43,9 @@ DUTY = 0.05
 #: points (sampled, scaled) alone; at ~3.5 µs per op the counter on 5 % of a launch-bound loop's time
 #: was its largest cost (``benchmarks/bench_step_clock.py``; at 2 % still ~2.7 µs of a 190 µs step).
 STEPS_DUTY = 0.01
+#: ... in slices this long (a fast loop's slice still sees hundreds of steps; the rates and sync points
+#: come as often as at 2 % in 50 ms slices: every ~2.5 s).
+STEPS_SLICE = 0.025
 #: A switch this late (seconds) without a step or batch to do it asks the sampler for a signal.
 LATE = 0.1
 #: The signal used where a loop has no step or batch boundary (real-time, unused by torch and Python).

@@ -350,7 +350,7 @@ def test_a_compiled_model_steps_without_graph_breaks_or_a_warning_about_our_hook
 
 
 def test_once_steps_are_found_the_op_counter_samples_less_of_the_time():
-    from torchpar_top.probes.agent.usercode_sampling import DUTY, STEPS_DUTY
+    from torchpar_top.probes.agent.usercode_sampling import DUTY, SLICE, STEPS_DUTY, STEPS_SLICE
 
     user = RecordingUser()
     w = torch.zeros(4, requires_grad=True)
@@ -358,3 +358,4 @@ def test_once_steps_are_found_the_op_counter_samples_less_of_the_time():
         assert inst.counting.duty == DUTY
         w.sum().backward()
         assert inst.counting.duty == STEPS_DUTY < DUTY
+        assert inst.counting.slice == STEPS_SLICE < SLICE
