@@ -20,6 +20,7 @@ from torchpar_top.contract.codec import (
     ProtocolError,
     bounded,
     dataclass,
+    dumps,
     fast_dumps,
     from_plain,
     loads,
@@ -54,8 +55,7 @@ class Message:
         if body is not None:
             head = f'{{"v":{VERSION},"type":{json.dumps(self.TYPE)}'.encode()
             return head + (b"," + body[1:] if len(body) > 2 else b"}") + b"\n"
-        obj = {"v": VERSION, "type": self.TYPE, **to_plain(self)}
-        return (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        return (dumps({"v": VERSION, "type": self.TYPE, **to_plain(self)}) + "\n").encode()
 
 
 # -- pieces ----------------------------------------------------------------------------------------

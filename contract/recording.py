@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import json
 import math
 import os
 import platform
@@ -294,7 +293,7 @@ class Encoder:
                 is a delta against the last line returned.
         """
         plain, current = self._encode(snap)
-        text = json.dumps(plain, separators=(",", ":"), allow_nan=False) + "\n"
+        text = codec.dumps(plain) + "\n"
         self._prev = current
         self._count += 1
         return text
