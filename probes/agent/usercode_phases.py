@@ -284,9 +284,7 @@ class PhaseHooks:
         self.clock.allow_sampling()
 
     def _wrap_root_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        hooks = self
-
-        clock = self.clock
+        hooks, clock = self, self.clock
         module_steps = StepSource.MODULE
 
         @functools.wraps(orig)

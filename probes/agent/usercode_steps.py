@@ -195,22 +195,17 @@ class StepClock:
         pref = PREFERENCE[source]
         if pref <= self._pref:
             return False
-        with self._lock:
+        with self._lock:  # take() sets sent under it: unsent, the sampler's totals are still zero
             self.source, self._pref = source, pref
             if not self.sent and self.count:
                 cur = self._cur
-                while self._done:
-                    _, seconds, phases, _, _ = self._done.popleft()
+                for _, seconds, phases, _, _ in self._drain():
                     if phases is None:
                         cur[OTHER] += seconds
                         continue
                     for i in range(_N):
                         cur[i] += phases[i]
-                for i in range(_N):
-                    cur[i] += self._tot[i]
-                self._tot = [0.0] * _N
-                self.count = self._resolved = self._timed = 0
-                self._seconds = 0.0
+                self.count = 0
                 self._start = self._first
         return True
 
@@ -282,9 +277,15 @@ class StepClock:
     def _compact(self) -> None:
         """Nobody took the finished steps for a while: merge them into one record (bounded memory)."""
         with self._lock:
-            records = [self._done.popleft() for _ in range(len(self._done))]
+            records = self._drain()
             seconds, phases, n, timed = _merge(records, self._tot, self._seconds)
             self._done.append((records[-1][0], seconds, phases, n, timed))
+
+    def _drain(self) -> list[Record]:
+        """The finished steps appended so far, taken out (under the lock; the frontend may append meanwhile:
+        ``popleft`` and ``append`` are each atomic, so none is lost)."""
+        done = self._done
+        return [done.popleft() for _ in range(len(done))]
 
     def use_gpu(self, gpu: GpuSteps) -> None:
         """Time the phases with CUDA events from the next step on (on the frontend thread)."""
@@ -295,8 +296,7 @@ class StepClock:
     def take(self, wall: Callable[[], float] = time.time) -> Steps | None:
         """The ``steps`` of a sample: cumulative totals, the ends and whole steps since the last call."""
         with self._lock:
-            done = self._done
-            records = [done.popleft() for _ in range(len(done))]
+            records = self._drain()
             if records:
                 seconds, phases, n, timed = _merge(records, self._tot, self._seconds)
                 self._resolved += n
