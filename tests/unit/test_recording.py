@@ -346,16 +346,22 @@ def test_module_constants_are_what_the_docs_say():
     assert rec_mod.FORMAT == "torchpar-top-recording" and rec_mod.FORMAT_VERSION == 2
 
 
-def test_a_child_that_exits_after_the_last_host_sample_is_recorded_at_close(snaps, tmp_path):
-    """The run ends between two host samples (the headless loop sees the exit, no sample follows): the
-    recording still ends on the exit, not on the last 'running' snapshot."""
-    path = tmp_path / "run.jsonl"
+def _recording_one_line(snaps, path):
+    """A Recorder on a fake session that has written the line of its one host sample so far."""
     session = FakeSession(list(snaps[:5]))
     out = open(path, "w", encoding="utf-8")  # noqa: SIM115 the Recorder owns the file and closes it
     recorder = recorder_for(session, out, [])
     recorder.start()
     session.host_samples = 5
     wait_for(lambda: recorder.lines == 1)
+    return session, recorder
+
+
+def test_a_child_that_exits_after_the_last_host_sample_is_recorded_at_close(snaps, tmp_path):
+    """The run ends between two host samples (the headless loop sees the exit, no sample follows): the
+    recording still ends on the exit, not on the last 'running' snapshot."""
+    path = tmp_path / "run.jsonl"
+    session, recorder = _recording_one_line(snaps, path)
     assert session.snaps[4].child.state != ChildState.EXITED
     session.snaps[4] = dataclasses.replace(
         snaps[4], child=dataclasses.replace(snaps[4].child, state=ChildState.EXITED, exit_code=0)
@@ -366,12 +372,6 @@ def test_a_child_that_exits_after_the_last_host_sample_is_recorded_at_close(snap
 
 
 def test_close_writes_nothing_more_when_nothing_changed(snaps, tmp_path):
-    path = tmp_path / "run.jsonl"
-    session = FakeSession(list(snaps[:5]))
-    out = open(path, "w", encoding="utf-8")  # noqa: SIM115 the Recorder owns the file and closes it
-    recorder = recorder_for(session, out, [])
-    recorder.start()
-    session.host_samples = 5
-    wait_for(lambda: recorder.lines == 1)
+    _, recorder = _recording_one_line(snaps, tmp_path / "run.jsonl")
     recorder.close()
     assert recorder.lines == 1
