@@ -32,12 +32,15 @@ that hangs is cut off at most 30 s past its limit, so the run stays under 5 minu
    unique graphs and cudagraph skips as plain); the report records what the queue rows showed.
 8. ``cupti_run``: the CUPTI path (``probes/agent/cuda_cupti.py``): launches per stream from the real
    ``cupti`` binding against a torch.profiler trace of the same loop, then a launch-bound loop
-   (``x.add_(1)``) plain and under ``torchpar-top run --headless``, alternating, two rounds: median
-   speed ratio >= 0.97. Needs cupti-python; without it the check is skipped and says so.
+   (``x.add_(1)``, 1,000,000 ops) plain, under ``torchpar-top run --headless`` and under run with
+   cupti-python hidden (the launch counter's path), alternating, two rounds: the steady speeds' (median
+   tenth of each loop's second half) median ratio under run >= 0.97. Needs cupti-python; without it the
+   check is skipped and says so.
 9. ``nccl_flight_recorder``: an NCCL all-reduce loop under ``torchpar-top run --nproc-per-node 1`` with
    torch's flight recorder on (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_ENABLE_TIMING=1``): the agent's log
-   names ``nccl:all_reduce`` with its time per collective (``probes/agent/collectives.py``), within 2x of
-   the script's own CUDA-event timing.
+   names ``nccl:all_reduce`` with its time per collective (``probes/agent/collectives.py``), above 0 and
+   within the script's own CUDA events around each call (which hold the collective's span on NCCL's
+   stream and the hand-over between the streams).
 10. ``step_phases`` (before ``cupti_run`` in the plan): a training loop on cuda:0 under the agent's step
    clock (``children/step_phases_loop.py``): its phases must be GPU time from the agent's CUDA events,
    the forward within 15 % of the script's own events around it, the phases adding up to the step time,

@@ -762,8 +762,11 @@ def check_hta(ctx: Context) -> Result:
 # -- 6 and 7: scripts under `torchpar-top run --headless` ----------------------------------------------------
 
 
-def headless_run(ctx: Context, script: Path, args: Sequence[str], limit: float) -> dict[str, Any]:
-    """``torchpar-top run --headless`` on a script: its JSON lines, its stderr, how it ended.
+def headless_run(
+    ctx: Context, script: Path, args: Sequence[str], limit: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``torchpar-top run --headless`` on a script (``env``: its environment, default this one's): its
+    JSON lines, its stderr, how it ended.
 
     The headless run lasts ``--duration`` s whatever the script does; once the records say the script
     exited, the run is ended with SIGTERM (which headless mode turns into a clean exit) 2 s later.
@@ -782,7 +785,7 @@ def headless_run(ctx: Context, script: Path, args: Sequence[str], limit: float) 
         str(script),
         *args,
     ]
-    proc = ctx.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = ctx.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     records: list[dict[str, Any]] = []
     other: list[str] = []
     err: list[str] = []
@@ -947,47 +950,85 @@ def check_step_phases(ctx: Context) -> Result:
 CUPTI_TARGET = 0.97
 
 
-def _ops_per_s(lines: Sequence[str]) -> float | None:
+def _ops_per_s(lines: Sequence[str], key: str = "steady_ops_per_s") -> float | None:
     result = cmp.marker_result(lines) or {}
-    value = result.get("ops_per_s")
+    value = result.get(key)
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def _without_cupti(ctx: Context) -> dict[str, str]:
+    """This environment with cupti-python hidden (a ``cupti`` package that fails to import goes first on
+    ``PYTHONPATH``): the agent then counts launches with its launch counter, as without the binding."""
+    folder = ctx.tmp / "no-cupti"
+    (folder / "cupti").mkdir(parents=True, exist_ok=True)
+    (folder / "cupti" / "__init__.py").write_text(
+        'raise ImportError("hidden by the GPU check: the launch counter\'s path")\n'
+    )
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path)
+
+
+#: The launch-bound loop's ops, each variant (about 8 s at 125k ops/s on an H100).
+CUPTI_SPEED_OPS = "1000000"
 
 
 def check_cupti(ctx: Context) -> Result:
     """The CUPTI launch records against a torch.profiler trace of the same loop, then a launch-bound loop
-    plain and under ``torchpar-top run --headless``, alternating, two rounds (median ratio >= 0.97)."""
+    plain, under ``torchpar-top run --headless``, and under run with cupti-python hidden (the launch
+    counter's path: what the agent costs without CUPTI), alternating, two rounds; the steady speeds' median
+    ratio under run must be >= 0.97."""
     script = CHILDREN / "cupti_loop.py"
-    done = ctx.run([ctx.python, str(script), "counts", "3000"], ctx.remaining() * 0.3)
+    done = ctx.run([ctx.python, str(script), "counts", "3000"], ctx.remaining() * 0.2)
     counts = cmp.marker_result(done.stdout.splitlines())
     details: dict[str, Any] = {"counts": counts, "counts_stderr": done.stderr[-2000:]}
     if counts is None:
         return "failed", f"cupti_loop.py counts printed no result (exit {done.returncode})", details
     if counts.get("skip"):
         raise Skip(f"CUPTI path not checked: {counts['skip']}")
-    plain_speeds: list[float] = []
-    run_speeds: list[float] = []
+    speeds: dict[str, list[float]] = {"plain": [], "run": [], "run, no CUPTI": [], "plain (whole loop)": []}
+    speeds["run (whole loop)"] = []
     used_cupti = False
+    hidden = _without_cupti(ctx)
     for _ in range(2):
-        plain = plain_run(ctx, script, ["speed", "200000"], ctx.remaining() * 0.25)
-        if (plain.get("result") or {}).get("ops_per_s"):
-            plain_speeds.append(float(plain["result"]["ops_per_s"]))
-        run = headless_run(ctx, script, ["speed", "200000"], min(60.0, ctx.remaining(reserve=10) / 2))
-        summary = cmp.summarise_headless(run["records"])
-        texts = [x["text"] for x in summary["log"]]
-        used_cupti = used_cupti or any("from CUPTI activity records" in t for t in texts)
-        speed = _ops_per_s(texts + run["extra_lines"])
-        if speed is not None:
-            run_speeds.append(speed)
-        details.setdefault("runs", []).append({"plain": plain, "summary": summary})
-    if not plain_speeds or not run_speeds:
+        plain = plain_run(ctx, script, ["speed", CUPTI_SPEED_OPS], max(30.0, ctx.remaining() * 0.15))
+        for key, name in (("steady_ops_per_s", "plain"), ("ops_per_s", "plain (whole loop)")):
+            if (plain.get("result") or {}).get(key):
+                speeds[name].append(float(plain["result"][key]))
+        for name, env in (("run", None), ("run, no CUPTI", hidden)):
+            run = headless_run(
+                ctx, script, ["speed", CUPTI_SPEED_OPS], min(60.0, ctx.remaining(reserve=10) / 3), env
+            )
+            summary = cmp.summarise_headless(run["records"])
+            texts = [x["text"] for x in summary["log"]]
+            if name == "run":
+                used_cupti = used_cupti or any("from CUPTI activity records" in t for t in texts)
+                whole = _ops_per_s(texts + run["extra_lines"], "ops_per_s")
+                if whole is not None:
+                    speeds["run (whole loop)"].append(whole)
+            speed = _ops_per_s(texts + run["extra_lines"])
+            if speed is not None:
+                speeds[name].append(speed)
+            details.setdefault("runs", []).append({"variant": name, "plain": plain, "summary": summary})
+    if not speeds["plain"] or not speeds["run"]:
         return "failed", "the speed loop printed no result plain or under torchpar-top run", details
-    plain_med = sorted(plain_speeds)[len(plain_speeds) // 2]
-    ratio = sorted(run_speeds)[len(run_speeds) // 2] / plain_med
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    plain_med = median(speeds["plain"])
+    ratio = median(speeds["run"]) / plain_med
+    ratios = {
+        name: round(median(v) / plain_med, 3) for name, v in speeds.items() if v and "whole" not in name
+    }
+    if speeds["plain (whole loop)"] and speeds["run (whole loop)"]:
+        ratios["run (whole loop)"] = round(
+            median(speeds["run (whole loop)"]) / median(speeds["plain (whole loop)"]), 3
+        )
     # records that reached Python per launch of the counts loop: ~2 when CUPTI's per-API switch held
     per_launch = counts.get("records", 0) / max(1, int(counts.get("ops", 0)))
     details.update(
-        plain_ops_per_s=plain_speeds,
-        run_ops_per_s=run_speeds,
+        speeds=speeds,
+        ratios=ratios,
         ratio=round(ratio, 3),
         used_cupti=used_cupti,
         records_per_launch=round(per_launch, 2),
@@ -1002,9 +1043,9 @@ def check_cupti(ctx: Context) -> Result:
             ],
         },
         {
-            "title": "launch-bound loop (x.add_(1), 256 floats): ops/s",
-            "columns": ["round", "plain", "under torchpar-top run"],
-            "rows": [[i + 1, p, r] for i, (p, r) in enumerate(zip(plain_speeds, run_speeds, strict=True))],
+            "title": "launch-bound loop (x.add_(1), 256 floats): steady ops/s (median tenth, second half)",
+            "columns": ["variant", "rounds", "median / plain"],
+            "rows": [[name, v, ratios.get(name, "")] for name, v in speeds.items()],
         },
     ]
     problems = []
@@ -1015,15 +1056,19 @@ def check_cupti(ctx: Context) -> Result:
     if not used_cupti:
         problems.append("the run did not use the CUPTI path (see its log)")
     if ratio < CUPTI_TARGET:
-        problems.append(f"launch-bound loop at {ratio:.3f}x of plain under run (target {CUPTI_TARGET})")
+        problems.append(
+            f"launch-bound loop at {ratio:.3f}x of plain under run (target {CUPTI_TARGET}; "
+            f"without CUPTI {ratios.get('run, no CUPTI', '?')}x)"
+        )
     if problems:
         return "failed", "; ".join(problems), details
     return (
         "passed",
         (
             f"launches per stream equal to the profiler's; launch-bound loop at {ratio:.3f}x of "
-            f"plain ({plain_med:.0f} ops/s plain); {per_launch:.2f} CUPTI records per launch "
-            f"reached Python ({counts.get('cbids_off')} API cbids switched off)"
+            f"plain ({plain_med:.0f} ops/s plain; without CUPTI {ratios.get('run, no CUPTI', '?')}x); "
+            f"{per_launch:.2f} CUPTI records per launch reached Python ({counts.get('cbids_off')} API "
+            "cbids switched off)"
         ),
         details,
     )
@@ -1031,8 +1076,12 @@ def check_cupti(ctx: Context) -> Result:
 
 # -- 9: NCCL's per-collective time from the flight recorder (probes/agent/collectives.py) --------------------
 
-#: The flight recorder's mean all-reduce time against the script's own CUDA events: within this factor.
-FR_FACTOR = 2.0
+#: The flight recorder times a collective on NCCL's stream, between events around its kernel; the script's
+#: events on its own stream hold that span and the hand-over between the two streams around it. So the
+#: recorder's mean must be above 0 and at most the events' (this slack above, for float rounding).
+#: (A first version asked for "within 2x" and failed on an H100 with one rank: 0.0045 ms in the recorder
+#: against 0.090 ms in the events, a one-rank all-reduce being almost only the hand-over.)
+FR_SLACK = 1.05
 
 
 def check_nccl_flight_recorder(ctx: Context) -> Result:
@@ -1085,16 +1134,17 @@ def check_nccl_flight_recorder(ctx: Context) -> Result:
     fr_ms = sum(n * ms for n, ms in found) / counted
     ev_ms = float(result["event_ms_mean"])
     details["fr_ms_mean"], details["event_ms_mean"] = fr_ms, ev_ms
-    if not (ev_ms / FR_FACTOR <= fr_ms <= ev_ms * FR_FACTOR):
+    if not (0 < fr_ms <= ev_ms * FR_SLACK):
         return (
             "failed",
-            f"flight recorder {fr_ms:.3g} ms per all-reduce vs CUDA events {ev_ms:.3g} ms",
+            f"flight recorder {fr_ms:.3g} ms per all-reduce, outside (0, {ev_ms:.3g}] ms (the script's "
+            "CUDA events around each call)",
             details,
         )
     return (
         "passed",
-        f"{counted} all-reduces timed by the flight recorder, {fr_ms:.3g} ms each "
-        f"(CUDA events: {ev_ms:.3g} ms)",
+        f"{counted} all-reduces timed by the flight recorder (NCCL's stream), {fr_ms:.3g} ms each, within "
+        f"the script's CUDA events around each call ({ev_ms:.3g} ms)",
         details,
     )
 

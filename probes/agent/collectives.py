@@ -5,8 +5,12 @@ recorder*) when ``TORCH_FR_BUFFER_SIZE`` (older: ``TORCH_NCCL_TRACE_BUFFER_SIZE`
 collective its name (``nccl:all_reduce``, ``gloo:all_reduce``...), process group, sequence number, sizes,
 state and, on NCCL with ``TORCH_NCCL_ENABLE_TIMING=1``, ``duration_ms``: the time between CUDA events
 recorded before and after it on the NCCL stream (GPU time of the collective itself, not the host's wait).
-torch exposes it as ``torch._C._distributed_c10d._dump_fr_trace_json`` (2.7 and later; before,
-``_dump_nccl_trace_json``), the same dump its watchdog writes on a timeout.
+torch keeps two rings and dumps each as JSON (the dump its watchdog writes on a timeout): NCCL's,
+``torch._C._distributed_c10d._dump_nccl_trace_json`` (``FlightRecorder<CUDAEvent>``, present only in a
+build with NCCL), and the generic one that Gloo and other CPU backends write, ``_dump_fr_trace_json``
+(2.7 and later). Both are read, each with its own record ids: on a CUDA build the generic dump holds none
+of the NCCL collectives (seen on an H100 with torch 2.11: reading it alone logged nothing), and a CPU
+build has no NCCL dump at all.
 
 :class:`FlightRecorderReader` reads the dump now and then (``EVERY_S``, on the agent's sampler thread,
 never the frontend) and sums the collectives that finished since its last read, by name: how many, and
@@ -54,17 +58,17 @@ def buffer_size() -> int:
     return 0
 
 
-def dump_function() -> Callable[..., Any] | None:
-    """torch's JSON dump of the flight recorder, under the name this torch has, or None."""
+#: torch's JSON dumps of its flight recorders, NCCL's first: each a ring of its own.
+DUMP_NAMES = ("_dump_nccl_trace_json", "_dump_fr_trace_json")
+
+
+def dump_functions() -> list[Callable[..., Any]]:
+    """The JSON dumps of the flight recorders this torch has (none without torch.distributed)."""
     try:
         import torch._C._distributed_c10d as c10d
     except ImportError:  # torch built without distributed
-        return None
-    for name in ("_dump_fr_trace_json", "_dump_nccl_trace_json"):
-        fn = getattr(c10d, name, None)
-        if fn is not None:
-            return fn
-    return None
+        return []
+    return [fn for fn in (getattr(c10d, name, None) for name in DUMP_NAMES) if fn is not None]
 
 
 @dataclass
@@ -92,8 +96,8 @@ def finished(entry: dict[str, Any]) -> bool:
 class FlightRecorderReader:
     """New finished collectives since the last read, by name, from ``dump()``'s JSON."""
 
-    def __init__(self, dump: Callable[..., Any] | None = None) -> None:
-        self._dump = dump if dump is not None else dump_function()
+    def __init__(self, dump: Callable[..., Any] | None) -> None:
+        self._dump = dump
         self._last = -1
         """The last record id counted: entries up to it are counted."""
 
@@ -131,8 +135,9 @@ class FlightRecorderReader:
                 continue
             if not finished(e):
                 break
-            if last == start and start >= 0 and rid > start + 1:
-                self.lost = rid - start - 1  # record ids are consecutive: these were overwritten
+            if last == start and rid > start + 1:
+                # record ids are consecutive from 0: these were overwritten before this read
+                self.lost = rid - start - 1
             name = str(e.get("profiling_name") or "?")
             cost = out.setdefault(name, CollectiveCost(name))
             cost.count += 1
@@ -162,16 +167,22 @@ def describe(costs: dict[str, CollectiveCost], seconds: float, lost: int = 0, wh
 
 class CollectiveWatch:
     """The agent's hook (``Agent.on_sample``): every :data:`EVERY_S`, once the process group exists, one
-    log line with the collectives that finished since the last (nothing while none finished)."""
+    log line with the collectives that finished since the last (nothing while none finished), from
+    every flight recorder torch has (``readers``: one per dump, default :func:`dump_functions`)."""
 
     def __init__(
-        self, log: Callable[[str], None], reader: FlightRecorderReader | None = None, who: str = ""
+        self,
+        log: Callable[[str], None],
+        readers: list[FlightRecorderReader] | None = None,
+        who: str = "",
     ) -> None:
         self.log, self.who = log, who
-        self.reader = reader if reader is not None else FlightRecorderReader()
+        if readers is None:
+            readers = [FlightRecorderReader(fn) for fn in dump_functions()]
+        self.readers = [r for r in readers if r.available]
         self._last: float | None = None
         self._gap = EVERY_S
-        self._off = not self.reader.available
+        self._off = not self.readers
 
     def tick(self) -> None:
         """Called after each sample, on the sampler thread."""
@@ -186,7 +197,12 @@ class CollectiveWatch:
             return
         since, self._last = self._last, now
         try:
-            costs = self.reader.read()
+            costs: dict[str, CollectiveCost] = {}
+            for reader in self.readers:
+                for name, cost in reader.read().items():
+                    into = costs.setdefault(name, CollectiveCost(name))
+                    into.count, into.timed = into.count + cost.count, into.timed + cost.timed
+                    into.seconds += cost.seconds
             self._gap = max(EVERY_S, (time.monotonic() - now) / READ_SHARE)
         except Exception as exc:  # a torch that changed its dump: say so once, stop reading
             self._off = True
@@ -195,7 +211,8 @@ class CollectiveWatch:
             )
             return
         if costs and since is not None:
-            self.log(describe(costs, now - since, self.reader.lost, self.who))
+            lost = sum(r.lost for r in self.readers)
+            self.log(describe(costs, now - since, lost, self.who))
 
 
 def watch(log: Callable[[str], None], rank: int | None = None) -> Callable[[], None] | None:

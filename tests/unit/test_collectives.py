@@ -55,7 +55,7 @@ def test_an_unreadable_dump_is_said_once_and_not_read_again(monkeypatch):
         calls.append(1)
         return "not json"
 
-    watch = CollectiveWatch(lines.append, FlightRecorderReader(dump=broken))
+    watch = CollectiveWatch(lines.append, [FlightRecorderReader(dump=broken)])
     watch.tick()
     watch._last = None
     watch.tick()
@@ -73,6 +73,46 @@ def test_a_costly_ring_is_read_less_often(monkeypatch):
         time.sleep(0.08)  # a large ring: torch's dump takes this long at least
         return '{"entries": []}'
 
-    watch = CollectiveWatch(lambda line: None, FlightRecorderReader(dump=slow))
+    watch = CollectiveWatch(lambda line: None, [FlightRecorderReader(dump=slow)])
     watch.tick()
     assert watch._gap >= 0.08 / 0.01  # its cost is kept under 1 % of the wall time
+
+
+def test_both_rings_are_read_nccls_and_the_generic_one(monkeypatch):
+    """A CUDA build keeps NCCL's collectives in a ring of their own (``_dump_nccl_trace_json``); the
+    generic dump (``_dump_fr_trace_json``) holds Gloo's. Reading the generic one alone logged nothing for
+    an NCCL job on an H100: each ring is read with its own record ids."""
+    import json
+
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    nccl = {"entries": [_entry(0)]}
+    generic = {"entries": [_entry(0, "gloo:barrier", ms=None)]}
+    lines: list[str] = []
+    watch = CollectiveWatch(
+        lines.append,
+        [
+            FlightRecorderReader(lambda **_: json.dumps(nccl)),
+            FlightRecorderReader(lambda **_: json.dumps(generic)),
+        ],
+    )
+    watch.tick()  # the first read sets the cursors
+    nccl["entries"] += [_entry(1, ms=3.0), _entry(2, ms=5.0)]
+    generic["entries"].append(_entry(1, "gloo:barrier", ms=None))
+    watch._last = 0.0  # the next read is due
+    watch.tick()
+    assert len(lines) == 1
+    assert "nccl:all_reduce ×2 (4 ms each" in lines[0] and "gloo:barrier ×1 (time unknown)" in lines[0]
+
+
+def test_no_flight_recorder_dump_means_no_reading():
+    watch = CollectiveWatch(lambda line: None, [FlightRecorderReader(None)])
+    assert watch._off
+
+
+def test_a_first_read_of_a_wrapped_ring_counts_what_it_lost():
+    """Record ids start at 0: a first read that finds ids from 20 on knows 20 were overwritten."""
+    reader = FlightRecorderReader(dump=lambda **_: "{}")
+    costs = reader.add({"entries": [_entry(i) for i in range(20, 25)]})
+    assert costs["nccl:all_reduce"].count == 5 and reader.lost == 20
