@@ -9,6 +9,10 @@ from torchpar_top.analysis.lanes import StreamLane
 
 #: What the summary says about a trace without GPU ops.
 NO_GPU_NOTE = "no GPU activity in this trace (no kernel, memcpy or memset events): no queues or lanes to show"
+#: Why a trace can hold launch calls and no GPU op: seen on an H100 (torch 2.11, CUDA 13.0's CUPTI) in
+#: the second of two profiler windows of one process, 2 times in 3; the same loop profiled alone kept
+#: every kernel. Not explained; the window's queue cannot be measured from such a trace.
+LOST_GPU_RECORDS = "the profiler lost its GPU records (profile again)"
 #: How many sync sites a rank lists.
 TOP_SYNC_SITES = 10
 
@@ -25,11 +29,21 @@ def summary(analysis: Analysis, top: int = TOP_SYNC_SITES) -> dict[str, Any]:
     return {
         "trace": analysis.path,
         "gpu_activity": analysis.has_gpu,
-        "note": None if analysis.has_gpu else NO_GPU_NOTE,
+        "note": None if analysis.has_gpu else _no_gpu_note(analysis),
         "cap": analysis.cap,
         "streams": [_stream(s) for s in analysis.streams()],
         "ranks": [_rank(r, top) for r in analysis.ranks],
     }
+
+
+def _no_gpu_note(analysis: Analysis) -> str:
+    """Why the trace has no queues: no GPU work, or launches whose GPU ops the profiler lost."""
+    launches = sum(f.launches for r in analysis.ranks for f in r.frontend)
+    if not launches:
+        return NO_GPU_NOTE
+    return (
+        f"no GPU activity in this trace although its threads made {launches} launch calls: {LOST_GPU_RECORDS}"
+    )
 
 
 def _stream(s: StreamLane) -> dict[str, Any]:

@@ -533,6 +533,7 @@ def check_async(ctx: Context) -> Result:
         "records": len(recorder.records),
     }
     problems, rows, lane_rows = [], [], []
+    lost: list[str] = []  # windows whose trace kept the launches and lost the GPU ops
     cap = next((e.capacity for e in snap.executors if e.name == "cuda:0"), None) or 1024
     for mode, path in windows.items():
         if path is None:
@@ -544,6 +545,12 @@ def check_async(ctx: Context) -> Result:
             problems.append(
                 f"{mode}: the trace has no baseTimeNanoseconds: cannot align it with the live rows"
             )
+            continue
+        launches = sum(f["launches"] for r in side["summary"]["ranks"] for f in r["frontend"])
+        if not side["streams"] and launches:
+            # seen on an H100 (torch 2.11, CUDA 13.0): the SYNC window, 2 runs in 3; not ours to judge
+            lost.append(f"{mode} ({launches} launch calls, no GPU op)")
+            details[mode] = {"trace": {k: v for k, v in side.items() if k != "summary"}}
             continue
         stream = _busiest(side["streams"], 0)
         live = cmp.live_window(recorder.records, "cuda:0", t0, t1)
@@ -605,14 +612,18 @@ def check_async(ctx: Context) -> Result:
             ],
         },
     ]
-    details["problems"] = problems
+    details["problems"], details["lost_gpu_records"] = problems, lost
+    lost_note = f"; not compared, the profiler lost the GPU records of: {', '.join(lost)}" if lost else ""
     if problems:
-        return "failed", "; ".join(problems[:3]), details
+        return "failed", "; ".join(problems[:3]) + lost_note, details
+    if len(lost) == len(windows):
+        return "failed", f"no window could be compared{lost_note}", details
+    compared = " and ".join(m.upper() for m in windows if m not in {x.split(" ")[0] for x in lost})
     return (
         "passed",
         (
-            "live row and trace agree in ASYNC and SYNC (same queue regime, lanes within "
-            f"{cmp.LANE_TOLERANCE:g})"
+            f"live row and trace agree in {compared} (same queue regime, lanes within "
+            f"{cmp.LANE_TOLERANCE:g}){lost_note}"
         ),
         details,
     )

@@ -508,19 +508,25 @@ class Agent:
         the window's Chrome trace is also written there (and the log says where). (CUDA: untested on
         hardware.)
         """
+        from torchpar_top.analysis.summary import LOST_GPU_RECORDS
         from torchpar_top.probes.agent import hta
         from torchpar_top.probes.agent.cuda import profile_queue
 
         cuda = self.cuda is not None
         try:
-            series = profile_queue(seconds, cuda=cuda, export_path=export_path)
+            series, launches = profile_queue(seconds, cuda=cuda, export_path=export_path)
         except Exception as exc:  # the profiler is optional: report, never crash the workload
             self._log_quietly(f"profiler window failed: {type(exc).__name__}: {exc}")
             return
         if export_path is not None:
             self._log_quietly(f"profiler window ({seconds:g} s): trace written to {export_path}")
         if not series:
-            where = "no CUDA stream is watched" if not cuda else "the window saw no kernel launches"
+            if not cuda:
+                where = "no CUDA stream is watched"
+            elif launches:
+                where = f"its trace holds {launches} launch calls but no GPU op: {LOST_GPU_RECORDS}"
+            else:
+                where = "the window saw no kernel launches"
             self._log_quietly(f"profiler window ({seconds:g} s): no launch queue to analyse ({where})")
         for line in hta.summary(series):
             self._log_quietly(f"profiler window ({seconds:g} s): {line}")

@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from torchpar_top.probes.agent import hta
 from torchpar_top.probes.agent.activity import ActivityRecorder
@@ -190,6 +190,14 @@ class CudaMonitor:
             self.poll()
 
 
+class ProfileWindow(NamedTuple):
+    """A profiler window's result: HTA's queue per ``(device, stream)``, and the launch calls its
+    trace holds (launches with no GPU op in the trace: the profiler lost its GPU records)."""
+
+    series: dict[tuple[int, int], hta.QueueSeries]
+    launches: int
+
+
 def profile_queue(
     seconds: float = 0.5,
     *,
@@ -197,8 +205,8 @@ def profile_queue(
     sleep: Callable[[float], None] = time.sleep,
     cap: int = CAPACITY,
     export_path: str | None = None,
-) -> dict[tuple[int, int], hta.QueueSeries]:
-    """Run ``torch.profiler`` for ``seconds`` and return HTA's queue depth per ``(device, stream)``.
+) -> ProfileWindow:
+    """Run ``torch.profiler`` for ``seconds``: HTA's queue depth per ``(device, stream)`` and the launches.
 
     CUPTI records runtime launches and kernels process-wide, so this may run on an agent thread while
     the frontend works. The CUDA part is untested on hardware; with ``cuda=False`` it profiles the CPU
@@ -219,4 +227,5 @@ def profile_queue(
         prof.export_chrome_trace(path)
         with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
             trace = json.load(f)
-    return hta.queue_depth(hta.from_chrome_trace(trace), cap)
+    events = hta.from_chrome_trace(trace)
+    return ProfileWindow(hta.queue_depth(events, cap), sum(1 for e in events if e.is_launch))

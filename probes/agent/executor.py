@@ -73,7 +73,7 @@ class Executor:
             capacity=self.capacity,
             launched=max(self.launched, completed),
             completed=completed,
-            busy=min(1.0, busy_time(busy) / window),
+            busy=min(1.0, self.activity.busy(t0, t1) / window),
             blocked=blocked,
             emulated=self.emulated,
             counts=self.counts,

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torchpar_top.contract.messages import SyncCount
-from torchpar_top.probes.agent.activity import MERGE_GAP, ActivityRecorder, Interval, clip
+from torchpar_top.probes.agent.activity import MERGE_GAP, ActivityRecorder, Interval, busy_time, clip
 from torchpar_top.probes.agent.cuda_launch import TENSOR_METADATA
 from torchpar_top.probes.agent.executor import EagerDevice
 
@@ -218,6 +218,13 @@ class RunRecorder(ActivityRecorder):
         since, start, end = self.op_since, self.run_start, self.run_end
         extra = [(start, end)] + ([(since, t1)] if since else [])
         return super().intervals(t0, t1) + clip(extra, t0, t1)
+
+    def busy(self, t0: float, t1: float) -> float:
+        """Seconds busy in ``[t0, t1]``: the flushed runs' (:meth:`ActivityRecorder.busy`), the open run
+        and an op still running (whole: the mode keeps no gaps within a run)."""
+        since, start, end = self.op_since, self.run_start, self.run_end
+        extra = [(start, end)] + ([(since, t1)] if since else [])
+        return super().busy(t0, t1) + busy_time(clip(extra, t0, t1))
 
 
 class EagerOps(EagerDevice):

@@ -373,3 +373,23 @@ def test_the_agent_reads_the_frontends_stack_itself():
         frontend.join()
         agent.close()
     assert agent.frontend_stack() is None  # the frontend thread has ended
+
+
+def test_a_profiler_window_with_launches_and_no_gpu_op_says_the_records_were_lost(monkeypatch):
+    """Seen on an H100: a window's trace kept 8,545 launch calls and not one kernel."""
+    from torchpar_top.probes.agent import cuda
+
+    agent = _agent()
+    logs: list[str] = []
+    monkeypatch.setattr(agent, "log", logs.append)
+    monkeypatch.setattr(cuda, "profile_queue", lambda seconds, **kw: cuda.ProfileWindow({}, 8545))
+    try:
+        agent.cuda = object()  # a CUDA part is there (the profiler is faked)
+        agent._profile(0.5)
+    finally:
+        agent.cuda = None
+        agent.close()
+    assert logs == [
+        "profiler window (0.5 s): no launch queue to analyse (its trace holds 8545 launch calls but no GPU "
+        "op: the profiler lost its GPU records (profile again))"
+    ]

@@ -137,7 +137,7 @@ def test_profile_window_runs_for_real_on_cpu() -> None:
     worker = threading.Thread(target=work)
     worker.start()
     try:
-        assert profile_queue(0.05, cuda=False) == {}
+        assert profile_queue(0.05, cuda=False) == ({}, 0)
     finally:
         stop.set()
         worker.join()

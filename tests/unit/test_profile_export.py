@@ -23,7 +23,7 @@ def test_the_export_path_round_trips_and_is_optional():
 @pytest.mark.parametrize("name", ["window.json", "window.json.gz"])
 def test_profile_queue_keeps_the_trace_where_asked(tmp_path, name):
     path = tmp_path / name
-    assert profile_queue(0.05, cuda=False, export_path=str(path)) == {}
+    assert profile_queue(0.05, cuda=False, export_path=str(path)) == ({}, 0)
     opener = gzip.open if name.endswith(".gz") else open
     with opener(path, "rt") as f:
         assert "traceEvents" in json.load(f)
