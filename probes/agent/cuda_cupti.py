@@ -64,12 +64,25 @@ from about 7.6 µs before the per-API switch and the incremental queue; ~0.3 µs
 with the default windows). That Python holds the GIL while it runs, so in a launch-bound loop it can
 still slow the frontend, though not per op and not on its thread; ``benchmarks/gpu_check.py`` measures
 a launch-bound loop under ``run`` against plain, and reports the records per launch that reached Python.
-Untested on hardware: verified against ``tests/fakes/fake_cupti.py``, whose records are real A100 ones.
+
+On an H100 (torch 2.11, cupti-python 13.0.1, ``gpu_check.py``'s ``cupti_run``, 2026-11-26) the launches
+per stream equalled the profiler's exactly, but a loop of ``x.add_(1)`` at 150k launches/s ran 0.62-0.72x
+of its plain speed under ``run`` at the default duty (0.79x with cupti-python hidden: the launch
+counter's path). A py-spy record of it: the sampler thread converting records 14 % of the samples, the
+binding building its record objects on CUPTI's thread as much again (each record is backed by a numpy
+record array: every field read goes through ``recarray.__getattribute__``), both holding the GIL the
+frontend needs. The fakes' records are plain objects, so the per-record cost measured here was several
+times too low. Hence the governor: after each recording window the monitor measures its own CPU time for
+the window (``time.thread_time`` on the sampler thread), counts the binding's as much again
+(:data:`BINDING_FACTOR`), and stretches the cycle (:attr:`CuptiMonitor.cycle`, never below the one
+``duty`` asks for, at most :data:`MAX_CYCLE`) so that the records cost at most :data:`CPU_BUDGET` of the
+wall time; it says so in the log and the rows' note. The governor is untested on hardware.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import threading
 import time
@@ -105,6 +118,16 @@ OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
 #: project's loaded CPU) against the issue's budget, 3 % of a launch-bound frontend's 5 µs per launch:
 #: 0.15 / 3-4.4 = 0.034-0.05. One interval in 20 (the rows' depth refreshes every 2 s at 10 Hz).
 DEFAULT_DUTY = 0.05
+#: The share of the wall time the records may cost (ours measured, the binding's estimated): the cycle
+#: is stretched past the one ``duty`` asks for to keep under it.
+CPU_BUDGET = 0.02
+#: The binding's cost of building the record objects, as a multiple of ours reading them (a py-spy record
+#: on an H100: CUPTI's thread in the binding about as often as the sampler thread in our reading).
+BINDING_FACTOR = 2.0
+#: The longest cycle the governor sets (sample intervals: a minute at 10 Hz).
+MAX_CYCLE = 600
+#: The governor changes the cycle only when the one it wants differs by more than this factor.
+CYCLE_HYSTERESIS = 1.25
 #: Bytes per activity buffer asked of CUPTI (``buffer_requested``); 0 = no record limit.
 BUFFER_BYTES = 4 << 20
 #: Records read between two GIL yields (about 0.2-0.5 ms of Python on this project's machine).
@@ -247,13 +270,20 @@ class CuptiMonitor:
         profiler_enabled: Callable[[], bool] = _torch_profiler_enabled,
         duty: float = 1.0,
         drain_s: float = 0.02,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         if not 0 < duty <= 1:
             raise ValueError(f"CUPTI duty must be in (0, 1], not {duty}")
         self.cupti, self._add, self._log, self.syncpoints = cupti, add, log, syncpoints
-        self.cycle = max(1, round(1 / duty))
+        self.cycle = self.base_cycle = max(1, round(1 / duty))
         """Samples per recording cycle: records are taken during one sample interval in ``cycle``
-        (1: always)."""
+        (1: always). ``base_cycle`` is the one ``duty`` asks for; the governor may stretch ``cycle``."""
+        self.cost_share: float | None = None
+        """What the last window's records cost, as a share of the wall time over its cycle (ours
+        measured, the binding's estimated); None before the first window ends."""
+        self._cpu_clock = cpu_clock
+        self._window_t0 = 0.0
+        """When the recording window now open began (host clock)."""
         self.drain_s = drain_s
         """Seconds a window's end waits for the GPU op records of its last launches."""
         self._recording = False
@@ -340,6 +370,7 @@ class CuptiMonitor:
             if self.cycle > 1:
                 self._start_over(c.get_timestamp() / 1000)
                 self._recording, self._phase = True, 0
+                self._window_t0 = self._clock()
         except Exception as exc:
             self._unsubscribe()
             raise CuptiUnavailable(describe(exc)) from exc
@@ -543,6 +574,7 @@ class CuptiMonitor:
             if self._phase >= self.cycle - 1:
                 self._open_window()
             return
+        cpu0 = self._cpu_clock()
         now = self.cupti.get_timestamp() / 1000
         if self.cycle > 1:
             self._end_window(now)
@@ -570,6 +602,25 @@ class CuptiMonitor:
             with self._lock:
                 self.queues.close_window()
             self._recording, self._phase = False, 0
+            self._govern(self._cpu_clock() - cpu0, self._clock() - self._window_t0)
+
+    def _govern(self, cpu: float, window: float) -> None:
+        """Stretch or shrink the cycle so that a window's records cost at most :data:`CPU_BUDGET` of the
+        wall time over the cycle: ``cpu`` seconds ours for a window of ``window`` seconds (one sample
+        interval), the binding's counted as :data:`BINDING_FACTOR` times ours."""
+        if window <= 0:
+            return
+        share = BINDING_FACTOR * cpu / (window * self.cycle)
+        self.cost_share = share
+        want = min(MAX_CYCLE, max(self.base_cycle, math.ceil(self.cycle * share / CPU_BUDGET - 1e-9)))
+        if want > self.cycle * CYCLE_HYSTERESIS or (
+            want < self.cycle / CYCLE_HYSTERESIS and want < self.cycle
+        ):
+            old, self.cycle = self.cycle, want
+            self._log(
+                f"CUDA launch queues: CUPTI's records cost {100 * share:.1f}% of the time at 1 sample "
+                f"interval in {old}: recording 1 in {want} (budget {100 * CPU_BUDGET:g}%)"
+            )
 
     # -- recording windows (``duty`` < 1) ----------------------------------------------------------
 
@@ -586,6 +637,7 @@ class CuptiMonitor:
             self._log(f"CUDA launch queues: CUPTI refused a recording window ({describe(exc)})")
             return
         self._recording = True
+        self._window_t0 = self._clock()
 
     def _start_over(self, t0: float) -> None:
         """A window begins at ``t0`` (µs): the queues start over, the rows' counts carry on from theirs."""

@@ -164,7 +164,8 @@ def test_in_recording_windows_the_depth_equals_the_analysis_where_it_is_known(na
     records = records_from_trace(str(DATA / name))
     expected = _expected(DATA / name)
     fake = FakeCupti()
-    mon, agent, _ = _monitor(fake, duty=0.5, drain_s=0.0)
+    # the records cost nothing here (a CPU clock that stands still): the governor keeps duty's cycle
+    mon, agent, _ = _monitor(fake, duty=0.5, drain_s=0.0, cpu_clock=lambda: 0.0)
     checked, windows, seen = 0, 0, {}
     step = max(50, len(records) // 30)
     try:
@@ -590,3 +591,61 @@ def test_a_sampled_row_says_so_in_short() -> None:
 
     row = _cuda_row("sampled: CUPTI records 1 sample interval in 20")
     assert note_text(row, short=True) == "sampled"
+
+
+def test_costly_records_stretch_the_cycle_to_the_budget_and_cheap_ones_bring_it_back() -> None:
+    """On an H100 a 150k launches/s loop ran 0.62-0.72x under run at duty 0.05: converting the records
+    held the GIL about a quarter of the time. The governor measures its own CPU time per window (the
+    binding's counted as much again) and records less often until the records cost CPU_BUDGET."""
+    from torchpar_top.probes.agent import cuda_cupti as cc
+
+    wall, cpu_now, cost = [0.0], [0.0], [0.0]
+
+    def cpu() -> float:  # read at a window's end, before and after its records are read: `cost` apart
+        cpu_now[0] += cost[0]
+        return cpu_now[0]
+
+    fake = FakeCupti()
+    mon, _, logs = _monitor(fake, duty=0.05, drain_s=0.0, clock=lambda: wall[0], cpu_clock=cpu)
+
+    def one_cycle() -> None:
+        for _ in range(mon.cycle):  # a refresh per sample interval of 0.1 s
+            wall[0] += 0.1
+            mon.refresh()
+
+    try:
+        assert mon.cycle == mon.base_cycle == 20
+        cost[0] = 0.28  # ours 0.28 s for a 0.1 s window, the binding's as much: 28 % of a 2 s cycle
+        one_cycle()
+        assert mon.cost_share == pytest.approx(0.28)
+        assert mon.cycle == 280  # 20 x 0.28 / 0.02
+        assert mon.note() == "sampled: CUPTI records 1 sample interval in 280"
+        assert logs[-1] == (
+            "CUDA launch queues: CUPTI's records cost 28.0% of the time at 1 sample interval in 20: "
+            "recording 1 in 280 (budget 2%)"
+        )
+        cost[0] = 0.0004  # a slow loop: a few records a window
+        one_cycle()
+        assert mon.cycle == 20  # never below what duty asks for
+        cost[0] = 0.3 * cc.MAX_CYCLE  # absurdly costly: capped
+        one_cycle()
+        assert mon.cycle == cc.MAX_CYCLE
+    finally:
+        mon.close()
+
+
+def test_a_small_change_in_cost_leaves_the_cycle_as_it_is() -> None:
+    wall, cpu_now = [0.0], [0.0]
+
+    def cpu() -> float:
+        cpu_now[0] += 0.021  # 2.1 % at 1 in 20: the governor would want 21, within its hysteresis
+        return cpu_now[0]
+
+    mon, _, logs = _monitor(FakeCupti(), duty=0.05, drain_s=0.0, clock=lambda: wall[0], cpu_clock=cpu)
+    try:
+        for _ in range(60):
+            wall[0] += 0.1
+            mon.refresh()
+        assert mon.cycle == 20 and not any("recording 1 in" in line for line in logs)
+    finally:
+        mon.close()
