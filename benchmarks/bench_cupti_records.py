@@ -5,17 +5,18 @@
 On a GPU the CUPTI path runs Python once per buffer of records and once per sample; that Python holds
 the GIL (on the sampler thread) and grows with the records: per launch, its API record and its GPU op's
 record, plus every other API call CUPTI records unless told not to. This times, over the real A100
-records of ``tests/data/hta/a100_sxm4_5_streams.json.gz`` (42k records, 6.5k launches: the fake
-binding's record objects, ``SimpleNamespace``; the real binding's are Cython objects whose attribute
-reads may cost differently), buffers of 4096 records with the queue settled at every 10th (a sample),
-through ``RecordQueues.add_records`` + ``update`` (the package's path).
+records of ``tests/data/hta/a100_sxm4_5_streams.json.gz`` (42k records, 6.5k launches, as the fake
+binding makes them: objects holding the record in a one-element numpy record array with the binding's
+own dtypes, as cupti-python 13 does), buffers of 4096 records with the queue settled at every 10th (a
+sample), through ``RecordQueues.add_records`` + ``update`` (the package's path).
 
-On two record sets: every record (what CUPTI delivers when every runtime call is recorded: a binding
-without ``activity_enable_runtime_api``), and only the launch calls and GPU ops (what CUPTI delivers
-with the other calls switched off, as the package asks for). The sets alternate within each repeat; the
-fastest repeat is the cost, the median includes waiting for a core (the load average is printed). The
-figures of the path before the incremental queue (an ``analysis.Event`` per record) are kept as history
-in docs/benchmarks.md.
+On three record sets: every record (what CUPTI delivers when every runtime call is recorded: a binding
+without ``activity_enable_runtime_api``), only the launch calls and GPU ops (what CUPTI delivers with the
+other calls switched off, as the package asks for), both read by position (``_data.item(0)``); and the
+second set read by attribute, each field through numpy as the binding's properties read it (the path
+before ``cupti_records.layout``). The sets alternate within each repeat; the fastest repeat is the cost,
+the median includes waiting for a core (the load average is printed). The figures of the path before the
+incremental queue (an ``analysis.Event`` per record) are kept as history in docs/benchmarks.md.
 
 Then the average with recording windows (``--cupti-duty``): the whole ``CuptiMonitor`` on the fake
 binding (with the per-API switch), the trace played in stretches of 20 ms of its own time with a sample
@@ -35,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fakes.fake_cupti import FakeCupti, records_from_trace  # noqa: E402
+from fakes.fake_cupti import ByAttribute, FakeCupti, records_from_trace  # noqa: E402
 from torchpar_top.probes.agent.cuda_cupti import DEFAULT_DUTY, CuptiMonitor  # noqa: E402
 from torchpar_top.probes.agent.cupti_records import RecordConverter, RecordQueues  # noqa: E402
 
@@ -47,6 +48,7 @@ SAMPLE_NS = 20_000_000
 def run_after(records: list, converter: RecordConverter) -> tuple[float, float]:
     """Seconds reading records, and seconds settling, for all ``records`` (the package's path)."""
     queues = RecordQueues(converter)
+    ends = [r.end / 1000 for r in records]  # read before timing: the settling times are the sample's
     add = update = 0.0
     for n, i in enumerate(range(0, len(records), BUFFER)):
         t0 = time.perf_counter()
@@ -54,10 +56,10 @@ def run_after(records: list, converter: RecordConverter) -> tuple[float, float]:
         t1 = time.perf_counter()
         add += t1 - t0
         if n % 10 == 9:
-            queues.update(records[min(i + BUFFER, len(records)) - 1].end / 1000)
+            queues.update(ends[min(i + BUFFER, len(records)) - 1])
             update += time.perf_counter() - t1
     t1 = time.perf_counter()
-    queues.update(records[-1].end / 1000)
+    queues.update(ends[-1])
     return add, update + time.perf_counter() - t1
 
 
@@ -71,7 +73,11 @@ def main() -> None:
     launch_cbids = {c for cbids in new_conv.launch_cbids.values() for c in cbids}
     launches_only = [r for r in every if r.kind in new_conv.gpu_cats or r.cbid in launch_cbids]
     n_launch = sum(1 for r in every if r.kind not in new_conv.gpu_cats and r.cbid in launch_cbids)
-    sets = {"every record": every, "launches and GPU ops only": launches_only}
+    sets = {
+        "every record": every,
+        "launches and GPU ops only": launches_only,
+        "the same, by attribute": [ByAttribute(r) for r in launches_only],
+    }
     runs: dict[str, list[tuple[float, float]]] = {}
     load0 = os.getloadavg()[0]
     for _ in range(args.repeats):

@@ -58,25 +58,30 @@ it), ``on_lost`` is called: the agent falls back to the launch counter and says 
 Overhead: CUPTI's own, in C, per launch call and GPU op; the binding's, one Python object per record
 (made by ``cupti-python`` before our callback sees the list: two per launch once the other API calls are
 switched off); ours, reading and settling on the sampler thread, measured by
-``benchmarks/bench_cupti_records.py`` over the A100 records (docs/benchmarks.md: about 2.3 µs per
-recorded launch for reading and settling, 3-4.4 µs for the whole monitor, on this project's loaded CPU,
-from about 7.6 µs before the per-API switch and the incremental queue; ~0.3 µs per launch on average
-with the default windows). That Python holds the GIL while it runs, so in a launch-bound loop it can
+``benchmarks/bench_cupti_records.py`` over the A100 records (docs/benchmarks.md: about 3.6 µs per
+recorded launch for reading and settling, 4.6 µs for the whole monitor, on this project's loaded CPU,
+with records that hold their fields as the binding's do; ~0.6 µs per launch on average with the
+default windows). That Python holds the GIL while it runs, so in a launch-bound loop it can
 still slow the frontend, though not per op and not on its thread; ``benchmarks/gpu_check.py`` measures
 a launch-bound loop under ``run`` against plain, and reports the records per launch that reached Python.
 
 On an H100 (torch 2.11, cupti-python 13.0.1, ``gpu_check.py``'s ``cupti_run``, 2026-11-26) the launches
 per stream equalled the profiler's exactly, but a loop of ``x.add_(1)`` at 150k launches/s ran 0.62-0.72x
-of its plain speed under ``run`` at the default duty (0.79x with cupti-python hidden: the launch
+of its plain speed under ``run`` at the default duty (0.66-0.80x with cupti-python hidden: the launch
 counter's path). A py-spy record of it: the sampler thread converting records 14 % of the samples, the
 binding building its record objects on CUPTI's thread as much again (each record is backed by a numpy
 record array: every field read goes through ``recarray.__getattribute__``), both holding the GIL the
-frontend needs. The fakes' records are plain objects, so the per-record cost measured here was several
-times too low. Hence the governor: after each recording window the monitor measures its own CPU time for
-the window (``time.thread_time`` on the sampler thread), counts the binding's as much again
-(:data:`BINDING_FACTOR`), and stretches the cycle (:attr:`CuptiMonitor.cycle`, never below the one
-``duty`` asks for, at most :data:`MAX_CYCLE`) so that the records cost at most :data:`CPU_BUDGET` of the
-wall time; it says so in the log and the rows' note. The governor is untested on hardware.
+frontend needs. The fakes' records were plain objects, so the per-record cost measured here was several
+times too low; they now hold their fields as the binding does (``tests/fakes/fake_cupti.py``), and the
+queue reads each record's fields in one ``_data.item(0)`` (``cupti_records.layout``): 3.6 against 32 µs
+a recorded launch (``bench_cupti_records.py``). The binding's building stays: with cupti-python 13.0.1 on
+this project's CPU, ``from_ptr`` takes 4.3 µs for a launch record and 61 µs for a kernel record. Hence
+the governor: after each recording window the monitor adds up the CPU time the window's records cost
+(``time.thread_time``: the sampler thread around the refresh that reads them, and each thread that
+delivered buffers, CUPTI's own, since its previous buffer) and stretches the cycle
+(:attr:`CuptiMonitor.cycle`, never below the one ``duty`` asks for, at most :data:`MAX_CYCLE`) so that
+the records cost at most :data:`CPU_BUDGET` of the wall time; it says so in the log and the rows'
+note. The governor and the positional reading are untested on hardware.
 """
 
 from __future__ import annotations
@@ -121,9 +126,6 @@ DEFAULT_DUTY = 0.05
 #: The share of the wall time the records may cost (ours measured, the binding's estimated): the cycle
 #: is stretched past the one ``duty`` asks for to keep under it.
 CPU_BUDGET = 0.02
-#: The binding's cost of building the record objects, as a multiple of ours reading them (a py-spy record
-#: on an H100: CUPTI's thread in the binding about as often as the sampler thread in our reading).
-BINDING_FACTOR = 2.0
 #: The longest cycle the governor sets (sample intervals: a minute at 10 Hz).
 MAX_CYCLE = 600
 #: The governor changes the cycle only when the one it wants differs by more than this factor.
@@ -151,6 +153,12 @@ def load_cupti() -> Any:
             "install it with `pip install torchpar-top[cuda]`"
         ) from exc
     return cupti
+
+
+def _outside_python() -> bool:
+    """The calling thread was started outside Python (CUPTI's own worker thread): Python calls it a
+    dummy thread."""
+    return type(threading.current_thread()).__name__ == "_DummyThread"
 
 
 def describe(exc: BaseException) -> str:
@@ -282,6 +290,13 @@ class CuptiMonitor:
         """What the last window's records cost, as a share of the wall time over its cycle (ours
         measured, the binding's estimated); None before the first window ends."""
         self._cpu_clock = cpu_clock
+        self._delivery_cpu = 0.0
+        """CPU seconds the threads that delivered buffers spent since the last window's end (CUPTI's own
+        thread: the binding builds the record objects there before our callback sees them)."""
+        self._delivery_seen: dict[int, float | None] = {}
+        """Per thread that delivered buffers, its CPU time at its last buffer; None for a thread Python
+        started (the sampler's flush is measured around the refresh; a frontend's flush, standing aside,
+        is not the records' cost)."""
         self._window_t0 = 0.0
         """When the recording window now open began (host clock)."""
         self.drain_s = drain_s
@@ -444,10 +459,18 @@ class CuptiMonitor:
         return BUFFER_BYTES, 0
 
     def _buffer_completed(self, activities: list) -> None:
-        """One buffer (on CUPTI's or the flushing thread): kept for the sampler, nothing per record here."""
+        """One buffer (on CUPTI's or the flushing thread): kept for the sampler, nothing per record here
+        but the delivering thread's CPU time read (what building this buffer's records cost it)."""
         if not self.closed:
             self._inbox.append(activities)
             self.buffers += 1
+            ident, seen = threading.get_ident(), self._delivery_seen
+            if ident not in seen:  # from its next buffer on, a thread of CUPTI's own is measured
+                seen[ident] = self._cpu_clock() if _outside_python() else None
+            elif (last := seen[ident]) is not None:
+                now = self._cpu_clock()
+                self._delivery_cpu += now - last
+                seen[ident] = now
 
     def _drain(self) -> None:
         """Read the buffers received into the queues, :data:`CHUNK` records at a time, letting other
@@ -602,15 +625,17 @@ class CuptiMonitor:
             with self._lock:
                 self.queues.close_window()
             self._recording, self._phase = False, 0
-            self._govern(self._cpu_clock() - cpu0, self._clock() - self._window_t0)
+            cpu, self._delivery_cpu = self._cpu_clock() - cpu0 + self._delivery_cpu, 0.0
+            self._govern(cpu, self._clock() - self._window_t0)
 
     def _govern(self, cpu: float, window: float) -> None:
         """Stretch or shrink the cycle so that a window's records cost at most :data:`CPU_BUDGET` of the
-        wall time over the cycle: ``cpu`` seconds ours for a window of ``window`` seconds (one sample
-        interval), the binding's counted as :data:`BINDING_FACTOR` times ours."""
+        wall time over the cycle: ``cpu`` seconds (the refresh that read them, and the threads that
+        delivered them: the binding builds its record objects there) for a window of ``window`` seconds
+        (one sample interval)."""
         if window <= 0:
             return
-        share = BINDING_FACTOR * cpu / (window * self.cycle)
+        share = cpu / (window * self.cycle)
         self.cost_share = share
         want = min(MAX_CYCLE, max(self.base_cycle, math.ceil(self.cycle * share / CPU_BUDGET - 1e-9)))
         if want > self.cycle * CYCLE_HYSTERESIS or (

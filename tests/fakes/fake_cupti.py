@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
 #: Bytes one record takes in a buffer (CUpti_ActivityKernel9 is ~200 bytes; API records ~40).
 RECORD_BYTES = 64
 
@@ -142,13 +144,203 @@ _GPU_KINDS = {
 }
 
 
-def records_from_trace(path: str) -> list[SimpleNamespace]:
+# -- records as the binding makes them ---------------------------------------------------------------
+#
+# cupti-python 13's record classes (ActivityAPI, ActivityKernel10, ActivityMemcpy6, ActivityMemset4) hold
+# one record in a one-element numpy record array, ``_data`` (a ``numpy.recarray`` of the binding's
+# structured dtype), and each field is a property that reads ``self._data.<field>[0]`` as an int: every
+# read goes through ``recarray.__getattribute__`` (2.6-3.5 µs a field on this project's CPU, with the
+# real binding; ``_data.item(0)`` reads them all in 0.3-1.3 µs). Those costs showed on an H100 (py-spy:
+# numpy's recarray in our reading and in the binding's building). The layouts below are the binding's
+# dtypes (cupti-python 13.0.1: names, formats, offsets, item size; a nested struct as one byte), so that
+# the fake's records cost what the binding's do to read.
+_API_LAYOUT = (
+    40,
+    [
+        ("kind", "<i4", 0),
+        ("cbid", "<u4", 4),
+        ("start", "<u8", 8),
+        ("end", "<u8", 16),
+        ("process_id", "<u4", 24),
+        ("thread_id", "<u4", 28),
+        ("correlation_id", "<u4", 32),
+        ("return_value", "<u4", 36),
+    ],
+)
+_KERNEL_LAYOUT = (
+    216,
+    [
+        ("kind", "<i4", 0),
+        ("cache_config", "|u1", 4),
+        ("shared_memory_config", "|u1", 5),
+        ("registers_per_thread", "<u2", 6),
+        ("partitioned_global_cache_requested", "<i4", 8),
+        ("partitioned_global_cache_executed", "<i4", 12),
+        ("start", "<u8", 16),
+        ("end", "<u8", 24),
+        ("completed", "<u8", 32),
+        ("device_id", "<u4", 40),
+        ("context_id", "<u4", 44),
+        ("stream_id", "<u4", 48),
+        ("grid_x", "<i4", 52),
+        ("grid_y", "<i4", 56),
+        ("grid_z", "<i4", 60),
+        ("block_x", "<i4", 64),
+        ("block_y", "<i4", 68),
+        ("block_z", "<i4", 72),
+        ("static_shared_memory", "<i4", 76),
+        ("dynamic_shared_memory", "<i4", 80),
+        ("local_memory_per_thread", "<u4", 84),
+        ("local_memory_total", "<u4", 88),
+        ("correlation_id", "<u4", 92),
+        ("grid_id", "<i8", 96),
+        ("name", "<i8", 104),
+        ("reserved0", "<i8", 112),
+        ("queued", "<u8", 120),
+        ("submitted", "<u8", 128),
+        ("launch_type", "|u1", 136),
+        ("is_shared_memory_carveout_requested", "|u1", 137),
+        ("shared_memory_carveout_requested", "|u1", 138),
+        ("padding", "|u1", 139),
+        ("shared_memory_executed", "<u4", 140),
+        ("graph_node_id", "<u8", 144),
+        ("shmem_limit_config", "<i4", 152),
+        ("graph_id", "<u4", 156),
+        ("p_access_policy_window", "<i8", 160),
+        ("channel_id", "<u4", 168),
+        ("channel_type", "<i4", 172),
+        ("cluster_x", "<u4", 176),
+        ("cluster_y", "<u4", 180),
+        ("cluster_z", "<u4", 184),
+        ("cluster_scheduling_policy", "<u4", 188),
+        ("local_memory_total_v2", "<u8", 192),
+        ("max_potential_cluster_size", "<u4", 200),
+        ("max_active_clusters", "<u4", 204),
+        ("is_device_launched", "|u1", 208),
+        ("padding3", "|V7", 209),
+    ],
+)
+_MEMCPY_LAYOUT = (
+    96,
+    [
+        ("kind", "<i4", 0),
+        ("copy_kind", "|u1", 4),
+        ("src_kind", "|u1", 5),
+        ("dst_kind", "|u1", 6),
+        ("flags_", "|u1", 7),
+        ("bytes", "<u8", 8),
+        ("start", "<u8", 16),
+        ("end", "<u8", 24),
+        ("device_id", "<u4", 32),
+        ("context_id", "<u4", 36),
+        ("stream_id", "<u4", 40),
+        ("correlation_id", "<u4", 44),
+        ("runtime_correlation_id", "<u4", 48),
+        ("pad", "<u4", 52),
+        ("reserved0", "<i8", 56),
+        ("graph_node_id", "<u8", 64),
+        ("graph_id", "<u4", 72),
+        ("channel_id", "<u4", 76),
+        ("channel_type", "<i4", 80),
+        ("is_device_launched", "|u1", 84),
+        ("pad2", "|V3", 85),
+        ("copy_count", "<u8", 88),
+    ],
+)
+_MEMSET_LAYOUT = (
+    88,
+    [
+        ("kind", "<i4", 0),
+        ("value", "<u4", 4),
+        ("bytes", "<u8", 8),
+        ("start", "<u8", 16),
+        ("end", "<u8", 24),
+        ("device_id", "<u4", 32),
+        ("context_id", "<u4", 36),
+        ("stream_id", "<u4", 40),
+        ("correlation_id", "<u4", 44),
+        ("flags_", "<u2", 48),
+        ("memory_kind", "<u2", 50),
+        ("pad", "<u4", 52),
+        ("reserved0", "<i8", 56),
+        ("graph_node_id", "<u8", 64),
+        ("graph_id", "<u4", 72),
+        ("channel_id", "<u4", 76),
+        ("channel_type", "<i4", 80),
+        ("is_device_launched", "|u1", 84),
+        ("pad2", "|V3", 85),
+    ],
+)
+
+
+class BindingRecord:
+    """A record as cupti-python holds it: ``_data``, a one-element ``numpy.recarray``; int properties."""
+
+    __slots__ = ("_data",)
+    dtype: np.dtype
+
+    def __init__(self, **values: int) -> None:
+        data = np.zeros(1, self.dtype).view(np.recarray)
+        for name, value in values.items():
+            data[name] = value
+        self._data = data
+
+
+def _record_class(name: str, layout: tuple[int, list[tuple[str, str, int]]]) -> type[BindingRecord]:
+    itemsize, fields = layout
+    dtype = np.dtype(
+        {
+            "names": [f[0] for f in fields],
+            "formats": [f[1] for f in fields],
+            "offsets": [f[2] for f in fields],
+            "itemsize": itemsize,
+        }
+    )
+    ns: dict[str, Any] = {"__slots__": (), "dtype": dtype}
+    for field, fmt, _ in fields:
+        if not fmt.startswith("|V"):
+            ns[field] = property(lambda self, f=field: int(getattr(self._data, f)[0]))
+    return type(name, (BindingRecord,), ns)
+
+
+ActivityAPI = _record_class("ActivityAPI", _API_LAYOUT)
+ActivityKernel10 = _record_class("ActivityKernel10", _KERNEL_LAYOUT)
+ActivityMemcpy6 = _record_class("ActivityMemcpy6", _MEMCPY_LAYOUT)
+ActivityMemset4 = _record_class("ActivityMemset4", _MEMSET_LAYOUT)
+_GPU_CLASSES = {"kernel": ActivityKernel10, "gpu_memcpy": ActivityMemcpy6, "gpu_memset": ActivityMemset4}
+
+
+class ByAttribute:
+    """A record read by attribute only: each field through the numpy record array, as the binding's
+    properties read it, with no ``_data`` to read at once (the reading before ``cupti_records.layout``)."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, record: BindingRecord) -> None:
+        self._d = record._data
+
+    kind = property(lambda self: int(self._d.kind[0]))
+    cbid = property(lambda self: int(self._d.cbid[0]))
+    correlation_id = property(lambda self: int(self._d.correlation_id[0]))
+    start = property(lambda self: int(self._d.start[0]))
+    end = property(lambda self: int(self._d.end[0]))
+    device_id = property(lambda self: int(self._d.device_id[0]))
+    stream_id = property(lambda self: int(self._d.stream_id[0]))
+
+
+def _u32(value: Any) -> int:
+    """A trace's pid/tid as CUPTI's uint32 field holds it (0 where the trace has none)."""
+    return value & 0xFFFFFFFF if isinstance(value, int) else 0
+
+
+def records_from_trace(path: str) -> list[BindingRecord]:
     """The CUPTI records a Kineto trace was made of, in the binding's field names, in the order CUPTI
     completes them (by end time: a record is written when its call returns or its GPU op ends).
 
-    ``cuda_runtime``/``cuda_driver`` events become API records (kind RUNTIME/DRIVER, ``cbid``,
-    ``correlation_id``, ``process_id``, ``thread_id``); kernel/memcpy/memset events become GPU records
-    (``device_id``, ``stream_id``, ``correlation_id``, ``name``). Times: the trace's µs back to ns.
+    ``cuda_runtime``/``cuda_driver`` events become :class:`ActivityAPI` records (kind RUNTIME/DRIVER,
+    ``cbid``, ``correlation_id``, ``process_id``, ``thread_id``); kernel/memcpy/memset events become
+    :class:`ActivityKernel10`/``Memcpy6``/``Memset4`` records (``device_id``, ``stream_id``,
+    ``correlation_id``; the name is a pointer in CUPTI's record, left 0). Times: the trace's µs back to ns.
     """
     with gzip.open(path, "rt") as f:
         trace = json.load(f)
@@ -161,24 +353,23 @@ def records_from_trace(path: str) -> list[SimpleNamespace]:
         if cat in ("cuda_runtime", "cuda_driver") and "cbid" in args:
             kind = ActivityKind.RUNTIME if cat == "cuda_runtime" else ActivityKind.DRIVER
             out.append(
-                SimpleNamespace(
+                ActivityAPI(
                     kind=int(kind),
                     cbid=int(args["cbid"]),
                     start=start,
                     end=end,
                     correlation_id=int(args.get("correlation", 0)),
-                    process_id=e.get("pid"),
-                    thread_id=e.get("tid"),
+                    process_id=_u32(e.get("pid")),
+                    thread_id=_u32(e.get("tid")),
                     return_value=0,
                 )
             )
         elif cat in _GPU_KINDS and isinstance(args.get("stream"), int):
             out.append(
-                SimpleNamespace(
+                _GPU_CLASSES[cat](
                     kind=int(_GPU_KINDS[cat]),
                     start=start,
                     end=end,
-                    name=e.get("name"),
                     correlation_id=int(args.get("correlation", 0)),
                     device_id=int(args.get("device", 0)),
                     stream_id=int(args["stream"]),

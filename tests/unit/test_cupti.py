@@ -12,6 +12,7 @@ import gzip
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -595,8 +596,8 @@ def test_a_sampled_row_says_so_in_short() -> None:
 
 def test_costly_records_stretch_the_cycle_to_the_budget_and_cheap_ones_bring_it_back() -> None:
     """On an H100 a 150k launches/s loop ran 0.62-0.72x under run at duty 0.05: converting the records
-    held the GIL about a quarter of the time. The governor measures its own CPU time per window (the
-    binding's counted as much again) and records less often until the records cost CPU_BUDGET."""
+    held the GIL about a quarter of the time. The governor measures the CPU time a window's records cost
+    and records less often until they cost CPU_BUDGET."""
     from torchpar_top.probes.agent import cuda_cupti as cc
 
     wall, cpu_now, cost = [0.0], [0.0], [0.0]
@@ -615,7 +616,7 @@ def test_costly_records_stretch_the_cycle_to_the_budget_and_cheap_ones_bring_it_
 
     try:
         assert mon.cycle == mon.base_cycle == 20
-        cost[0] = 0.28  # ours 0.28 s for a 0.1 s window, the binding's as much: 28 % of a 2 s cycle
+        cost[0] = 0.56  # 0.56 s reading a 0.1 s window's records: 28 % of a 2 s cycle
         one_cycle()
         assert mon.cost_share == pytest.approx(0.28)
         assert mon.cycle == 280  # 20 x 0.28 / 0.02
@@ -647,5 +648,71 @@ def test_a_small_change_in_cost_leaves_the_cycle_as_it_is() -> None:
             wall[0] += 0.1
             mon.refresh()
         assert mon.cycle == 20 and not any("recording 1 in" in line for line in logs)
+    finally:
+        mon.close()
+
+
+def test_records_read_by_position_and_by_attribute_give_the_same_queues() -> None:
+    """cupti-python's records are read in one ``_data.item(0)`` (their properties cost a trip through
+    numpy each); any other record by attribute. Both ways, the same launches, starts and depths."""
+    from types import SimpleNamespace
+
+    from fakes.fake_cupti import BindingRecord
+    from torchpar_top.probes.agent.cupti_records import FIELDS, RecordConverter, layout
+
+    records = records_from_trace(str(DATA / "a100_alexnet_2_streams.json.gz"))
+    assert all(isinstance(r, BindingRecord) and layout(r) for r in records)
+    plain = [
+        SimpleNamespace(**{f: getattr(r, f) for f in FIELDS if f in r._data.dtype.names}) for r in records
+    ]
+    assert layout(plain[0]) == ()
+    conv = RecordConverter(FakeCupti())
+    fast, slow = RecordQueues(conv), RecordQueues(conv)
+    for i in range(0, len(records), 300):
+        fast.add_records(records[i : i + 300])
+        slow.add_records(plain[i : i + 300])
+    fast.update(fast.newest + 1)
+    slow.update(slow.newest + 1)
+    keys = sorted(fast.keys())
+    assert keys and keys == sorted(slow.keys())
+    for key in keys:
+        assert fast.launched(key) == slow.launched(key) > 0
+        assert fast.started(key) == slow.started(key)
+        assert fast.depth(key) == slow.depth(key)
+    assert fast.launch_records == slow.launch_records
+
+
+def test_buffers_built_on_cuptis_own_thread_count_from_its_second_on(monkeypatch) -> None:
+    """The binding builds the record objects on the thread that delivers the buffer: CUPTI's own (a
+    thread Python did not start) when a buffer fills. Its CPU time between two buffers is the records'
+    cost and goes into the window's; a Python thread's flush (the sampler's, a frontend standing aside)
+    is not counted there."""
+    from torchpar_top.probes.agent import cuda_cupti as cc
+
+    wall, cpu_now = [0.0], [0.0]
+    mon, _, _ = _monitor(
+        FakeCupti(), duty=0.05, drain_s=0.0, clock=lambda: wall[0], cpu_clock=lambda: cpu_now[0]
+    )
+    try:
+        mon._buffer_completed([])  # a Python thread's flush: never counted
+        cpu_now[0] = 5.0
+        mon._buffer_completed([])
+        assert mon._delivery_cpu == 0.0
+        monkeypatch.setattr(cc, "_outside_python", lambda: True)
+
+        def cuptis_thread() -> None:
+            mon._buffer_completed([])  # its first buffer: where it stands
+            cpu_now[0] = 5.8
+            mon._buffer_completed([])  # 0.8 s building this buffer's records
+
+        worker = threading.Thread(target=cuptis_thread)
+        worker.start()
+        worker.join()
+        assert mon._delivery_cpu == pytest.approx(0.8)
+        monkeypatch.undo()
+        wall[0] += 0.1
+        mon.refresh()  # the window ends: 0.8 s of a 0.1 s window at 1 in 20
+        assert mon.cost_share == pytest.approx(0.4) and mon._delivery_cpu == 0.0
+        assert mon.cycle == 400
     finally:
         mon.close()
