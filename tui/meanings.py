@@ -121,7 +121,7 @@ PANELS: tuple[Panel, ...] = (
         "says what marks a step (optimizer steps, backward calls, DataLoader batches, model calls). On "
         "short terminals the panel steps aside (the ranks table keeps the slowest phase).",
         "Seconds per step over the last 2 s, from a handful of timestamps per step in the workload (on CUDA "
-        "from CUDA events: GPU time, untested on hardware). Ranks' steps/s are counted over the same span "
+        "from CUDA events: GPU time, checked on an H100). Ranks' steps/s are counted over the same span "
         "of time, so ranks in lockstep read the same rate. The straggler is judged over the run, on "
         "one-second windows aligned across ranks (`model/steps.py`): a rank is named when one phase other "
         "than comm is clearly longer than the others' in most windows, never on one step's noise.",
