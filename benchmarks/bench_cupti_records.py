@@ -89,7 +89,7 @@ def main() -> None:
         f"load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} CPUs"
     )
     print(
-        f"{'records':28} {'µs/record min/med':>18} {'µs/launch min/med':>18}  "
+        f"{'records':36} {'µs/record min/med':>18} {'µs/launch min/med':>18}  "
         f"{'share: read+pair / settle (min)':>32}"
     )
     for label, rs in runs.items():
@@ -99,7 +99,7 @@ def main() -> None:
         lo, med = totals[best], statistics.median(totals)
         add, upd = rs[best]
         print(
-            f"{label + f' ({n})':28} {lo / n * 1e6:8.2f} / {med / n * 1e6:5.2f}    "
+            f"{label + f' ({n})':36} {lo / n * 1e6:8.2f} / {med / n * 1e6:5.2f}    "
             f"{lo / n_launch * 1e6:8.2f} / {med / n_launch * 1e6:5.2f}   "
             f"{add / lo * 100:5.0f} % / {upd / lo * 100:3.0f} %"
         )
