@@ -58,9 +58,9 @@ it), ``on_lost`` is called: the agent falls back to the launch counter and says 
 Overhead: CUPTI's own, in C, per launch call and GPU op; the binding's, one Python object per record
 (made by ``cupti-python`` before our callback sees the list: two per launch once the other API calls are
 switched off); ours, reading and settling on the sampler thread, measured by
-``benchmarks/bench_cupti_records.py`` over the A100 records (docs/benchmarks.md: about 3.6 µs per
-recorded launch for reading and settling, 4.6 µs for the whole monitor, on this project's loaded CPU,
-with records that hold their fields as the binding's do; ~0.6 µs per launch on average with the
+``benchmarks/bench_cupti_records.py`` over the A100 records (docs/benchmarks.md: about 3.2 µs per
+recorded launch for reading and settling, 4.3 µs for the whole monitor, on this project's CPU,
+with records that hold their fields as the binding's do; ~0.5 µs per launch on average with the
 default windows). That Python holds the GIL while it runs, so in a launch-bound loop it can
 still slow the frontend, though not per op and not on its thread; ``benchmarks/gpu_check.py`` measures
 a launch-bound loop under ``run`` against plain, and reports the records per launch that reached Python.
@@ -73,9 +73,10 @@ binding building its record objects on CUPTI's thread as much again (each record
 record array: every field read goes through ``recarray.__getattribute__``), both holding the GIL the
 frontend needs. The fakes' records were plain objects, so the per-record cost measured here was several
 times too low; they now hold their fields as the binding does (``tests/fakes/fake_cupti.py``), and the
-queue reads each record's fields in one ``_data.item(0)`` (``cupti_records.layout``): 3.6 against 32 µs
+queue reads each record's fields in one ``_data.item(0)`` (``cupti_records.layout``): 3.6 against 31 µs
 a recorded launch (``bench_cupti_records.py``). The binding's building stays: with cupti-python 13.0.1 on
-this project's CPU, ``from_ptr`` takes 4.3 µs for a launch record and 61 µs for a kernel record. Hence
+this project's CPU, ``from_ptr`` takes 3.8 µs for a launch record and 27 µs for a kernel record
+(``benchmarks/bench_cupti_binding.py``, with the real binding, no GPU needed). Hence
 the governor: after each recording window the monitor adds up the CPU time the window's records cost
 (``time.thread_time``: the sampler thread around the refresh that reads them, and each thread that
 delivered buffers, CUPTI's own, since its previous buffer) and stretches the cycle
