@@ -74,7 +74,7 @@ record array: every field read goes through ``recarray.__getattribute__``), both
 frontend needs. The fakes' records were plain objects, so the per-record cost measured here was several
 times too low; they now hold their fields as the binding does (``tests/fakes/fake_cupti.py``), and the
 queue reads each record's fields in one ``_data.item(0)`` (``cupti_records.layout``): 3.6 against 31 µs
-a recorded launch (``bench_cupti_records.py``). The binding's building stays: with cupti-python 13.0.1 on
+a recorded launch (``bench_cupti_binding.py``). The binding's building stays: with cupti-python 13.0.1 on
 this project's CPU, ``from_ptr`` takes 3.8 µs for a launch record and 27 µs for a kernel record
 (``benchmarks/bench_cupti_binding.py``, with the real binding, no GPU needed). Hence
 the governor: after each recording window the monitor adds up the CPU time the window's records cost
