@@ -999,6 +999,7 @@ def check_cupti(ctx: Context) -> Result:
     speeds: dict[str, list[float]] = {"plain": [], "run": [], "run, no CUPTI": [], "plain (whole loop)": []}
     speeds["run (whole loop)"] = []
     used_cupti = False
+    governed: list[str] = []
     hidden = _without_cupti(ctx)
     for _ in range(2):
         plain = plain_run(ctx, script, ["speed", CUPTI_SPEED_OPS], max(30.0, ctx.remaining() * 0.15))
@@ -1013,6 +1014,7 @@ def check_cupti(ctx: Context) -> Result:
             texts = [x["text"] for x in summary["log"]]
             if name == "run":
                 used_cupti = used_cupti or any("from CUPTI activity records" in t for t in texts)
+                governed += [t for t in texts if "CUPTI's records cost" in t]  # the governor's cycle
                 whole = _ops_per_s(texts + run["extra_lines"], "ops_per_s")
                 if whole is not None:
                     speeds["run (whole loop)"].append(whole)
@@ -1042,6 +1044,7 @@ def check_cupti(ctx: Context) -> Result:
         ratios=ratios,
         ratio=round(ratio, 3),
         used_cupti=used_cupti,
+        governor=governed,
         records_per_launch=round(per_launch, 2),
         cbids_off=counts.get("cbids_off"),
     )
@@ -1066,10 +1069,11 @@ def check_cupti(ctx: Context) -> Result:
         )
     if not used_cupti:
         problems.append("the run did not use the CUPTI path (see its log)")
+    cycle = governed[-1].rsplit(": ", 1)[-1] if governed else "duty's cycle kept"
     if ratio < CUPTI_TARGET:
         problems.append(
             f"launch-bound loop at {ratio:.3f}x of plain under run (target {CUPTI_TARGET}; "
-            f"without CUPTI {ratios.get('run, no CUPTI', '?')}x)"
+            f"without CUPTI {ratios.get('run, no CUPTI', '?')}x; governor: {cycle})"
         )
     if problems:
         return "failed", "; ".join(problems), details
@@ -1077,7 +1081,8 @@ def check_cupti(ctx: Context) -> Result:
         "passed",
         (
             f"launches per stream equal to the profiler's; launch-bound loop at {ratio:.3f}x of "
-            f"plain ({plain_med:.0f} ops/s plain; without CUPTI {ratios.get('run, no CUPTI', '?')}x); "
+            f"plain ({plain_med:.0f} ops/s plain; without CUPTI {ratios.get('run, no CUPTI', '?')}x; "
+            f"governor: {cycle}); "
             f"{per_launch:.2f} CUPTI records per launch reached Python ({counts.get('cbids_off')} API "
             "cbids switched off)"
         ),
