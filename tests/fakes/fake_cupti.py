@@ -154,122 +154,43 @@ _GPU_KINDS = {
 # numpy's recarray in our reading and in the binding's building). The layouts below are the binding's
 # dtypes (cupti-python 13.0.1: names, formats, offsets, item size; a nested struct as one byte), so that
 # the fake's records cost what the binding's do to read.
+#: ``(item size, "name:format:offset ...")`` per record class.
 _API_LAYOUT = (
     40,
-    [
-        ("kind", "<i4", 0),
-        ("cbid", "<u4", 4),
-        ("start", "<u8", 8),
-        ("end", "<u8", 16),
-        ("process_id", "<u4", 24),
-        ("thread_id", "<u4", 28),
-        ("correlation_id", "<u4", 32),
-        ("return_value", "<u4", 36),
-    ],
+    "kind:<i4:0 cbid:<u4:4 start:<u8:8 end:<u8:16 process_id:<u4:24 thread_id:<u4:28 "
+    "correlation_id:<u4:32 return_value:<u4:36",
 )
 _KERNEL_LAYOUT = (
     216,
-    [
-        ("kind", "<i4", 0),
-        ("cache_config", "|u1", 4),
-        ("shared_memory_config", "|u1", 5),
-        ("registers_per_thread", "<u2", 6),
-        ("partitioned_global_cache_requested", "<i4", 8),
-        ("partitioned_global_cache_executed", "<i4", 12),
-        ("start", "<u8", 16),
-        ("end", "<u8", 24),
-        ("completed", "<u8", 32),
-        ("device_id", "<u4", 40),
-        ("context_id", "<u4", 44),
-        ("stream_id", "<u4", 48),
-        ("grid_x", "<i4", 52),
-        ("grid_y", "<i4", 56),
-        ("grid_z", "<i4", 60),
-        ("block_x", "<i4", 64),
-        ("block_y", "<i4", 68),
-        ("block_z", "<i4", 72),
-        ("static_shared_memory", "<i4", 76),
-        ("dynamic_shared_memory", "<i4", 80),
-        ("local_memory_per_thread", "<u4", 84),
-        ("local_memory_total", "<u4", 88),
-        ("correlation_id", "<u4", 92),
-        ("grid_id", "<i8", 96),
-        ("name", "<i8", 104),
-        ("reserved0", "<i8", 112),
-        ("queued", "<u8", 120),
-        ("submitted", "<u8", 128),
-        ("launch_type", "|u1", 136),
-        ("is_shared_memory_carveout_requested", "|u1", 137),
-        ("shared_memory_carveout_requested", "|u1", 138),
-        ("padding", "|u1", 139),
-        ("shared_memory_executed", "<u4", 140),
-        ("graph_node_id", "<u8", 144),
-        ("shmem_limit_config", "<i4", 152),
-        ("graph_id", "<u4", 156),
-        ("p_access_policy_window", "<i8", 160),
-        ("channel_id", "<u4", 168),
-        ("channel_type", "<i4", 172),
-        ("cluster_x", "<u4", 176),
-        ("cluster_y", "<u4", 180),
-        ("cluster_z", "<u4", 184),
-        ("cluster_scheduling_policy", "<u4", 188),
-        ("local_memory_total_v2", "<u8", 192),
-        ("max_potential_cluster_size", "<u4", 200),
-        ("max_active_clusters", "<u4", 204),
-        ("is_device_launched", "|u1", 208),
-        ("padding3", "|V7", 209),
-    ],
+    "kind:<i4:0 cache_config:|u1:4 shared_memory_config:|u1:5 registers_per_thread:<u2:6 "
+    "partitioned_global_cache_requested:<i4:8 partitioned_global_cache_executed:<i4:12 "
+    "start:<u8:16 end:<u8:24 completed:<u8:32 device_id:<u4:40 context_id:<u4:44 stream_id:<u4:48 "
+    "grid_x:<i4:52 grid_y:<i4:56 grid_z:<i4:60 block_x:<i4:64 block_y:<i4:68 block_z:<i4:72 "
+    "static_shared_memory:<i4:76 dynamic_shared_memory:<i4:80 local_memory_per_thread:<u4:84 "
+    "local_memory_total:<u4:88 correlation_id:<u4:92 grid_id:<i8:96 name:<i8:104 "
+    "reserved0:<i8:112 queued:<u8:120 submitted:<u8:128 launch_type:|u1:136 "
+    "is_shared_memory_carveout_requested:|u1:137 shared_memory_carveout_requested:|u1:138 "
+    "padding:|u1:139 shared_memory_executed:<u4:140 graph_node_id:<u8:144 "
+    "shmem_limit_config:<i4:152 graph_id:<u4:156 p_access_policy_window:<i8:160 "
+    "channel_id:<u4:168 channel_type:<i4:172 cluster_x:<u4:176 cluster_y:<u4:180 "
+    "cluster_z:<u4:184 cluster_scheduling_policy:<u4:188 local_memory_total_v2:<u8:192 "
+    "max_potential_cluster_size:<u4:200 max_active_clusters:<u4:204 is_device_launched:|u1:208 "
+    "padding3:|V7:209",
 )
 _MEMCPY_LAYOUT = (
     96,
-    [
-        ("kind", "<i4", 0),
-        ("copy_kind", "|u1", 4),
-        ("src_kind", "|u1", 5),
-        ("dst_kind", "|u1", 6),
-        ("flags_", "|u1", 7),
-        ("bytes", "<u8", 8),
-        ("start", "<u8", 16),
-        ("end", "<u8", 24),
-        ("device_id", "<u4", 32),
-        ("context_id", "<u4", 36),
-        ("stream_id", "<u4", 40),
-        ("correlation_id", "<u4", 44),
-        ("runtime_correlation_id", "<u4", 48),
-        ("pad", "<u4", 52),
-        ("reserved0", "<i8", 56),
-        ("graph_node_id", "<u8", 64),
-        ("graph_id", "<u4", 72),
-        ("channel_id", "<u4", 76),
-        ("channel_type", "<i4", 80),
-        ("is_device_launched", "|u1", 84),
-        ("pad2", "|V3", 85),
-        ("copy_count", "<u8", 88),
-    ],
+    "kind:<i4:0 copy_kind:|u1:4 src_kind:|u1:5 dst_kind:|u1:6 flags_:|u1:7 bytes:<u8:8 "
+    "start:<u8:16 end:<u8:24 device_id:<u4:32 context_id:<u4:36 stream_id:<u4:40 "
+    "correlation_id:<u4:44 runtime_correlation_id:<u4:48 pad:<u4:52 reserved0:<i8:56 "
+    "graph_node_id:<u8:64 graph_id:<u4:72 channel_id:<u4:76 channel_type:<i4:80 "
+    "is_device_launched:|u1:84 pad2:|V3:85 copy_count:<u8:88",
 )
 _MEMSET_LAYOUT = (
     88,
-    [
-        ("kind", "<i4", 0),
-        ("value", "<u4", 4),
-        ("bytes", "<u8", 8),
-        ("start", "<u8", 16),
-        ("end", "<u8", 24),
-        ("device_id", "<u4", 32),
-        ("context_id", "<u4", 36),
-        ("stream_id", "<u4", 40),
-        ("correlation_id", "<u4", 44),
-        ("flags_", "<u2", 48),
-        ("memory_kind", "<u2", 50),
-        ("pad", "<u4", 52),
-        ("reserved0", "<i8", 56),
-        ("graph_node_id", "<u8", 64),
-        ("graph_id", "<u4", 72),
-        ("channel_id", "<u4", 76),
-        ("channel_type", "<i4", 80),
-        ("is_device_launched", "|u1", 84),
-        ("pad2", "|V3", 85),
-    ],
+    "kind:<i4:0 value:<u4:4 bytes:<u8:8 start:<u8:16 end:<u8:24 device_id:<u4:32 "
+    "context_id:<u4:36 stream_id:<u4:40 correlation_id:<u4:44 flags_:<u2:48 memory_kind:<u2:50 "
+    "pad:<u4:52 reserved0:<i8:56 graph_node_id:<u8:64 graph_id:<u4:72 channel_id:<u4:76 "
+    "channel_type:<i4:80 is_device_launched:|u1:84 pad2:|V3:85",
 )
 
 
@@ -286,8 +207,9 @@ class BindingRecord:
         self._data = data
 
 
-def _record_class(name: str, layout: tuple[int, list[tuple[str, str, int]]]) -> type[BindingRecord]:
-    itemsize, fields = layout
+def _record_class(name: str, layout: tuple[int, str]) -> type[BindingRecord]:
+    itemsize, spec = layout
+    fields = [(f, fmt, int(off)) for f, fmt, off in (item.split(":") for item in spec.split())]
     dtype = np.dtype(
         {
             "names": [f[0] for f in fields],
