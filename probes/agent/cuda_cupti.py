@@ -124,8 +124,8 @@ OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
 #: project's loaded CPU) against the issue's budget, 3 % of a launch-bound frontend's 5 µs per launch:
 #: 0.15 / 3-4.4 = 0.034-0.05. One interval in 20 (the rows' depth refreshes every 2 s at 10 Hz).
 DEFAULT_DUTY = 0.05
-#: The share of the wall time the records may cost (ours measured, the binding's estimated): the cycle
-#: is stretched past the one ``duty`` asks for to keep under it.
+#: The share of the wall time the records may cost (the binding building them, us reading them: both
+#: measured): the cycle is stretched past the one ``duty`` asks for to keep under it.
 CPU_BUDGET = 0.02
 #: The longest cycle the governor sets (sample intervals: a minute at 10 Hz).
 MAX_CYCLE = 600
@@ -288,8 +288,8 @@ class CuptiMonitor:
         """Samples per recording cycle: records are taken during one sample interval in ``cycle``
         (1: always). ``base_cycle`` is the one ``duty`` asks for; the governor may stretch ``cycle``."""
         self.cost_share: float | None = None
-        """What the last window's records cost, as a share of the wall time over its cycle (ours
-        measured, the binding's estimated); None before the first window ends."""
+        """What the last window's records cost, as a share of the wall time over its cycle; None before
+        the first window ends."""
         self._cpu_clock = cpu_clock
         self._delivery_cpu = 0.0
         """CPU seconds the threads that delivered buffers spent since the last window's end (CUPTI's own
