@@ -739,3 +739,19 @@ def test_a_profiler_window_is_exported_from_a_live_session(tmp_path):
 def test_the_check_scripts_compile():
     for path in (ROOT / "benchmarks" / "gpu_check_parts" / "children").glob("*.py"):
         compile(path.read_text(), str(path), "exec")
+
+
+@pytest.mark.parametrize(
+    ("trace", "launches"),
+    [("h100/sync_window_without_gpu_records.json.gz", 351), ("hta/a100_alexnet_2_streams.json.gz", 0)],
+)
+def test_a_window_whose_trace_lost_its_gpu_records_is_told_apart(tmp_path, trace, launches):
+    """async_session profiles a window again when its trace kept the launch calls and no GPU op (the
+    real H100 trace); a trace with its kernels is not one."""
+    import gzip
+
+    path = tmp_path / "window.json"
+    with gzip.open(ROOT / "tests" / "data" / trace, "rt") as f:
+        path.write_text(f.read())
+    assert checks._lost_gpu_records(str(path)) == launches
+    assert checks._lost_gpu_records(None) == 0
