@@ -16,8 +16,10 @@ build has no NCCL dump at all.
 never the frontend) and sums the collectives that finished since its last read, by name: how many, and
 their NCCL time where measured. Gloo records the collectives but no timing (``duration_ms`` absent):
 the counts are shown, the time is said to be unknown. The agent writes one log line per read with
-something new (``Agent.log``); each rank's ``comm`` phase (time the frontend waited in collectives) is
-the step anatomy's.
+something new (``Agent.log``), and reads once more when the user's code destroys the process group
+(``CollectiveWatch.final``, from the step anatomy's ``destroy_process_group`` wrapper), so that a job
+shorter than a read's spacing is logged too; each rank's ``comm`` phase (time the frontend waited in
+collectives) is the step anatomy's.
 
 Reading costs torch's dump of the whole ring and a JSON parse, and grows faster than the ring (measured on
 this 2-core VM under load, Gloo, 2 ranks: 500 entries 0.23 MB, 6.6 ms; 2,000 entries 0.94 MB, 100-137 ms;
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -180,9 +183,12 @@ class CollectiveWatch:
         if readers is None:
             readers = [FlightRecorderReader(fn) for fn in dump_functions()]
         self.readers = [r for r in readers if r.available]
+        self._born = time.monotonic()
         self._last: float | None = None
         self._gap = EVERY_S
         self._off = not self.readers
+        self._lock = threading.Lock()
+        """Reads come from the sampler thread (:meth:`tick`) and the user's (:meth:`final`)."""
 
     def tick(self) -> None:
         """Called after each sample, on the sampler thread."""
@@ -191,11 +197,24 @@ class CollectiveWatch:
         now = time.monotonic()
         if self._last is not None and now - self._last < self._gap:
             return
+        self._read(now)
+
+    def final(self) -> None:
+        """The user's code destroys the process group: one last read whatever the gap, so that the
+        collectives since the last read (a short job's, all of them) are logged too."""
+        if not self._off:
+            self._read(time.monotonic())
+
+    def _read(self, now: float) -> None:
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()):
             return
-        since, self._last = self._last, now
+        with self._lock:
+            self._read_locked(now)
+
+    def _read_locked(self, now: float) -> None:
+        since, self._last = (self._last if self._last is not None else self._born), now
         try:
             costs: dict[str, CollectiveCost] = {}
             for reader in self.readers:
@@ -210,13 +229,14 @@ class CollectiveWatch:
                 f"flight recorder: cannot read torch's dump ({type(exc).__name__}: {exc}); not read again"
             )
             return
-        if costs and since is not None:
+        if costs:
             lost = sum(r.lost for r in self.readers)
             self.log(describe(costs, now - since, lost, self.who))
 
 
-def watch(log: Callable[[str], None], rank: int | None = None) -> Callable[[], None] | None:
-    """The hook for ``Agent.on_sample`` when the user turned the flight recorder on, else None."""
+def watch(log: Callable[[str], None], rank: int | None = None) -> CollectiveWatch | None:
+    """The watch (its ``tick`` for ``Agent.on_sample``, its ``final`` for the process group's end) when
+    the user turned the flight recorder on, else None."""
     if buffer_size() <= 0:
         return None
-    return CollectiveWatch(log, who="" if rank is None else f"rank {rank}: ").tick
+    return CollectiveWatch(log, who="" if rank is None else f"rank {rank}: ")

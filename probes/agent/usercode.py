@@ -156,7 +156,8 @@ class UserCode:
         agent.sample_parts.append(self._steps_part)
         agent.on_sample.append(self._after_sample)
         if (collectives := watch_collectives(agent.log, rank)) is not None:  # TORCH_FR_BUFFER_SIZE > 0
-            agent.on_sample.append(collectives)
+            agent.on_sample.append(collectives.tick)
+            self.phases.before_destroy.append(collectives.final)  # a short job's collectives too
         agent.on_stop.append(self._on_stop)
         agent.device_syncs.append(self._sync_cuda)
         agent.sync.on_change(self._update_mode)

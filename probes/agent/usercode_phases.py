@@ -102,6 +102,8 @@ class PhaseHooks:
         self.cuda_installed = False
         self._dist = False
         self._dist_asked = float("-inf")
+        self.before_destroy: list[Callable[[], None]] = []
+        """Called when the user's code destroys a process group, before torch does."""
 
     # -- install / uninstall ------------------------------------------------------------------------
 
@@ -131,6 +133,8 @@ class PhaseHooks:
             work = getattr(dist, "Work", None)
             if work is not None and callable(getattr(work, "wait", None)):
                 self._patch(work, "wait", self._wrap_comm)
+            if callable(getattr(dist, "destroy_process_group", None)):
+                self._patch(dist, "destroy_process_group", self._wrap_destroy)
 
     def install_cuda(self) -> None:
         """Transfers and blocking waits on CUDA (on the frontend, once CUDA is in use)."""
@@ -346,6 +350,20 @@ class PhaseHooks:
                 hooks.clock.exit(COMM)
 
         return collective
+
+    def _wrap_destroy(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        """``destroy_process_group``: :attr:`before_destroy` runs first (the flight recorder's last read),
+        its errors kept from the user's code."""
+        hooks = self.before_destroy
+
+        @functools.wraps(orig)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            for hook in hooks:
+                with contextlib.suppress(Exception):
+                    hook()
+            return orig(*args, **kwargs)
+
+        return destroy_process_group
 
     # -- CUDA: transfers and waits -------------------------------------------------------------------
 

@@ -97,13 +97,14 @@ def test_both_rings_are_read_nccls_and_the_generic_one(monkeypatch):
             FlightRecorderReader(lambda **_: json.dumps(generic)),
         ],
     )
-    watch.tick()  # the first read sets the cursors
+    watch.tick()  # the first read: what finished since the watch began
+    assert len(lines) == 1 and "nccl:all_reduce ×1" in lines[0] and "gloo:barrier ×1" in lines[0]
     nccl["entries"] += [_entry(1, ms=3.0), _entry(2, ms=5.0)]
     generic["entries"].append(_entry(1, "gloo:barrier", ms=None))
     watch._last = 0.0  # the next read is due
     watch.tick()
-    assert len(lines) == 1
-    assert "nccl:all_reduce ×2 (4 ms each" in lines[0] and "gloo:barrier ×1 (time unknown)" in lines[0]
+    assert len(lines) == 2
+    assert "nccl:all_reduce ×2 (4 ms each" in lines[1] and "gloo:barrier ×1 (time unknown)" in lines[1]
 
 
 def test_no_flight_recorder_dump_means_no_reading():
@@ -116,3 +117,43 @@ def test_a_first_read_of_a_wrapped_ring_counts_what_it_lost():
     reader = FlightRecorderReader(dump=lambda **_: "{}")
     costs = reader.add({"entries": [_entry(i) for i in range(20, 25)]})
     assert costs["nccl:all_reduce"].count == 5 and reader.lost == 20
+
+
+def test_the_process_groups_end_reads_once_more_whatever_the_gap(monkeypatch):
+    """A job shorter than a read's spacing: the read when the user's code destroys the process group
+    logs its collectives (the step anatomy wraps ``destroy_process_group``)."""
+    import json
+
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    ring = {"entries": [_entry(0)]}
+    lines: list[str] = []
+    watch = CollectiveWatch(lines.append, [FlightRecorderReader(lambda **_: json.dumps(ring))])
+    watch.tick()
+    ring["entries"] += [_entry(1), _entry(2)]
+    watch.tick()  # within the spacing: not read
+    assert len(lines) == 1
+    watch.final()
+    assert len(lines) == 2 and "nccl:all_reduce ×2" in lines[1]
+
+
+def test_destroy_process_group_runs_the_hooks_first_and_keeps_their_errors(monkeypatch):
+    import torch.distributed as dist
+    from torchpar_top.probes.agent.usercode_phases import PhaseHooks
+    from torchpar_top.probes.agent.usercode_steps import StepClock
+
+    calls: list[str] = []
+    monkeypatch.setattr(dist, "destroy_process_group", lambda *a, **k: calls.append("torch"))
+    hooks = PhaseHooks(StepClock(), 0)
+
+    def broken() -> None:
+        raise RuntimeError("a hook that fails")
+
+    hooks.before_destroy += [lambda: calls.append("ours"), broken]
+    hooks.install()
+    try:
+        dist.destroy_process_group()
+    finally:
+        hooks.uninstall()
+    assert calls == ["ours", "torch"]
