@@ -524,6 +524,7 @@ def check_async(ctx: Context) -> Result:
     windows: dict[str, Any] = {}
     agent_lines: dict[str, list[str]] = {}
     retried: dict[str, int] = {}  # windows profiled twice: the first trace's launch calls (no GPU op)
+    lost_launches: dict[str, int] = {}  # per window, the launch calls of a trace that lost its GPU ops
     for mode in ("async", "sync"):
         if mode == "sync":
             session.toggle_sync()
@@ -535,6 +536,8 @@ def check_async(ctx: Context) -> Result:
             retried[mode] = launches
             windows[mode], again = _profile_window(ctx, session, f"async-{mode}-again")
             agent_lines[mode] += again
+            launches = _lost_gpu_records(windows[mode])
+        lost_launches[mode] = launches
     snap = session.snapshot()
     session.close()
     recorder.stop()
@@ -557,7 +560,7 @@ def check_async(ctx: Context) -> Result:
         "retried": retried,
     }
     problems, rows, lane_rows = [], [], []
-    lost: list[str] = []  # windows whose trace kept the launches and lost the GPU ops
+    lost: dict[str, int] = {}  # windows whose trace kept the launches and lost the GPU ops
     cap = next((e.capacity for e in snap.executors if e.name == "cuda:0"), None) or 1024
     for mode, path in windows.items():
         if path is None:
@@ -570,10 +573,9 @@ def check_async(ctx: Context) -> Result:
                 f"{mode}: the trace has no baseTimeNanoseconds: cannot align it with the live rows"
             )
             continue
-        launches = _lost_gpu_records(path)
-        if launches:
+        if lost_launches[mode]:
             # seen on an H100 (torch 2.11, CUDA 13.0): the SYNC window, 2 runs in 3; not ours to judge
-            lost.append(f"{mode} ({launches} launch calls, no GPU op)")
+            lost[mode] = lost_launches[mode]
             details[mode] = {"trace": {k: v for k, v in side.items() if k != "summary"}}
             continue
         stream = _busiest(side["streams"], 0)
@@ -637,7 +639,12 @@ def check_async(ctx: Context) -> Result:
         },
     ]
     details["problems"], details["lost_gpu_records"] = problems, lost
-    lost_note = f"; not compared, the profiler lost the GPU records of: {', '.join(lost)}" if lost else ""
+    lost_note = (
+        "; not compared, the profiler lost the GPU records of: "
+        + ", ".join(f"{m} ({n} launch calls, no GPU op)" for m, n in lost.items())
+        if lost
+        else ""
+    )
     if retried:
         lost_note += "; profiled again after a window lost its GPU records: " + ", ".join(
             f"{m} ({n} launch calls)" for m, n in retried.items()
@@ -646,7 +653,7 @@ def check_async(ctx: Context) -> Result:
         return "failed", "; ".join(problems[:3]) + lost_note, details
     if len(lost) == len(windows):
         return "failed", f"no window could be compared{lost_note}", details
-    compared = " and ".join(m.upper() for m in windows if m not in {x.split(" ")[0] for x in lost})
+    compared = " and ".join(m.upper() for m in windows if m not in lost)
     return (
         "passed",
         (
@@ -1024,8 +1031,9 @@ def check_cupti(ctx: Context) -> Result:
         return "failed", f"cupti_loop.py counts printed no result (exit {done.returncode})", details
     if counts.get("skip"):
         raise Skip(f"CUPTI path not checked: {counts['skip']}")
-    speeds: dict[str, list[float]] = {"plain": [], "run": [], "run, no CUPTI": [], "plain (whole loop)": []}
-    speeds["run (whole loop)"] = []
+    speeds: dict[str, list[float]] = {
+        name: [] for name in ("plain", "run", "run, no CUPTI", "plain (whole loop)", "run (whole loop)")
+    }
     used_cupti = False
     governed: list[str] = []
     hidden = _without_cupti(ctx)

@@ -211,27 +211,24 @@ class CollectiveWatch:
         if not (dist.is_available() and dist.is_initialized()):
             return
         with self._lock:
-            self._read_locked(now)
-
-    def _read_locked(self, now: float) -> None:
-        since, self._last = (self._last if self._last is not None else self._born), now
-        try:
-            costs: dict[str, CollectiveCost] = {}
-            for reader in self.readers:
-                for name, cost in reader.read().items():
-                    into = costs.setdefault(name, CollectiveCost(name))
-                    into.count, into.timed = into.count + cost.count, into.timed + cost.timed
-                    into.seconds += cost.seconds
-            self._gap = max(EVERY_S, (time.monotonic() - now) / READ_SHARE)
-        except Exception as exc:  # a torch that changed its dump: say so once, stop reading
-            self._off = True
-            self.log(
-                f"flight recorder: cannot read torch's dump ({type(exc).__name__}: {exc}); not read again"
-            )
-            return
-        if costs:
-            lost = sum(r.lost for r in self.readers)
-            self.log(describe(costs, now - since, lost, self.who))
+            since, self._last = (self._last if self._last is not None else self._born), now
+            try:
+                costs: dict[str, CollectiveCost] = {}
+                for reader in self.readers:
+                    for name, cost in reader.read().items():
+                        into = costs.setdefault(name, CollectiveCost(name))
+                        into.count, into.timed = into.count + cost.count, into.timed + cost.timed
+                        into.seconds += cost.seconds
+                self._gap = max(EVERY_S, (time.monotonic() - now) / READ_SHARE)
+            except Exception as exc:  # a torch that changed its dump: say so once, stop reading
+                self._off = True
+                self.log(
+                    f"flight recorder: cannot read torch's dump ({type(exc).__name__}: {exc}); not read again"
+                )
+                return
+            if costs:
+                lost = sum(r.lost for r in self.readers)
+                self.log(describe(costs, now - since, lost, self.who))
 
 
 def watch(log: Callable[[str], None], rank: int | None = None) -> CollectiveWatch | None:

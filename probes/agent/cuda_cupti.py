@@ -639,9 +639,7 @@ class CuptiMonitor:
         share = cpu / (window * self.cycle)
         self.cost_share = share
         want = min(MAX_CYCLE, max(self.base_cycle, math.ceil(self.cycle * share / CPU_BUDGET - 1e-9)))
-        if want > self.cycle * CYCLE_HYSTERESIS or (
-            want < self.cycle / CYCLE_HYSTERESIS and want < self.cycle
-        ):
+        if want > self.cycle * CYCLE_HYSTERESIS or want < self.cycle / CYCLE_HYSTERESIS:
             old, self.cycle = self.cycle, want
             self._log(
                 f"CUDA launch queues: CUPTI's records cost {100 * share:.1f}% of the time at 1 sample "

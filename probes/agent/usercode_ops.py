@@ -213,18 +213,19 @@ class RunRecorder(ActivityRecorder):
         self.op_since = 0.0
         """Start of the op running now, 0.0 between ops."""
 
+    def _unflushed(self, t0: float, t1: float) -> list[Interval]:
+        """The open run and an op still running at ``t1``, clipped to ``[t0, t1]``."""
+        since = self.op_since
+        return clip([(self.run_start, self.run_end)] + ([(since, t1)] if since else []), t0, t1)
+
     def intervals(self, t0: float, t1: float) -> list[Interval]:
         """Flushed runs, the open run and an op still running at ``t1``, clipped to ``[t0, t1]``."""
-        since, start, end = self.op_since, self.run_start, self.run_end
-        extra = [(start, end)] + ([(since, t1)] if since else [])
-        return super().intervals(t0, t1) + clip(extra, t0, t1)
+        return super().intervals(t0, t1) + self._unflushed(t0, t1)
 
     def busy(self, t0: float, t1: float) -> float:
         """Seconds busy in ``[t0, t1]``: the flushed runs' (:meth:`ActivityRecorder.busy`), the open run
         and an op still running (whole: the mode keeps no gaps within a run)."""
-        since, start, end = self.op_since, self.run_start, self.run_end
-        extra = [(start, end)] + ([(since, t1)] if since else [])
-        return super().busy(t0, t1) + busy_time(clip(extra, t0, t1))
+        return super().busy(t0, t1) + busy_time(self._unflushed(t0, t1))
 
 
 class EagerOps(EagerDevice):
