@@ -3,7 +3,8 @@
 The protocol travels on one end of a socketpair that the child inherits (``pass_fds``); the child's
 stdout and stderr are separate pipes that feed the log pane, so the workload's prints never corrupt
 the protocol. One reader thread multiplexes the three with ``selectors`` and a short timeout, so it
-never keeps the app from exiting.
+never keeps the app from exiting; once the screen pulls (:meth:`ChildProcess.pull`, in its frame), the
+pulls read and the thread stands behind them (:mod:`.pacing`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 from torchpar_top.contract.messages import Message, Stop
 from torchpar_top.contract.vocab import ENV_RUN, PARENT_STOP_GRACE, LogSource
+from torchpar_top.sources.live.pacing import PullPace
 from torchpar_top.sources.live.tree import ProcessTree
 from torchpar_top.sources.live.wire import MessageStream, TextStream
 
@@ -72,6 +74,11 @@ class ChildProcess:
         """What the child started, followed so that it ends with the child (see :mod:`.tree`)."""
         self._stopping = threading.Event()
         self._send_lock = threading.Lock()
+        self.pace = PullPace()
+        self._read_lock = threading.Lock()
+        """Held while a stream is read and fed: the thread and a pull never interleave."""
+        self._streams: _Streams | None = None
+        """The open streams while the reader reads them (None before and after)."""
 
     @property
     def pid(self) -> int | None:
@@ -163,31 +170,68 @@ class ChildProcess:
             self._sock.close()
         return proc.returncode
 
+    def pull(self) -> None:
+        """Read, in the caller's thread, what the child wrote so far; the thread then leaves the reading to
+        the pulls while they keep coming (:class:`PullPace`)."""
+        self.pace.pulled()
+        streams = self._streams
+        if streams is not None:
+            self._handle(streams, streams.ready(0))
+
     def _read_loop(self) -> None:
         proc, sock = self.proc, self._sock
         assert proc is not None and sock is not None and proc.stdout and proc.stderr
-        sel = selectors.DefaultSelector()
         protocol_error = lambda text: self._on_output(LogSource.PROTOCOL, text)  # noqa: E731
-        readers: dict[int, MessageStream | TextStream] = {
-            sock.fileno(): MessageStream(self._on_message, protocol_error),
-            proc.stdout.fileno(): TextStream(
-                lambda text: self._on_output(LogSource.STDOUT, text),
-                lambda text: self._on_output(LogSource.STDOUT, text, True),
-            ),
-            proc.stderr.fileno(): TextStream(
-                lambda text: self._on_output(LogSource.STDERR, text),
-                lambda text: self._on_output(LogSource.STDERR, text, True),
-            ),
-        }
-        for fd in readers:
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ)
-        open_fds = set(readers)
-        while open_fds:
+        streams = _Streams(
+            {
+                sock.fileno(): MessageStream(self._on_message, protocol_error),
+                proc.stdout.fileno(): TextStream(
+                    lambda text: self._on_output(LogSource.STDOUT, text),
+                    lambda text: self._on_output(LogSource.STDOUT, text, True),
+                ),
+                proc.stderr.fileno(): TextStream(
+                    lambda text: self._on_output(LogSource.STDERR, text),
+                    lambda text: self._on_output(LogSource.STDERR, text, True),
+                ),
+            }
+        )
+        self._streams = streams
+        while streams.open_fds:
             if self.tree is not None:
                 self.tree.walk_if_due()
-            for key, _ in sel.select(timeout=0.2):
+            idle = 0.0 if self._stopping.is_set() else self.pace.idle_for()
+            if idle > 0:
+                time.sleep(min(idle, 0.2))
+            else:
+                self._handle(streams, streams.ready(0.2))
+            if proc.poll() is not None:
+                # the child is dead: drain what is left, without waiting on pipes a grandchild holds
+                with self._read_lock:
+                    self._streams = None
+                    self._drain(streams)
+                break
+        with self._read_lock:
+            self._streams = None
+            for fd in streams.open_fds:  # a last line without a newline still counts
+                streams.readers[fd].finish()
+            streams.sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+        self._on_exit(proc.wait())
+
+    def _handle(self, streams: _Streams, events: list[tuple[selectors.SelectorKey, int]]) -> None:
+        """Read the streams ``events`` say are ready. The thread and a pull may both have seen an event:
+        whoever comes second finds nothing to read (non-blocking), and nothing happens."""
+        if not events:
+            return
+        sock = self._sock
+        with self._read_lock:
+            if self._streams is not streams:  # the reader finished meanwhile
+                return
+            for key, _ in events:
                 fd = key.fd
+                if fd not in streams.open_fds:
+                    continue
                 try:
                     data = os.read(fd, 65536)
                 except BlockingIOError:
@@ -195,35 +239,28 @@ class ChildProcess:
                 except OSError:
                     data = b""
                 if not data:
-                    sel.unregister(fd)
-                    open_fds.discard(fd)
-                    readers[fd].finish()
-                    if fd == sock.fileno() and self._socketpair and proc.poll() is None:
+                    streams.close(fd)
+                    proc = self.proc
+                    if (
+                        sock is not None
+                        and fd == sock.fileno()
+                        and self._socketpair
+                        and proc
+                        and proc.poll() is None
+                    ):
                         self._channel_closed()
                     continue
-                readers[fd].feed(data)
-            if proc.poll() is not None:
-                # the child is dead: drain what is left, without waiting on pipes a grandchild holds
-                self._drain(sel, readers, open_fds)
-                break
-        for fd in open_fds:  # a last line without a newline still counts
-            readers[fd].finish()
-        sel.close()
-        proc.stdout.close()
-        proc.stderr.close()
-        self._on_exit(proc.wait())
+                streams.readers[fd].feed(data)
 
     def _channel_closed(self) -> None:
         """The protocol socket closed while the child runs: tell whoever asked."""
         if self._on_channel_closed is not None:
             self._on_channel_closed()
 
-    def _drain(
-        self, sel: selectors.BaseSelector, readers: dict[int, MessageStream | TextStream], open_fds: set[int]
-    ) -> None:
+    def _drain(self, streams: _Streams) -> None:
         deadline = time.monotonic() + 0.5
-        while open_fds and time.monotonic() < deadline:
-            events = sel.select(timeout=0.05)
+        while streams.open_fds and time.monotonic() < deadline:
+            events = streams.ready(0.05)
             if not events:
                 break
             for key, _ in events:
@@ -232,11 +269,34 @@ class ChildProcess:
                 except OSError:
                     data = b""
                 if not data:
-                    sel.unregister(key.fd)
-                    open_fds.discard(key.fd)
-                    readers[key.fd].finish()
+                    streams.close(key.fd)
                 else:
-                    readers[key.fd].feed(data)
+                    streams.readers[key.fd].feed(data)
+
+
+class _Streams:
+    """The child's three streams being read: a selector over the open ones and each one's reader."""
+
+    def __init__(self, readers: dict[int, MessageStream | TextStream]) -> None:
+        self.readers = readers
+        self.sel = selectors.DefaultSelector()
+        for fd in readers:
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ)
+        self.open_fds = set(readers)
+
+    def ready(self, timeout: float) -> list[tuple[selectors.SelectorKey, int]]:
+        """The streams with something to read (none once the selector is closed)."""
+        try:
+            return self.sel.select(timeout=timeout)
+        except (OSError, ValueError, KeyError):  # closed meanwhile
+            return []
+
+    def close(self, fd: int) -> None:
+        """``fd`` reached its end: no more reading, its last line counts."""
+        self.sel.unregister(fd)
+        self.open_fds.discard(fd)
+        self.readers[fd].finish()
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:

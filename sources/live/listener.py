@@ -1,5 +1,8 @@
 """A private Unix socket that torchrun ranks connect to (they cannot inherit our descriptors).
 
+One thread reads every connection until someone pulls (:meth:`AgentListener.pull`, the screen's frame):
+then the pulls read and the thread only stands behind them (:mod:`.pacing`).
+
 The socket lives in a fresh directory only this user can enter (``mkdtemp``: mode 0700). Each
 connection is one agent; its lines are validated like any other protocol stream.
 
@@ -17,9 +20,11 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 
 from torchpar_top.contract.messages import Message
+from torchpar_top.sources.live.pacing import PullPace
 from torchpar_top.sources.live.wire import MessageStream
 
 #: The start of the private directories' names; the pid of the torchpar-top that made one follows.
@@ -58,7 +63,7 @@ def _alive(pid: int) -> bool:
 
 
 class AgentListener:
-    """Accepts agent connections and reads them on one thread."""
+    """Accepts agent connections and reads them, on its thread or in the callers of :meth:`pull`."""
 
     def __init__(
         self,
@@ -90,6 +95,11 @@ class AgentListener:
         self._lock = threading.Lock()
         self._next = 1
         self._stop = threading.Event()
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._server, selectors.EVENT_READ, 0)
+        self._read_lock = threading.Lock()
+        """Held while a connection is read and its stream fed: the thread and a pull never interleave."""
+        self.pace = PullPace()
         self._thread = threading.Thread(target=self._loop, name="tpt-listener", daemon=True)
         self._thread.start()
 
@@ -118,16 +128,43 @@ class AgentListener:
         self._server.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
+    def pull(self) -> None:
+        """Read, in the caller's thread, what the agents sent so far (and accept who connected); the
+        thread then leaves the reading to the pulls while they keep coming (:class:`PullPace`)."""
+        self.pace.pulled()
+        self._handle(self._select(0))
+
     def _loop(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self._server, selectors.EVENT_READ, 0)
         while not self._stop.is_set():
-            for key, _ in sel.select(timeout=0.2):
+            idle = self.pace.idle_for()
+            if idle > 0:
+                self._stop.wait(idle)
+                continue
+            self._handle(self._select(0.2))
+        with self._read_lock:
+            self._sel.close()
+
+    def _select(self, timeout: float) -> list[tuple[selectors.SelectorKey, int]]:
+        """Ready connections (none once closed)."""
+        try:
+            return self._sel.select(timeout=timeout)
+        except (OSError, ValueError, KeyError):  # closed meanwhile
+            time.sleep(timeout)
+            return []
+
+    def _handle(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
+        """Accept and read what ``events`` say is ready. Both the thread and a pull may have seen the same
+        event: whoever comes second finds nothing to read (non-blocking), and nothing happens."""
+        if not events:
+            return
+        with self._read_lock:
+            if self._stop.is_set():
+                return
+            for key, _ in events:
                 if key.data == 0:
-                    self._accept(sel)
+                    self._accept(self._sel)
                 else:
-                    self._read(sel, key.data)
-        sel.close()
+                    self._read(self._sel, key.data)
 
     def _numbered(self, number: int) -> Callable[[Message], None]:
         """``on_message`` for the connection ``number``: each message comes with it."""
@@ -158,7 +195,10 @@ class AgentListener:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def _read(self, sel: selectors.BaseSelector, number: int) -> None:
-        conn, stream = self._conns[number]
+        entry = self._conns.get(number)
+        if entry is None:  # closed by the other reader
+            return
+        conn, stream = entry
         try:
             data = conn.recv(65536)
         except BlockingIOError:

@@ -185,7 +185,9 @@ class Session:
 
     def snapshot(self) -> Snapshot:
         """The current state: the same object as last time when nothing changed since (the screen then
-        skips the frame)."""
+        skips the frame). What the workload sent since the last call is read here first, in the caller's
+        thread (the frame's wake-up, not one per sample: :mod:`.pacing`)."""
+        self.pull()
         stacks = self._stacks
         latest = stacks.latest if stacks is not None else None
         key = (self.store.version, latest)
@@ -365,6 +367,16 @@ class Session:
             elif not entry.lost and now - entry.t > LOST_GRACE:
                 entry.lost = True
                 self.store.on_source_lost(number)
+
+    def pull(self) -> None:
+        """Read what the child and the ranks' agents sent so far, in the caller's thread; their reader
+        threads then stand behind these pulls (:class:`~torchpar_top.sources.live.pacing.PullPace`)."""
+        with self._child_lock:
+            child, listener = self._child, self._listener
+        if child is not None:
+            child.pull()
+        if listener is not None:
+            listener.pull()
 
     def _send(self, cmd: Message) -> bool:
         with self._child_lock:

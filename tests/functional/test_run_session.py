@@ -63,7 +63,9 @@ def test_a_sleeping_frontend_is_idle_not_busy(run_session):
 
 
 def test_sync_points_are_attributed_to_the_line(run_session):
-    s = run_session("item_every_step.py", "100000")
+    # long enough to outlast the rate: once steps are found the op counter samples 1 % of the time, in
+    # slices ~2.5 s apart, and a rate needs two reports (100,000 steps ended in 7 s on a quiet VM)
+    s = run_session("item_every_step.py", "100000000")
     site = wait_for(
         lambda: next((x for x in s.snapshot().syncpoints if x.call.startswith("item")), None), timeout=90
     )

@@ -5,10 +5,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from torchpar_top.contract.messages import Log
 from torchpar_top.sources.live.listener import AgentListener
+from torchpar_top.sources.live.pacing import PullPace
+from waiting import wait_for
 
 
 def _dead_pid():
@@ -55,3 +58,37 @@ def test_directories_of_a_dead_torchpar_top_are_swept_at_the_next_start(monkeypa
         assert not dead.exists() and live.exists() and other.exists()
     finally:
         lis.close()
+
+
+def test_once_pulled_the_messages_are_read_by_the_pulls_and_by_the_thread_when_they_stop(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    got = []
+    lis = AgentListener(
+        lambda msg, n: got.append((msg.text, threading.current_thread().name)),
+        lambda n: None,
+        lambda line: None,
+    )
+    lis.pace = PullPace(grace=1.0)
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect(lis.path)
+        c.sendall(Log(text="before any pull").to_json())
+        wait_for(lambda: got, timeout=10)
+        assert got == [("before any pull", "tpt-listener")]  # nobody pulls: the thread reads as data comes
+        lis.pull()
+        time.sleep(0.3)  # the thread's wait that began before the pull ends (0.2 s); then it sleeps
+        lis.pull()
+        c.sendall(Log(text="pulled").to_json())
+        time.sleep(0.2)  # within the grace: the thread leaves it in the socket
+        assert len(got) == 1
+        lis.pull()
+        assert got[1] == ("pulled", threading.current_thread().name)  # read in the caller's thread
+        c.sendall(Log(text="nobody pulls any more").to_json())
+        wait_for(lambda: len(got) == 3, timeout=10)  # the grace ran out: the thread reads again
+        assert got[2] == ("nobody pulls any more", "tpt-listener")
+    finally:
+        c.close()
+        lis.close()
+    lis.pull()  # after close: nothing happens

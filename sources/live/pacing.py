@@ -1,0 +1,43 @@
+"""Reading what the workload sent in the frame that draws it, with the reader thread behind as a fallback.
+
+A thread that wakes up pays for it on the machines this was measured on: decoding one agent sample
+costs ~22 µs of CPU back to back and ~170 µs right after a 100 ms sleep, the caches and the core's clock
+gone cold in between (``benchmarks/bench_wakeups.py``, 2-vCPU VM). A reader thread that wakes for every
+sample (two torchrun ranks at 10 Hz: 20 wake-ups a second, each paying that) cost more than decoding
+does. Read by the screen's frame instead (``Session.snapshot`` pulls first), the samples ride the
+frame's own wake-up, and they reach the screen no later: a sample waits for the next frame either way.
+
+The reader threads stay: until the first pull they read as data arrives (tests, the recorder, anything
+that never asks for a snapshot); once pulls come they sleep, and they read again by themselves when no
+pull came for :data:`PULL_GRACE` seconds (a stalled screen, headless with a long interval), so an agent
+never finds its socket full and a closed connection is still noticed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+PULL_GRACE = 0.5
+"""Seconds without a pull after which a reader thread reads by itself again. Far below what fills a
+socket's buffer (an agent's sample is a few KB, ten a second; a Unix socket holds ~200 KB)."""
+
+
+class PullPace:
+    """When a reader thread should read itself, and when it leaves the reading to the pulls."""
+
+    def __init__(self, grace: float = PULL_GRACE, clock: Callable[[], float] = time.monotonic) -> None:
+        self._grace = grace
+        self._clock = clock
+        self._last: float | None = None
+
+    def pulled(self) -> None:
+        """A consumer is about to read (the frame): the thread may sleep for the next ``grace`` seconds."""
+        self._last = self._clock()
+
+    def idle_for(self) -> float:
+        """Seconds the thread may sleep before it asks again; 0: read now (nobody pulls, or not lately)."""
+        last = self._last
+        if last is None:
+            return 0.0
+        return max(0.0, last + self._grace - self._clock())
