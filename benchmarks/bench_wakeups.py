@@ -61,7 +61,9 @@ def main() -> None:
     for nap, ts in after.items():
         print(f"| {nap * 1000:g} ms | {statistics.median(ts) * 1e6:.1f} | {min(ts) * 1e6:.1f} |")
     for n, ts in batched.items():
-        print(f"| 100 ms, {n} in a row (per sample) | {statistics.median(ts) * 1e6:.1f} | {min(ts) * 1e6:.1f} |")
+        print(
+            f"| 100 ms, {n} in a row (per sample) | {statistics.median(ts) * 1e6:.1f} | {min(ts) * 1e6:.1f} |"
+        )
 
 
 if __name__ == "__main__":

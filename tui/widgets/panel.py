@@ -147,14 +147,18 @@ class SnapshotPanel(Widget):
         when unknown (then the next change repaints the whole panel)."""
         self._tall = 0
         self._tall_t = 0.0
-        self._redrawn_t = float("-inf")
+        self._turn = -1
+        """The :attr:`redraw_every` period of the clock last redrawn in on the timer: periods are counted
+        from the clock's zero, so panels of the same period redraw in the same frame (one frame builds
+        them all while the code they share is warm, the frames between build none of them)."""
         self._empty = False
         self.clock = time.monotonic
         """Time for :data:`SHRINK_AFTER` (tests replace it)."""
 
     redraw_every: float = 0.0
     """Seconds between two redraws on the render timer, for a panel whose figures are means over a
-    second or more (a redraw per frame would repaint their jitter, not news); 0 redraws every frame."""
+    second or more (a redraw per frame would repaint their jitter, not news); 0 redraws every frame.
+    A key's redraw (not the timer's) is immediate whatever this says."""
 
     def empty(self, snapshot: Snapshot) -> bool:
         """Whether the panel shrinks to one borderless line for ``snapshot`` (class ``-empty``, styled by
@@ -173,10 +177,10 @@ class SnapshotPanel(Widget):
             self._empty = empty
             self.set_class(empty, "-empty")
         if timed and self.redraw_every and self._rows_cache is not None:
-            now = self.clock()
-            if now - self._redrawn_t < self.redraw_every:
+            turn = int(self.clock() // self.redraw_every)
+            if turn == self._turn:
                 return
-            self._redrawn_t = now
+            self._turn = turn
         self.snapshot = snapshot
         shown = self.shown(snapshot)
         if shown != self._shown:  # only on a change: CSS may hide a panel too (e.g. on short screens)

@@ -80,6 +80,9 @@ class RanksPanel(SnapshotPanel):
     }
     """
 
+    redraw_every = 0.5
+    """Its steps/s and step times are means over the last 2 s (as the steps panel's, redrawn with it)."""
+
     def shown(self, snapshot: Snapshot) -> bool:
         """Only under torchrun (or whenever there are ranks)."""
         return shows_ranks(snapshot)
