@@ -238,9 +238,12 @@ def _write_records(session: Any, duration: float, out: TextIO, stop: threading.E
     log_after, seen = 0, 0
     end = time.monotonic() + duration
     due = 0.0  # when the next sample is expected: sleep until then, then poll every interval / 4
+    pull = getattr(session, "pull", None)  # a live session reads the host and its agents in our wake-up
     while time.monotonic() < end and not stop.is_set():
         now = time.monotonic()
         stop.wait(min(max(due - now, session.interval / 4), max(0.0, end - now)))
+        if pull is not None:
+            pull()
         if session.host_samples == seen:
             continue
         seen = session.host_samples

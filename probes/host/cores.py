@@ -50,6 +50,12 @@ class CoreSampler:
             self.count = len(self._last)
         """Number of logical cores (the length of every sample)."""
 
+    @property
+    def any_thread(self) -> bool:
+        """Whether :meth:`sample` may be called from any thread, one call at a time (``/proc/stat``
+        read here); False under psutil, whose reference reading belongs to the calling thread."""
+        return self._file is not None
+
     def _close_file(self) -> None:
         if self._file is not None:
             self._file.close()

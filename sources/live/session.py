@@ -38,6 +38,7 @@ from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler
 from torchpar_top.sources.live.child import ChildProcess
 from torchpar_top.sources.live.listener import AgentListener
+from torchpar_top.sources.live.pacing import PullPace
 from torchpar_top.sources.live.targets import AttachTarget, ExperimentTarget, ScriptTarget, Target
 
 StackSource = Callable[[int], Any]
@@ -101,6 +102,17 @@ class Session:
         self._threads_chosen: int | None = None
         """The intra-op thread count last asked for with ``+``/``-`` (kept by a restart)."""
         self._snapshot: tuple[tuple[int, Any], Snapshot] | None = None
+        self._host_lock = threading.Lock()
+        """Held during a host reading (the probes' thread, or a pull)."""
+        self._host_pace = PullPace()
+        self._cores: CoreSampler | None = None
+        """The per-core sampler once the probes' thread runs."""
+        self._host_next = 0.0
+        """When the next host reading is due (monotonic)."""
+        self._host_ticks = 0
+        self._threads_read: list[ThreadSampler] = []
+        self._monitor_mark = (0.0, 0.0)
+        """(when, CPU seconds) of the last reading of the monitor's own CPU."""
         self.host_samples = 0
         """How many host readings were stored (headless mode prints one line per reading)."""
 
@@ -377,6 +389,10 @@ class Session:
             child.pull()
         if listener is not None:
             listener.pull()
+        cores = self._cores
+        if cores is not None and cores.any_thread:
+            self._host_pace.pulled()
+            self._host_tick(gpus=False, early=self.interval / 4)
 
     def _send(self, cmd: Message) -> bool:
         with self._child_lock:
@@ -410,36 +426,61 @@ class Session:
         return cpu
 
     def _host_loop(self) -> None:
-        cores = CoreSampler()  # psutil compares with the previous call from the same thread
-        next_t = time.monotonic()
-        mark = (next_t, self._monitor_cpu())
-        every, tick = thread_every(self.interval), 0
-        read: list[ThreadSampler] = []
+        """Read the host probes every interval, or stand behind the pulls that read them (:meth:`pull`:
+        the frame's wake-up); GPUs are always read here (a driver call never holds up the screen)."""
+        with self._host_lock:
+            cores = self._cores = CoreSampler()  # under psutil: sampled from this thread only
+            self._host_next = time.monotonic()
+            self._monitor_mark = (self._host_next, self._monitor_cpu())
+        gpu = self._gpu_probe
         while not self._stop.is_set():
-            next_t += self.interval
+            pulled = cores.any_thread and self._host_pace.idle_for() > 0
+            if not pulled:
+                self._host_tick(gpus=True)
+                wait = self._host_next - time.monotonic()
+            elif gpu is not None:
+                self.store.on_gpus(*gpu.sample())
+                wait = self.interval
+            else:
+                wait = self._host_pace.idle_for()
+            self._stop.wait(max(0.0, wait))
+        cores.close()
+
+    def _host_tick(self, gpus: bool, early: float = 0.0) -> None:
+        """One host reading if its time has come (``early`` seconds before it does: a frame that comes a
+        little before the interval's end reads it rather than leave it to the next frame): cores, the
+        watched processes' threads every few readings, agent connections that closed, the monitor's own
+        CPU every :data:`MONITOR_EVERY`; the GPUs too when ``gpus``."""
+        with self._host_lock:
+            cores = self._cores
+            now = time.monotonic()
+            if cores is None or now < self._host_next - early:
+                return
+            self._host_next = max(self._host_next + self.interval, now + self.interval / 2)
             with self._child_lock:
                 samplers = list(self._samplers.values())
             threads: tuple[ThreadInfo, ...] | None = None
             # the threads every few samples, and at once for a process not read yet (a new child)
-            if tick % every == 0 or any(s not in read for s in samplers):
+            if self._host_ticks % thread_every(self.interval) == 0 or any(
+                s not in self._threads_read for s in samplers
+            ):
                 roles = self._python_roles(self.store.roles())
                 threads = ()
                 for sampler in samplers:
                     threads += sampler.sample(roles)
-                read = samplers
-            tick += 1
+                self._threads_read = samplers
+            self._host_ticks += 1
             self.store.on_host(HostSample(time.time(), cores.sample(), threads))
             self._report_attach_errors(samplers)
             self._resolve_closing()
-            if self._gpu_probe is not None:
+            if gpus and self._gpu_probe is not None:
                 self.store.on_gpus(*self._gpu_probe.sample())
             self.host_samples += 1
-            now = time.monotonic()
+            mark = self._monitor_mark
             if now - mark[0] >= MONITOR_EVERY:
                 cpu = self._monitor_cpu()
                 self.store.on_monitor(max(0.0, cpu - mark[1]) / (now - mark[0]))
-                mark = (now, cpu)
-            self._stop.wait(max(0.0, next_t - time.monotonic()))
+                self._monitor_mark = (now, cpu)
 
     def _python_roles(self, roles: dict[int, ThreadRole]) -> dict[int, ThreadRole]:
         """``roles``, plus (attached: no agent names the threads) the Python threads of py-spy's last dump

@@ -8,6 +8,7 @@ import time
 from torchpar_top.model.store import SessionStore
 from torchpar_top.sources.live.child import ChildProcess
 from torchpar_top.sources.live.pacing import PullPace
+from torchpar_top.sources.live.session import Session
 from waiting import wait_for
 
 
@@ -30,12 +31,13 @@ def test_a_child_s_output_is_read_by_the_pulls_once_they_come():
     def output(source, text, partial=False):
         texts.append((text, threading.current_thread().name))
 
-    # the child prints a line, and another 3 s later
+    # the child prints a line, another 3 s later, and ends 2 s after that (its end is the thread's to see,
+    # and the thread drains what is left when it does: not before the pulls had time to read "late")
     child = ChildProcess(
         lambda fd: [
             sys.executable,
             "-c",
-            "import sys, time\nprint('hello', flush=True)\ntime.sleep(3)\nprint('late', flush=True)",
+            "import sys, time\nprint('hello', flush=True)\ntime.sleep(3)\nprint('late', flush=True)\ntime.sleep(2)",
         ],
         on_message=SessionStore("custom").on_message,
         on_output=output,
@@ -60,3 +62,37 @@ def test_a_child_s_output_is_read_by_the_pulls_once_they_come():
     finally:
         child.stop()
     child.pull()  # after the end: nothing happens
+
+
+def test_host_readings_ride_the_pulls_and_the_thread_takes_over_when_they_stop():
+    s = Session("async", interval=0.05)  # never started: no child, only the host probes' loop
+    s._host_pace = PullPace(grace=1.0)
+    readers: list[str] = []
+    tick = s._host_tick
+
+    def counted(gpus, early=0.0):
+        before = s.host_samples
+        tick(gpus, early)
+        if s.host_samples > before:
+            readers.append(threading.current_thread().name)
+
+    s._host_tick = counted
+    loop = threading.Thread(target=s._host_loop, name="tpt-host-probes")
+    loop.start()
+    try:
+        wait_for(lambda: readers, timeout=10)
+        assert readers[0] == "tpt-host-probes"  # nobody pulls: the thread reads every interval
+        s.pull()
+        time.sleep(0.1)  # the thread's wait that began before the pull ends (one interval)
+        del readers[:]
+        for _ in range(10):
+            s.pull()
+            time.sleep(0.05)
+        assert set(readers) == {threading.current_thread().name}  # the pulls read; the thread sleeps
+        assert 5 <= len(readers) <= 11  # one reading per interval, not one per pull
+        del readers[:]
+        wait_for(lambda: readers, timeout=10)  # no pull for longer than the grace: the thread again
+        assert readers[0] == "tpt-host-probes"
+    finally:
+        s._stop.set()
+        loop.join(timeout=5)
