@@ -123,6 +123,9 @@ class TorchparTopApp(App[None]):
         """The snapshot drawn last."""
         self._panels: list[SnapshotPanel] = []
         self._rows: list[PanelRow] = []
+        self._fitted: tuple[int, ...] | None = None
+        """The panels' :attr:`~SnapshotPanel.shape` counts and the screen's classes when the rows were last
+        fitted: a frame that changes none of them leaves the rows as they are."""
         self._log_panel: LogPanel | None = None
         self._cores: CoresPanel | None = None
         self._stack: StackPanel | None = None
@@ -196,6 +199,7 @@ class TorchparTopApp(App[None]):
         """Short terminals get shorter panels; narrow ones a footer without the palette hint."""
         self._set_short(event.size.height)
         self._set_narrow(event.size.width)
+        self._fitted = None  # the next frame refits the rows (CSS may have shown or hidden panels)
 
     def on_unmount(self) -> None:
         """Close the session (once)."""
@@ -227,16 +231,26 @@ class TorchparTopApp(App[None]):
             for panel in panels:
                 panel.update_snapshot(snapshot, timed)
             self._log_panel.update_snapshot(snapshot)
-            if self._top is not None:
-                self._top.set_class(shows_ranks(snapshot), "-ranks")
-            for row in self._rows:
-                row.fit()
-            if self._main_screen is not None and self._detail is not None:
-                self._main_screen.set_class(self._detail.display, "-detail")
-                self._main_screen.set_class(
-                    bool(snapshot.steps or any(r.steps for r in snapshot.ranks)), "-steps"
-                )
-                self._main_screen.set_class(snapshot.replay is not None and snapshot.replay.trace, "-replay")
+            ranks = shows_ranks(snapshot)
+            classes = (
+                self._detail is not None and self._detail.display,
+                bool(snapshot.steps or any(r.steps for r in snapshot.ranks)),
+                snapshot.replay is not None and snapshot.replay.trace,
+            )
+            shapes = tuple(p.shape for p in panels)
+            if (ranks, *classes, *shapes) != self._fitted:  # rows, panels shown or classes changed
+                # (Textual's set_class and a fit cost ~0.2 ms a frame even when nothing changes)
+                if self._top is not None:
+                    self._top.set_class(ranks, "-ranks")
+                for row in self._rows:
+                    row.fit()
+                _, steps, replay = classes
+                detail = self._detail is not None and self._detail.display  # as the fit left it
+                if self._main_screen is not None:
+                    self._main_screen.set_class(detail, "-detail")
+                    self._main_screen.set_class(steps, "-steps")
+                    self._main_screen.set_class(replay, "-replay")
+                self._fitted = (ranks, detail, steps, replay, *shapes)
         replay = snapshot.replay is not None
         self._footer_for(replay, 0 < self._columns < keys.footer_width(replay))
         if self.on_frame is not None:

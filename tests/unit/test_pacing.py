@@ -37,7 +37,8 @@ def test_a_child_s_output_is_read_by_the_pulls_once_they_come():
         lambda fd: [
             sys.executable,
             "-c",
-            "import sys, time\nprint('hello', flush=True)\ntime.sleep(3)\nprint('late', flush=True)\ntime.sleep(2)",
+            "import time\nprint('hello', flush=True)\ntime.sleep(3)\n"
+            "print('late', flush=True)\ntime.sleep(2)",
         ],
         on_message=SessionStore("custom").on_message,
         on_output=output,

@@ -152,6 +152,9 @@ class SnapshotPanel(Widget):
         from the clock's zero, so panels of the same period redraw in the same frame (one frame builds
         them all while the code they share is warm, the frames between build none of them)."""
         self._empty = False
+        self.shape = 0
+        """Counts the changes that may change the panel's outer height (its number of rows, shown or
+        hidden, empty, its size): the app refits the rows of panels only after one."""
         self.clock = time.monotonic
         """Time for :data:`SHRINK_AFTER` (tests replace it)."""
 
@@ -175,6 +178,7 @@ class SnapshotPanel(Widget):
         empty = self.empty(snapshot)
         if empty != self._empty:
             self._empty = empty
+            self.shape += 1
             self.set_class(empty, "-empty")
         if timed and self.redraw_every and self._rows_cache is not None:
             turn = int(self.clock() // self.redraw_every)
@@ -185,6 +189,7 @@ class SnapshotPanel(Widget):
         shown = self.shown(snapshot)
         if shown != self._shown:  # only on a change: CSS may hide a panel too (e.g. on short screens)
             self._shown = self.display = shown
+            self.shape += 1
         if not shown:
             self._generation += 1  # rebuilt when shown again
             self._drawn = None
@@ -198,6 +203,7 @@ class SnapshotPanel(Widget):
         if width <= 0:  # not laid out yet (or no room at all): build on the first paint
             self._generation += 1
             self._drawn = None
+            self.shape += 1
             self.refresh()
             return
         rows = self.keep_height(self.build(snapshot, width))
@@ -217,6 +223,7 @@ class SnapshotPanel(Widget):
                 self.refresh(*regions)
             return
         self._drawn = None
+        self.shape += 1
         self.refresh(layout=height != self._height)
         self._height = height
 
@@ -233,6 +240,7 @@ class SnapshotPanel(Widget):
         """Rebuild the rows on the next paint (after a setting that changes them)."""
         self._generation += 1
         self._drawn = None
+        self.shape += 1
         self.refresh(layout=True)
 
     def shown(self, snapshot: Snapshot) -> bool:
