@@ -107,7 +107,8 @@ PANELS: tuple[Panel, ...] = (
         "(torchrun): one row per rank, its state (a rank that exited is marked with its exit code, the "
         "others keep being shown), throughput, queue depth and the share of time it waited for data. "
         "Executors of rank N are prefixed `rN:` in the queue and lanes panels. Once steps are found, each "
-        "rank's **step** time and its **slowest** phase (and its share of the step) join the table.",
+        "rank's **step** time and its **slowest** phase (and its share of the step) join the table. "
+        "Redrawn twice a second, with the steps panel (its rates and step times are means over 2 s).",
         "A rank's agent reports its exit status with the exception's last line; a rank killed by a signal "
         "shows just *exited*.",
     ),
@@ -161,7 +162,8 @@ PANELS: tuple[Panel, ...] = (
         "source lines whose calls wait for the device: `.item()`, `.cpu()`, `.tolist()`, printing a "
         "tensor, `bool(tensor)`... Each blocks the frontend until the device has finished everything "
         "queued before it, so the queue drains. Listed busiest first (per second, and the total count). "
-        "On the CPU nothing is queued: they are counted as the syncs they *would* be on a GPU.",
+        "On the CPU nothing is queued: they are counted as the syncs they *would* be on a GPU. Redrawn "
+        "twice a second.",
         "Indexing with a boolean mask (`x[mask]`, `x[mask] = v`) counts too. Under `run` they are "
         "counted in slices of the time (the title says *sampled* and how much of the time was seen; the "
         "rate is scaled, the count is what the slices saw); `--every-op` counts every call. On CUDA with "
