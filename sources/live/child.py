@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from torchpar_top.contract.messages import Message, Stop
 from torchpar_top.contract.vocab import ENV_RUN, PARENT_STOP_GRACE, LogSource
-from torchpar_top.sources.live.pacing import PullPace
+from torchpar_top.sources.live.pacing import READ_AT_MOST, PullPace
 from torchpar_top.sources.live.tree import ProcessTree
 from torchpar_top.sources.live.wire import MessageStream, TextStream
 
@@ -224,33 +224,36 @@ class ChildProcess:
         whoever comes second finds nothing to read (non-blocking), and nothing happens."""
         if not events:
             return
-        sock = self._sock
         with self._read_lock:
             if self._streams is not streams:  # the reader finished meanwhile
                 return
             for key, _ in events:
-                fd = key.fd
-                if fd not in streams.open_fds:
-                    continue
-                try:
-                    data = os.read(fd, 65536)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if not data:
-                    streams.close(fd)
-                    proc = self.proc
-                    if (
-                        sock is not None
-                        and fd == sock.fileno()
-                        and self._socketpair
-                        and proc
-                        and proc.poll() is None
-                    ):
-                        self._channel_closed()
-                    continue
-                streams.readers[fd].feed(data)
+                self._read(streams, key.fd)
+
+    def _read(self, streams: _Streams, fd: int) -> None:
+        """What ``fd`` holds now, up to :data:`READ_AT_MOST`, fed to its reader; its end seen."""
+        taken = 0
+        while fd in streams.open_fds and taken < READ_AT_MOST:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                streams.close(fd)
+                proc, sock = self.proc, self._sock
+                if (
+                    sock is not None
+                    and fd == sock.fileno()
+                    and self._socketpair
+                    and proc
+                    and proc.poll() is None
+                ):
+                    self._channel_closed()
+                return
+            streams.readers[fd].feed(data)
+            taken += len(data)
 
     def _channel_closed(self) -> None:
         """The protocol socket closed while the child runs: tell whoever asked."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from torchpar_top.contract.messages import Message
-from torchpar_top.sources.live.pacing import PullPace
+from torchpar_top.sources.live.pacing import READ_AT_MOST, PullPace
 from torchpar_top.sources.live.wire import MessageStream
 
 #: The start of the private directories' names; the pid of the torchpar-top that made one follows.
@@ -199,17 +199,20 @@ class AgentListener:
         if entry is None:  # closed by the other reader
             return
         conn, stream = entry
-        try:
-            data = conn.recv(65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            sel.unregister(conn)
-            with self._lock:
-                self._conns.pop(number, None)
-            conn.close()
-            self._on_closed(number)
-            return
-        stream.feed(data)
+        taken = 0
+        while taken < READ_AT_MOST:  # what is there now, up to READ_AT_MOST
+            try:
+                data = conn.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                sel.unregister(conn)
+                with self._lock:
+                    self._conns.pop(number, None)
+                conn.close()
+                self._on_closed(number)
+                return
+            stream.feed(data)
+            taken += len(data)

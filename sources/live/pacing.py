@@ -41,3 +41,9 @@ class PullPace:
         if last is None:
             return 0.0
         return max(0.0, last + self._grace - self._clock())
+
+
+READ_AT_MOST = 1 << 18
+"""Bytes one read takes from one stream before moving on (64 KB at a time): what waited since the last
+frame goes in one pull (ten samples of a busy rank are ~100 KB), and a chatty stream does not hold up
+the frame for long (the rest waits for the next pull)."""
