@@ -261,20 +261,15 @@ class ChildProcess:
             self._on_channel_closed()
 
     def _drain(self, streams: _Streams) -> None:
+        """What the dead child's streams still hold, for at most half a second (a grandchild may keep a
+        pipe open)."""
         deadline = time.monotonic() + 0.5
         while streams.open_fds and time.monotonic() < deadline:
             events = streams.ready(0.05)
             if not events:
                 break
             for key, _ in events:
-                try:
-                    data = os.read(key.fd, 65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    streams.close(key.fd)
-                else:
-                    streams.readers[key.fd].feed(data)
+                self._read(streams, key.fd)
 
 
 class _Streams:
