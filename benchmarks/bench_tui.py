@@ -2,6 +2,7 @@
 
     python benchmarks/bench_tui.py [--seconds 20] [--cores 16,64,256] [--no-latency] [--headless] [--json]
     python benchmarks/bench_tui.py --footprint [--rounds 5] [--seconds 15] [--variants app,btop,...]
+        [--base DIR]   (then a variant "app (base)" is "app" run from the checkout DIR, side by side)
 
 1. **App CPU.** The real :class:`TorchparTopApp` at ``render_interval`` 0.1 s on a synthetic session
    (N cores, 2 emulated streams, a new snapshot every frame: loads, histories and queue values move),
@@ -399,19 +400,42 @@ class _Workload:
         self._ours.close()
 
 
-def footprint_round(variant: str, seconds: float, workdir: Path) -> dict[str, Any]:
+BASE_SUFFIX = " (base)"
+"""A variant named ``app (base)`` is ``app`` run from the checkout given as ``--base`` (old and new side by
+side in the same rounds: this machine drifts between runs by more than a 10 % change)."""
+
+
+def _base_env(base: Path) -> dict[str, str]:
+    """The environment that makes ``base``'s ``torchpar_top`` the one imported (links, as
+    ``bench_run_steps.py --base`` makes them)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_run_steps import base_env
+
+    return base_env(base)
+
+
+def footprint_round(variant: str, seconds: float, workdir: Path, base: Path | None = None) -> dict[str, Any]:
     """One measurement of ``variant`` in a 120x36 tmux pane: % of a core, and GFLOP/s for the mm loops."""
     out = workdir / f"mm-{time.monotonic_ns()}.json"
     mm = Path(__file__).with_name("mm_loop.py")
     run_s = MM_SECONDS if variant.startswith("mm") else seconds
     tpt = Path(sys.executable).with_name("torchpar-top")
+    on_base = variant.endswith(BASE_SUFFIX)
     cmd = [
         part.format(python=shlex.quote(sys.executable), mm=mm, seconds=run_s, out=out, tpt=tpt)
-        for part in VARIANTS[variant]
+        for part in VARIANTS[variant.removesuffix(BASE_SUFFIX)]
     ]
     if cmd[0] == "torchpar-top":
         cmd[0] = str(Path(sys.executable).with_name("torchpar-top"))
     env = ["-e", "COLORTERM=truecolor"]
+    if on_base:
+        if base is None:
+            raise SystemExit(f"{variant} needs --base DIR")
+        if cmd[0] != str(tpt):
+            raise SystemExit(f"{variant}: only the torchpar-top variants run from --base")
+        # the same command line, its torchpar_top imported from the links to the other checkout
+        cmd[:1] = [sys.executable, "-c", "import sys; from torchpar_top.main import main; sys.exit(main())"]
+        env += ["-e", f"PYTHONPATH={_base_env(base)['PYTHONPATH']}"]
     if variant == "btop":
         conf = workdir / "btop" / "btop.conf"
         conf.parent.mkdir(exist_ok=True)
@@ -451,14 +475,16 @@ def footprint_round(variant: str, seconds: float, workdir: Path) -> dict[str, An
         time.sleep(2.0)  # the app closes its workload
 
 
-def footprint(variants: list[str], rounds: int, seconds: float, log: Callable[[str], None]) -> dict[str, Any]:
+def footprint(
+    variants: list[str], rounds: int, seconds: float, log: Callable[[str], None], base: Path | None = None
+) -> dict[str, Any]:
     """``rounds`` rounds of every variant, the order rotated each round; medians and every round."""
     per: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="bench-fp-") as tmp:
         for r in range(rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for variant in order:
-                row = footprint_round(variant, seconds, Path(tmp))
+                row = footprint_round(variant, seconds, Path(tmp), base)
                 log(f"round {r + 1} {variant}: {row}")
                 per[variant].append(row)
     summary: dict[str, Any] = {}
@@ -504,6 +530,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"with --footprint: which of {', '.join(VARIANTS)}",
     )
     parser.add_argument("--rounds", type=int, default=5, help="with --footprint: rounds (default 5)")
+    parser.add_argument(
+        "--base",
+        type=Path,
+        help="with --footprint: another checkout, run by the variants named NAME (base), e.g. 'app (base)'",
+    )
     parser.add_argument("--inner", choices=("cpu", "latency"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -521,7 +552,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.footprint:
         log0: Callable[[str], None] = (lambda s: print(s, file=sys.stderr)) if args.json else print
         variants = [v.strip() for v in args.variants.split(",")]
-        summary = footprint(variants, args.rounds, args.seconds, log0)
+        unknown = [v for v in variants if v.removesuffix(BASE_SUFFIX) not in VARIANTS]
+        if unknown:
+            parser.error(
+                f"unknown variants {unknown}: choose from {', '.join(VARIANTS)} (or NAME{BASE_SUFFIX})"
+            )
+        summary = footprint(variants, args.rounds, args.seconds, log0, args.base)
         if args.json:
             print(json.dumps(summary, indent=2))
         else:
