@@ -344,6 +344,13 @@ VARIANTS: dict[str, list[str]] = {
         "1",
         "12",
     ],
+    # the steps panel drawn for one process: a DataLoader that sleeps 20 ms an item, a matmul forward
+    "app run steps": [
+        "torchpar-top",
+        "run",
+        str(Path(__file__).resolve().parents[1] / "tests" / "scripts" / "steps_phases.py"),
+        "100000",
+    ],
     "btop": ["btop"],
     "mm alone": ["sh", "-c", "exec {python} {mm} {seconds} {out}"],
     "mm under run": ["torchpar-top", "run", "{mm}", "{seconds}", "{out}"],
