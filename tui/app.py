@@ -232,29 +232,30 @@ class TorchparTopApp(App[None]):
                 panel.update_snapshot(snapshot, timed)
             self._log_panel.update_snapshot(snapshot)
             ranks = shows_ranks(snapshot)
-            classes = (
-                self._detail is not None and self._detail.display,
-                bool(snapshot.steps or any(r.steps for r in snapshot.ranks)),
-                snapshot.replay is not None and snapshot.replay.trace,
-            )
+            steps = bool(snapshot.steps or any(r.steps for r in snapshot.ranks))
+            replay_trace = snapshot.replay is not None and snapshot.replay.trace
             shapes = tuple(p.shape for p in panels)
-            if (ranks, *classes, *shapes) != self._fitted:  # rows, panels shown or classes changed
-                # (Textual's set_class and a fit cost ~0.2 ms a frame even when nothing changes)
+            # rows, panels shown or classes changed (Textual's set_class and a fit cost ~0.2 ms a frame
+            # even when nothing changes)
+            if (ranks, self._detail_shown(), steps, replay_trace, *shapes) != self._fitted:
                 if self._top is not None:
                     self._top.set_class(ranks, "-ranks")
                 for row in self._rows:
                     row.fit()
-                _, steps, replay = classes
-                detail = self._detail is not None and self._detail.display  # as the fit left it
+                detail = self._detail_shown()  # as the fit left it
                 if self._main_screen is not None:
                     self._main_screen.set_class(detail, "-detail")
                     self._main_screen.set_class(steps, "-steps")
-                    self._main_screen.set_class(replay, "-replay")
-                self._fitted = (ranks, detail, steps, replay, *shapes)
+                    self._main_screen.set_class(replay_trace, "-replay")
+                self._fitted = (ranks, detail, steps, replay_trace, *shapes)
         replay = snapshot.replay is not None
         self._footer_for(replay, 0 < self._columns < keys.footer_width(replay))
         if self.on_frame is not None:
             self.call_after_refresh(self.on_frame, snapshot)
+
+    def _detail_shown(self) -> bool:
+        """Whether the stack | sync points row is shown (its fit hides it when both panels are)."""
+        return self._detail is not None and self._detail.display
 
     def _footer_for(self, replay: bool, narrow: bool) -> None:
         """The footer shows a replay's keys in a replay, a live session's otherwise, and only the essential

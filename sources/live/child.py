@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from torchpar_top.contract.messages import Message, Stop
 from torchpar_top.contract.vocab import ENV_RUN, PARENT_STOP_GRACE, LogSource
-from torchpar_top.sources.live.pacing import READ_AT_MOST, PullPace
+from torchpar_top.sources.live.pacing import PullPace, read_ready, ready
 from torchpar_top.sources.live.tree import ProcessTree
 from torchpar_top.sources.live.wire import MessageStream, TextStream
 
@@ -231,29 +231,13 @@ class ChildProcess:
                 self._read(streams, key.fd)
 
     def _read(self, streams: _Streams, fd: int) -> None:
-        """What ``fd`` holds now, up to :data:`READ_AT_MOST`, fed to its reader; its end seen."""
-        taken = 0
-        while fd in streams.open_fds and taken < READ_AT_MOST:
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                streams.close(fd)
-                proc, sock = self.proc, self._sock
-                if (
-                    sock is not None
-                    and fd == sock.fileno()
-                    and self._socketpair
-                    and proc
-                    and proc.poll() is None
-                ):
-                    self._channel_closed()
-                return
-            streams.readers[fd].feed(data)
-            taken += len(data)
+        """What ``fd`` holds now (:func:`read_ready`), fed to its reader; its end seen."""
+        if fd not in streams.open_fds or read_ready(lambda n: os.read(fd, n), streams.readers[fd].feed):
+            return
+        streams.close(fd)
+        proc, sock = self.proc, self._sock
+        if sock is not None and fd == sock.fileno() and self._socketpair and proc and proc.poll() is None:
+            self._channel_closed()
 
     def _channel_closed(self) -> None:
         """The protocol socket closed while the child runs: tell whoever asked."""
@@ -285,10 +269,7 @@ class _Streams:
 
     def ready(self, timeout: float) -> list[tuple[selectors.SelectorKey, int]]:
         """The streams with something to read (none once the selector is closed)."""
-        try:
-            return self.sel.select(timeout=timeout)
-        except (OSError, ValueError, KeyError):  # closed meanwhile
-            return []
+        return ready(self.sel, timeout)
 
     def close(self, fd: int) -> None:
         """``fd`` reached its end: no more reading, its last line counts."""

@@ -20,11 +20,10 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 
 from torchpar_top.contract.messages import Message
-from torchpar_top.sources.live.pacing import READ_AT_MOST, PullPace
+from torchpar_top.sources.live.pacing import PullPace, read_ready, ready
 from torchpar_top.sources.live.wire import MessageStream
 
 #: The start of the private directories' names; the pid of the torchpar-top that made one follows.
@@ -132,7 +131,7 @@ class AgentListener:
         """Read, in the caller's thread, what the agents sent so far (and accept who connected); the
         thread then leaves the reading to the pulls while they keep coming (:class:`PullPace`)."""
         self.pace.pulled()
-        self._handle(self._select(0))
+        self._handle(ready(self._sel, 0))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -140,17 +139,9 @@ class AgentListener:
             if idle > 0:
                 self._stop.wait(idle)
                 continue
-            self._handle(self._select(0.2))
+            self._handle(ready(self._sel, 0.2))
         with self._read_lock:
             self._sel.close()
-
-    def _select(self, timeout: float) -> list[tuple[selectors.SelectorKey, int]]:
-        """Ready connections (none once closed)."""
-        try:
-            return self._sel.select(timeout=timeout)
-        except (OSError, ValueError, KeyError):  # closed meanwhile
-            time.sleep(timeout)
-            return []
 
     def _handle(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
         """Accept and read what ``events`` say is ready. Both the thread and a pull may have seen the same
@@ -199,20 +190,9 @@ class AgentListener:
         if entry is None:  # closed by the other reader
             return
         conn, stream = entry
-        taken = 0
-        while taken < READ_AT_MOST:  # what is there now, up to READ_AT_MOST
-            try:
-                data = conn.recv(65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                sel.unregister(conn)
-                with self._lock:
-                    self._conns.pop(number, None)
-                conn.close()
-                self._on_closed(number)
-                return
-            stream.feed(data)
-            taken += len(data)
+        if not read_ready(conn.recv, stream.feed):
+            sel.unregister(conn)
+            with self._lock:
+                self._conns.pop(number, None)
+            conn.close()
+            self._on_closed(number)

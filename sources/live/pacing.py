@@ -15,6 +15,7 @@ never finds its socket full and a closed connection is still noticed.
 
 from __future__ import annotations
 
+import selectors
 import time
 from collections.abc import Callable
 
@@ -47,3 +48,30 @@ READ_AT_MOST = 1 << 18
 """Bytes one read takes from one stream before moving on (64 KB at a time): what waited since the last
 frame goes in one pull (ten samples of a busy rank are ~100 KB), and a chatty stream does not hold up
 the frame for long (the rest waits for the next pull)."""
+
+
+def ready(sel: selectors.BaseSelector, timeout: float) -> list[tuple[selectors.SelectorKey, int]]:
+    """``sel.select(timeout)``, or nothing once the selector was closed (by the reader thread, at its end,
+    while a pull was about to look)."""
+    try:
+        return sel.select(timeout=timeout)
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def read_ready(read: Callable[[int], bytes], feed: Callable[[bytes], None]) -> bool:
+    """Feed what a non-blocking stream holds now (``read(n)``: ``recv`` or ``os.read``), up to
+    :data:`READ_AT_MOST`; False once it reached its end (or failed: the same to a reader)."""
+    taken = 0
+    while taken < READ_AT_MOST:
+        try:
+            data = read(65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        feed(data)
+        taken += len(data)
+    return True
