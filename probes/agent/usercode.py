@@ -52,6 +52,9 @@ CPU_SYNC_NOTE = (
 #: Seconds a stop waits for a safe point before interrupting the user's code wherever it is.
 STOP_SAFE_WAIT = 0.5
 
+_get_ident = threading.get_ident
+_OPTIMIZER_STEPS = StepSource.OPTIMIZER
+
 
 def cuda_in_use() -> bool:
     """True once the user's code initialised CUDA in this process (never initialises it)."""
@@ -222,11 +225,20 @@ class UserCode:
     # -- hooks --------------------------------------------------------------------------------------
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """Optimizer step post hook: one step per step of the first optimizer seen (GANs step two)."""
-        if threading.get_ident() != self.agent.frontend_ident:
+        """Optimizer step post hook: one step per step of the first optimizer seen (GANs step two).
+
+        A fast loop's untimed steps take the short way (``StepClock.close_untimed``, then the agent's
+        per-step work only where some is due): this runs in every step of the user's loop, where each
+        Python call costs several times what it costs alone (``benchmarks/bench_step_steady.py``)."""
+        if _get_ident() != self.agent.frontend_ident:
             return
         primary = self._primary() if self._primary is not None else None
-        if primary is None:
+        if primary is optimizer:
+            t = self.steps.close_untimed(_OPTIMIZER_STEPS)
+            if t:
+                self._on_step(t)
+                return
+        elif primary is None:
             self._primary, primary = weakref.ref(optimizer), optimizer
         # the optimizer phase ends, and with the primary optimizer a step (its own work: _on_step)
         if self.steps.exit(OPTIMIZER, step=StepSource.OPTIMIZER if optimizer is primary else None):
@@ -236,19 +248,22 @@ class UserCode:
         if self.counting is not None:
             self.counting.tick()
 
-    def _on_step(self) -> None:
-        """A step closed (on the frontend): a switch point, a safe point to stop, settings applied.
+    def _on_step(self, t: float = 0.0) -> None:
+        """A step closed (on the frontend), at ``t`` where the caller has just read the clock: a switch
+        point, a safe point to stop, settings applied.
 
-        It runs in every step of the user's loop: a few attribute reads when nothing is to be done."""
+        It runs in every step of the user's loop: a few attribute reads when nothing is to be done (the
+        op counter's tick is skipped when ``t`` is before its next switch and nothing waits for it)."""
         if self.stop_requested:
             self._safe_stop()
         counting = self.counting
         if counting is not None:
             if counting.duty > STEPS_DUTY:  # steps found: ops/s is no longer the headline
                 counting.duty, counting.slice = STEPS_DUTY, STEPS_SLICE
-            counting.tick()
-            if counting.on and self.switch_signal is not None:
-                self.switch_signal.finish_off_soon()  # the step ended inside the counter's dispatch
+            if not t or t >= counting.due or counting.pending:
+                counting.tick()
+                if counting.on and self.switch_signal is not None:
+                    self.switch_signal.finish_off_soon()  # the step ended inside the counter's dispatch
         agent = self.agent
         agent.items = self.steps.count
         if agent.threads_pending:

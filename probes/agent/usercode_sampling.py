@@ -96,10 +96,13 @@ class SampledCounting:
         """Told once, with the state kept, when the counter freezes."""
         self._on_since = 0.0
         self._next_on = clock()
-        self._pending: list[Callable[[], None]] = []
+        self.pending: list[Callable[[], None]] = []
+        """Calls waiting for the frontend's next switch point (:meth:`run_soon`)."""
         self._pending_since = 0.0
-        self._due = 0.0
-        """The clock reading from which a tick has a switch to make (see :meth:`_set_due`)."""
+        self.due = 0.0
+        """The clock reading from which a tick has a switch to make (see :meth:`_set_due`): with nothing
+        :attr:`pending` and the clock before it, :meth:`tick` has nothing to do (a caller that has just
+        read the clock may skip the call)."""
         self._lock = threading.Lock()
         self.frontend_ident = threading.get_ident()
 
@@ -113,7 +116,7 @@ class SampledCounting:
         ends the slicing (the counter goes off), it never reaches the user's code. A stop's
         ``KeyboardInterrupt`` (a pending call) does, as intended.
         """
-        if not self._pending and self._clock() < self._due:
+        if not self.pending and self._clock() < self.due:
             return
         if threading.get_ident() != self.frontend_ident or self.failed:
             return
@@ -126,9 +129,9 @@ class SampledCounting:
                 self._switch_off(self._clock())
 
     def _tick(self) -> None:
-        if self._pending:
+        if self.pending:
             with self._lock:
-                pending, self._pending = self._pending, []
+                pending, self.pending = self.pending, []
             for fn in pending:
                 fn()
         now = self._clock()
@@ -146,11 +149,11 @@ class SampledCounting:
     def _set_due(self) -> None:
         """When the next tick has something to do (pending calls aside, which it checks itself)."""
         if self.on:
-            self._due = _NEVER if self.pinned or self.frozen else self._on_since + self.slice
+            self.due = _NEVER if self.pinned or self.frozen else self._on_since + self.slice
         elif self.pinned:
-            self._due = 0.0  # at once (again, if it had to stand aside)
+            self.due = 0.0  # at once (again, if it had to stand aside)
         else:
-            self._due = _NEVER if self.frozen else self._next_on
+            self.due = _NEVER if self.frozen else self._next_on
 
     def _switch_on(self, now: float) -> None:
         if _stack_len() != 0:  # another mode is on (or we are inside a dispatch): not now
@@ -199,9 +202,9 @@ class SampledCounting:
     def run_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the frontend thread at its next switch point (or next counted op, when on)."""
         with self._lock:
-            if not self._pending:
+            if not self.pending:
                 self._pending_since = self._clock()
-            self._pending.append(fn)
+            self.pending.append(fn)
         if self.on:
             self.mode.run_soon(self.tick)
 
@@ -217,7 +220,7 @@ class SampledCounting:
             due = float("inf") if self.pinned or self.frozen else self._on_since + self.slice
         else:
             due = float("inf") if self.frozen and not self.pinned else self._next_on
-        if self._pending:
+        if self.pending:
             due = min(due, self._pending_since)
         return now - due > LATE
 

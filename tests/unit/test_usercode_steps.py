@@ -359,3 +359,76 @@ def test_once_steps_are_found_the_op_counter_samples_less_of_the_time():
         w.sum().backward()
         assert inst.counting.duty == STEPS_DUTY < DUTY
         assert inst.counting.slice == STEPS_SLICE < SLICE
+
+
+def _drive(clock: StepClock, sim: SimClock, short: bool) -> list:
+    """A sampled loop of 0.3 ms steps: forward, backward, then the optimizer step's end, which takes the
+    short way (``close_untimed``) where ``short`` and the clock allows it, else the full path."""
+    clock.sampling = True
+    for _ in range(100):
+        clock.enter(FORWARD)
+        sim.advance(1e-4)
+        clock.exit(FORWARD)
+        clock.enter(BACKWARD)
+        sim.advance(1e-4)
+        clock.exit(BACKWARD)
+        clock.enter(OPTIMIZER) if clock.timing else None
+        sim.advance(1e-4)
+        if not (short and clock.close_untimed(StepSource.OPTIMIZER)):
+            clock.exit(OPTIMIZER, step=StepSource.OPTIMIZER)
+    return list(clock._done)
+
+
+def test_the_short_way_of_an_untimed_step_leaves_what_the_full_path_leaves(monkeypatch):
+    monkeypatch.setattr(usercode_steps, "TIMED_EVERY_S", 10.0)  # any step is fast: the most untimed
+    full_sim, short_sim = SimClock(), SimClock()
+    full, short = StepClock(clock=full_sim), StepClock(clock=short_sim)
+    seen = []
+    short.on_step = lambda: seen.append(short.count)
+    assert short.close_untimed(StepSource.OPTIMIZER) == 0.0  # nothing marks steps yet: not taken
+    assert _drive(full, full_sim, False) == _drive(short, short_sim, True)
+    assert short.count == full.count == 100
+    # the short way took the untimed steps (the caller runs the per-step work), the full path the rest
+    assert 0 < len(seen) < 10
+    assert short.close_untimed(StepSource.BACKWARD) == 0.0  # not the source that marks the steps
+    short.timing = True
+    assert short.close_untimed(StepSource.OPTIMIZER) == 0.0  # a timed step: its phases need the full path
+    assert short.count == 100
+
+
+def test_an_untimed_optimizer_step_still_runs_the_agents_per_step_work(monkeypatch):
+    """The hook's short way still runs the agent's per-step work: the op counter's tick when a switch is
+    due or a call waits for it (a stop), never otherwise, and the step count for throughput."""
+    monkeypatch.setattr(usercode_steps, "TIMED_EVERY_S", 10.0)
+    user = RecordingUser()
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 4)
+    short = []
+    close_untimed = user.steps.close_untimed
+    user.steps.close_untimed = lambda source: short.append(t := close_untimed(source)) or t
+
+    def step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    with Instrumentation(user) as inst:
+        for _ in range(40):
+            step()
+        assert any(short)  # the short way was taken
+        ticks = []
+        monkeypatch.setattr(inst.counting, "tick", lambda: ticks.append(user.steps.count))
+        inst.counting.due = float("inf")  # no switch due
+        short.clear()
+        for _ in range(5):
+            step()
+        assert all(short) and ticks == []  # untimed steps, no tick
+        inst.counting.pending.append(lambda: None)  # a call waits (run_soon's list)
+        step()
+        assert short[-1] and ticks == [46]
+        inst.counting.pending.clear()
+        inst.counting.due = 0.0  # a switch is due
+        step()
+        assert short[-1] and ticks == [46, 47]
+        assert user.agent.items == 47
