@@ -31,7 +31,11 @@ class Outputs:
         self.report_path: str | None = args.report
         self.tally = RunTally()
         self.watch = TallyWatch(
-            session.snapshot, self.tally, session.interval, getattr(session, "recent_snapshot", None)
+            session.snapshot,
+            self.tally,
+            session.interval,
+            getattr(session, "recent_snapshot", None),
+            getattr(session, "built", None),
         )
         self.metrics = None
         if args.report:

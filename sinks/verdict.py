@@ -1,11 +1,12 @@
 """The end-of-run verdict: what bounded the run, the numbers behind it, and the next thing to try.
 
 A :class:`RunTally` is fed every snapshot while a run (or a replay) goes (:class:`TallyWatch` does so
-from a thread of its own, whatever draws the screen) and keeps time-weighted sums of the figures the
-store already derives per window: the frontend's busy and wait shares, the DataLoader wait of the
-:class:`~torchpar_top.contract.snapshot.DataVerdict`, each executor's fill and blocked share, the
-run-queue wait behind :attr:`~torchpar_top.contract.snapshot.Snapshot.starved`, the stack's wait
-classification, GPU use. Throughput comes from the store's scoreboard (every child window, weighted by
+in the thread that builds them, or from a thread of its own, whatever draws the screen) and keeps
+time-weighted sums of the figures the store already derives per window: the frontend's busy and wait
+shares, the DataLoader wait of the :class:`~torchpar_top.contract.snapshot.DataVerdict`, each
+executor's fill and blocked share, the run-queue wait behind
+:attr:`~torchpar_top.contract.snapshot.Snapshot.starved`, the stack's wait classification, GPU use.
+Throughput comes from the store's scoreboard (every child window, weighted by
 its length), not from the samples taken here. :meth:`RunTally.report` turns the sums into a plain
 dict (``--report FILE.json``) with a :func:`classify`-ied verdict; :func:`render` makes the few lines
 printed when the run ends; :func:`compare` sets two reports side by side for CI.
@@ -17,6 +18,7 @@ import datetime as _dt
 import json
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -799,7 +801,14 @@ def _cell(value: Any) -> str:
 
 
 class TallyWatch:
-    """A thread that feeds ``tally`` a snapshot every ``interval`` seconds until :meth:`stop`."""
+    """Feeds ``tally`` a snapshot every ``interval`` seconds until :meth:`stop`.
+
+    Where the source tells of the snapshots it builds (``built``: the live session's list of listeners),
+    the tally is fed each of them in the builder's thread (the screen's frame or the headless loop, which
+    are awake anyway: a thread of its own woke ten times a second for it, and on the machines measured a
+    wake-up costs several times the work it does). The thread then only stands behind: it feeds by
+    itself when no snapshot came for :attr:`grace` seconds (a stalled screen), and always where the
+    source does not tell (a replay)."""
 
     def __init__(
         self,
@@ -807,24 +816,46 @@ class TallyWatch:
         tally: RunTally,
         interval: float,
         recent: Callable[[float], Snapshot] | None = None,
+        built: list[Callable[[Snapshot], None]] | None = None,
     ) -> None:
         """``recent(max_age)``, where the source has one, gives a snapshot already built within
         ``max_age`` seconds (by the screen or the headless loop) rather than building another."""
         self._snapshot, self.tally, self.interval = snapshot, tally, interval
         self._recent = recent
+        self._built = built
+        self.grace = max(1.0, 3 * interval)
+        """Seconds without a built snapshot after which the thread feeds the tally itself."""
+        self._fed_at: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tpt-verdict", daemon=True)
 
     def start(self) -> None:
+        if self._built is not None:
+            self._built.append(self._feed_built)
         self._thread.start()
 
+    def _feed_built(self, snap: Snapshot) -> None:
+        if not self._stop.is_set():
+            self._fed_at = time.monotonic()
+            self.tally.feed(snap)
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        wait = self.interval
+        while not self._stop.wait(wait):
+            fed = self._fed_at
+            if fed is not None and (behind := fed + self.grace - time.monotonic()) > 0:
+                wait = max(
+                    self.interval, behind
+                )  # the builders feed it: look again once they may have stopped
+                continue
+            wait = self.interval
             self.tally.feed(self._snapshot() if self._recent is None else self._recent(self.interval))
 
     def stop(self) -> None:
         """Stop feeding (one last snapshot is fed first); returns once the thread has ended."""
         self._stop.set()
+        if self._built is not None and self._feed_built in self._built:
+            self._built.remove(self._feed_built)
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self.tally.feed(self._snapshot())

@@ -102,6 +102,9 @@ class Session:
         self._threads_chosen: int | None = None
         """The intra-op thread count last asked for with ``+``/``-`` (kept by a restart)."""
         self._snapshot: tuple[tuple[int, Any], Snapshot] | None = None
+        self.built: list[Callable[[Snapshot], None]] = []
+        """Told of each snapshot :meth:`snapshot` builds, in the thread that built it (the screen's frame,
+        the headless loop): the verdict's tally is fed there rather than on a wake-up of its own."""
         self._host_lock = threading.Lock()
         """Held during a host reading (the probes' thread, or a pull)."""
         self._host_pace = PullPace()
@@ -210,6 +213,8 @@ class Session:
         if latest is not None:
             snap = _with_stack(snap, *latest)
         self._snapshot = (key, snap)
+        for told in self.built:
+            told(snap)
         return snap
 
     def recent_snapshot(self, max_age: float) -> Snapshot:

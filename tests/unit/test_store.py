@@ -485,6 +485,19 @@ def test_a_reader_on_its_own_clock_shares_a_recent_snapshot():
     assert s.snapshot() is fresh
 
 
+def test_the_session_tells_of_each_snapshot_it_builds_and_only_those():
+    from torchpar_top.sources.live.session import Session
+
+    s = Session("async")  # not started: nothing runs
+    told: list = []
+    s.built.append(told.append)
+    first = s.snapshot()
+    assert s.snapshot() is first and told == [first]  # nothing changed: the same one, not told again
+    s.store.add_log("app", "something new")
+    fresh = s.recent_snapshot(0.0)
+    assert told == [first, fresh]
+
+
 def test_attached_python_threads_are_named_from_the_last_dump():
     from torchpar_top.contract.messages import ThreadRole
     from torchpar_top.contract.snapshot import StackView

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 
 import pytest
 from fakes.fake_session import make_run_snapshot, make_snapshot
@@ -302,6 +303,41 @@ def test_the_watch_feeds_recent_snapshots_and_a_fresh_last_one():
     watch.stop()
     assert len(ages) >= 3 and set(ages) == {0.01}  # on its clock, a snapshot at most one interval old
     assert built == ["fresh"]  # only the last one is built for it: the end of the run, as it is
+
+
+def test_the_watch_is_fed_where_snapshots_are_built_and_stands_behind_when_they_stop():
+    """The session tells of each snapshot it builds: the tally is fed those (in the builder's thread) and
+    the watch's thread feeds nothing meanwhile; once none came for ``grace`` seconds it feeds again."""
+    import time
+
+    from torchpar_top.sinks.verdict import TallyWatch
+
+    fed: list[str] = []
+
+    class Counting(RunTally):
+        def feed(self, snap):
+            fed.append(threading.current_thread().name)
+            super().feed(snap)
+
+    built: list = []
+    watch = TallyWatch(make_snapshot, Counting(), 0.01, lambda age: make_snapshot(), built)
+    watch.grace = 0.3
+    watch.start()
+    assert len(built) == 1  # it listens
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:  # a screen building snapshots at 20 Hz
+        for told in built:
+            told(make_snapshot())
+        time.sleep(0.05)
+    by_builder = fed.count("MainThread")
+    assert by_builder >= 6 and "tpt-verdict" not in fed  # fed where built, the thread stood behind
+    deadline = time.monotonic() + 30
+    while "tpt-verdict" not in fed and time.monotonic() < deadline:  # the builds stopped
+        time.sleep(0.02)
+    assert "tpt-verdict" in fed  # ... so the thread feeds again
+    watch.stop()
+    assert built == []  # no longer listens
+    assert fed[-1] == "MainThread"  # the last one, fresh, from stop()
 
 
 @pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", "1e999"])
