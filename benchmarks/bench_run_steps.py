@@ -30,7 +30,10 @@ Loops:
 
 Rounds alternate the variants, and the order within a round rotates, so the drift of a shared machine
 hits every variant alike. Printed: each variant's median steps/s, and per round the ratio to ``plain``
-of the same round, with the median and range of those ratios.
+of the same round, with the median and range of those ratios; then the same for the loop thread's CPU
+time per step (``cpu``: plain's over the variant's, so below 1 is a cost as for the rate), which a
+pre-empted round does not inflate but which leaves out the loop's waits (for the GIL the agent's
+sampler holds).
 """
 
 from __future__ import annotations
@@ -109,8 +112,9 @@ def _loop(name: str, seconds: float, threads: int) -> None:
 # -- the variants (in this process) ---------------------------------------------------------------------
 
 
-def _rate(text: str) -> float | None:
-    """The loop's own ``BENCH-STEPS`` figure, printed plainly or carried in a headless object's log."""
+def _figures(text: str) -> dict[str, float] | None:
+    """The loop's own ``BENCH-STEPS`` figures (``steps_per_s``, ``cpu_us``...), printed plainly or
+    carried in a headless object's log."""
     for line in reversed(text.splitlines()):
         texts = [line]
         if line.startswith("{"):
@@ -121,7 +125,7 @@ def _rate(text: str) -> float | None:
         for t in reversed(texts):
             at = t.find(MARK)
             if at >= 0:
-                return float(json.loads(t[at + len(MARK) :])["steps_per_s"])
+                return {k: float(v) for k, v in json.loads(t[at + len(MARK) :]).items()}
     return None
 
 
@@ -150,15 +154,15 @@ def base_env(checkout: Path) -> dict[str, str]:
 
 def run_variant(
     variant: str, loop: str, seconds: float, threads: int, base: Path | None = None
-) -> float | None:
-    """One run of one loop in one variant; its measured steps/s (None when it printed none)."""
+) -> dict[str, float] | None:
+    """One run of one loop in one variant; its figures (None when it printed none)."""
     child = [str(THIS), "--loop", loop, "--seconds", str(seconds), "--threads", str(threads)]
     limit = seconds + 60
     if variant == "plain":
         out = subprocess.run(
             [sys.executable, *child], check=False, capture_output=True, text=True, timeout=limit
         )
-        return _rate(out.stdout)
+        return _figures(out.stdout)
     if variant in ("run", "run-no-stacks", "run-base"):
         cmd = [
             sys.executable,
@@ -176,13 +180,13 @@ def run_variant(
         out = subprocess.run(
             [*cmd, *child], check=False, capture_output=True, text=True, timeout=limit, env=env
         )
-        return _rate(out.stdout)
+        return _figures(out.stdout)
     if variant == "agent":
         return _agent_alone(child, limit)
     raise SystemExit(f"unknown variant {variant!r}")
 
 
-def _agent_alone(child: list[str], limit: float) -> float | None:
+def _agent_alone(child: list[str], limit: float) -> dict[str, float] | None:
     """The agent in the child, its socket drained by a thread here (no monitor process)."""
     ours, theirs = socket.socketpair()
     drained = threading.Event()
@@ -199,7 +203,7 @@ def _agent_alone(child: list[str], limit: float) -> float | None:
     theirs.close()
     drained.wait(5)
     ours.close()
-    return _rate(out.stdout)
+    return _figures(out.stdout)
 
 
 def main() -> None:
@@ -220,17 +224,21 @@ def main() -> None:
     if "plain" not in variants:
         variants.insert(0, "plain")
     results: dict[str, dict[str, list[float | None]]] = {}
+    cpus: dict[str, dict[str, list[float | None]]] = {}
     for loop in args.loops.split(","):
         rates: dict[str, list[float | None]] = {v: [] for v in variants}
+        cpu: dict[str, list[float | None]] = {v: [] for v in variants}
         for r in range(args.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for v in order:
-                rates[v].append(run_variant(v, loop, args.seconds, args.threads, args.base))
+                figures = run_variant(v, loop, args.seconds, args.threads, args.base) or {}
+                rates[v].append(figures.get("steps_per_s"))
+                cpu[v].append(figures.get("cpu_us"))
             line = ", ".join(f"{v} {rates[v][-1] or 0:.1f}" for v in variants)
             print(f"{loop} round {r + 1}: {line}", file=sys.stderr, flush=True)
-        results[loop] = rates
+        results[loop], cpus[loop] = rates, cpu
     if args.json:
-        print(json.dumps(results))
+        print(json.dumps({"steps_per_s": results, "cpu_us": cpus}))
         return
     load = os.getloadavg()
     print(
@@ -243,18 +251,33 @@ def main() -> None:
             f"\n{loop}: plain median {statistics.median(ok_plain):.1f} steps/s" if ok_plain else f"\n{loop}"
         )
         for v in variants:
-            if v == "plain":
-                continue
-            ratios = [x / p for x, p in zip(rates[v], plain, strict=True) if x and p]
-            if not ratios:
-                print(f"  {v:14s} no result")
-                continue
-            vals = [x for x in rates[v] if x]
-            med = statistics.median(ratios)
-            print(
-                f"  {v:14s} median {statistics.median(vals):9.1f} steps/s   ratio {med:.3f} "
-                f"({min(ratios):.3f}-{max(ratios):.3f})   rounds: {' '.join(f'{q:.3f}' for q in ratios)}"
-            )
+            if v != "plain":
+                _print_ratios(v, "steps/s", rates[v], plain)
+        # the loop thread's CPU time per step, plain over the variant's (the same direction as the rate):
+        # a pre-empted round inflates wall time, not thread CPU time, so these spread less; they leave
+        # out what the loop waited for (the GIL held by the agent's sampler)
+        cpu_plain = cpus[loop]["plain"]
+        inverse = [1 / c if c else None for c in cpu_plain]
+        for v in variants:
+            if v != "plain":
+                _print_ratios(v, "cpu", [1 / c if c else None for c in cpus[loop][v]], inverse)
+
+
+def _print_ratios(v: str, what: str, values: list[float | None], plain: list[float | None]) -> None:
+    ratios = [x / p for x, p in zip(values, plain, strict=True) if x and p]
+    if not ratios:
+        print(f"  {v:14s} {what:8s} no result")
+        return
+    med = statistics.median(ratios)
+    if what == "cpu":
+        ok = [1 / x for x in values if x]  # values are 1 / (µs a step)
+        head = f"median {statistics.median(ok):7.1f} µs/step"
+    else:
+        head = f"median {statistics.median([x for x in values if x]):9.1f} steps/s"
+    print(
+        f"  {v:14s} {what:8s} {head}   ratio {med:.3f} "
+        f"({min(ratios):.3f}-{max(ratios):.3f})   rounds: {' '.join(f'{q:.3f}' for q in ratios)}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What ``run``'s agent costs a training step in the loop's steady state, phases timed or sampled.
 
     python benchmarks/bench_step_steady.py [--blocks 20] [--steps 500] [--warmup 2500]
-        [--variants sampled,every,rare] [--counter]
+        [--variants sampled,every,rare] [--counter] [--loop mlp|mlp-wide]
 
 ``bench_step_clock.py`` times its parts in fresh instrumentation, a few hundred steps at a time; a hook
 inside a torch loop costs several times what it costs alone, and sampled phases only show their cost
@@ -43,11 +43,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2500)
     parser.add_argument("--variants", default="sampled,every,rare")
     parser.add_argument("--counter", action="store_true", help="leave the op counter on its duty")
+    parser.add_argument(
+        "--loop", choices=("mlp", "mlp-wide"), default="mlp", help="bench_run_steps.py's loop of that name"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    hidden, batch = (128, 32) if args.loop == "mlp" else (512, 64)
+    model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    x, y = torch.randn(batch, 64), torch.randint(0, 10, (batch,))
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def loop(n: int) -> float:
@@ -71,6 +75,9 @@ def main() -> None:
     variants = args.variants.split(",")
     plain: list[float] = []
     timed: dict[str, list[float]] = {v: [] for v in variants}
+    # each instrumented block less the plain block run just before it (the drift between blocks is then
+    # mostly shared)
+    paired: dict[str, list[float]] = {v: [] for v in variants}
     for b in range(args.blocks):
         for v in variants[b % len(variants) :] + variants[: b % len(variants)]:
             plain.append(loop(args.steps))
@@ -82,6 +89,7 @@ def main() -> None:
                         inst.counting.failed = "off for this benchmark"
                     loop(args.warmup)
                     timed[v].append(loop(args.steps))
+                    paired[v].append(timed[v][-1] - plain[-1])
             finally:
                 usercode_steps.TIMED_EVERY_S = EVERY_S["sampled"]
     base_min, base_med = min(plain), statistics.median(plain)
@@ -90,7 +98,8 @@ def main() -> None:
         lo, med = min(timed[v]), statistics.median(timed[v])
         print(
             f"{v:8s} min {lo:7.1f} ({lo - base_min:+.2f})   "
-            f"median {med:7.1f} ({med - base_med:+.2f}) µs a step"
+            f"median {med:7.1f} ({med - base_med:+.2f}) µs a step   "
+            f"paired median {statistics.median(paired[v]):+.2f}"
         )
 
 
