@@ -589,7 +589,8 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
     growth = (report.get("memory") or {}).get("rss_growth_bytes_per_min")
     if growth is not None:
         lines.append(
-            f"  memory: resident set {'+' if growth >= 0 else ''}{growth / 2**20:.1f} MiB/min over the run"
+            f"  memory: resident set {'+' if growth >= 0 else ''}{growth / 2**20:.1f} MiB/min over the "
+            "run's later half"
         )
     if f["data_wait"] is not None:
         lines.append(

@@ -121,6 +121,26 @@ def test_memory_taken_before_the_tenth_step_is_set_up_not_growth():
     assert mem.rss_growth_bytes_per_min == pytest.approx(0.0, abs=1.0)
 
 
+def test_memory_that_rises_early_and_flattens_reads_little_growth_a_leak_its_slope():
+    """The allocator's warm-up (a rise over the first seconds that stops) is not a leak; a leak that
+    starts late in the run still reads its full slope."""
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    r = Rank(leak=100_000.0)  # 100 KB a second for the first 10 s, then flat (10 samples a second)
+    for _ in range(100):
+        st.on_message(r.sample())
+    r.leak = 0.0
+    for _ in range(300):
+        st.on_message(r.sample())
+    (mem,) = st.snapshot().memory
+    assert mem.rss_growth_bytes_per_min == pytest.approx(0.0, abs=1.0)
+    r.leak = 1_000_000.0  # then a real leak, for the rest of a run as long again
+    for _ in range(400):
+        st.on_message(r.sample())
+    (mem,) = st.snapshot().memory
+    assert mem.rss_growth_bytes_per_min == pytest.approx(60_000_000, rel=0.02)
+
+
 def test_slope_needs_points_and_time():
     assert slope_per_min([(0, 1), (0.5, 2)]) is None
     assert slope_per_min([(0, 5), (1, 5), (2, 5)]) == 0
