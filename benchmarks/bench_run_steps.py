@@ -252,30 +252,34 @@ def main() -> None:
         )
         for v in variants:
             if v != "plain":
-                _print_ratios(v, "steps/s", rates[v], plain)
-        # the loop thread's CPU time per step, plain over the variant's (the same direction as the rate):
-        # a pre-empted round inflates wall time, not thread CPU time, so these spread less; they leave
-        # out what the loop waited for (the GIL held by the agent's sampler)
-        cpu_plain = cpus[loop]["plain"]
-        inverse = [1 / c if c else None for c in cpu_plain]
+                _print_ratios(v, "steps/s", rates[v], plain, "{:9.1f} steps/s")
+        # the loop thread's CPU time per step, plain's over the variant's (a cost reads below 1, as for
+        # the rate): a pre-empted round inflates wall time, not thread CPU time; they leave out what the
+        # loop waited for (the GIL held by the agent's sampler)
+        cpu = cpus[loop]
         for v in variants:
             if v != "plain":
-                _print_ratios(v, "cpu", [1 / c if c else None for c in cpus[loop][v]], inverse)
+                _print_ratios(v, "cpu", cpu["plain"], cpu[v], "{:7.1f} µs/step", cpu[v])
 
 
-def _print_ratios(v: str, what: str, values: list[float | None], plain: list[float | None]) -> None:
-    ratios = [x / p for x, p in zip(values, plain, strict=True) if x and p]
+def _print_ratios(
+    v: str,
+    what: str,
+    over: list[float | None],
+    under: list[float | None],
+    unit: str,
+    shown: list[float | None] | None = None,
+) -> None:
+    """Per round ``over / under`` (the variant's figure over plain's for a rate), their median and range,
+    and the median of ``shown`` (default ``over``) in ``unit``."""
+    ratios = [x / p for x, p in zip(over, under, strict=True) if x and p]
     if not ratios:
         print(f"  {v:14s} {what:8s} no result")
         return
     med = statistics.median(ratios)
-    if what == "cpu":
-        ok = [1 / x for x in values if x]  # values are 1 / (µs a step)
-        head = f"median {statistics.median(ok):7.1f} µs/step"
-    else:
-        head = f"median {statistics.median([x for x in values if x]):9.1f} steps/s"
+    values = [x for x in (over if shown is None else shown) if x]
     print(
-        f"  {v:14s} {what:8s} {head}   ratio {med:.3f} "
+        f"  {v:14s} {what:8s} median {unit.format(statistics.median(values))}   ratio {med:.3f} "
         f"({min(ratios):.3f}-{max(ratios):.3f})   rounds: {' '.join(f'{q:.3f}' for q in ratios)}"
     )
 

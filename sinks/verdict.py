@@ -845,9 +845,8 @@ class TallyWatch:
         while not self._stop.wait(wait):
             fed = self._fed_at
             if fed is not None and (behind := fed + self.grace - time.monotonic()) > 0:
-                wait = max(
-                    self.interval, behind
-                )  # the builders feed it: look again once they may have stopped
+                # the builders feed it: look again once they may have stopped
+                wait = max(self.interval, behind)
                 continue
             wait = self.interval
             self.tally.feed(self._snapshot() if self._recent is None else self._recent(self.interval))

@@ -9,9 +9,16 @@ from torchpar_top.model.store import SessionStore
 
 
 def feed(store, ranks, seconds):
+    """``seconds`` of samples from every rank (their windows are the fake's default, 0.1 s)."""
     for _ in range(round(seconds / 0.1)):
         for i, r in enumerate(ranks):
             store.on_message(r.sample(), source=i)
+
+
+def one_rank():
+    st = SessionStore("run")
+    st.on_message(hello(100))
+    return st
 
 
 def two_ranks(a, b):
@@ -97,11 +104,9 @@ def test_identical_ranks_have_no_straggler():
 
 
 def test_memory_growth_is_the_slope_of_rss():
-    st = SessionStore("run")
-    st.on_message(hello(100))
+    st = one_rank()
     r = Rank(leak=1_000_000.0)  # a megabyte a second
-    for _ in range(100):
-        st.on_message(r.sample())
+    feed(st, [r], 10)
     (mem,) = st.snapshot().memory
     assert mem.rss_growth_bytes_per_min == pytest.approx(60_000_000, rel=0.02)
     assert mem.rss_bytes == int(r.rss)
@@ -109,14 +114,11 @@ def test_memory_growth_is_the_slope_of_rss():
 
 def test_memory_taken_before_the_tenth_step_is_set_up_not_growth():
     """Importing and the first steps allocate hundreds of MB: a steady run after them reads no growth."""
-    st = SessionStore("run")
-    st.on_message(hello(100))
+    st = one_rank()
     r = Rank(step=0.1, rss=100_000_000, leak=200_000_000.0)  # 200 MB a second, for the first steps
-    for _ in range(int(MEMORY_WARMUP_STEPS * r.step / r.window)):
-        st.on_message(r.sample())
+    feed(st, [r], MEMORY_WARMUP_STEPS * r.step)
     r.leak = 0.0
-    for _ in range(100):
-        st.on_message(r.sample())
+    feed(st, [r], 10)
     (mem,) = st.snapshot().memory
     assert mem.rss_growth_bytes_per_min == pytest.approx(0.0, abs=1.0)
 
@@ -124,19 +126,15 @@ def test_memory_taken_before_the_tenth_step_is_set_up_not_growth():
 def test_memory_that_rises_early_and_flattens_reads_little_growth_a_leak_its_slope():
     """The allocator's warm-up (a rise over the first seconds that stops) is not a leak; a leak that
     starts late in the run still reads its full slope."""
-    st = SessionStore("run")
-    st.on_message(hello(100))
-    r = Rank(leak=100_000.0)  # 100 KB a second for the first 10 s, then flat (10 samples a second)
-    for _ in range(100):
-        st.on_message(r.sample())
+    st = one_rank()
+    r = Rank(leak=100_000.0)  # 100 KB a second for the first 10 s, then flat
+    feed(st, [r], 10)
     r.leak = 0.0
-    for _ in range(300):
-        st.on_message(r.sample())
+    feed(st, [r], 30)
     (mem,) = st.snapshot().memory
     assert mem.rss_growth_bytes_per_min == pytest.approx(0.0, abs=1.0)
     r.leak = 1_000_000.0  # then a real leak, for the rest of a run as long again
-    for _ in range(400):
-        st.on_message(r.sample())
+    feed(st, [r], 40)
     (mem,) = st.snapshot().memory
     assert mem.rss_growth_bytes_per_min == pytest.approx(60_000_000, rel=0.02)
 
