@@ -982,9 +982,11 @@ def check_step_phases(ctx: Context) -> Result:
     details: dict[str, Any] = {"result": result, "stderr": done.stderr[-2000:]}
     if result is None:
         return "failed", f"step_phases_loop.py printed no result (exit {done.returncode})", details
-    fwd, own = result["per_step"]["forward"], result["own_forward"]
+    fwd, own = result["agent_forward"], result["own_forward"]
     line = (
-        f"gpu={result['gpu']}, forward {fwd * 1e3:.2f} ms/step vs the script's events {own * 1e3:.2f}, "
+        f"gpu={result['gpu']}, forward {fwd * 1e3:.2f} ms/step vs the script's events {own * 1e3:.2f} "
+        f"over the same {result['compared_steps']} steps past the warm-up (all steps: agent "
+        f"{result['per_step']['forward'] * 1e3:.2f}, script {result['own_forward_all'] * 1e3:.2f}), "
         f"step {result['step_seconds'] * 1e3:.2f} ms, agent synchronizes: {result['agent_syncs']}"
     )
     return ("passed" if result.get("ok") else "failed"), line, details
