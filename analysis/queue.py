@@ -8,6 +8,11 @@ timestamp each count. HTA orders them with pandas' default (unstable) sort, so i
 timestamps is arbitrary; here a launch comes first (a GPU op cannot start before its own launch, so the
 depth never dips below zero on a tie). Time at the cap is the time the depth stays at or above 1024
 (HTA's ``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``), during which a further launch blocks.
+
+Where the events sit in the file plays no part. HTA's does: it misses the launch whose GPU op is the
+file's first event (that launch's ``index_correlation`` is 0, which HTA's launch query reads as "no
+linked event"), and that op with it; Kineto writes such files (tests/data/h200/README.md). Such a
+launch counts here, and on such a trace HTA counts one launch fewer.
 """
 
 from __future__ import annotations

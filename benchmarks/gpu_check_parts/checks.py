@@ -10,6 +10,7 @@ The comparisons themselves are the pure functions of :mod:`.compare`.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shutil
@@ -789,7 +790,9 @@ def check_hta(ctx: Context) -> Result:
 
     details, problems, rows = {}, [], []
     for name, path in ctx.traces.items():
-        result = cmp.compare_hta(summary(analyse_path(path))["streams"], hta_queue_summary(path))
+        with (gzip.open if str(path).endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+            misses = cmp.hta_first_event_miss(json.load(f))
+        result = cmp.compare_hta(summary(analyse_path(path))["streams"], hta_queue_summary(path), misses)
         details[name] = result
         problems += [f"{name}: {p}" for p in result["problems"]]
         rows += [[name, r["stream"], *r["launches"], *r["max"], *r["mean"]] for r in result["streams"]]

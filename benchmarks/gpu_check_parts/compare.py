@@ -490,15 +490,41 @@ def compare_share(
 # -- our analysis against HTA --------------------------------------------------------------------------------
 
 
+def hta_first_event_miss(trace: Mapping[str, Any], rank: int = 0) -> tuple[int, int] | None:
+    """The ``(rank, stream)`` on which HTA 0.5.0 misses one launch of this trace, or None.
+
+    HTA links a launch to its GPU op by the op's index in the file and reads index 0 as "no linked
+    event": when the file's first event is a GPU op (kernel, memcpy, memset) whose launch is in the
+    trace, HTA drops that launch and its op, and counts one launch fewer than there are (seen on an
+    H200: tests/data/h200/README.md, tests/unit/test_analysis_hta_judge.py)."""
+    events = trace.get("traceEvents") or []
+    if not events or not isinstance(events[0], Mapping):
+        return None
+    first = events[0]
+    args = first.get("args") or {}
+    if first.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset") or "correlation" not in args:
+        return None
+    corr = args["correlation"]
+    launched = any(
+        isinstance(e, Mapping)
+        and e.get("cat") == "cuda_runtime"
+        and (e.get("args") or {}).get("correlation") == corr
+        for e in events[1:]
+    )
+    return (rank, int(args.get("stream", -1))) if launched else None
+
+
 def compare_hta(
     ours: Sequence[Mapping[str, Any]],
     hta: Mapping[tuple[int, int], Mapping[str, Any]],
+    hta_misses: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Our summary's streams (``rank``, ``stream``, ``launches``, ``max_depth``, ``mean_depth``) against
     HTA's ``get_queue_length_summary`` per ``(rank, stream)`` (``launches`` = count / 2, ``max``, ``mean``).
 
-    Launches must be equal; at equal timestamps HTA's order is arbitrary (tests/unit/
-    test_analysis_hta_judge.py), so the max may differ by one and the mean by half a launch or 1 %.
+    Launches must be equal, but on ``hta_misses`` (:func:`hta_first_event_miss`) where ours must be HTA's
+    plus one; at equal timestamps HTA's order is arbitrary (tests/unit/test_analysis_hta_judge.py), so the
+    max may differ by one and the mean by half a launch or 1 %.
     """
     ours_by = {(int(s["rank"]), int(s["stream"])): s for s in ours if s.get("launches")}
     rows, problems = [], []
@@ -509,7 +535,7 @@ def compare_hta(
             continue
         mean_tol = max(0.5, 0.01 * abs(h["mean"]))
         ok = (
-            o["launches"] == h["launches"]
+            o["launches"] == h["launches"] + (1 if key == hta_misses else 0)
             and abs(o["max_depth"] - h["max"]) <= 1
             and abs(o["mean_depth"] - h["mean"]) <= mean_tol
         )
@@ -520,6 +546,7 @@ def compare_hta(
                 "launches": [o["launches"], h["launches"]],
                 "max": [o["max_depth"], h["max"]],
                 "mean": [round(o["mean_depth"], 3), round(h["mean"], 3)],
+                "hta_misses_first_event": key == hta_misses,
                 "ok": ok,
             }
         )

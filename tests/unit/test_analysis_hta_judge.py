@@ -20,17 +20,25 @@ depth after each timestamp) does not depend on it, but HTA's max and mean do: on
 ties they must equal ours exactly; on the others (3 streams here, 128 timestamps) HTA's own rows, with
 each timestamp's launches moved first, must give exactly our max and mean.
 
+HTA 0.5.0 drops the launch of a trace file's first event when that event is a GPU op: HTA numbers the
+events from 0, a launch's ``index_correlation`` is its GPU op's number, and HTA's launch query keeps only
+``index_correlation > 0`` (0 meaning "linked event not in the trace"). Kineto wrote such a file on an
+H200; there ours counts one launch more, and HTA's numbers are ours without that correlation.
+
 HTA is slow on the 108k-event trace (seconds), so each trace is judged once per session.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 import os
 from pathlib import Path
 
 import pytest
 from torchpar_top.analysis import analyse, load_trace
+from torchpar_top.analysis.queue import queue_series
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
 GPU_TRACES = [
@@ -42,6 +50,8 @@ GPU_TRACES = [
     "gpu_2_ranks",
 ]
 GPU_OPS = ("kernel", "gpu_memcpy", "gpu_memset")
+#: A real H200 window whose first event is a kernel (tests/data/h200/README.md).
+FIRST_EVENT_KERNEL = DATA.parent / "h200" / "first_event_is_a_kernel.json.gz"
 
 pytestmark = [
     pytest.mark.slow,
@@ -73,6 +83,7 @@ def hta_judge():
     cache: dict[str, dict] = {}
 
     def judge(name: str) -> dict:
+        """``name``: a trace under tests/data/hta, or an absolute path."""
         if name not in cache:
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("HTA_DISABLE_NS_ROUNDING", "1")
@@ -206,3 +217,30 @@ def test_time_at_or_above_a_depth_agrees_with_hta(hta_judge):
     assert hta[(0, 7)] > 0
     assert lanes[(0, 7)].queue.time_at_or_above(500) == pytest.approx(hta[(0, 7)], rel=1e-12)
     assert all(lane.queue.time_at_or_above(500) == 0 for key, lane in lanes.items() if key != (0, 7))
+
+
+def test_hta_drops_the_launch_of_a_files_first_event(hta_judge, tmp_path):
+    """Ours counts every launch with its GPU op in the trace; HTA misses the one whose op is event 0."""
+    with gzip.open(FIRST_EVENT_KERNEL, "rt") as f:
+        document = json.load(f)
+    first = document["traceEvents"][0]
+    assert first["cat"] == "kernel"
+    events = load_trace(FIRST_EVENT_KERNEL).ranks[0].events
+    ours = queue_series(events)[(0, 7)]
+    hta = hta_judge(str(FIRST_EVENT_KERNEL))["queue"]
+    assert list(hta) == [(0, 7)]
+    assert ours.launches == hta[(0, 7)]["launches"] + 1 == 7
+    # HTA's numbers are ours without that launch and its kernel, exactly
+    less = queue_series(e for e in events if e.correlation != first["args"]["correlation"])[(0, 7)]
+    assert (less.launches, less.max_depth, less.depths) == (
+        6,
+        hta[(0, 7)]["max"],
+        tuple(hta[(0, 7)]["depths"]),
+    )
+    assert less.times == pytest.approx(hta[(0, 7)]["times"], rel=0, abs=1e-3)
+    assert less.mean_depth == pytest.approx(hta[(0, 7)]["mean"], rel=1e-9)
+    # the same events with that kernel written last: HTA counts its launch too
+    document["traceEvents"] = [*document["traceEvents"][1:], first]
+    moved = tmp_path / "kernel_last.json"
+    moved.write_text(json.dumps(document))
+    assert hta_judge(str(moved))["queue"][(0, 7)]["launches"] == ours.launches

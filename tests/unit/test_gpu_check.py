@@ -10,6 +10,7 @@ comparisons on numbers written down here.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -538,6 +539,41 @@ def test_hta_comparison_allows_the_tie_order_and_nothing_else():
         "rank 0 stream 27: ours launches 370 max 17 mean 3.492, HTA 371 / 17 / 3.486",
         "rank 0 stream 30: only HTA has it",
     ]
+
+
+def test_hta_comparison_expects_one_launch_more_where_htas_first_event_miss_applies():
+    ours = [{"rank": 0, "stream": 7, "launches": 11567, "max_depth": 156, "mean_depth": 25.053}]
+    hta = {(0, 7): {"launches": 11566, "max": 156, "mean": 25.055}}  # the H200 window's figures
+    assert not cmp.compare_hta(ours, hta)["ok"]  # one launch more is a failure anywhere else
+    result = cmp.compare_hta(ours, hta, (0, 7))
+    assert result["ok"] and result["streams"][0]["hta_misses_first_event"]
+    assert not cmp.compare_hta(ours, {(0, 7): {"launches": 11567, "max": 156, "mean": 25.055}}, (0, 7))["ok"]
+    assert not cmp.compare_hta(ours, hta, (0, 8))["ok"]
+
+
+def test_htas_first_event_miss_is_found_where_the_file_opens_with_a_launched_gpu_op():
+    with gzip.open(ROOT / "tests" / "data" / "h200" / "first_event_is_a_kernel.json.gz", "rt") as f:
+        trace = json.load(f)
+    assert cmp.hta_first_event_miss(trace) == (0, 7)
+    kernel = trace["traceEvents"][0]
+    trace["traceEvents"] = [*trace["traceEvents"][1:], kernel]  # the kernel later in the file: HTA sees it
+    assert cmp.hta_first_event_miss(trace) is None
+    runtime_only = [e for e in trace["traceEvents"] if e.get("cat") != "cuda_runtime"]
+    assert cmp.hta_first_event_miss({"traceEvents": [kernel, *runtime_only]}) is None  # no launch: none
+    assert cmp.hta_first_event_miss({}) is None
+
+
+@pytest.mark.slow
+def test_hta_misses_the_first_events_launch_on_a_real_h200_window_as_the_check_expects():
+    pytest.importorskip("hta.trace_analysis", reason="HTA not installed (.ci/run installs it)")
+    path = str(ROOT / "tests" / "data" / "h200" / "first_event_is_a_kernel.json.gz")
+    from torchpar_top.analysis import analyse_path, summary
+
+    with gzip.open(path, "rt") as f:
+        misses = cmp.hta_first_event_miss(json.load(f))
+    ours, hta = summary(analyse_path(path))["streams"], checks.hta_queue_summary(path)
+    assert not cmp.compare_hta(ours, hta)["ok"]
+    assert cmp.compare_hta(ours, hta, misses)["ok"]
 
 
 @pytest.mark.slow
