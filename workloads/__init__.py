@@ -75,12 +75,19 @@ def module(name: str) -> ModuleType:
 
 
 class _Loaded:
-    """An experiment with its ``run``."""
+    """An experiment with its ``run``; ``uses_cuda``: it runs on CUDA where CUDA is available (its
+    module's ``USES_CUDA``)."""
 
     def __init__(self, name: str) -> None:
         meta = info(name)
         self.name, self.title, self.description = meta.name, meta.title, meta.description
-        self.run = module(name).run
+        mod = module(name)
+        self.run = mod.run
+        self.uses_cuda = bool(getattr(mod, "USES_CUDA", False))
+
+    def device(self, cuda_available: bool) -> str:
+        """What the experiment runs on, as its hello says: ``cuda`` or ``cpu``."""
+        return "cuda" if self.uses_cuda and cuda_available else "cpu"
 
 
 def get(name: str) -> _Loaded:

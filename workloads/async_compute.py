@@ -6,6 +6,18 @@ a millisecond, so a full 1024-deep queue is a fraction of a second of work. On t
 item takes about 25 ms and a full queue would take 25 s to drain after a switch to SYNC, so the CPU
 emulation uses n = 256 (about 0.5 ms an item) to keep the queue's time scale, not the matrix size.
 
+**Sized to the GPU.** Asynchronous launch pays where the GPU's time per item is at least the frontend's:
+then ASYNC keeps the GPU busy while the frontend launches ahead and fills the queue, and SYNC pays
+both, one after the other. On an NVIDIA H200 the text's item takes 58 µs of GPU time while the
+frontend, under the agent, spends about 250 µs launching it (its launch counter's Python per torch call
+and its completion markers): the queue never filled (17 calls outstanding) and SYNC was as fast as
+ASYNC. So on CUDA (when no size is given) the loop first times the frontend's launch of an item and
+the GPU's time per item at each size of :data:`CUDA_SIZES` (:func:`fit_size`) and runs the smallest
+whose GPU time is :data:`GPU_OVER_FRONTEND` times the frontend's, logging both figures; the text's
+rounds keep n = 1000. Its first run on the H200 timed the frontend's first 20 launches (cuBLAS starting:
+4.1 ms an item) and took n = 6000 (95 items/s); it now takes the median launch after a warm-up and
+sizes up to 3000: untested on hardware in this form.
+
 The Python frontend only launches, so it runs ahead until the launch queue is full and launch blocks.
 In SYNC mode the frontend waits for each item: depth 0 or 1. The throughput is the rate at which the
 stream *completes* live items, in both modes.
@@ -31,8 +43,20 @@ from typing import Any
 
 import torch
 
+#: Runs on cuda:0 where CUDA is available (the hello says so).
+USES_CUDA = True
 SIZE = 1000
 CPU_SIZE = 256
+#: The sizes the CUDA loop may take, smallest first (:func:`fit_size`). An H200's GPU µs per item: 59,
+#: 194, 360, 1260; the largest keeps a full queue's drain (1024 items) near a second.
+CUDA_SIZES = (1000, 1500, 2000, 3000)
+#: The GPU's time per item over the frontend's that :func:`fit_size` looks for: ASYNC then keeps the GPU
+#: busy and fills the queue (the GPU falls behind by a sixth of an item per item), and SYNC, paying both
+#: one after the other, runs at about 1 / (1 + 1 / this) of its speed: the most a switch can show is where
+#: the two are equal.
+GPU_OVER_FRONTEND = 1.2
+#: Items timed per size when fitting.
+FIT_ITEMS = 20
 #: The text's table: this many times ``randn(TEXT_SIZE, TEXT_SIZE)`` + ``mm``, per timing.
 TEXT_REPEATS = 10
 TEXT_SIZE = 1000
@@ -49,16 +73,77 @@ def _cuda_item(n: int, w: torch.Tensor) -> None:
     torch.mm(torch.randn(n, n, device=w.device), w)
 
 
+def fit_size(
+    frontend_s: float,
+    gpu_s: Callable[[int], float],
+    sizes: tuple[int, ...] = CUDA_SIZES,
+    ratio: float = GPU_OVER_FRONTEND,
+) -> tuple[int, float]:
+    """The smallest of ``sizes`` whose GPU time per item (``gpu_s(n)``, seconds) is ``ratio`` times the
+    frontend's time to launch one (``frontend_s``), else the largest; with that GPU time."""
+    gpu = 0.0
+    for n in sizes:
+        gpu = gpu_s(n)
+        if gpu >= ratio * frontend_s:
+            return n, gpu
+    return sizes[-1], gpu
+
+
+def _cuda_gpu_seconds(n: int, device: str = "cuda:0", items: int = FIT_ITEMS) -> float:
+    """GPU seconds per item of size ``n``: CUDA events around ``items`` items launched back to back (at the
+    sizes fitted, the GPU is the slower: it runs them without gaps). Synchronizes the device."""
+    w = torch.randn(n, n, device=device)
+    _cuda_item(n, w)  # the kernels for this size loaded, the allocator's blocks taken
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(items):
+        _cuda_item(n, w)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0 / items
+
+
+def _cuda_frontend_seconds(stream: Any, n: int, w: torch.Tensor, items: int = FIT_ITEMS) -> float:
+    """The frontend's seconds to launch one item through the watched stream, as the loop does (these are
+    live items), the queue far from full: the median of ``items`` launches after a few that load the
+    kernels and start cuBLAS (on an H200 the mean of the first 20 read 4.1 ms against ~0.25 ms in the
+    loop's steady state); then waits for them."""
+    for _ in range(3):
+        stream.launch(_cuda_item, n, w)
+    stream.synchronize()
+    times = []
+    for _ in range(items):
+        t0 = time.perf_counter()
+        stream.launch(_cuda_item, n, w)
+        times.append(time.perf_counter() - t0)
+    stream.synchronize()
+    return sorted(times)[len(times) // 2]
+
+
 def run(
     agent, size: int = CPU_SIZE, timing_every: float = TIMING_EVERY, first_timing: float = FIRST_TIMING_AFTER
 ) -> None:
-    """Launch items until stopped (on ``cuda:0`` with n = 1000 when CUDA is available), with a round
-    of the text's timings every ``timing_every`` seconds."""
+    """Launch items until stopped (on ``cuda:0`` when CUDA is available, at the size :func:`fit_size`
+    finds unless one is given), with a round of the text's timings every ``timing_every`` seconds."""
     text_items = [0]  # items of the text's timings (left out of the live throughput on CUDA)
     if torch.cuda.is_available():
-        size = SIZE if size == CPU_SIZE else size
         stream = agent.cuda_stream("cuda:0", device=0)
         agent.throughput_from(lambda: stream.items_completed() - text_items[0], "it/s")
+        if size == CPU_SIZE:
+            frontend = _cuda_frontend_seconds(stream, SIZE, torch.randn(SIZE, SIZE, device="cuda:0"))
+            timed: dict[int, float] = {}
+
+            def gpu_at(n: int) -> float:
+                timed[n] = _cuda_gpu_seconds(n)
+                return timed[n]
+
+            size, gpu = fit_size(frontend, gpu_at)
+            agent.log(
+                f"experiment async: item size fitted to cuda:0: randn({size},{size}) + mm takes "
+                f"{gpu * 1e6:.0f} µs of GPU time against {frontend * 1e6:.0f} µs for the frontend to "
+                f"launch one (asynchronous launch pays where the GPU is the slower; GPU µs per item by "
+                f"size: {', '.join(f'{n}: {t * 1e6:.0f}' for n, t in timed.items())})"
+            )
         agent.log(
             f"experiment async: randn({size},{size}) + mm per item on cuda:0 (CUDA stream; queue shown "
             f"as outstanding ops, capacity {stream.capacity})"

@@ -16,6 +16,8 @@ import time
 
 import torch
 
+#: Runs on cuda:0 and cuda:1 where CUDA is available (the hello says so).
+USES_CUDA = True
 OPS = 20000
 SIZE = 100
 #: mm per launched item: the emulated stream's Python cost per item (12-19 µs) would otherwise dwarf a

@@ -29,11 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from torchpar_top import workloads  # after argument parsing: imports torch-heavy modules
+    # After argument parsing: torch and the workloads are heavy imports.
+    import torch
+    from torchpar_top import workloads
 
     if args.threads is not None:
-        import torch
-
         # Before the workload starts any thread: the inter-op pool's threads size their OpenMP team from
         # this when they start, and keep it; a later set_num_threads reaches only the calling thread.
         torch.set_num_threads(max(1, args.threads))
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         sock,
         experiment=experiment.name,
         description=experiment.title,
+        device=experiment.device(torch.cuda.is_available()),
         interval=args.interval,
         sync=args.sync,
     )

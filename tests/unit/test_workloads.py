@@ -42,3 +42,26 @@ def test_a_text_round_reports_its_three_timings_together_and_holds_the_live_queu
         assert not agent.sample(t1 + 0.001, time.perf_counter() + 0.002).timing
     finally:
         agent.close()
+
+
+def test_the_cuda_item_is_sized_so_the_gpu_is_the_slower():
+    gpu = {1000: 58e-6, 1500: 190e-6, 2000: 360e-6, 3000: 1.2e-3}  # an H200's GPU seconds per item
+    asked: list[int] = []
+
+    def gpu_s(n: int) -> float:
+        asked.append(n)
+        return gpu.get(n, 9e-3)
+
+    # the frontend launches one in 200 µs under the agent: 360 µs is the first at 1.5 times that
+    assert async_compute.fit_size(200e-6, gpu_s, sizes=(1000, 1500, 2000, 3000)) == (2000, 360e-6)
+    assert asked == [1000, 1500, 2000]  # sizes past the fit are not timed
+    assert async_compute.fit_size(30e-6, gpu_s, sizes=(1000, 1500)) == (1000, 58e-6)  # already slower
+    assert async_compute.fit_size(1.0, gpu_s, sizes=(1000, 1500)) == (1500, 190e-6)  # never: the largest
+
+
+def test_the_hello_names_cuda_only_for_experiments_that_run_there():
+    from torchpar_top import workloads
+
+    on = {name: workloads.get(name).device(cuda_available=True) for name in workloads.names()}
+    assert on == {"async": "cuda", "multi-device": "cuda", "intra-op": "cpu", "inter-op": "cpu"}
+    assert {workloads.get(name).device(cuda_available=False) for name in workloads.names()} == {"cpu"}
