@@ -29,7 +29,8 @@
 - The launch-queue ``blocked`` share is not observable this way and reads 0; a profiler window
   (:func:`profile_queue`, HTA's method) gives the exact depth and time at the cap.
 
-Untested on hardware: verified against ``tests/fakes/fake_cuda.py`` only.
+Verified against ``tests/fakes/fake_cuda.py``, and on an H100 and an H200 against profiler traces of the
+same windows (``benchmarks/gpu_check.py``, ``async_session``; README, *First run on hardware*).
 """
 
 from __future__ import annotations

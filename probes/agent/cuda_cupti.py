@@ -82,7 +82,12 @@ the governor: after each recording window the monitor adds up the CPU time the w
 delivered buffers, CUPTI's own, since its previous buffer) and stretches the cycle
 (:attr:`CuptiMonitor.cycle`, never below the one ``duty`` asks for, at most :data:`MAX_CYCLE`) so that
 the records cost at most :data:`CPU_BUDGET` of the wall time; it says so in the log and the rows'
-note. The governor and the positional reading are untested on hardware.
+note. On an H200 (``gpu_check.py``, 2026-11-26) the governor stretched the cycle to 43-45 and the loop
+still ran at 0.63x of plain: once CUPTI's activity API has been enabled in a process, disabling every
+kind leaves a launch-bound loop at 0.52-0.67x of plain (the callback API alone costs 0-2 %;
+``docs/hardware/h200-2026-11-26-diagnostics.txt``), so the first window leaves most of the cost behind
+whatever the duty. Kineto detaches CUPTI (``cuptiFinalize`` from an API exit callback) for this; not
+tried here. The positional reading is untested on hardware.
 """
 
 from __future__ import annotations
