@@ -169,6 +169,32 @@ def _ctx(tmp_path):
     return checks.Context(info={"device_count": 1}, smi=None, tmp=tmp_path)
 
 
+def test_cupti_cost_alternates_the_modes_and_reads_each_over_plain(tmp_path):
+    # a stand-in for cupti_loop.py: each mode's speed, and a log of the order the modes ran in
+    script = tmp_path / "loop.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, sys
+            mode = sys.argv[2]
+            open({str(tmp_path / "order")!r}, "a").write(mode + "\\n")
+            speed = {{"plain": 140000.0, "callbacks": 138000.0, "after-activity": 80000.0}}[mode]
+            print("GPU-CHECK " + json.dumps({{"ok": True, "mode": mode, "median": speed}}))
+            """
+        )
+    )
+    ctx = _ctx(tmp_path)
+    ctx.deadline = time.monotonic() + 300
+    cost = checks._cupti_cost(ctx, script)
+    order = (tmp_path / "order").read_text().split()
+    assert order == ["plain", "callbacks", "after-activity"] * checks.CUPTI_COST_ROUNDS
+    assert cost["plain"] == {"rounds": [140000.0, 140000.0], "ratio": 1.0}
+    assert cost["callbacks"]["ratio"] == round(138000 / 140000, 3)
+    assert cost["after-activity"]["ratio"] == round(80000 / 140000, 3)
+    ctx.deadline = time.monotonic() + 10  # too little time left: no mode runs, nothing is reported
+    assert checks._cupti_cost(ctx, script) == {}
+
+
 def test_a_check_that_throws_fails_with_its_error_and_the_rest_still_run(tmp_path):
     def boom(ctx):
         raise ValueError("bad reading 42")

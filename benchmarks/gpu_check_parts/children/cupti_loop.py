@@ -10,6 +10,9 @@
   ``torchpar_top.analysis``; the launches per stream must be equal (stream ids are CUPTI's in both).
   ``records`` (what reached Python) near 2 x OPS and ``cbids_off`` > 0 say CUPTI's per-API switch held.
 
+- ``cost MODE``: what CUPTI itself leaves on the loop, one mode per process (:func:`cost`): the check
+  runs ``plain``, ``callbacks`` and ``after-activity`` alternately and reports them beside the speeds.
+
 Ends with one line ``GPU-CHECK {json}``. Without cupti-python, ``counts`` says so (``skip``).
 """
 
@@ -124,11 +127,79 @@ def counts(ops: int) -> dict:
     }
 
 
+#: ``cost`` modes: what CUPTI itself, without the agent, leaves on the loop in this process.
+COST_MODES = ("plain", "callbacks", "after-activity")
+
+
+def cost(kind: str, blocks: int = 6, ops: int = 30000) -> dict:
+    """The loop's median speed over ``blocks`` blocks of ``ops``, in one of :data:`COST_MODES`: ``plain``;
+    ``callbacks``: subscribed to CUPTI's callback API with the sync calls' cbids enabled, as
+    ``CuptiMonitor`` arms them; ``after-activity``: the monitor's activity kinds enabled for 60,000 ops
+    (buffers handed to a callback that only counts them), flushed, every kind disabled and flushed again
+    before the blocks, as after a recording window. On an H200 the last read 0.52-0.67 of plain and the
+    callbacks 0-2 % below (docs/hardware/h200-2026-11-26-diagnostics.txt)."""
+    if kind not in COST_MODES:
+        return {"ok": False, "error": f"unknown cost mode {kind!r}: {', '.join(COST_MODES)}"}
+    loop(20000)  # warm up
+    buffers = [0]
+    handle = None
+    if kind != "plain":
+        try:
+            from torchpar_top.probes.agent.cuda_cupti import (
+                ESSENTIAL_KINDS,
+                OPTIONAL_KINDS,
+                SYNC_CALLS,
+                CuptiUnavailable,
+                load_cupti,
+            )
+            from torchpar_top.probes.agent.cupti_records import RecordConverter
+
+            c = load_cupti()
+        except (ImportError, CuptiUnavailable) as exc:
+            return {"ok": False, "skip": str(exc)}
+        if kind == "callbacks":
+            handle = c.subscribe(lambda *a: None, None)
+            for cbid, name in RecordConverter(c).runtime_names.items():
+                if name in SYNC_CALLS:
+                    c.enable_callback(1, handle, c.CallbackDomain.RUNTIME_API, cbid)
+        else:
+            c.activity_register_callbacks(
+                lambda: (8 << 20, 0), lambda acts: buffers.__setitem__(0, buffers[0] + 1)
+            )
+            kinds = []
+            for name in ESSENTIAL_KINDS + OPTIONAL_KINDS:
+                try:
+                    c.activity_enable(int(getattr(c.ActivityKind, name)))
+                    kinds.append(int(getattr(c.ActivityKind, name)))
+                except Exception:
+                    pass
+            loop(60000)
+            c.activity_flush_all(1)
+            for k in kinds:
+                c.activity_disable(k)
+            c.activity_flush_all(1)
+    rates = []
+    for _ in range(blocks):
+        t = time.perf_counter()
+        loop(ops)
+        rates.append(ops / (time.perf_counter() - t))
+    if handle is not None:
+        c.unsubscribe(handle)
+    return {
+        "ok": True,
+        "mode": kind,
+        "median": round(sorted(rates)[len(rates) // 2], 1),
+        "buffers": buffers[0],
+    }
+
+
 if mode == "speed":
     result = speed(int(sys.argv[2]) if len(sys.argv) > 2 else 1000000)
 elif mode == "counts":
     result = counts(int(sys.argv[2]) if len(sys.argv) > 2 else 3000)
+elif mode == "cost":
+    result = cost(sys.argv[2] if len(sys.argv) > 2 else "plain")
 else:
-    sys.exit(f"cupti_loop.py: unknown mode {mode!r} (speed or counts)")
+    sys.exit(f"cupti_loop.py: unknown mode {mode!r} (speed, counts or cost)")
 print("GPU-CHECK " + json.dumps(result), flush=True)
 sys.exit(0 if result.get("ok") or result.get("skip") else 1)
