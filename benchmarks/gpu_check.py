@@ -23,7 +23,8 @@ whole plan took 261 s before ``cupti_run`` gained its cost modes):
 3. ``async_session``: the async experiment under a real ``Session`` on cuda:0, a 0.5 s profiler window
    exported in ASYNC and one in SYNC (the agent's ``h`` window, ``Profile.export_path``); per window the
    live row (outstanding torch calls, sampled) against the trace's queue (kernels: HTA's depth) and the
-   lane's busy share, side by side.
+   lane's busy share, side by side; and the experiment's claim on its scoreboard: ASYNC's throughput at
+   least 1.1 times SYNC's (the item's size fitted to the GPU is in the report).
 4. ``analysis_vs_hta``: ``torchpar_top.analysis`` against HTA's queue summary on those traces.
 5. ``multi_device`` (2 GPUs or more): the multi-device experiment's live lanes and overlap against a
    profiler trace of the same window.

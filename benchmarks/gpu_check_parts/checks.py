@@ -515,9 +515,15 @@ def _busiest(streams: Sequence[dict[str, Any]], device: int) -> dict[str, Any] |
     return max(mine, key=lambda s: s["launches"]) if mine else None
 
 
+#: The least ASYNC/SYNC throughput on the async experiment's scoreboard: its item is sized so that the
+#: GPU's time is 1.2 times the frontend's launch, where SYNC should run at ~0.55 of ASYNC.
+ASYNC_OVER_SYNC = 1.1
+
+
 def check_async(ctx: Context) -> Result:
     """The async experiment on cuda:0 under a real Session: a profiler window in ASYNC, then in SYNC,
-    each exported and analysed; the live row against the trace over the same window."""
+    each exported and analysed; the live row against the trace over the same window; and the experiment's
+    claim on its scoreboard, ASYNC at least :data:`ASYNC_OVER_SYNC` times SYNC's throughput."""
     session, recorder = _start_session(ctx, "async")
     if not _wait_for(lambda: _rows_running(session, ["cuda:0"]), ctx.remaining(reserve=40)):
         return "failed", f"the cuda:0 row never appeared: {_why_not_running(session)}", {}
@@ -559,8 +565,20 @@ def check_async(ctx: Context) -> Result:
         "gpu_status": snap.gpu_status,
         "records": len(recorder.records),
         "retried": retried,
+        "fit": [line.text for line in snap.log if "item size fitted" in line.text][-1:],
     }
     problems, rows, lane_rows = [], [], []
+    # the experiment's claim, on its own scoreboard: asynchronous launch pays
+    throughput = {m["mode"]: m["throughput"] for m in details["scoreboard"]}
+    if throughput.get("async") and throughput.get("sync"):
+        details["async_over_sync"] = round(throughput["async"] / throughput["sync"], 3)
+        if details["async_over_sync"] < ASYNC_OVER_SYNC:
+            problems.append(
+                f"the experiment's claim: ASYNC {throughput['async']:.0f} items/s against SYNC "
+                f"{throughput['sync']:.0f} ({details['async_over_sync']}x, expected >= {ASYNC_OVER_SYNC}x)"
+            )
+    else:
+        problems.append(f"the scoreboard lacks a mode's throughput: {throughput}")
     lost: dict[str, int] = {}  # windows whose trace kept the launches and lost the GPU ops
     cap = next((e.capacity for e in snap.executors if e.name == "cuda:0"), None) or 1024
     for mode, path in windows.items():
