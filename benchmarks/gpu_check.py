@@ -38,7 +38,8 @@ whole plan took 261 s before ``cupti_run`` gained its cost modes):
    cupti-python hidden (the launch counter's path), alternating, two rounds: the steady speeds' (median
    tenth of each loop's second half) median ratio under run >= 0.97; before the speeds, what CUPTI itself
    leaves on the loop without the agent, one mode per process (plain, its callback API armed as the
-   monitor arms it, its activity API after one recording window), reported, not judged. Needs
+   monitor arms it, its activity API after one recording window, and that window then CUPTI detached
+   with cuptiFinalize), reported, not judged. Needs
    cupti-python; without it the check is skipped and says so.
 9. ``nccl_flight_recorder``: an NCCL all-reduce loop under ``torchpar-top run --nproc-per-node 1`` with
    torch's flight recorder on (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_ENABLE_TIMING=1``): the agent's log

@@ -1049,8 +1049,8 @@ def _cupti_cost(ctx: Context, script: Path) -> dict[str, dict[str, Any]]:
     """``cupti_loop.py cost MODE`` for each mode, alternating, :data:`CUPTI_COST_ROUNDS` rounds within
     45 s or a quarter of the time left: per mode its rounds' medians and their median over plain's. A
     diagnosis, not a condition: where the CUPTI path's cost lies (the callback API, or activity once
-    enabled)."""
-    modes = ("plain", "callbacks", "after-activity")
+    enabled), and whether detaching CUPTI (cuptiFinalize) takes it away."""
+    modes = ("plain", "callbacks", "after-activity", "after-detach")
     rounds: dict[str, list[float]] = {m: [] for m in modes}
     until = time.monotonic() + min(45.0, ctx.remaining(reserve=5) * 0.25)
     for _ in range(CUPTI_COST_ROUNDS):

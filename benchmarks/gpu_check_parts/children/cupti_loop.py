@@ -11,7 +11,8 @@
   ``records`` (what reached Python) near 2 x OPS and ``cbids_off`` > 0 say CUPTI's per-API switch held.
 
 - ``cost MODE``: what CUPTI itself leaves on the loop, one mode per process (:func:`cost`): the check
-  runs ``plain``, ``callbacks`` and ``after-activity`` alternately and reports them beside the speeds.
+  runs ``plain``, ``callbacks``, ``after-activity`` and ``after-detach`` alternately and reports them
+  beside the speeds.
 
 Ends with one line ``GPU-CHECK {json}``. Without cupti-python, ``counts`` says so (``skip``).
 """
@@ -128,7 +129,7 @@ def counts(ops: int) -> dict:
 
 
 #: ``cost`` modes: what CUPTI itself, without the agent, leaves on the loop in this process.
-COST_MODES = ("plain", "callbacks", "after-activity")
+COST_MODES = ("plain", "callbacks", "after-activity", "after-detach")
 
 
 def cost(kind: str, blocks: int = 6, ops: int = 30000) -> dict:
@@ -136,8 +137,12 @@ def cost(kind: str, blocks: int = 6, ops: int = 30000) -> dict:
     ``callbacks``: subscribed to CUPTI's callback API with the sync calls' cbids enabled, as
     ``CuptiMonitor`` arms them; ``after-activity``: the monitor's activity kinds enabled for 60,000 ops
     (buffers handed to a callback that only counts them), flushed, every kind disabled and flushed again
-    before the blocks, as after a recording window. On an H200 the last read 0.52-0.67 of plain and the
-    callbacks 0-2 % below (docs/hardware/h200-2026-11-26-diagnostics.txt)."""
+    before the blocks, as after a recording window; ``after-detach``: the same, then CUPTI detached from
+    the process (``finalize()``, cuptiFinalize: here no other thread calls CUPTI, so it is called
+    directly; the agent would have to call it from an API callback's exit, as Kineto does). On an H200
+    ``after-activity`` read 0.52-0.67 of plain and the callbacks 0-2 % below
+    (docs/hardware/h200-2026-11-26-diagnostics.txt); ``after-detach`` was not yet measured: if it reads
+    near plain, detaching between recording windows is the way to the CUPTI path's budget."""
     if kind not in COST_MODES:
         return {"ok": False, "error": f"unknown cost mode {kind!r}: {', '.join(COST_MODES)}"}
     loop(20000)  # warm up
@@ -178,6 +183,8 @@ def cost(kind: str, blocks: int = 6, ops: int = 30000) -> dict:
             for k in kinds:
                 c.activity_disable(k)
             c.activity_flush_all(1)
+            if kind == "after-detach":
+                c.finalize()
     rates = []
     for _ in range(blocks):
         t = time.perf_counter()
