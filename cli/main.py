@@ -197,6 +197,7 @@ def _run_target(args: argparse.Namespace) -> Any:
         sync_scope=args.sync_scope,
         every_op=args.every_op,
         cupti_duty=args.cupti_duty,
+        queues=not args.no_queues,
         nodes=Nodes(**nodes, standalone=args.standalone),
     )
 

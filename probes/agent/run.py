@@ -48,6 +48,7 @@ class Options:
     sync_scope: str = "op"
     every_op: bool = False
     cupti_duty: float | None = None
+    queues: bool = True
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -82,6 +83,8 @@ def parse_args(argv: list[str]) -> Options:
             opts.sync = True
         elif arg == "--every-op":
             opts.every_op = True
+        elif arg == "--no-queues":
+            opts.queues = False
         elif arg.startswith("-m"):
             module = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
             if not module:
@@ -164,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         world_size=_env_int("WORLD_SIZE"),
         every_op=opts.every_op,
         cupti_duty=opts.cupti_duty,
+        watch_queues=opts.queues,
     )
     agent.start()
     status: int | None = 0  # None: die of SIGINT, as python does after an uncaught KeyboardInterrupt

@@ -91,6 +91,13 @@ class StepsOrOps:
         return max(0.0, done), unit
 
 
+#: The log's line when ``--no-queues`` leaves CUDA's launch queues unwatched.
+NO_QUEUES_NOTE = (
+    "CUDA launch queues: not watched (--no-queues): neither CUPTI's records nor a Python hook per op, so "
+    "a launch-bound loop keeps its speed; the GPU panel (NVML) and the step phases (CUDA events) remain"
+)
+
+
 class UserCode:
     """The agent for ``torchpar-top run``: experiment ``run``, one eager CPU executor to start with."""
 
@@ -106,6 +113,7 @@ class UserCode:
         world_size: int | None = None,
         every_op: bool = False,
         cupti_duty: float | None = None,
+        watch_queues: bool = True,
     ) -> None:
         agent = self.agent = Agent(
             sock,
@@ -125,6 +133,8 @@ class UserCode:
         self.every_op = every_op
         self.cupti_duty = cupti_duty
         """On CUDA, the share of sample intervals CUPTI records in (None: ``cuda_cupti.DEFAULT_DUTY``)."""
+        self.watch_queues = watch_queues
+        """On CUDA, watch the launch queues (False: ``--no-queues``, neither CUPTI nor the launch counter)."""
         self.syncpoints = SyncCounter(cuda_in_use)
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
@@ -278,11 +288,15 @@ class UserCode:
         activity records (:mod:`~torchpar_top.probes.agent.cuda_cupti`: no Python per op); with
         ``--every-op``, or when CUPTI cannot be used (cupti-python missing, another CUPTI client, no
         permission), the function-mode launch counter counts torch calls instead, and the log says why.
+        With ``--no-queues`` neither: the step phases are still timed on the GPU, and the log says so.
         """
         if self._cuda_watched:
             return
         self._cuda_watched = True
         self.time_steps_on_cuda()
+        if not self.watch_queues:
+            self.agent.log(NO_QUEUES_NOTE)
+            return
         if not self.every_op:
             reason = self._watch_with_cupti()
             if reason is None:

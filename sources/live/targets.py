@@ -141,6 +141,8 @@ class ScriptTarget:
     """Count every torch call (exact, about a microsecond per call) instead of slices of the time."""
     cupti_duty: float | None = None
     """On CUDA, the share of sample intervals CUPTI records in (None: the agent's default)."""
+    queues: bool = True
+    """On CUDA, watch the launch queues (False: ``--no-queues``)."""
     nodes: Nodes = Nodes()
     """torchrun's multi-node options (with ``nproc``)."""
 
@@ -164,6 +166,7 @@ class ScriptTarget:
         agent = ["--interval", str(interval), "--sync-scope", self.sync_scope] + (["--sync"] if sync else [])
         agent += ["--every-op"] if self.every_op else []
         agent += ["--cupti-duty", repr(self.cupti_duty)] if self.cupti_duty is not None else []
+        agent += [] if self.queues else ["--no-queues"]
         user = (["-m", self.path] if self.module else [self.path]) + list(self.args)
         if self.nproc:
             return [

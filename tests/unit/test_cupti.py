@@ -410,6 +410,41 @@ def test_every_op_keeps_the_launch_counter() -> None:
     assert called and uc.cupti is None and not fake.subscribers
 
 
+@pytest.mark.parametrize("every_op", [False, True])
+def test_no_queues_watches_no_launch_queue_but_times_the_steps_on_the_gpu(every_op) -> None:
+    from torchpar_top.probes.agent.usercode import NO_QUEUES_NOTE
+
+    fake = FakeCupti()
+    uc, logs = _usercode(lambda fake=fake: fake)
+    uc.every_op, uc.watch_queues = every_op, False
+    counter = []
+    uc._watch_with_counter = lambda: counter.append(True)  # type: ignore[method-assign]
+    try:
+        uc.watch_cuda_streams()
+        assert uc.cupti is None and not fake.subscribers and not fake.enabled  # CUPTI never touched
+        assert not counter and not any(isinstance(m, LaunchCounter) for m in _modes())
+        assert uc.agent.cuda is None and not [ex for ex in uc.agent.executors if ex.kind == "cuda-stream"]
+        assert uc.steps._gpu_next is not None  # the step phases still come from CUDA events
+        assert logs.count(NO_QUEUES_NOTE) == 1
+        uc.watch_cuda_streams()  # once only
+        assert logs.count(NO_QUEUES_NOTE) == 1
+    finally:
+        uc.agent.close()
+
+
+def test_no_queues_goes_from_the_command_line_to_the_agent() -> None:
+    from torchpar_top.args import run_parser
+    from torchpar_top.probes.agent.run import parse_args
+    from torchpar_top.sources.live.targets import ScriptTarget
+
+    assert run_parser().parse_args(["--no-queues"]).no_queues
+    assert not run_parser().parse_args([]).no_queues
+    cmd = ScriptTarget("x.py", queues=False).command(3, 0.1, False)
+    assert "--no-queues" in cmd and not parse_args(cmd[cmd.index("--fd") :]).queues
+    assert "--no-queues" not in ScriptTarget("x.py").command(3, 0.1, False)
+    assert parse_args(["x.py", "--no-queues"]).queues  # after the script: the script's own argument
+
+
 def test_load_cupti_without_the_package_is_a_clear_one_line_reason(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cupti", None)
     with pytest.raises(CuptiUnavailable, match=r"pip install torchpar-top\[cuda\]"):
