@@ -1,6 +1,6 @@
 """One command on a GPU machine: what no fake can settle, measured on the real hardware.
 
-    cd torchpar-top && python benchmarks/gpu_check.py [--out gpu_check_report.json] [--budget 360]
+    cd torchpar-top && python benchmarks/gpu_check.py [--out gpu_check_report.json] [--budget 420]
 
 Nothing needs installing beyond torch (with CUDA), nvidia-ml-py and psutil (plus cupti-python for the
 CUPTI check, which reports it absent and skips without it): when ``torchpar_top`` is
@@ -11,8 +11,8 @@ installed"). This process never imports torch: all CUDA work runs in child proce
 holds no CUDA context (one check verifies it with nvidia-smi).
 
 Checks, each passed, failed or skipped with its reason (one that throws is a failure with its error; the
-rest still run), each within its own time limit, all within ``--budget`` seconds (default 360; a check
-that hangs is cut off at most 30 s past its limit, so the run stays under 7 minutes; on an H200 the
+rest still run), each within its own time limit, all within ``--budget`` seconds (default 420; a check
+that hangs is cut off at most 30 s past its limit, so the run stays under 8 minutes; on an H200 the
 whole plan took 261 s before ``cupti_run`` gained its cost modes):
 
 1. ``cuda_labels``: ``cuda:N`` as torch numbers GPUs (UUIDs from ``get_device_properties``, in a child)
@@ -33,14 +33,14 @@ whole plan took 261 s before ``cupti_run`` gained its cost modes):
    must finish with their own result correct and no error in the log (compile: the same graph breaks,
    unique graphs and cudagraph skips as plain); the report records what the queue rows showed.
 8. ``cupti_run``: the CUPTI path (``probes/agent/cuda_cupti.py``): launches per stream from the real
-   ``cupti`` binding against a torch.profiler trace of the same loop, then a launch-bound loop
-   (``x.add_(1)``, 1,000,000 ops) plain, under ``torchpar-top run --headless`` and under run with
-   cupti-python hidden (the launch counter's path), alternating, two rounds: the steady speeds' (median
-   tenth of each loop's second half) median ratio under run >= 0.97; before the speeds, what CUPTI itself
-   leaves on the loop without the agent, one mode per process (plain, its callback API armed as the
+   ``cupti`` binding against a torch.profiler trace of the same loop; what CUPTI itself leaves on a
+   launch-bound loop without the agent, one mode per process (plain, its callback API armed as the
    monitor arms it, its activity API after one recording window, and that window then CUPTI detached
-   with cuptiFinalize), reported, not judged. Needs
-   cupti-python; without it the check is skipped and says so.
+   with cuptiFinalize), reported, not judged; then the loop (``x.add_(1)``, 1,000,000 ops) plain, under
+   ``torchpar-top run --headless``, under run with cupti-python hidden (the launch counter's path) and
+   under ``run --no-queues``, alternating, two rounds: the steady speeds' (median tenth of each loop's
+   second half) median ratio under run >= 0.97. Needs cupti-python; without it the check is skipped and
+   says so.
 9. ``nccl_flight_recorder``: an NCCL all-reduce loop under ``torchpar-top run --nproc-per-node 1`` with
    torch's flight recorder on (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_ENABLE_TIMING=1``): the agent's log
    names ``nccl:all_reduce`` with its time per collective (``probes/agent/collectives.py``), above 0 and
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the JSON report; the Markdown summary goes beside it (.md)",
     )
     parser.add_argument(
-        "--budget", type=float, default=360.0, help="seconds for all the checks (default 360)"
+        "--budget", type=float, default=420.0, help="seconds for all the checks (default 420)"
     )
     parser.add_argument("--only", default="", help="comma-separated check names (default: all)")
     parser.add_argument("--keep-traces", metavar="DIR", help="copy the profiler traces there")

@@ -830,10 +830,15 @@ def check_hta(ctx: Context) -> Result:
 
 
 def headless_run(
-    ctx: Context, script: Path, args: Sequence[str], limit: float, env: dict[str, str] | None = None
+    ctx: Context,
+    script: Path,
+    args: Sequence[str],
+    limit: float,
+    env: dict[str, str] | None = None,
+    options: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """``torchpar-top run --headless`` on a script (``env``: its environment, default this one's): its
-    JSON lines, its stderr, how it ended.
+    """``torchpar-top run --headless [OPTIONS]`` on a script (``env``: its environment, default this
+    one's): its JSON lines, its stderr, how it ended.
 
     The headless run lasts ``--duration`` s whatever the script does; once the records say the script
     exited, the run is ended with SIGTERM (which headless mode turns into a clean exit) 2 s later.
@@ -849,6 +854,7 @@ def headless_run(
         str(duration),
         "--interval",
         "0.1",
+        *options,
         str(script),
         *args,
     ]
@@ -1086,7 +1092,15 @@ def check_cupti(ctx: Context) -> Result:
         raise Skip(f"CUPTI path not checked: {counts['skip']}")
     cost = _cupti_cost(ctx, script)
     speeds: dict[str, list[float]] = {
-        name: [] for name in ("plain", "run", "run, no CUPTI", "plain (whole loop)", "run (whole loop)")
+        name: []
+        for name in (
+            "plain",
+            "run",
+            "run, no CUPTI",
+            "run --no-queues",
+            "plain (whole loop)",
+            "run (whole loop)",
+        )
     }
     used_cupti = False
     governed: list[str] = []
@@ -1096,9 +1110,18 @@ def check_cupti(ctx: Context) -> Result:
         for key, name in (("steady_ops_per_s", "plain"), ("ops_per_s", "plain (whole loop)")):
             if (plain.get("result") or {}).get(key):
                 speeds[name].append(float(plain["result"][key]))
-        for name, env in (("run", None), ("run, no CUPTI", hidden)):
+        for name, env, options in (
+            ("run", None, ()),
+            ("run, no CUPTI", hidden, ()),
+            ("run --no-queues", None, ("--no-queues",)),
+        ):
             run = headless_run(
-                ctx, script, ["speed", CUPTI_SPEED_OPS], min(60.0, ctx.remaining(reserve=10) / 3), env
+                ctx,
+                script,
+                ["speed", CUPTI_SPEED_OPS],
+                min(60.0, ctx.remaining(reserve=10) / 4),
+                env,
+                options,
             )
             summary = cmp.summarise_headless(run["records"])
             texts = [x["text"] for x in summary["log"]]
@@ -1287,7 +1310,7 @@ PLAN = (
         "cupti_run",
         "CUPTI path: launches vs profiler, launch-bound loop speed under run",
         check_cupti,
-        180,
+        240,
         40,
     ),
     Planned(

@@ -248,11 +248,11 @@ def test_checks_beyond_the_total_budget_are_skipped_with_the_reason(tmp_path):
 
 
 def test_the_plan_stays_within_the_ten_minute_command_limit():
-    # the default budget (360 s) plus a hung check's 30 s stays under the device's 10-minute command
+    # the default budget (420 s) plus a hung check's 30 s stays under the device's 10-minute command
     assert sum(p.least for p in checks.PLAN) < 270
-    assert all(p.budget <= 180 for p in checks.PLAN)
+    assert all(p.budget <= 240 for p in checks.PLAN)
     source = (ROOT / "benchmarks" / "gpu_check.py").read_text()
-    assert 'default=360.0, help="seconds for all the checks (default 360)"' in source
+    assert 'default=420.0, help="seconds for all the checks (default 420)"' in source
 
 
 # -- the report ----------------------------------------------------------------------------------------------
