@@ -358,9 +358,9 @@ def _run(commands: Any) -> Parser:
     parser.add_argument(
         "--no-queues",
         action="store_true",
-        help="on CUDA, watch no launch queue: neither CUPTI's records nor a Python hook per op, so a "
-        "launch-bound loop keeps its speed (once CUPTI has recorded, such a loop ran at 0.52-0.67x of "
-        "plain on an H200); the GPU panel and the step phases remain",
+        help="on CUDA, watch no launch queue: neither CUPTI's records nor a Python hook per op slows a "
+        "launch-bound loop (once CUPTI has recorded, such a loop ran at 0.52-0.67x of plain on an "
+        "H200); the GPU panel and the step phases remain",
     )
     parser.add_argument(
         "--nproc-per-node",

@@ -93,8 +93,8 @@ class StepsOrOps:
 
 #: The log's line when ``--no-queues`` leaves CUDA's launch queues unwatched.
 NO_QUEUES_NOTE = (
-    "CUDA launch queues: not watched (--no-queues): neither CUPTI's records nor a Python hook per op, so "
-    "a launch-bound loop keeps its speed; the GPU panel (NVML) and the step phases (CUDA events) remain"
+    "CUDA launch queues: not watched (--no-queues): neither CUPTI's records nor a Python hook per op slows "
+    "a launch-bound loop; the GPU panel (NVML) and the step phases (CUDA events) remain"
 )
 
 
