@@ -124,6 +124,14 @@ SYNC_CALLS = (
 ESSENTIAL_KINDS = ("RUNTIME", "CONCURRENT_KERNEL")
 #: Kinds that add launches (driver: Triton's cuLaunchKernel) and copies; refused ones are named.
 OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
+#: Logged once when the governor first stretches the cycle: the records are costly, so the loop launches
+#: many kernels a second, and where launching limits it CUPTI costs it between windows too
+#: (``docs/hardware/h200-2026-11-26-diagnostics.txt``).
+LAUNCH_BOUND_HINT = (
+    "CUDA launch queues: this loop launches many kernels a second; where launching is what limits it, "
+    "CUPTI slows it between recording windows too (on an H200 a launch-bound loop ran at 0.52-0.67x of "
+    "plain once CUPTI had recorded): `torchpar-top run --no-queues` leaves the launch queues unwatched"
+)
 #: Share of sample intervals CUPTI records in by default (``run --cupti-duty``), from the measured Python
 #: cost per recorded launch of the whole monitor (``benchmarks/bench_cupti_records.py``: 3-4.4 µs on this
 #: project's loaded CPU) against the issue's budget, 3 % of a launch-bound frontend's 5 µs per launch:
@@ -305,6 +313,8 @@ class CuptiMonitor:
         is not the records' cost)."""
         self._window_t0 = 0.0
         """When the recording window now open began (host clock)."""
+        self._hinted = False
+        """Whether :data:`LAUNCH_BOUND_HINT` was logged (once, at the governor's first stretch)."""
         self.drain_s = drain_s
         """Seconds a window's end waits for the GPU op records of its last launches."""
         self._recording = False
@@ -646,6 +656,9 @@ class CuptiMonitor:
         want = min(MAX_CYCLE, max(self.base_cycle, math.ceil(self.cycle * share / CPU_BUDGET - 1e-9)))
         if want > self.cycle * CYCLE_HYSTERESIS or want < self.cycle / CYCLE_HYSTERESIS:
             old, self.cycle = self.cycle, want
+            if want > old and not self._hinted:  # records this costly: many launches a second
+                self._hinted = True
+                self._log(LAUNCH_BOUND_HINT)
             self._log(
                 f"CUDA launch queues: CUPTI's records cost {100 * share:.1f}% of the time at 1 sample "
                 f"interval in {old}: recording 1 in {want} (budget {100 * CPU_BUDGET:g}%)"

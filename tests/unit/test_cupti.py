@@ -656,16 +656,18 @@ def test_costly_records_stretch_the_cycle_to_the_budget_and_cheap_ones_bring_it_
         assert mon.cost_share == pytest.approx(0.28)
         assert mon.cycle == 280  # 20 x 0.28 / 0.02
         assert mon.note() == "sampled: CUPTI records 1 sample interval in 280"
-        assert logs[-1] == (
+        assert logs[-2:] == [
+            cc.LAUNCH_BOUND_HINT,  # the first stretch: the loop is launch-bound, --no-queues is named
             "CUDA launch queues: CUPTI's records cost 28.0% of the time at 1 sample interval in 20: "
-            "recording 1 in 280 (budget 2%)"
-        )
+            "recording 1 in 280 (budget 2%)",
+        ]
         cost[0] = 0.0004  # a slow loop: a few records a window
         one_cycle()
         assert mon.cycle == 20  # never below what duty asks for
         cost[0] = 0.3 * cc.MAX_CYCLE  # absurdly costly: capped
         one_cycle()
         assert mon.cycle == cc.MAX_CYCLE
+        assert logs.count(cc.LAUNCH_BOUND_HINT) == 1  # said once
     finally:
         mon.close()
 
