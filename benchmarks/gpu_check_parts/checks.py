@@ -1051,6 +1051,11 @@ CUPTI_SPEED_OPS = "1000000"
 CUPTI_COST_ROUNDS = 2
 
 
+def _middle(values: Sequence[float]) -> float:
+    """The middle value (the upper one of an even count): a few rounds' speeds, not averaged."""
+    return sorted(values)[len(values) // 2]
+
+
 def _cupti_cost(ctx: Context, script: Path) -> dict[str, dict[str, Any]]:
     """``cupti_loop.py cost MODE`` for each mode, alternating, :data:`CUPTI_COST_ROUNDS` rounds within
     45 s or a quarter of the time left: per mode its rounds' medians and their median over plain's. A
@@ -1070,9 +1075,9 @@ def _cupti_cost(ctx: Context, script: Path) -> dict[str, dict[str, Any]]:
                 rounds[mode].append(float(result["median"]))
     out: dict[str, dict[str, Any]] = {m: {"rounds": v} for m, v in rounds.items() if v}
     if "plain" in out:
-        plain = sorted(rounds["plain"])[len(rounds["plain"]) // 2]
+        plain = _middle(rounds["plain"])
         for v in out.values():
-            v["ratio"] = round(sorted(v["rounds"])[len(v["rounds"]) // 2] / plain, 3)
+            v["ratio"] = round(_middle(v["rounds"]) / plain, 3)
     return out
 
 
@@ -1138,17 +1143,14 @@ def check_cupti(ctx: Context) -> Result:
     if not speeds["plain"] or not speeds["run"]:
         return "failed", "the speed loop printed no result plain or under torchpar-top run", details
 
-    def median(values: list[float]) -> float:
-        return sorted(values)[len(values) // 2]
-
-    plain_med = median(speeds["plain"])
-    ratio = median(speeds["run"]) / plain_med
+    plain_med = _middle(speeds["plain"])
+    ratio = _middle(speeds["run"]) / plain_med
     ratios = {
-        name: round(median(v) / plain_med, 3) for name, v in speeds.items() if v and "whole" not in name
+        name: round(_middle(v) / plain_med, 3) for name, v in speeds.items() if v and "whole" not in name
     }
     if speeds["plain (whole loop)"] and speeds["run (whole loop)"]:
         ratios["run (whole loop)"] = round(
-            median(speeds["run (whole loop)"]) / median(speeds["plain (whole loop)"]), 3
+            _middle(speeds["run (whole loop)"]) / _middle(speeds["plain (whole loop)"]), 3
         )
     # records that reached Python per launch of the counts loop: ~2 when CUPTI's per-API switch held
     per_launch = counts.get("records", 0) / max(1, int(counts.get("ops", 0)))
