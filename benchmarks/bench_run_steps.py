@@ -56,6 +56,8 @@ THIS = Path(__file__).resolve()
 MARK = "BENCH-STEPS "
 #: Seconds each loop runs before its rate is measured.
 WARMUP = 3.0
+#: The MLP loops' hidden width and batch (64 inputs, 10 classes), by name; bench_step_steady.py runs the same.
+MLP_SHAPES = {"mlp": (128, 32), "mlp-wide": (512, 64)}
 
 
 # -- the loops (in the child) ----------------------------------------------------------------------------
@@ -67,8 +69,8 @@ def _loop(name: str, seconds: float, threads: int) -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    if name in ("mlp", "mlp-wide"):
-        hidden, batch = (128, 32) if name == "mlp" else (512, 64)
+    if name in MLP_SHAPES:
+        hidden, batch = MLP_SHAPES[name]
         model: nn.Module = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
         x, y = torch.randn(batch, 64), torch.randint(0, 10, (batch,))
 

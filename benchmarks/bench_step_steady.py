@@ -28,6 +28,7 @@ import threading
 import time
 
 import torch
+from bench_run_steps import MLP_SHAPES  # this folder: sys.path[0] when run as a script
 from torch import nn
 from torchpar_top.probes.agent import usercode_steps
 from torchpar_top.probes.agent.usercode import UserCode
@@ -44,12 +45,12 @@ def main() -> None:
     parser.add_argument("--variants", default="sampled,every,rare")
     parser.add_argument("--counter", action="store_true", help="leave the op counter on its duty")
     parser.add_argument(
-        "--loop", choices=("mlp", "mlp-wide"), default="mlp", help="bench_run_steps.py's loop of that name"
+        "--loop", choices=tuple(MLP_SHAPES), default="mlp", help="bench_run_steps.py's loop of that name"
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    hidden, batch = (128, 32) if args.loop == "mlp" else (512, 64)
+    hidden, batch = MLP_SHAPES[args.loop]
     model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
     x, y = torch.randn(batch, 64), torch.randint(0, 10, (batch,))
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
