@@ -201,6 +201,13 @@ class NvmlProbe:
                     nvml.nvmlShutdown()
                 self._status = "GPU probe closed"
 
+    @property
+    def readable(self) -> bool:
+        """Whether a :meth:`sample` can read anything: NVML started and found a GPU. False stays false
+        (no binding, NVML failed to start or found none, closed): the sample is then only the status,
+        and the host probes ask for it once instead of every interval."""
+        return self._nvml is not None and bool(self._gpus)
+
     # -- one poll ---------------------------------------------------------------------------------
 
     def sample(self) -> tuple[tuple[GpuView, ...], str]:

@@ -47,6 +47,16 @@ def test_no_devices() -> None:
     assert _probe(FakeNvml([])).sample() == ((), "no GPU: NVML found no NVIDIA GPU")
 
 
+def test_readable_only_with_a_gpu_to_read_so_the_host_probes_poll_only_then() -> None:
+    assert not NvmlProbe().readable  # this machine: no libnvidia-ml.so.1
+    assert not _probe(FakeNvml(gpu_fleet(1), init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)).readable
+    assert not _probe(FakeNvml([])).readable
+    probe = _probe(FakeNvml(gpu_fleet(2)))
+    assert probe.readable
+    probe.close()
+    assert not probe.readable
+
+
 def test_one_gpu_all_metrics_converted() -> None:
     fake = FakeNvml(
         [

@@ -97,3 +97,48 @@ def test_host_readings_ride_the_pulls_and_the_thread_takes_over_when_they_stop()
     finally:
         s._stop.set()
         loop.join(timeout=5)
+
+
+class _Probe:
+    """A GPU probe that counts its samples; ``readable``: whether it has a GPU to read (NvmlProbe's)."""
+
+    def __init__(self, readable):
+        self.readable = readable
+        self.pid = None
+        self.samples = 0
+
+    def sample(self):
+        self.samples += 1
+        return (), "" if self.readable else "no GPU: NVML library not found"
+
+    def close(self):
+        pass
+
+
+def _pulled_for(s, seconds, interval):
+    """Pull like the screen's frames for ``seconds``, with the host loop running."""
+    loop = threading.Thread(target=s._host_loop, name="tpt-host-probes")
+    loop.start()
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            s.pull()
+            time.sleep(interval)
+    finally:
+        s._stop.set()
+        loop.join(timeout=5)
+
+
+def test_a_probe_without_a_gpu_gives_its_status_once_and_is_not_polled():
+    probe = _Probe(readable=False)
+    s = Session("async", interval=0.05, gpu_probe=probe)
+    _pulled_for(s, 1.0, 0.05)
+    assert probe.samples == 1
+    assert s.store.snapshot().gpu_status == "no GPU: NVML library not found"  # the screen says why
+
+
+def test_a_probe_with_a_gpu_is_read_every_interval_by_the_host_thread():
+    probe = _Probe(readable=True)
+    s = Session("async", interval=0.05, gpu_probe=probe)
+    _pulled_for(s, 1.0, 0.05)
+    assert probe.samples >= 5  # ~20 in a second, however busy the machine
