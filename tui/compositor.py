@@ -29,10 +29,12 @@ from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from textual import _time
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
-from textual.screen import Screen
+from textual.screen import UPDATE_PERIOD, Screen
 from textual.strip import Strip
+from textual.timer import EventTargetGone, Timer
 
 TESTED_TEXTUAL = "8.2.8"
 """The Textual version :class:`LineCompositor` was checked against (its ``_get_renders`` is private)."""
@@ -114,12 +116,54 @@ def _covered(covered: dict[int, list[tuple[int, int]]], part: Region) -> bool:
     return True
 
 
+class ComposeTimer(Timer):
+    """Textual's screen-update timer without the wake-up after each compose.
+
+    Textual's (``Timer._run``, Textual 8.2.8) ticks on a grid of ``interval`` (1/60 s): a refresh
+    resumes it, it composes at once (the grid point has passed) and pauses itself, then sleeps to the
+    next grid point before it finds itself paused. So every frame of this app woke the main thread twice:
+    the frame's timer, and ~17 ms later this sleep, to do nothing (``strace``: ``epoll_wait(.., 21)``
+    after each frame). This one waits for a resume first and sleeps only when resumed sooner than
+    ``interval`` after its last tick, so the cap on composes a second stays and an idle screen sleeps.
+    """
+
+    async def _run(self) -> None:
+        count = 0
+        last = float("-inf")
+        while self._repeat is None or count <= self._repeat:
+            await self._active.wait()
+            wait = last + self._interval - _time.get_time()
+            if wait > 0:  # resumed within a period of the last compose: keep the cap
+                await _time.sleep(wait)
+                await self._active.wait()
+            count += 1
+            last = _time.get_time()
+            try:
+                await self._tick(next_timer=last, count=count)
+            except EventTargetGone:
+                break
+
+
 class LineScreen(Screen[Any]):
-    """A screen drawn with :class:`LineCompositor`."""
+    """A screen drawn with :class:`LineCompositor`, refreshed by :class:`ComposeTimer`."""
 
     def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._compositor = LineCompositor()
+        self._compose_timer: ComposeTimer | None = None
+
+    @property
+    def _update_timer(self) -> Timer:
+        """As Textual's ``Screen._update_timer`` (made on first use, started, kept with the screen's
+        timers so that they stop with it), a :class:`ComposeTimer`."""
+        if self._compose_timer is None:
+            timer = ComposeTimer(
+                self, UPDATE_PERIOD, name="screen_update", callback=self._on_timer_update, pause=True
+            )
+            timer._start()
+            self._timers.add(timer)
+            self._compose_timer = timer
+        return self._compose_timer
 
 
 def screen_class(installed: str | None = None) -> type[Screen[Any]]:
