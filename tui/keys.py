@@ -3,6 +3,7 @@ palette are all made from :data:`KEYS` (``tests/unit/test_docs.py`` checks the R
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -194,9 +195,11 @@ def footer_keys(replay: bool = False, narrow: bool = False) -> list[str]:
     return [b.key_display or b.key for b in bindings(replay, narrow) if b.show]
 
 
+@functools.cache
 def footer_width(replay: bool = False) -> int:
     """Columns the compact footer needs for every key it shows (``key description`` and a space each):
-    below this the footer keeps only the essential keys rather than cutting the last one in half."""
+    below this the footer keeps only the essential keys rather than cutting the last one in half. The
+    keys are fixed: worked out once (every frame asks)."""
     return sum(len(b.key_display or b.key) + len(b.description) + 2 for b in bindings(replay) if b.show)
 
 
