@@ -17,6 +17,7 @@ from textual.drivers._writer_thread import MAX_QUEUED_WRITES, WriterThread
 from textual.drivers.headless_driver import HeadlessDriver
 from textual.drivers.linux_driver import LinuxDriver
 from torchpar_top.tui.driver import DirectWhenIdle, DroppedWhenGone, HangUpSafeLinuxDriver, driver_class
+from waiting import wait_for
 
 
 class HungUpTerminal(io.StringIO):
@@ -188,13 +189,6 @@ def _voluntary_switches(tid):
     raise AssertionError("no voluntary_ctxt_switches line")
 
 
-def _wait_for(check, wait=10.0):
-    deadline = time.monotonic() + wait
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return check()
-
-
 def test_the_input_thread_sleeps_until_a_key_or_the_exit_and_still_tells_a_lone_escape():
     master, slave = os.openpty()
     tty.setraw(slave)
@@ -203,9 +197,9 @@ def test_the_input_thread_sleeps_until_a_key_or_the_exit_and_still_tells_a_lone_
     thread.start()
     try:
         os.write(master, b"a")
-        assert _wait_for(lambda: _keys(driver) == ["a"])
+        wait_for(lambda: _keys(driver) == ["a"], timeout=10)
         os.write(master, b"\x1b")  # a lone Escape: told once the parser's wait for a sequence is over
-        assert _wait_for(lambda: _keys(driver) == ["a", "escape"])
+        wait_for(lambda: _keys(driver) == ["a", "escape"], timeout=10)
         before = _voluntary_switches(thread.native_id)
         time.sleep(1.0)  # nothing typed: Textual's loop would wake ten times
         assert _voluntary_switches(thread.native_id) - before <= 1
