@@ -25,7 +25,7 @@ differently; and under any other version :func:`screen_class` falls back to Text
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -35,6 +35,7 @@ from textual.geometry import Region
 from textual.screen import UPDATE_PERIOD, Screen
 from textual.strip import Strip
 from textual.timer import EventTargetGone, Timer
+from textual.widget import Widget
 
 TESTED_TEXTUAL = "8.2.8"
 """The Textual version :class:`LineCompositor` was checked against (its ``_get_renders`` is private)."""
@@ -145,12 +146,30 @@ class ComposeTimer(Timer):
 
 
 class LineScreen(Screen[Any]):
-    """A screen drawn with :class:`LineCompositor`, refreshed by :class:`ComposeTimer`."""
+    """A screen drawn with :class:`LineCompositor`, refreshed by :class:`ComposeTimer`, to which a panel
+    hands its changed lines directly (:meth:`repaint`)."""
 
     def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._compositor = LineCompositor()
         self._compose_timer: ComposeTimer | None = None
+
+    def repaint(self, widget: Widget, regions: Sequence[Region]) -> None:
+        """Draw ``regions`` of ``widget`` (content cells; its size and layout unchanged) in the next compose.
+
+        As ``widget.refresh(*regions)`` without the two messages Textual sends on the way: a Prompt to
+        the widget's own task, whose idle handler posts an Update to the screen's task, whose idle
+        handler resumes the update timer. Each wakes a task for a turn of the event loop: at 10 Hz a
+        frame took five turns of the loop, three with this (``cProfile``: 1502 and 903 in 300 frames);
+        with :meth:`~torchpar_top.tui.widgets.panel.SnapshotPanel.inner_size`, the app's CPU 0.91× side by
+        side (docs/benchmarks.md, session 14). What Textual's refresh does besides is not needed for a
+        same-size repaint: clearing the widget's layout and dimension caches, and its rich-style cache
+        (panels keep their own styles). Private Textual (``Widget._set_dirty``, ``_dirty_widgets``):
+        ``tests/unit/test_tui_compositor.py`` holds digests of the code it stands in for.
+        """
+        widget._set_dirty(*regions)
+        self._dirty_widgets.add(widget)
+        self._update_timer.resume()
 
     @property
     def _update_timer(self) -> Timer:

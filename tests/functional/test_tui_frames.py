@@ -12,10 +12,12 @@ import re
 
 from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot
 from pilot import settle
+from textual import messages
 from textual._compositor import Compositor
 from torchpar_top.tui.app import TorchparTopApp
-from torchpar_top.tui.compositor import LineCompositor
-from torchpar_top.tui.widgets.panel import SHRINK_AFTER, Pad
+from torchpar_top.tui.compositor import LineCompositor, LineScreen
+from torchpar_top.tui.widgets.cores import CoresPanel
+from torchpar_top.tui.widgets.panel import SHRINK_AFTER, Pad, SnapshotPanel
 from torchpar_top.tui.widgets.threads import ThreadsPanel
 
 SIZE = (120, 36)
@@ -88,6 +90,60 @@ def test_a_partial_update_writes_what_textuals_own_would():
                 )
                 screen._dirty_widgets.clear()
                 await pilot.pause()
+
+    asyncio.run(body())
+
+
+def test_a_changed_line_is_composed_without_a_message_to_its_panel():
+    """LineScreen.repaint: the panels whose lines changed go straight to the screen's next compose (no
+    Prompt to their own tasks, no Update to the screen's), and the compose writes exactly those lines."""
+
+    async def body() -> None:
+        base = make_snapshot(executors=2)
+        session = FakeSession(base)
+        app = TorchparTopApp(session, render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, LineScreen)
+            cores = app.query_one(CoresPanel)
+            posted: list[object] = []
+            for widget in (*app.query(SnapshotPanel), screen):
+                widget.post_message = lambda m, post=widget.post_message: (posted.append(m), post(m))[1]
+            updates: list[object] = []
+            display = app._display
+            app._display = lambda s, update: (updates.append(update), display(s, update))[1]
+            for step in (11, 37):  # the first change after start may relayout (the panel learns its rows)
+                moved = dataclasses.replace(base, cores=tuple((c + step) % 100 for c in base.cores))
+                session.snapshot_value = moved
+                app.refresh_from_session()
+                if step == 11:
+                    await pilot.pause()
+                    posted.clear()
+                    updates.clear()
+            assert cores in screen._dirty_widgets and screen._update_timer._active.is_set()
+            await pilot.pause()
+            assert not [m for m in posted if isinstance(m, (messages.Prompt, messages.Update))]
+            assert updates, "nothing composed"
+            drawn = {y for update in updates for y, _, _ in update.spans}
+            top, bottom = cores.content_region.y, cores.content_region.bottom
+            assert drawn and drawn <= set(range(top, bottom)), (drawn, top, bottom)
+            text = "\n".join(cores.render_line(y).text for y in range(cores.size.height))
+            assert f"{(base.cores[0] + 37) % 100:.0f}%" in text
+
+    asyncio.run(body())
+
+
+def test_inner_size_is_textuals_size_for_every_panel_laid_out():
+    async def body() -> None:
+        app = TorchparTopApp(FakeSession(make_run_snapshot()), render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            for size in (SIZE, (90, 28), SIZE):
+                await pilot.resize_terminal(*size)
+                await settle(pilot)
+                laid_out = [p for p in app.query(SnapshotPanel) if p.display and p.size.width]
+                assert len(laid_out) >= 4
+                assert [p.inner_size() for p in laid_out] == [p.size for p in laid_out], size
 
     asyncio.run(body())
 

@@ -17,6 +17,7 @@ from textual.app import App
 from textual.drivers.linux_driver import LinuxDriver
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 from torchpar_top.tui.compositor import TESTED_TEXTUAL, ComposeTimer, textual_version
 
 #: The Textual code LineCompositor relies on, as it reads in TESTED_TEXTUAL: a digest of its source.
@@ -27,6 +28,14 @@ RELIED_ON = {
     # ComposeTimer replaces Timer._run for the screen's update timer, made where Screen makes its own
     "Timer._run": (Timer._run, "60c942a84c1a8765"),
     "Screen._update_timer": (Screen._update_timer.fget, "6736ab93692ef9ed"),
+    # LineScreen.repaint does what a widget's refresh leads to, without the messages between: the widget
+    # marked dirty, the screen told, its update timer resumed, the compose reading the dirty widgets
+    "Widget.refresh": (Widget.refresh, "b1ce3392c9c00870"),
+    "Widget._set_dirty": (Widget._set_dirty, "9c280366b8986cc8"),
+    "Widget._check_refresh": (Widget._check_refresh, "ad1c8196be9747bf"),
+    "Screen._on_update": (Screen._on_update, "8d962c0761ddb02e"),
+    "Screen._on_idle": (Screen._on_idle, "05781131b10da971"),
+    "Screen._on_timer_update": (Screen._on_timer_update, "421401660de142c5"),
     # HangUpSafeLinuxDriver.run_input_thread is Textual's loop with another wait; the exit wakes it by
     # the exit event that disable_input sets, and the Escape's wait is the parser's _timeout_time
     "LinuxDriver.run_input_thread": (LinuxDriver.run_input_thread, "d796af6d69db337d"),
@@ -36,7 +45,8 @@ RELIED_ON = {
 }
 
 WHAT_TO_DO = (
-    "tui/compositor.py (LineCompositor, ComposeTimer) and tui/driver.py (run_input_thread) override it: "
+    "tui/compositor.py (LineCompositor, ComposeTimer, LineScreen.repaint) and tui/driver.py "
+    "(run_input_thread) override it: "
     "read the new code, check that LineCompositor still writes what Textual's own compositor writes "
     "(tests/functional/test_tui_frames.py) and that the overrides still do what Textual's do, then set "
     "TESTED_TEXTUAL, the textual pin in pyproject.toml and the digests in this test to the new version"

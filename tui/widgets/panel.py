@@ -13,6 +13,7 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.tui.compositor import LineScreen
 from torchpar_top.tui.render import inert
 
 
@@ -227,7 +228,7 @@ class SnapshotPanel(Widget):
             title = inert(title)  # titles carry workload text too (a pid's stack source, rank names...)
         if title is not None and title != self.border_title:
             self.border_title = title
-        width, lines = self.size
+        width, lines = self.inner_size()
         if width <= 0:  # not laid out yet (or no room at all): build on the first paint
             self._generation += 1
             self._drawn = None
@@ -248,7 +249,11 @@ class SnapshotPanel(Widget):
             self._drawn = ((width, lines), fitted)
             regions = [Region(0, y, width, n) for y, n in changed_lines(drawn[1], fitted, lines)]
             if regions:
-                self.refresh(*regions)
+                screen = self.screen
+                if isinstance(screen, LineScreen):  # straight to the next compose (see repaint)
+                    screen.repaint(self, regions)
+                else:
+                    self.refresh(*regions)
             return
         self._drawn = None
         self.shape += 1
@@ -353,9 +358,18 @@ class SnapshotPanel(Widget):
         """
         return rows
 
+    def inner_size(self) -> Size:
+        """Textual's :attr:`size` (the content's cells), worked out from the outer size the last layout gave
+        the panel: Textual's looks the panel up in the screen's map of widgets every time (``cProfile``:
+        a tenth of :meth:`update_snapshot`, which asks every frame). The two differ only for a panel the
+        layout left out (CSS-hidden), where Textual's is 0 × 0 and this the size it had."""
+        width, height = self.outer_size
+        gutter = self.styles.gutter
+        return Size(max(0, width - gutter.width), max(0, height - gutter.height))
+
     def render_line(self, y: int) -> Strip:
         """Line ``y`` of the panel."""
-        width, height = self.size
+        width, height = self.inner_size()
         key = (self._generation, width, height)
         if self._lines_cache is None or self._lines_cache[0] != key:
             base = self.rich_style
@@ -386,7 +400,7 @@ class SnapshotPanel(Widget):
         sides = self.sides()
         if sides is None:
             return super().render_lines(crop)
-        width, height = self.region.size
+        width, height = self.outer_size
         first, end = max(crop.y, sides.top), min(crop.bottom, height - sides.bottom)
         if first >= end:  # only border rows
             return super().render_lines(crop)
@@ -411,7 +425,7 @@ class SnapshotPanel(Widget):
         line is compared with Textual's. A style that changes the content itself
         (``tint``, ``text-opacity``, ``opacity``, ``hatch``) fails that comparison, and Textual draws.
         """
-        size = self.region.size
+        size = self.outer_size
         filters = tuple(self.get_line_filters())
         styles = self.styles
         # a style update (CSS, theme, classes) counts in _style_turn; a style set inline on the panel
