@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 from torchpar_top import workloads
@@ -27,6 +27,7 @@ from torchpar_top.contract.messages import (
 from torchpar_top.contract.snapshot import (
     ChildStatus,
     Experiment,
+    GpuView,
     HostSample,
     Snapshot,
     StackView,
@@ -50,6 +51,28 @@ MONITOR_EVERY = 1.0
 ATTACH_NOTICE = "attached: cores, threads, GPU use and stacks only — queue depth needs `torchpar-top run`"
 
 
+class GpuProbe(Protocol):
+    """What a session asks of its GPU probe (``probes/host/nvml.py``'s ``NvmlProbe``; fakes in tests)."""
+
+    pid: Any
+    """The watched process (per-process GPU use), or a callable returning it; set by the session."""
+    cuda_uuids: Any
+    """The workload's CUDA devices' UUIDs in CUDA order (labels GPUs as the workload numbers them)."""
+
+    @property
+    def readable(self) -> bool:
+        """Whether :meth:`sample` can read anything; false stays false (then it is asked once)."""
+        ...
+
+    def sample(self) -> tuple[tuple[GpuView, ...], str]:
+        """Every GPU once, and a status that says why there are none; never raises."""
+        ...
+
+    def close(self) -> None:
+        """Let go of the GPU library (idempotent)."""
+        ...
+
+
 class Session:
     """Runs one target at a time and samples the host around it."""
 
@@ -59,7 +82,7 @@ class Session:
         *,
         interval: float = 0.1,
         sync: bool = False,
-        gpu_probe: Any = None,
+        gpu_probe: GpuProbe | None = None,
         stack_source: StackSource | None = None,
         stacks: bool = True,
     ) -> None:
@@ -69,8 +92,7 @@ class Session:
             target: what to run or watch; a plain string names a built-in experiment.
             interval: seconds between samples, in the child and on the host.
             sync: start the child in SYNC mode.
-            gpu_probe: has ``sample() -> (gpu views, status)`` and a ``pid`` attribute that the session
-                sets to the watched process (per-process GPU use); None means no GPU panel data.
+            gpu_probe: reads the GPUs (:class:`GpuProbe`); None means no GPU panel data.
             stack_source: starts a Python-stack poller for a pid (py-spy), for a process without the
                 agent (``attach``); None means no stacks there. A workload with the agent sends its
                 frontend's stack itself.
@@ -440,7 +462,7 @@ class Session:
         gpu = self._gpu_probe
         # a probe with no GPU to read (no NVML, none found) gives its status once, not every interval:
         # the thread then sleeps behind the pulls (a wake-up costs ~0.2 ms of CPU on a small VM)
-        readable = gpu is not None and getattr(gpu, "readable", True)
+        readable = gpu is not None and gpu.readable
         if gpu is not None and not readable:
             self.store.on_gpus(*gpu.sample())
         while not self._stop.is_set():
@@ -448,7 +470,7 @@ class Session:
             if not pulled:
                 self._host_tick(gpus=readable)
                 wait = self._host_next - time.monotonic()
-            elif readable:
+            elif readable and gpu is not None:
                 self.store.on_gpus(*gpu.sample())
                 wait = self.interval
             else:
