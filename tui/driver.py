@@ -23,6 +23,7 @@ for (:class:`WakingEvent`) or the Escape's wait is over.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import selectors
@@ -84,8 +85,6 @@ class DirectWhenIdle:
         self._lock = threading.Lock()
         self._queued = 0
         """Writes handed to the writer thread and not yet written by it."""
-        self._poll: select.poll | None = None
-        self._pollable = True
 
     # the writer thread's side
 
@@ -116,21 +115,25 @@ class DirectWhenIdle:
         queue(text)  # may wait for room in the queue: outside the lock, which the writer thread takes
         return False
 
+    @functools.cached_property
+    def _poll(self) -> select.poll | None:
+        """A poll for room to write on the stream's descriptor, made on first use; None where none can be
+        made (no descriptor: a test's stream; or a closed one)."""
+        try:
+            poll = select.poll()
+            poll.register(self._stream.fileno(), select.POLLOUT)
+        except (OSError, ValueError, AttributeError):
+            return None
+        return poll
+
     def _has_room(self) -> bool:
         if self._stream.gone:
             return True  # dropped either way
-        if self._poll is None:
-            if not self._pollable:
-                return False
-            try:
-                poll = select.poll()
-                poll.register(self._stream.fileno(), select.POLLOUT)
-            except (OSError, ValueError, AttributeError):  # no descriptor (a test's stream), or closed
-                self._pollable = False
-                return False
-            self._poll = poll
+        poll = self._poll
+        if poll is None:
+            return False
         try:
-            return any(mask & select.POLLOUT for _, mask in self._poll.poll(0))
+            return any(mask & select.POLLOUT for _, mask in poll.poll(0))
         except OSError:
             return False
 
