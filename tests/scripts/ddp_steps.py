@@ -1,10 +1,11 @@
 """DDP (Gloo, CPU) with a DataLoader, for torchrun: one rank can be made slow in its forward or its data.
 
-    torchrun --standalone --nproc-per-node=2 ddp_steps.py SECONDS [forward|data RANK [MS]]
+    torchrun --standalone --nproc-per-node=2 ddp_steps.py SECONDS [forward|data RANK|all [MS]]
 
 Every step: a batch from a DataLoader (main process), the model's forward, backward (DDP all-reduces the
 gradients), an optimizer step. ``forward RANK MS``: that rank's forward sleeps MS ms more (default 12);
-``data RANK MS``: its batches take MS ms more to load. Runs for SECONDS, then every rank stops together.
+``data RANK MS``: its batches take MS ms more to load; ``all`` for RANK: every rank does. Runs for
+SECONDS, then every rank stops together.
 """
 
 import os
@@ -47,13 +48,13 @@ class Net(nn.Module):
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
     what = sys.argv[2] if len(sys.argv) > 2 else ""
-    slow = int(sys.argv[3]) if len(sys.argv) > 3 else -1
+    slow = sys.argv[3] if len(sys.argv) > 3 else ""
     ms = float(sys.argv[4]) if len(sys.argv) > 4 else 12.0
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(rank)
-    mine = rank == slow
+    mine = slow in ("all", str(rank))
     batch = 4
     data = DataLoader(Items(ms / 1000 / batch if mine and what == "data" else 0.0), batch_size=batch)
     model = DDP(Net(ms / 1000 if mine and what == "forward" else 0.0))
