@@ -166,10 +166,9 @@ class SnapshotPanel(Widget):
         self._backgrounds: tuple[tuple[Color, Color], float] | None = None
         self._base: Style | None = None
         self._blank = Strip([])
-        self._style_turn = 0
-        """Counts style updates (:meth:`notify_style_update`)."""
         self._sides: tuple[tuple[object, ...], Sides | None] | None = None
-        """:meth:`sides` and what it was worked out for (style update, size, line filters)."""
+        """:meth:`sides` and what it was worked out for (size, line filters, inline styles); emptied by a
+        style update."""
         self._shown = True
         self._drawn: tuple[tuple[int, int], list[Row]] | None = None
         """The rows whose lines Textual holds for this widget ((width, height), fitted rows), or ``None``
@@ -315,7 +314,7 @@ class SnapshotPanel(Widget):
         self._styles = {}
         self._backgrounds = None
         self._base = None
-        self._style_turn += 1
+        self._sides = None
 
     def _blend(self) -> tuple[tuple[Color, Color], float]:
         """Textual's :attr:`background_colors` and :attr:`opacity`, computed once per style update.
@@ -428,11 +427,10 @@ class SnapshotPanel(Widget):
         size = self.outer_size
         filters = tuple(self.get_line_filters())
         styles = self.styles
-        # a style update (CSS, theme, classes) counts in _style_turn; a style set inline on the panel
-        # does not call notify_style_update, so the ones that draw the sides or change the content count
-        # here themselves
+        # a style update (CSS, theme, classes) empties the cache (notify_style_update); a style set inline
+        # on the panel does not call notify_style_update, so the ones that draw the sides or change the
+        # content count here themselves
         key = (
-            self._style_turn,
             size,
             filters,
             styles.border,
@@ -447,7 +445,7 @@ class SnapshotPanel(Widget):
         if cached is not None and cached[0] == key:
             return cached[1]
         sides = None
-        gutter = self.styles.gutter
+        gutter = styles.gutter
         width, height = size
         if height - gutter.bottom > gutter.top and width > gutter.width:
             textual = super().render_lines(Region(0, gutter.top, width, 1))[0]
