@@ -544,6 +544,11 @@ class Straggler:
     costs: float
     """Seconds per step the others wait for it: the others' median ``comm`` less its own where ranks
     wait in collectives, else its excess in ``cause``."""
+    core_wait: float | None = None
+    """Seconds per step its frontend waited for a core (runnable, every core it may use taken: the
+    kernel's run-queue delay) beyond the other ranks' median, where that accounts for at least half its
+    extra time (``model.steps.CONTENTION_SHARE``): it is held back by CPU contention (another process, or
+    too many threads, on its cores), not by its code; None otherwise or where it was not measured."""
 
 
 @dataclass(frozen=True)

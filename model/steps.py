@@ -36,6 +36,10 @@ MIN_SHARE = 0.15
 CONSISTENT = 0.75
 #: Windows needed before anyone is named.
 MIN_WINDOWS = 5
+#: The straggler's cause is said to be CPU contention when its frontend waited for a core (the kernel's
+#: run-queue delay) longer than the others' median by at least this share of its extra time in the
+#: phases other than ``comm``: its code is not slower, it got less of a core.
+CONTENTION_SHARE = 0.5
 
 #: One window of one rank: (steps completed in it, their phases summed).
 Window = tuple[int, StepPhases]
@@ -57,16 +61,21 @@ def mean_per_step(windows: Sequence[Window]) -> dict[str, float]:
     return {p: sum(getattr(ph, p) for _, ph in windows) / steps for p in PHASES}
 
 
-def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
+def find_straggler(
+    windows: Mapping[int, Sequence[Window]], waits: Mapping[int, Sequence[float | None]] | None = None
+) -> Straggler | None:
     """The rank that holds the others back, or None (one rank, too few windows, or nobody clearly).
 
     Args:
         windows: per rank, its windows in time order; window ``i`` of every rank should cover the same
             span of time (the last ``n`` windows of each are compared, ``n`` the fewest any rank has).
+        waits: per rank, aligned with its windows, the seconds its frontend waited for a core in each
+            (None where that was not measured): where given, a straggler whose extra wait accounts for
+            its extra time is said to be held back by CPU contention (:attr:`Straggler.core_wait`).
 
     Returns:
-        The straggler with its cause phase, the ratio of that phase to the other ranks' median, and what
-        it costs the others per step.
+        The straggler with its cause phase, the ratio of that phase to the other ranks' median, what it
+        costs the others per step, and its extra wait for a core where that is the reason.
     """
     ranks = sorted(r for r, w in windows.items() if any(n > 0 for n, _ in w))
     if len(ranks) < 2:
@@ -111,7 +120,49 @@ def find_straggler(windows: Mapping[int, Sequence[Window]]) -> Straggler | None:
         cause=cause,
         ratio=means[rank][cause] / theirs if theirs > 0 else None,
         costs=waited if waited > 0 else excess,
+        core_wait=contention(rank, means, tail, shared, _tails(waits, windows, n)),
     )
+
+
+def _tails(
+    waits: Mapping[int, Sequence[float | None]] | None, windows: Mapping[int, Sequence[Window]], n: int
+) -> dict[int, list[float | None]] | None:
+    """Each rank's last ``n`` waits, where every rank's are aligned with its windows; else None."""
+    if waits is None or any(r not in waits or len(waits[r]) != len(w) for r, w in windows.items()):
+        return None
+    return {r: list(w)[-n:] if n else [] for r, w in waits.items() if r in windows}
+
+
+def contention(
+    rank: int,
+    means: Mapping[int, Mapping[str, float]],
+    tail: Mapping[int, Sequence[Window]],
+    shared: Sequence[int],
+    waits: Mapping[int, Sequence[float | None]] | None,
+) -> float | None:
+    """Seconds per step the straggler's frontend waited for a core beyond the others' median, where that
+    is at least :data:`CONTENTION_SHARE` of its extra time in the phases other than ``comm``; else None
+    (also where a rank's waits were not measured in every compared window).
+
+    Args:
+        rank: the straggler.
+        means: per rank, seconds per step in each phase over the ``shared`` windows.
+        tail: per rank, the compared windows; ``shared`` indexes the ones where every rank stepped.
+        waits: per rank, seconds its frontend waited for a core in each window of ``tail``.
+    """
+    if waits is None:
+        return None
+    per_step: dict[int, float] = {}
+    for r, rows in tail.items():
+        got = [waits[r][i] for i in shared]
+        steps = sum(rows[i][0] for i in shared)
+        if steps <= 0 or any(w is None for w in got):
+            return None
+        per_step[r] = sum(w for w in got if w is not None) / steps
+    others = [o for o in tail if o != rank]
+    extra = per_step[rank] - statistics.median(per_step[o] for o in others)
+    slower = sum(max(0.0, means[rank][p] - statistics.median(means[o][p] for o in others)) for p in CAUSES)
+    return extra if extra > 0 and slower > 0 and extra >= CONTENTION_SHARE * slower else None
 
 
 # -- the store's side: each rank's steps over time ---------------------------------------------------
@@ -216,18 +267,35 @@ class RankSteps:
         self.gaps: deque[tuple[float, float]] = deque(maxlen=DIFFS_KEEP)
         """Spans whose step ends were not all sent (a sample carries the latest ``MAX_STEP_ENDS``)."""
         self.windows: dict[int, tuple[int, StepPhases]] = {}
+        self.waits: dict[int, float | None] = {}
+        """Per straggler window: seconds the frontend waited for a core in it, None where a sample in it
+        did not say (no schedstat)."""
         self.recent: deque[StepRecord] = deque(maxlen=RECENT_KEEP)
         self.memory: Memory | None = None
         self.rss: list[tuple[float, float]] = []
         self._rss_every = MEMORY_EVERY
 
-    def add(self, t: float, window: float, steps: Steps | None, memory: Memory | None) -> None:
-        """One sample of this rank (its steps and memory may be missing)."""
+    def add(
+        self,
+        t: float,
+        window: float,
+        steps: Steps | None,
+        memory: Memory | None,
+        core_wait: float | None = None,
+    ) -> None:
+        """One sample of this rank (its steps and memory may be missing); ``core_wait``: the share of the
+        sample's window its frontend waited for a core, None where not measured."""
         if self.since is None:
             self.since = t - window
         if self.t is not None and t <= self.t:
             return  # a sample out of order (clock stepped back): its differences mean nothing
         self.t = t
+        k = int(t // STRAGGLER_WINDOW)
+        had_wait = self.waits.get(k, 0.0)
+        self.waits[k] = None if had_wait is None or core_wait is None else had_wait + core_wait * window
+        if len(self.waits) > STRAGGLER_KEEP:
+            for old in sorted(self.waits)[: len(self.waits) - STRAGGLER_KEEP]:
+                del self.waits[old]
         if memory is not None:
             self.memory = memory
             warm = steps is not None and steps.count >= MEMORY_WARMUP_STEPS
@@ -260,7 +328,6 @@ class RankSteps:
         if len(self.marks) > 2 * DIFFS_KEEP:
             del self.marks[:-DIFFS_KEEP]
             self._marks_cut = True
-        k = int(t // STRAGGLER_WINDOW)
         had = self.windows.get(k, (0, ZERO))
         self.windows[k] = (had[0] + n, add_phases(had[1], phases))
         if len(self.windows) > STRAGGLER_KEEP:
@@ -363,12 +430,20 @@ class StepsBook:
         self._straggler_key: tuple[object, ...] | None = None
         self._straggler: Straggler | None = None
 
-    def add(self, key: int, t: float, window: float, steps: Steps | None, memory: Memory | None) -> None:
-        """A sample of rank ``key`` (the store's source number)."""
+    def add(
+        self,
+        key: int,
+        t: float,
+        window: float,
+        steps: Steps | None,
+        memory: Memory | None,
+        core_wait: float | None = None,
+    ) -> None:
+        """A sample of rank ``key`` (the store's source number); ``core_wait`` as :meth:`RankSteps.add`."""
         rs = self.ranks.get(key)
         if rs is None:
             rs = self.ranks[key] = RankSteps()
-        rs.add(t, window, steps, memory)
+        rs.add(t, window, steps, memory, core_wait)
 
     def rates(self, running: set[int]) -> dict[int, float | None]:
         """Each rank's steps/s over the same span: the last :data:`RATE_SPAN` seconds ending at the
@@ -407,6 +482,7 @@ class StepsBook:
             self._straggler_key = key
             indexes = sorted({i for r in stepping.values() for i in r.windows if last is None or i < last})
             self._straggler = find_straggler(
-                {ranks[k]: [r.windows.get(i, (0, ZERO)) for i in indexes] for k, r in stepping.items()}
+                {ranks[k]: [r.windows.get(i, (0, ZERO)) for i in indexes] for k, r in stepping.items()},
+                {ranks[k]: [r.waits.get(i) for i in indexes] for k, r in stepping.items()},
             )
         return self._straggler

@@ -683,7 +683,7 @@ class SessionStore:
                 self._sample_t = msg.t
             if self._paused:
                 return
-            self._steps.add(source, msg.t, msg.window, msg.steps, msg.memory)
+            self._steps.add(source, msg.t, msg.window, msg.steps, msg.memory, msg.frontend.core_wait)
             for row in msg.executors:
                 key = (-1 if src.rank is None else src.rank, row.name)
                 ex = self._executors.get(key)

@@ -17,10 +17,10 @@ waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu`` (torchpar
 over the last second), ``replay`` {path, position, duration, speed, frame, finished, recorded} or null,
 ``steps`` {source, count, per_second, seconds, phases {data, transfer, forward, backward, comm, optimizer,
 sync, other: seconds per step}, run_seconds, run_phases, gpu} or null (also in each of ``ranks``),
-``straggler`` {rank, cause, ratio, costs} or null, ``memory`` [{rank, rss_bytes, rss_growth_bytes_per_min,
-devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}]; derived in ``model/``
-(``model/figures.py``): ``primary_rank``, ``depth`` {value, capacity} (the header's), ``core_load`` (mean
-over the cores, percent), ``lanes`` {windows, frontend, executors, overlap, overlap_high,
+``straggler`` {rank, cause, ratio, costs, core_wait} or null, ``memory`` [{rank, rss_bytes,
+rss_growth_bytes_per_min, devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}]; derived in
+``model/`` (``model/figures.py``): ``primary_rank``, ``depth`` {value, capacity} (the header's),
+``core_load`` (mean over the cores, percent), ``lanes`` {windows, frontend, executors, overlap, overlap_high,
 overlap_in_progress} (the lanes panel's percentages, as shares), ``steady`` {seconds, done, throughput,
 mean_depth, frontend_wait} (the scoreboard's modes together); ``log`` [new log lines since the previous
 object, after a ``dropped`` marker when some came and went between two objects]. Every field is a

@@ -504,6 +504,15 @@ class SnapshotCollector:
         st = snap.straggler
         if st is not None and st.ratio is not None:
             straggler.add_metric([host, str(st.rank), st.cause], st.ratio)
+        contended = GaugeMetricFamily(
+            PREFIX + "straggler_core_wait_seconds",
+            "Seconds per step the straggler's frontend waited for a core beyond the other ranks' median, "
+            "where that is why it is slow: CPU contention (absent: no straggler, or another reason)",
+            labels=names,
+            unit="seconds",
+        )
+        if st is not None and st.core_wait is not None:
+            contended.add_metric([host, str(st.rank)], st.core_wait)
         rss = GaugeMetricFamily(PREFIX + "rss_bytes", "A rank's resident memory", labels=names, unit="bytes")
         growth = GaugeMetricFamily(
             PREFIX + "rss_growth_bytes_per_minute",
@@ -538,7 +547,7 @@ class SnapshotCollector:
                 allocated.add_metric([*labels, d.device], d.allocated_bytes)
                 reserved.add_metric([*labels, d.device], d.reserved_bytes)
                 peak.add_metric([*labels, d.device], d.peak_bytes)
-        yield from (total, rate, step, phase, straggler, rss, growth, allocated, reserved, peak)
+        yield from (total, rate, step, phase, straggler, contended, rss, growth, allocated, reserved, peak)
 
     def _syncpoints(self, snap: Snapshot, host: str) -> Iterator[Metric]:
         sites = CounterMetricFamily(

@@ -386,11 +386,29 @@ def _ranks(snap: Snapshot | None) -> list[dict[str, Any]]:
     ]
 
 
+def _contended(straggler: Mapping[str, Any]) -> str:
+    """``; it waited for a core 0.45 ms a step more than they did: CPU contention, not its code`` where
+    the straggler's extra wait for a core accounts for its extra time; '' otherwise."""
+    wait = straggler.get("core_wait")
+    if not wait:
+        return ""
+    return (
+        f"; it waited for a core {1000 * wait:.2f} ms a step more than they did: CPU contention "
+        "(another process or too many threads on its cores), not its code"
+    )
+
+
 def _straggler(snap: Snapshot | None) -> dict[str, Any] | None:
     st = snap.straggler if snap is not None else None
     if st is None:
         return None
-    return {"rank": st.rank, "cause": st.cause, "ratio": _round(st.ratio, 3), "costs": round(st.costs, 6)}
+    return {
+        "rank": st.rank,
+        "cause": st.cause,
+        "ratio": _round(st.ratio, 3),
+        "costs": round(st.costs, 6),
+        "core_wait": _round(st.core_wait, 6),
+    }
 
 
 def _memory(snap: Snapshot | None) -> dict[str, Any]:
@@ -520,7 +538,8 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
                 share,
                 Bound.STRAGGLER,
                 f"rank {straggler['rank']}'s {straggler['cause']} is {times}: the other ranks wait "
-                f"{1000 * straggler['costs']:.1f} ms per step for it ({_pct(share)} of the step)",
+                f"{1000 * straggler['costs']:.1f} ms per step for it ({_pct(share)} of the step)"
+                + _contended(straggler),
             )
         )
     found.sort(key=lambda x: -x[0])
@@ -584,7 +603,7 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
     if straggler:
         lines.append(
             f"  straggler: rank {straggler['rank']} ({straggler['cause']}), the others wait "
-            f"{_ms(straggler['costs'])} per step"
+            f"{_ms(straggler['costs'])} per step" + _contended(straggler)
         )
     growth = (report.get("memory") or {}).get("rss_growth_bytes_per_min")
     if growth is not None:

@@ -118,14 +118,18 @@ PANELS: tuple[Panel, ...] = (
         "**transfer**, **forward**, **backward**, **comm**: waiting for other ranks, **optimizer**, "
         "**sync**, "
         "**other**), as long as its step compared with the longest, then its step time and steps/s; the "
-        "**straggler** (the rank the others wait for) is marked with the phase that makes it slow. The title "
+        "**straggler** (the rank the others wait for) is marked with the phase that makes it slow, and "
+        "with *waits for a core* where its frontend waited for a CPU core (every core it may use taken) "
+        "about as long as it is slower: CPU contention, not its code. The title "
         "says what marks a step (optimizer steps, backward calls, DataLoader batches, model calls). On "
         "short terminals the panel steps aside (the ranks table keeps the slowest phase).",
         "Seconds per step over the last 2 s, from a handful of timestamps per step in the workload (on CUDA "
         "from CUDA events: GPU time, checked on an H100). Ranks' steps/s are counted over the same span "
         "of time, so ranks in lockstep read the same rate. The straggler is judged over the run, on "
         "one-second windows aligned across ranks (`model/steps.py`): a rank is named when one phase other "
-        "than comm is clearly longer than the others' in most windows, never on one step's noise.",
+        "than comm is clearly longer than the others' in most windows, never on one step's noise. The wait "
+        "for a core is each rank's frontend run-queue delay (`schedstat`), beyond the others' median; it "
+        "is named when it is at least half the straggler's extra time.",
     ),
     Panel(
         "GPU",

@@ -30,11 +30,22 @@ def hello(pid, rank=None):
 
 
 class Rank:
-    """A rank's agent: steps of ``per_step`` phase seconds, cumulative, sampled every ``window`` s."""
+    """A rank's agent: steps of ``per_step`` phase seconds, cumulative, sampled every ``window`` s; its
+    frontend waits for a core ``core_wait`` of each window (None: no schedstat, not said)."""
 
     def __init__(
-        self, step=0.01, offset=0.0, window=0.1, rss=100_000_000, leak=0.0, jitter=0.0, seed=0, **per_step
+        self,
+        step=0.01,
+        offset=0.0,
+        window=0.1,
+        rss=100_000_000,
+        leak=0.0,
+        jitter=0.0,
+        seed=0,
+        core_wait=None,
+        **per_step,
     ):
+        self.core_wait = core_wait
         self.t = T0 + offset
         self.window, self.step, self.count, self.rss, self.leak = window, step, 0, rss, leak
         self.per_step = per_step or {"forward": step}
@@ -63,7 +74,9 @@ class Rank:
             throughput=throughput,
             unit=unit,
             num_threads=1,
-            frontend={"busy": 1.0, "wait": 0.0},
+            frontend={"busy": 1.0, "wait": 0.0}
+            if self.core_wait is None
+            else {"busy": 1.0 - self.core_wait, "wait": 0.0, "core_wait": self.core_wait},
             overlap=0.0,
             steps=None
             if not self.count

@@ -1,6 +1,7 @@
 """End to end: 2-rank DDP (Gloo) jobs under ``torchpar-top run --nproc-per-node 2 --headless``; the
-headless ``straggler`` names the rank slowed in its forward, the rank slowed in its data, and no one when
-the ranks are identical. Lockstep ranks read the same steps/s."""
+headless ``straggler`` names the rank slowed in its forward, the rank slowed in its data, the rank that
+waits for a core it shares (CPU contention, ``core_wait``), and no one when the ranks are identical.
+Lockstep ranks read the same steps/s."""
 
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ def test_a_rank_slowed_in_its_forward_is_named_with_forward():
     found = last_straggler(records)
     assert found is not None and (found["rank"], found["cause"]) == (1, "forward"), found
     assert found["ratio"] > 2 and found["costs"] > 0.005
+    assert found["core_wait"] is None  # a sleep: its own code, not a wait for a core
     last = [r for r in records if r["steps"]][-1]
     assert {"source", "count", "per_second", "seconds", "phases"} <= set(last["steps"])
     # the fast rank waits for it in the all-reduce: its comm is the longer
@@ -75,6 +77,14 @@ def test_a_rank_slowed_in_its_forward_is_named_with_forward():
 def test_a_rank_slowed_in_its_data_is_named_with_data():
     found = last_straggler(headless("data", "0", "12"))
     assert found is not None and (found["rank"], found["cause"]) == (0, "data"), found
+
+
+@pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
+def test_a_rank_that_shares_its_core_is_named_with_its_wait_for_a_core():
+    # rank 1 pinned to one core with two processes spinning there: the same code, a third of a core
+    found = last_straggler(headless("crowd", "1", "2"))
+    assert found is not None and found["rank"] == 1, found
+    assert found["core_wait"] is not None and found["core_wait"] > 0.0002, found
 
 
 @pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")

@@ -45,6 +45,17 @@ async def test_the_panel_draws_a_bar_per_rank_and_marks_the_straggler() -> None:
 
 
 @run_async
+async def test_a_straggler_held_back_by_contention_is_marked_waiting_for_a_core() -> None:
+    snap = make_steps_snapshot()
+    snap = dataclasses.replace(snap, straggler=dataclasses.replace(snap.straggler, core_wait=0.0081))
+    app = TorchparTopApp(FakeSession(snap), render_interval=None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        r1 = next(line for line in text_of(app.query_one(StepsPanel)).splitlines() if line.startswith("r1"))
+        assert "◀ straggler: waits for a core (forward 4.0×), others wait 9.20 ms/step" in r1, r1
+
+
+@run_async
 async def test_no_steps_no_panel_and_identical_ranks_say_so() -> None:
     app = TorchparTopApp(FakeSession(make_run_snapshot()), render_interval=None)
     async with app.run_test(size=(120, 36)) as pilot:

@@ -1,14 +1,17 @@
 """DDP (Gloo, CPU) with a DataLoader, for torchrun: one rank can be made slow in its forward or its data.
 
-    torchrun --standalone --nproc-per-node=2 ddp_steps.py SECONDS [forward|data RANK|all [MS]]
+    torchrun --standalone --nproc-per-node=2 ddp_steps.py SECONDS [forward|data|crowd RANK|all [N]]
 
 Every step: a batch from a DataLoader (main process), the model's forward, backward (DDP all-reduces the
 gradients), an optimizer step. ``forward RANK MS``: that rank's forward sleeps MS ms more (default 12);
-``data RANK MS``: its batches take MS ms more to load; ``all`` for RANK: every rank does. Runs for
-SECONDS, then every rank stops together.
+``data RANK MS``: its batches take MS ms more to load; ``crowd RANK N``: that rank is pinned to one core
+with N processes that spin there (default 2), so it waits for the core: slower in all its work, for a
+reason outside its code; ``all`` for RANK: every rank does. Runs for SECONDS, then every rank stops
+together.
 """
 
 import os
+import subprocess
 import sys
 import time
 
@@ -18,6 +21,25 @@ from gloo_exit import leave_without_teardown
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
+
+#: A process that spins on core argv[1] while its parent (argv[2]) lives: it ends by itself when the
+#: rank does, however the rank ends.
+SPIN = """
+import os, sys
+os.sched_setaffinity(0, {int(sys.argv[1])})
+while os.getppid() == int(sys.argv[2]):
+    for _ in range(100_000):
+        pass
+"""
+
+
+def crowd(spinners: int) -> list[subprocess.Popen]:
+    """Pin this process to its last allowed core and start ``spinners`` processes spinning there."""
+    core = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})  # before Gloo starts its threads: they inherit it
+    return [
+        subprocess.Popen([sys.executable, "-c", SPIN, str(core), str(os.getpid())]) for _ in range(spinners)
+    ]
 
 
 class Items(Dataset):
@@ -52,9 +74,10 @@ def main() -> None:
     ms = float(sys.argv[4]) if len(sys.argv) > 4 else 12.0
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
+    mine = slow in ("all", str(rank))
+    spinning = crowd(round(ms) if len(sys.argv) > 4 else 2) if mine and what == "crowd" else []
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(rank)
-    mine = slow in ("all", str(rank))
     batch = 4
     data = DataLoader(Items(ms / 1000 / batch if mine and what == "data" else 0.0), batch_size=batch)
     model = DDP(Net(ms / 1000 if mine and what == "forward" else 0.0))
@@ -77,6 +100,9 @@ def main() -> None:
     if rank == 0:
         print(f"done: {step} steps on {world} ranks", flush=True)
     dist.destroy_process_group()
+    for p in spinning:
+        p.kill()
+        p.wait()
     leave_without_teardown()  # Gloo's threads may abort a rank at teardown (gloo_exit.py)
 
 

@@ -175,7 +175,7 @@ HEADLESS = {
         for p in PHASES
     },
     **{f"ranks[].{k}": f"ranks[].{k}" for k in ("local_rank", "node_rank", "hostname", "note")},
-    **{f"straggler.{k}": f"straggler.{k}" for k in ("rank", "cause", "ratio", "costs")},
+    **{f"straggler.{k}": f"straggler.{k}" for k in ("rank", "cause", "ratio", "costs", "core_wait")},
     **{f"memory[].{k}": f"memory[].{k}" for k in ("rank", "rss_bytes", "rss_growth_bytes_per_min")},
     **{
         f"memory[].devices[].{k}": f"memory[].devices[].{k}"
@@ -289,6 +289,7 @@ PROMETHEUS = {
     "ranks[].node_rank": "torchpar_rank_running",  # its label
     "straggler.rank": "torchpar_straggler_ratio",  # its label
     "straggler.ratio": "torchpar_straggler_ratio",
+    "straggler.core_wait": "torchpar_straggler_core_wait_seconds",
     "memory[].rank": "torchpar_rss_bytes",  # its label
     "memory[].rss_bytes": "torchpar_rss_bytes",
     "memory[].rss_growth_bytes_per_min": "torchpar_rss_growth_bytes_per_minute",

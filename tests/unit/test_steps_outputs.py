@@ -41,7 +41,13 @@ def test_headless_steps_straggler_memory_by_name():
     for r in rec["ranks"]:
         assert set(r["steps"]) >= STEPS_KEYS and "recent" not in r["steps"]
     assert rec["ranks"][1]["steps"]["phases"]["forward"] == STEP_PHASES[1].forward
-    assert rec["straggler"] == {"rank": 1, "cause": "forward", "ratio": 4.0, "costs": 0.0092}
+    assert rec["straggler"] == {
+        "rank": 1,
+        "cause": "forward",
+        "ratio": 4.0,
+        "costs": 0.0092,
+        "core_wait": None,
+    }
     m = rec["memory"][0]
     assert set(m) >= {"rank", "rss_bytes", "devices"}
 
@@ -72,6 +78,27 @@ def test_report_names_and_the_straggler_verdict():
     assert "rank 1's forward is 4.0× the others'" in why
     text = verdict.render(report)
     assert "straggler: rank 1 (forward)" in text and "step:" in text
+
+
+def test_a_straggler_held_back_by_contention_is_said_so_everywhere():
+    snap = make_steps_snapshot()
+    snap = dataclasses.replace(snap, straggler=dataclasses.replace(snap.straggler, core_wait=0.0081))
+    assert to_record(snap)["straggler"]["core_wait"] == 0.0081
+    report = fed(snap).report()
+    assert report["straggler"]["core_wait"] == 0.0081
+    why = next(
+        x["why"] for x in [report["verdict"], *report["verdict"]["also"]] if x["class"] == Bound.STRAGGLER
+    )
+    assert "waited for a core 8.10 ms a step more than they did: CPU contention" in why
+    assert "CPU contention" in verdict.render(report).split("straggler: rank 1")[1].splitlines()[0]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(FakeSession(snap).snapshot, hostname="n"))
+    fams = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    (st,) = fams["torchpar_straggler_core_wait_seconds"].samples
+    assert st.labels["rank"] == "1" and st.value == 0.0081
+    # without contention the clause and the series are absent
+    plain = fed(make_steps_snapshot()).report()
+    assert plain["straggler"]["core_wait"] is None and "CPU contention" not in verdict.render(plain)
 
 
 def test_identical_ranks_no_straggler_verdict():
@@ -136,6 +163,7 @@ def test_prometheus_names():
     assert {s.labels["rank"] for s in fams["torchpar_rss_bytes"].samples} == {"0", "1"}
     (st,) = fams["torchpar_straggler_ratio"].samples
     assert st.labels["cause"] == "forward" and st.value == 4.0
+    assert not fams["torchpar_straggler_core_wait_seconds"].samples  # its own code: no contention
 
 
 def stepping_snapshots():

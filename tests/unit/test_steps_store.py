@@ -94,6 +94,37 @@ def test_the_straggler_is_named_from_the_ranks_windows():
     assert found.costs == pytest.approx(0.008, rel=0.2)
 
 
+def test_a_straggler_that_waits_for_a_core_is_said_to_be_held_back_by_contention():
+    # the same work on both ranks, but rank 1 gets half a core: everything it does takes twice as long and
+    # its frontend waits for the core (run-queue delay) as long as it runs
+    fast = {"forward": 0.002, "backward": 0.003, "comm": 0.008, "optimizer": 0.001}
+    slow = {"forward": 0.004, "backward": 0.006, "comm": 0.002, "optimizer": 0.002}
+    st, ranks = two_ranks(
+        Rank(step=0.014, jitter=0.2, seed=1, core_wait=0.02, **fast),
+        Rank(step=0.014, jitter=0.2, seed=2, core_wait=0.43, **slow),
+    )
+    feed(st, ranks, 10)
+    found = st.snapshot().straggler
+    assert found is not None and (found.rank, found.cause) == (1, "backward")
+    # (0.43 - 0.02) of each 14 ms step: 5.7 ms, against 6 ms more in forward, backward and optimizer
+    assert found.core_wait == pytest.approx(0.41 * 0.014, rel=0.1)
+
+
+@pytest.mark.parametrize("waits", [(0.02, 0.05), (None, None), (0.02, None)])
+def test_a_straggler_slow_in_its_own_code_is_not_called_contention(waits):
+    # a longer forward (a sleep, more work) with no more wait for a core, or the waits not measured
+    fast = {"forward": 0.002, "backward": 0.003, "comm": 0.010, "optimizer": 0.001}
+    slow = {"forward": 0.010, "backward": 0.003, "comm": 0.002, "optimizer": 0.001}
+    st, ranks = two_ranks(
+        Rank(step=0.016, jitter=0.2, seed=1, core_wait=waits[0], **fast),
+        Rank(step=0.016, jitter=0.2, seed=2, core_wait=waits[1], **slow),
+    )
+    feed(st, ranks, 10)
+    found = st.snapshot().straggler
+    assert found is not None and (found.rank, found.cause) == (1, "forward")
+    assert found.core_wait is None
+
+
 def test_identical_ranks_have_no_straggler():
     same = {"forward": 0.004, "backward": 0.006, "comm": 0.002, "optimizer": 0.001}
     st, ranks = two_ranks(

@@ -158,13 +158,22 @@ class StepsPanel(SnapshotPanel):
 
     @staticmethod
     def _mark(snapshot: Snapshot, width: int) -> str:
-        """``◀ straggler: forward 4.0×, others wait 9.2 ms/step`` (shorter when narrow)."""
+        """``◀ straggler: forward 4.0×, others wait 9.2 ms/step`` (shorter when narrow); where it is held
+        back by CPU contention, ``◀ straggler: waits for a core (backward 2.0×), others wait ...``."""
         st = snapshot.straggler
         if st is None:
             return ""
         ratio = f" {st.ratio:.1f}×" if st.ratio is not None else ""
+        cause = f"{st.cause}{ratio}"
+        if st.core_wait is not None:
+            if width >= 100:
+                cause = f"waits for a core ({cause})"
+            else:
+                cause = f"{SHORT.get(st.cause, st.cause)}{ratio}, core wait"
         if width >= 100:
-            return f"◀ straggler: {st.cause}{ratio}, others wait {render.seconds(st.costs)}/step"
+            return f"◀ straggler: {cause}, others wait {render.seconds(st.costs)}/step"
         if width >= 70:
-            return f"◀ straggler: {st.cause}{ratio}"
+            return f"◀ straggler: {cause}"
+        if st.core_wait is not None:
+            return f"◀ core wait{ratio}"
         return f"◀ {SHORT.get(st.cause, st.cause)}{ratio}"
