@@ -287,6 +287,9 @@ class RankView:
     note: str = ""
     """How it ended when that needs saying: ``rank 1 aborted (SIGABRT) at interpreter exit, after its work
     had finished`` (a signal after its code had returned, as Gloo's threads can at teardown)."""
+    core_wait: float | None = None
+    """Share of the last second its frontend was runnable but waited for a core (its ``schedstat``
+    run-queue delay); None where the kernel keeps no schedstat."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ class ClusterRank:
     """Its GPU's kernel-active share (the node's GPU whose NVML index is its local rank), 0-1."""
     gpu_memory: float | None = None
     """Bytes used on that GPU (by every process on it, as NVML counts)."""
+    core_wait: float | None = None
+    """Share of its node monitor's last second its frontend waited for a core (None: not exported)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ class _Steps:
 
     count: float | None = None
     windows: deque[Window] = field(default_factory=lambda: deque(maxlen=WINDOWS))
+    waits: deque[float | None] = field(default_factory=lambda: deque(maxlen=WINDOWS))
+    """Per window, seconds its frontend waited for a core (None where ``core_wait`` was not exported)."""
 
 
 class ClusterModel:
@@ -165,6 +169,7 @@ class ClusterModel:
         scraped = [value for _, value in get("scraped")]
         throughput = {_key(labels): (value, labels.get("what", "")) for labels, value in get("throughput")}
         depth, data = _by_key(get("depth")), _by_key(get("data_wait"))
+        core = _by_key(get("core_wait"))
         rate = _by_key(get("steps_rate"))
         step_s = _by_key(get("step_seconds"))
         totals = _by_key(get("steps_total"))
@@ -210,6 +215,7 @@ class ClusterModel:
                     gpu_memory=None
                     if stale
                     else gpu_mem.get((instance, "" if local is None else str(local))),
+                    core_wait=None if stale else core.get(key),
                 )
             )
         rows.sort(key=lambda r: (r.rank is None, r.rank or 0, r.node or 0, r.instance))
@@ -253,6 +259,7 @@ class ClusterModel:
     ) -> Straggler | None:
         """Add this refresh's window to each fresh rank's and ask :func:`find_straggler`."""
         windows: dict[int, list[Window]] = {}
+        waits: dict[int, list[float | None]] = {}
         for r in rows:
             key = (r.instance, "" if r.rank is None else str(r.rank))
             if r.stale or r.rank is None or key not in totals:
@@ -266,6 +273,10 @@ class ClusterModel:
             n = round(done)
             per = phases.get(key, {})
             steps.windows.append((n, StepPhases(**{p: max(0.0, per.get(p, 0.0)) * n for p in PHASES})))
+            # its wait for a core in seconds per step (its share of the time × its step time), × the steps
+            waited = None if r.core_wait is None or r.step_seconds is None else r.core_wait * r.step_seconds
+            steps.waits.append(None if waited is None else waited * n)
             if r.state == "running":
                 windows[r.rank] = list(steps.windows)
-        return find_straggler(windows)
+                waits[r.rank] = list(steps.waits)
+        return find_straggler(windows, waits)

@@ -226,6 +226,9 @@ class _Source:
     data_wait: float | None = None
     """Mean share of the last second's windows the frontend waited for its next batch."""
     data_waits: deque = field(default_factory=lambda: deque(maxlen=10))
+    core_wait: float | None = None
+    """Mean share of the last second's windows the frontend waited for a core (None: not measured)."""
+    core_waits: deque = field(default_factory=lambda: deque(maxlen=10))
     has_dataloader: bool = False
     sites: dict = field(default_factory=dict)  # (where, call) -> (count, per_second)
     sites_t: float | None = None
@@ -265,6 +268,7 @@ class _Source:
             node_rank=self.where[1],
             hostname=self.where[2],
             note=self.note,
+            core_wait=self.core_wait,
         )
 
 
@@ -630,6 +634,7 @@ class SessionStore:
         if src is None:
             src = self._sources[number] = _Source(number)
             src.data_waits = deque(maxlen=max(1, round(THREADS_MEAN_S / self.interval)))
+            src.core_waits = deque(maxlen=max(1, round(THREADS_MEAN_S / self.interval)))
         return src
 
     def _primary(self) -> int:
@@ -669,6 +674,12 @@ class SessionStore:
             else:  # the verdict and the figure are over the last second: one 0.1 s window flaps
                 src.data_waits.append(msg.data_wait)
                 src.data_wait = sum(src.data_waits) / len(src.data_waits)
+            if msg.frontend.core_wait is None:
+                src.core_waits.clear()
+                src.core_wait = None
+            else:
+                src.core_waits.append(msg.frontend.core_wait)
+                src.core_wait = sum(src.core_waits) / len(src.core_waits)
             src.depth = figures.total_depth(msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage

@@ -5,7 +5,7 @@ One JSON object per refresh (``--headless``): ``t`` (Prometheus' time), ``url``,
 ``nodes_expected``, ``targets``, ``scrape_age``, ``steps_known``, ``query_seconds``, ``error`` ('' or
 one line), ``nodes`` [{node, hostname, instance, up, ranks, stale}], ``ranks`` [{node, hostname, rank,
 local_rank, instance, state, steps_per_s, throughput, unit, step_seconds, phases, depth, data_wait,
-gpu_util, gpu_memory, stale}], ``straggler`` {rank, cause, ratio, costs, core_wait (null here)} or null.
+gpu_util, gpu_memory, stale, core_wait}], ``straggler`` {rank, cause, ratio, costs, core_wait} or null.
 Every figure is a :class:`~torchpar_top.model.cluster.ClusterView` field, itself read from Prometheus'
 series.
 """

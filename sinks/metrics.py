@@ -391,6 +391,12 @@ class SnapshotCollector:
             labels=names,
             unit="ratio",
         )
+        core = GaugeMetricFamily(
+            PREFIX + "rank_core_wait_ratio",
+            "Share of the last second the rank's frontend was runnable but waited for a core, 0-1",
+            labels=names,
+            unit="ratio",
+        )
         code = GaugeMetricFamily(
             PREFIX + "rank_exit_code", "The exit status of an agent process that ended", labels=names
         )
@@ -404,7 +410,9 @@ class SnapshotCollector:
             depth.add_metric(labels, r.depth)
             if r.data_wait is not None:
                 data.add_metric(labels, r.data_wait)
-        yield from (up, tp, depth, data, code)
+            if r.core_wait is not None:
+                core.add_metric(labels, r.core_wait)
+        yield from (up, tp, depth, data, core, code)
 
     def _run(self, snap: Snapshot, host: str) -> Iterator[Metric]:
         """The session's settings and the workload's own: interval, thread counts, coverage, replay."""

@@ -50,6 +50,7 @@ def queries(job: str | None) -> dict[str, str]:
         "throughput": f"torchpar_rank_throughput_per_second{j}",
         "depth": f"torchpar_rank_queue_depth{j}",
         "data_wait": f"torchpar_data_wait_ratio{j}",
+        "core_wait": f"torchpar_rank_core_wait_ratio{j}",
         "gpu_util": f"torchpar_gpu_utilization_ratio{j}",
         "gpu_memory": f"torchpar_gpu_memory_used_bytes{j}",
         # the step anatomy's series (absent until the monitor exports them: steps unknown then)

@@ -111,9 +111,12 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
     elif view.straggler is not None:
         s = view.straggler
         second.append(f"straggler r{s.rank}: ", style="bold yellow")
-        second.append(
-            f"{s.cause} {s.ratio:.2g}× the others', costs them {render.seconds(s.costs)} a step",
-        )
+        second.append(f"{_cause(s)}, costs them {render.seconds(s.costs)} a step")
+        if s.core_wait is not None:
+            second.append(
+                f"; it waits for a core {render.seconds(s.core_wait)} a step more: CPU contention",
+                style="yellow",
+            )
     elif not view.steps_known:
         second.append(
             "steps unknown: no torchpar_step_* series (step time, phases and the straggler need them); "
@@ -137,15 +140,24 @@ COLUMNS = (
     ("data", 5, "r"),
     ("gpu", 5, "r"),
     ("gmem", 7, "r"),
-    ("", 40, "l"),
+    ("", 46, "l"),
 )
+
+
+def _cause(s: Straggler, short: bool = False) -> str:
+    """``forward 4× the others'`` (``short``: ``forward 4×``), or ``forward (none on the others)`` where
+    they spend no time in it (no ratio)."""
+    if s.ratio is None:
+        return f"{s.cause} (none on the others)"
+    return f"{s.cause} {s.ratio:.2g}×" + ("" if short else " the others'")
 
 
 def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
     node = "?" if r.node is None else str(r.node)
     note = ""
     if straggler is not None and r.rank == straggler.rank:
-        note = f"◀ straggler: {straggler.cause} {straggler.ratio:.2g}×"
+        note = f"◀ straggler: {_cause(straggler, short=True)}"
+        note += ", waits for a core" if straggler.core_wait is not None else ""
     elif r.stale:
         note = "no answer from its node's monitor"
     return [

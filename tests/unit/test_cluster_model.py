@@ -4,7 +4,9 @@ the straggler from successive refreshes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
+from torchpar_top.contract.snapshot import Straggler
 from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.cluster import ClusterModel, ClusterView
 from torchpar_top.tui.cluster import ClusterApp, header_lines, phases_text, table_lines
@@ -25,7 +27,7 @@ def _labels(instance: str, node: int, rank: int, local: int) -> dict[str, str]:
 RANKS = [("a:1", 0, 0, 0), ("a:1", 0, 1, 1), ("b:1", 1, 2, 0), ("b:1", 1, 3, 1)]
 
 
-def _results(fresh=("a:1", "b:1"), steps=None, rates=None, slow=None, count=0.0):
+def _results(fresh=("a:1", "b:1"), steps=None, rates=None, slow=None, count=0.0, core_wait=None):
     out: dict[str, list] = {k: [] for k in ("seen", "running", "throughput", "depth", "up", "scraped")}
     for inst, node, rank, local in RANKS:
         lab = _labels(inst, node, rank, local)
@@ -50,6 +52,8 @@ def _results(fresh=("a:1", "b:1"), steps=None, rates=None, slow=None, count=0.0)
             out["steps_total"].append((lab, count))
             out["steps_rate"].append((lab, 5.0))
             out["step_seconds"].append((lab, 0.2))
+            if core_wait is not None:
+                out.setdefault("core_wait", []).append((lab, core_wait.get(rank, 0.02)))
             for p in PHASES:
                 share = {"forward": 0.3, "backward": 0.4, "comm": 0.3}.get(p, 0.0)
                 if rank == slow:
@@ -100,6 +104,36 @@ def test_the_straggler_from_successive_refreshes():
     assert view.ranks[0].steps_per_s == 5.0  # irate of steps_total, where it exists
     assert "straggler r3: forward" in header_lines(view, "u", None, False)[1].plain
     assert phases_text({"forward": 0.12, "backward": 0.08, "comm": 0.0}, 0.2) == "fwd 60% bwd 40%"
+
+
+def test_a_straggler_that_waits_for_a_core_is_said_so_from_its_exported_wait():
+    model = ClusterModel()
+    # rank 3: forward 0.12 s a step against 0.06; its frontend waited for a core 40 % of the time (0.08 s
+    # of its 0.2 s step) against 2 % on the others
+    for i in range(8):
+        view = model.update(100.0 + i, _results(steps=True, slow=3, count=10.0 * i, core_wait={3: 0.4}))
+    assert view.straggler is not None and view.straggler.rank == 3
+    assert view.straggler.core_wait is not None
+    assert abs(view.straggler.core_wait - (0.4 - 0.02) * 0.2) < 1e-9
+    assert view.ranks[3].core_wait == 0.4
+    assert "waits for a core 76.0 ms a step more" in header_lines(view, "u", None, False)[1].plain
+    assert "waits for a core" in [t.plain for t in table_lines(view, 200)][4]
+    # the same forward without the wait: its code, said without contention
+    model = ClusterModel()
+    for i in range(8):
+        view = model.update(100.0 + i, _results(steps=True, slow=3, count=10.0 * i, core_wait={}))
+    assert view.straggler is not None and view.straggler.core_wait is None
+    assert "waits for a core" not in header_lines(view, "u", None, False)[1].plain
+
+
+def test_a_straggler_without_a_ratio_is_drawn():
+    # the others spend no time in the cause phase: the ratio is None (JSON has no infinity)
+    model = ClusterModel()
+    view = model.update(100.0, _results(steps=True))
+    st = Straggler(rank=3, cause="data", ratio=None, costs=0.01)
+    view = dataclasses.replace(view, straggler=st)
+    assert "data (none on the others)" in header_lines(view, "u", None, False)[1].plain
+    assert "◀ straggler: data (none on the others)" in [t.plain for t in table_lines(view, 200)][4]
 
 
 def test_identical_ranks_have_no_straggler():

@@ -174,7 +174,7 @@ HEADLESS = {
         for part in ("phases", "run_phases")
         for p in PHASES
     },
-    **{f"ranks[].{k}": f"ranks[].{k}" for k in ("local_rank", "node_rank", "hostname", "note")},
+    **{f"ranks[].{k}": f"ranks[].{k}" for k in ("local_rank", "node_rank", "hostname", "note", "core_wait")},
     **{f"straggler.{k}": f"straggler.{k}" for k in ("rank", "cause", "ratio", "costs", "core_wait")},
     **{f"memory[].{k}": f"memory[].{k}" for k in ("rank", "rss_bytes", "rss_growth_bytes_per_min")},
     **{
@@ -285,6 +285,7 @@ PROMETHEUS = {
         for where in ("", "ranks[].")
         for p in PHASES
     },
+    "ranks[].core_wait": "torchpar_rank_core_wait_ratio",
     "ranks[].local_rank": "torchpar_rank_running",  # its label
     "ranks[].node_rank": "torchpar_rank_running",  # its label
     "straggler.rank": "torchpar_straggler_ratio",  # its label
