@@ -686,11 +686,17 @@ class SessionStore:
             primary = source == self._primary()
             done = msg.throughput * msg.window
             if primary and msg.steps is not None:  # steps found: the figure is steps, whatever the agent's
-                done, self._step_count = float(max(0, msg.steps.count - self._step_count)), msg.steps.count
+                if self._unit == ThroughputUnit.STEPS:
+                    done = float(max(0, msg.steps.count - self._step_count))
+                else:  # the first steps: those that ended in this window (the count holds all until now)
+                    done = float(sum(1 for end in msg.steps.ends if end > msg.t - msg.window))
+                self._step_count = msg.steps.count
             if primary:
                 self._mode = msg.mode
                 self._num_threads = msg.num_threads
-                self._unit = ThroughputUnit.STEPS if msg.steps is not None else msg.unit
+                unit = ThroughputUnit.STEPS if msg.steps is not None else msg.unit
+                if unit != self._unit:
+                    self._new_unit(unit)
                 self._sample_t = msg.t
             if self._paused:
                 return
@@ -740,6 +746,17 @@ class SessionStore:
                 acc.depth += src.depth * w
                 acc.wait += msg.frontend.wait * w
             self._prev_mode = msg.mode
+
+    def _new_unit(self, unit: ThroughputUnit) -> None:
+        """The figure changed unit (the workload's first steps after sampled ops/s): the scoreboard, the
+        throughput history and its mean start again, in the new unit; the window that changed it counts
+        in neither mode (it straddles the two figures). Mixing them had a scoreboard read 1,715 "steps/s"
+        beside a header's 45: the ops counted before the first step were still in its sums."""
+        self._unit = unit
+        self._modes = {Mode.ASYNC: _ModeAccumulator(), Mode.SYNC: _ModeAccumulator()}
+        self._prev_mode = None
+        self._throughput.clear()
+        self._recent_tp.clear()
 
     def _mean_ops(self) -> float:
         """Ops/s, time-weighted over the last :data:`THROUGHPUT_MEAN_S` where ops are counted in slices,

@@ -219,3 +219,20 @@ def test_a_loop_faster_than_the_ends_a_sample_carries_is_rated_from_its_counts()
     for _ in range(40):
         st.on_message(r.sample())
     assert st.snapshot().steps.per_second == pytest.approx(10_000, rel=0.02)
+
+
+def test_the_scoreboard_starts_again_in_steps_when_the_first_step_comes():
+    # sampled ops/s (50,000 a second) until the first step ends at 0.35 s, then a step every 0.35 s: the
+    # scoreboard and the header read steps/s, with none of the ops in them (it read 1,715 "steps/s" beside
+    # a header's 45 on pytorch/examples' word_language_model)
+    st = one_rank()
+    r = Rank(step=0.35, forward=0.35)
+    for _ in range(100):
+        st.on_message(r.sample(unit="ops/s", throughput=50_000.0))
+    snap = st.snapshot()
+    assert snap.throughput_unit == "steps/s"
+    (mode,) = [m for m in snap.scoreboard if m.mode == "async"]
+    assert mode.throughput == pytest.approx(1 / 0.35, rel=0.1)
+    assert mode.seconds == pytest.approx(10.0 - 0.4, abs=1e-6)  # from the window after the first step
+    assert max(snap.throughput_history) < 15  # no ops/s left in the steps/s history
+    assert snap.throughput == pytest.approx(1 / 0.35, rel=0.2)
