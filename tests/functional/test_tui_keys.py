@@ -402,6 +402,16 @@ async def test_r_restarts_the_target() -> None:
 
 
 @run_async
+async def test_the_threads_panel_says_the_workload_ended_not_that_none_were_sampled() -> None:
+    snap = dataclasses.replace(make_run_snapshot(child_state="exited", exit_code=0), thread_groups=())
+    app, _ = app_on(snap)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        text = text_of(app.query_one(ThreadsPanel))
+        assert "the workload ended" in text and "sampled yet" not in text
+
+
+@run_async
 async def test_h_asks_for_a_profiler_window() -> None:
     app, session = make_app()
     async with app.run_test(size=SIZE) as pilot:

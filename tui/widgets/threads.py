@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchpar_top.contract.snapshot import Snapshot, ThreadGroup
-from torchpar_top.contract.vocab import Role
+from torchpar_top.contract.vocab import ChildState, Role
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
@@ -73,7 +73,12 @@ class ThreadsPanel(SnapshotPanel):
                 .add(render.clip(NO_THREADS_IN_REPLAY, width - 9), self.style("dim"))
             ]
         if not groups:
-            return [Row().add("no threads sampled yet", self.style("dim"))]
+            ended = snapshot.child.state == ChildState.EXITED
+            return [
+                Row().add(
+                    "no threads: the workload ended" if ended else "no threads sampled yet", self.style("dim")
+                )
+            ]
         names = [self.label_of(g) for g in groups]
         busy_w = 7  # "12 busy"
         wait_w = (
