@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchpar_top.contract.snapshot import DataVerdict, ThreadGroup
-from torchpar_top.contract.vocab import DataBound, Mode, Role
+from torchpar_top.contract.snapshot import DataVerdict, ExecutorView, ThreadGroup
+from torchpar_top.contract.vocab import DataBound, ExecutorKind, Mode, Role
 
 #: A DataLoader-fed frontend waiting for its next batch more than this share of the time (the store
 #: gives the last second's mean) is input-bound.
@@ -47,11 +47,19 @@ def starved(groups: Sequence[ThreadGroup]) -> float | None:
     return wait / 100.0
 
 
-def frontend_hot_in_sync(mode: Mode, groups: Sequence[ThreadGroup]) -> bool:
-    """SYNC, and the frontend runs above :data:`HOT_FRONTEND_PERCENT` of a core per thread: a thread
-    spinning in ``cudaDeviceSynchronize`` is waiting, not working."""
-    return mode == Mode.SYNC and any(
-        g.role == Role.FRONTEND and g.cpu_percent > HOT_FRONTEND_PERCENT * max(1, g.count) for g in groups
+def frontend_hot_in_sync(
+    mode: Mode, groups: Sequence[ThreadGroup], executors: Sequence[ExecutorView]
+) -> bool:
+    """SYNC with a CUDA stream to synchronize with, and the frontend runs above
+    :data:`HOT_FRONTEND_PERCENT` of a core per thread: a thread spinning in ``cudaDeviceSynchronize`` is
+    waiting, not working. Not on the CPU: there eager ops run on the frontend thread (SYNC changes nothing
+    there) and an emulated stream's synchronize blocks, so a hot frontend is working."""
+    return (
+        mode == Mode.SYNC
+        and any(e.kind == ExecutorKind.CUDA_STREAM for e in executors)
+        and any(
+            g.role == Role.FRONTEND and g.cpu_percent > HOT_FRONTEND_PERCENT * max(1, g.count) for g in groups
+        )
     )
 
 

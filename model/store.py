@@ -817,7 +817,7 @@ class SessionStore:
                 data_verdict=None if primary is None else primary.view().data_verdict,
                 attached=self._child.state == ChildState.ATTACHED,
                 starved=derive.starved(groups),
-                frontend_hot_in_sync=derive.frontend_hot_in_sync(self._mode, groups),
+                frontend_hot_in_sync=derive.frontend_hot_in_sync(self._mode, groups, executors),
                 op_coverage=None if primary is None else primary.op_coverage,
                 stack=self._stack,
                 monitor_cpu=self._monitor_cpu,

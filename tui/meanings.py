@@ -177,8 +177,9 @@ PANELS: tuple[Panel, ...] = (
 )
 
 HOT_CORE_NOTE = (
-    "**A hot core next to a synchronize is waiting, not working**: a thread waiting in a "
-    "synchronize may spin at 100% of a core."
+    "**A hot core next to a synchronize is waiting, not working**: a thread waiting in a CUDA "
+    "synchronize may spin at 100% of a core (the threads panel says so in SYNC with a CUDA stream; on the "
+    "CPU a hot frontend computes: eager ops run on it)."
 )
 
 

@@ -85,7 +85,9 @@ def typed(snap: Snapshot) -> Snapshot:
         description=derive.arguments(snap.description, snap.target),
         attached=ChildState(snap.child.state) == ChildState.ATTACHED,
         starved=derive.starved(groups),
-        frontend_hot_in_sync=derive.frontend_hot_in_sync(mode, groups),
+        frontend_hot_in_sync=derive.frontend_hot_in_sync(
+            mode, groups, [dataclasses.replace(e, kind=ExecutorKind(e.kind)) for e in snap.executors]
+        ),
     )
 
 

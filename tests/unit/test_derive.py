@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from torchpar_top.contract.snapshot import ThreadGroup
-from torchpar_top.contract.vocab import DataBound, Mode, Role
+from torchpar_top.contract.snapshot import ExecutorView, ThreadGroup
+from torchpar_top.contract.vocab import DataBound, ExecutorKind, Mode, Quantity, Role
 from torchpar_top.model import derive
 
 
@@ -40,13 +40,23 @@ def test_starved_above_half_a_core_and_a_fifth_of_runnable_time() -> None:
     assert derive.starved(()) is None
 
 
-def test_a_hot_frontend_is_waiting_only_in_sync() -> None:
-    assert derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 81.0),))
-    assert not derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 80.0),))
-    assert not derive.frontend_hot_in_sync(Mode.ASYNC, (_g(Role.FRONTEND, 99.0),))
-    assert derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 170.0, count=2),))
-    assert not derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 150.0, count=2),))
-    assert not derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.INTRAOP, 99.0),))
+def _stream(kind: ExecutorKind) -> ExecutorView:
+    return ExecutorView("s", kind, Quantity.DEPTH, 0, 1024, 0, 0, False, (), (), ())
+
+
+def test_a_hot_frontend_is_waiting_only_in_sync_on_a_cuda_stream() -> None:
+    cuda = [_stream(ExecutorKind.CUDA_STREAM)]
+    assert derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 81.0),), cuda)
+    assert not derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 80.0),), cuda)
+    assert not derive.frontend_hot_in_sync(Mode.ASYNC, (_g(Role.FRONTEND, 99.0),), cuda)
+    assert derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 170.0, count=2),), cuda)
+    assert not derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 150.0, count=2),), cuda)
+    assert not derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.INTRAOP, 99.0),), cuda)
+    # on the CPU a hot frontend in SYNC is computing: eager ops run on it; an emulated stream's
+    # synchronize blocks
+    for kind in (ExecutorKind.EAGER, ExecutorKind.EMULATED_STREAM, ExecutorKind.DATALOADER):
+        assert not derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 99.0),), [_stream(kind)])
+    assert not derive.frontend_hot_in_sync(Mode.SYNC, (_g(Role.FRONTEND, 99.0),), [])
 
 
 def test_arguments_leave_out_what_the_target_says() -> None:
