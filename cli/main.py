@@ -96,7 +96,7 @@ def _live(args: argparse.Namespace, argv: list[str]) -> int:
         from torchpar_top.sinks import headless
 
         stop = threading.Event()
-        signals = QuitSignals(stop.set)
+        signals = QuitSignals(stop.set, session)
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
         keep.stop_recorder(recorder)
         outputs.finish(  # stdout: JSON only
@@ -108,7 +108,7 @@ def _live(args: argparse.Namespace, argv: list[str]) -> int:
 
     # a frame per sample: never faster than 10 Hz, slower with a longer --interval (nothing new between)
     app = TorchparTopApp(session, render_interval=max(0.1, args.interval))
-    signals = QuitSignals(app.quit_from_signal)
+    signals = QuitSignals(app.quit_from_signal, session)
     quiet_gc()
     app.run()
     session.close()
@@ -130,20 +130,25 @@ def _outputs(session: Any, args: argparse.Namespace) -> Any:
 class QuitSignals:
     """SIGINT, SIGTERM and SIGHUP (terminal closed) as a request to quit: the first one calls ``on_first``,
     which must only schedule the quit (it runs inside a signal handler); the ones after it are ignored,
-    so a stop in progress is never re-entered (a deadlock) nor interrupted (a traceback, a child left)."""
+    so a stop in progress is never re-entered (a deadlock) nor interrupted (a traceback, a child left).
+    A SIGHUP first marks the session hung up (``session.hung_up``): its close then stops the user's code
+    at once, as the hang-up would have without torchpar-top (Ctrl-C, ``q`` and SIGTERM let it unwind)."""
 
     HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, on_first: Callable[[], None]) -> None:
+    def __init__(self, on_first: Callable[[], None], session: Any = None) -> None:
         """Install the handler for :attr:`HANDLED`."""
         self.received: int | None = None
         """The first signal received, or None."""
         self._on_first = on_first
+        self._session = session
         for sig in self.HANDLED:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
         """The handler: remember the first signal and ask once."""
+        if signum == signal.SIGHUP and hasattr(self._session, "hung_up"):
+            self._session.hung_up = True  # also after a q: the terminal is gone, nobody waits to read
         if self.received is None:
             self.received = signum
             self._on_first()
@@ -254,7 +259,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
             print(f"torchpar-top: note: {note}", file=sys.stderr)
 
         stop = threading.Event()
-        signals = QuitSignals(stop.set)
+        signals = QuitSignals(stop.set, session)
         status = headless.run(session, args.duration or math.inf, sys.stdout, stop=stop)
         outputs.finish(
             sys.stderr, quit_by=_reader_gone(status), received=signals.received, duration=args.duration
@@ -265,7 +270,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc
 
     app = TorchparTopApp(session)
-    signals = QuitSignals(app.quit_from_signal)
+    signals = QuitSignals(app.quit_from_signal, session)
     quiet_gc()
     app.run()
     session.close()

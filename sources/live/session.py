@@ -140,6 +140,10 @@ class Session:
         """(when, CPU seconds) of the last reading of the monitor's own CPU."""
         self.host_samples = 0
         """How many host readings were stored (headless mode prints one line per reading)."""
+        self.hung_up = False
+        """The terminal hung up (SIGHUP): :meth:`close` then stops the user's code at once with SIGTERM,
+        as the hang-up would have without torchpar-top, rather than giving it time to unwind. Set from a
+        signal handler (an assignment: nothing to lock)."""
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -161,8 +165,10 @@ class Session:
     def _close(self) -> None:
         self._stop.set()
         # Quitting. Our experiments have nothing to unwind: SIGTERM at once. The user's code is
-        # interrupted as Ctrl-C would (its finally blocks and atexit handlers run) before SIGTERM.
-        self._stop_target(grace=0 if isinstance(self.target, ExperimentTarget) else PARENT_STOP_GRACE)
+        # interrupted as Ctrl-C would (its finally blocks and atexit handlers run) before SIGTERM, unless
+        # the terminal hung up: a hang-up ends a script at once (SIGHUP's default), and so does this.
+        quick = isinstance(self.target, ExperimentTarget) or self.hung_up
+        self._stop_target(grace=0 if quick else PARENT_STOP_GRACE)
         if self._host_thread is not None:
             self._host_thread.join(timeout=5)
         if self._gpu_probe is not None:

@@ -125,6 +125,20 @@ def test_stopping_torchrun_lets_every_rank_clean_up(run_session, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0", "rank1"]
 
 
+def test_a_hang_up_stops_the_ranks_at_once_as_it_would_without_torchpar_top(run_session, tmp_path):
+    """After SIGHUP (the terminal closed) the close sends SIGTERM at once: the ranks' finally blocks do
+    not run (SIGTERM's default, as SIGHUP's would have been in that terminal), and nothing is left."""
+    s = run_session("ranks_clean_up.py", str(tmp_path), nproc=2)
+    ranks = wait_for(
+        lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.pid for x in r) and r, timeout=120
+    )
+    launcher = s.snapshot().child.pid
+    s.hung_up = True
+    s.close()
+    assert list(tmp_path.iterdir()) == []
+    wait_for(lambda: not any(running(p) for p in (launcher, *(r.pid for r in ranks))), timeout=15)
+
+
 def test_a_rank_that_raises_shows_its_status_and_why(run_session):
     s = run_session("ddp_gloo.py", "1000000", "1", nproc=2)
     rank1 = wait_for(
