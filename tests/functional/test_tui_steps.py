@@ -56,6 +56,32 @@ async def test_a_straggler_held_back_by_contention_is_marked_waiting_for_a_core(
 
 
 @run_async
+async def test_the_title_says_how_many_steps_are_timed_only_where_some_are_not() -> None:
+    snap = make_steps_snapshot()
+
+    def timed(share: float | None):
+        return dataclasses.replace(
+            snap,
+            ranks=tuple(
+                dataclasses.replace(r, steps=dataclasses.replace(r.steps, timed_share=share))
+                for r in snap.ranks
+            ),
+        )
+
+    session = FakeSession(timed(0.25))
+    app = TorchparTopApp(session, render_interval=None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        panel = app.query_one(StepsPanel)
+        assert "(timed in 1 step of 4)" in str(panel.border_title)
+        for share in (0.8, 1.0, None):  # every step, or nearly (a share of 0.8 read "1 step of 1")
+            session.snapshot_value = timed(share)
+            app.refresh_from_session()
+            await pilot.pause()
+            assert "timed in" not in str(panel.border_title), share
+
+
+@run_async
 async def test_no_steps_no_panel_and_identical_ranks_say_so() -> None:
     app = TorchparTopApp(FakeSession(make_run_snapshot()), render_interval=None)
     async with app.run_test(size=(120, 36)) as pilot:

@@ -103,8 +103,9 @@ class StepsPanel(SnapshotPanel):
         first = rows[0][1]
         text = f"steps · from {SOURCE.get(first.source.value, first.source.value)}"
         text += " · phases per step, GPU time" if first.gpu else " · phases per step"
-        if first.timed_share:  # a fast loop's phases are timed in some steps, estimated for the rest
-            text += f" (timed in 1 step of {max(1, round(1 / first.timed_share))})"
+        every = round(1 / first.timed_share) if first.timed_share else 1
+        if every > 1:  # a fast loop's phases are timed in some steps, estimated for the rest
+            text += f" (timed in 1 step of {every})"
         if len(rows) > 1:
             text += "" if snapshot.straggler is not None else " · no straggler"
         return text
