@@ -107,7 +107,9 @@ PANELS: tuple[Panel, ...] = (
         "(torchrun): one row per rank, its state (a rank that exited is marked with its exit code, the "
         "others keep being shown), throughput, queue depth and the share of time it waited for data. "
         "Executors of rank N are prefixed `rN:` in the queue and lanes panels. Once steps are found, each "
-        "rank's **step** time and its **slowest** phase (and its share of the step) join the table. "
+        "rank's **step** time and its **slowest** phase (and its share of the step) join the table. Where "
+        "a rank's frontend waited for a core 5 % of the time or more, **waits** gives each rank's share "
+        "of time runnable with every core taken (CPU contention), where the panel has room. "
         "Redrawn twice a second, with the steps panel (its rates and step times are means over 2 s).",
         "A rank's agent reports its exit status with the exception's last line; a rank killed by a signal "
         "shows just *exited*.",

@@ -82,6 +82,27 @@ async def test_the_title_says_how_many_steps_are_timed_only_where_some_are_not()
 
 
 @run_async
+async def test_the_ranks_table_shows_a_waits_column_where_a_rank_waits_for_a_core() -> None:
+    snap = make_steps_snapshot()
+    waits = (0.01, 0.42)
+    contended = dataclasses.replace(
+        snap, ranks=tuple(dataclasses.replace(r, core_wait=w) for r, w in zip(snap.ranks, waits, strict=True))
+    )
+    session = FakeSession(contended)
+    app = TorchparTopApp(session, render_interval=None)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await settle(pilot)
+        lines = text_of(app.query_one(RanksPanel)).splitlines()
+        assert "waits" in lines[0]
+        r0, r1 = (line for line in lines if line.startswith(("r0", "r1")))
+        assert "42%" in r1 and " 1%" in r0
+        session.snapshot_value = snap  # nobody waits (or it is not measured): no column
+        app.refresh_from_session()
+        await pilot.pause()
+        assert "waits" not in text_of(app.query_one(RanksPanel)).splitlines()[0]
+
+
+@run_async
 async def test_no_steps_no_panel_and_identical_ranks_say_so() -> None:
     app = TorchparTopApp(FakeSession(make_run_snapshot()), render_interval=None)
     async with app.run_test(size=(120, 36)) as pilot:

@@ -11,6 +11,10 @@ from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 from torchpar_top.tui.widgets.steps import SHORT, slowest
 
+#: A rank's frontend wait for a core is a column from this share of its time (as the threads panel's
+#: ``waits N%``, from 5 % of a core).
+SHOWN_CORE_WAIT = 0.05
+
 
 def shows_ranks(snapshot: Snapshot) -> bool:
     """Whether there is a rank table to draw: several agent processes, or one with a rank number."""
@@ -68,7 +72,8 @@ def rank_state(rank: RankView) -> str:
 
 
 class RanksPanel(SnapshotPanel):
-    """``rank  pid   state     steps/s  depth  data`` and a row per rank; a rank that exited stays listed."""
+    """``rank  pid   state     steps/s  depth  data  waits`` and a row per rank; a rank that exited stays
+    listed."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"ranks--dead", "ranks--done"}
 
@@ -105,21 +110,25 @@ class RanksPanel(SnapshotPanel):
         cols |= {"pid": pid_w + 1, "state": state_w + 1, "thr": thr_w, "depth": 6, "data": 6}
         if not node_w:
             del cols["node"]
+        # each rank's frontend wait for a core, where one waited enough to say (CPU contention)
+        if any((r.core_wait or 0.0) >= SHOWN_CORE_WAIT for r in ranks):
+            cols["core"] = 7
         drops: tuple[tuple[str, ...], ...] = (
             (),
             ("data",),
             ("data", "pid"),
             ("data", "pid", "node"),
             ("data", "pid", "node", "depth"),
-            ("data", "pid", "node", "depth", "thr"),
+            ("data", "pid", "node", "depth", "core"),
+            ("data", "pid", "node", "depth", "core", "thr"),
         )
         if any(r.steps is not None for r in ranks):  # steps: each rank's step time and slowest phase
             cols |= {"step": 9, "slow": 10}
             drops = (
-                *drops[:5],
-                ("data", "pid", "node", "depth", "step"),
-                ("data", "pid", "node", "depth", "step", "thr"),
-                ("data", "pid", "node", "depth", "step", "thr", "slow"),
+                *drops[:6],
+                ("data", "pid", "node", "depth", "core", "step"),
+                ("data", "pid", "node", "depth", "core", "step", "thr"),
+                ("data", "pid", "node", "depth", "core", "step", "thr", "slow"),
             )
         for drop in drops:
             if sum(w for k, w in cols.items() if k not in drop) <= width:
@@ -138,6 +147,8 @@ class RanksPanel(SnapshotPanel):
             head.add("depth".rjust(cols["depth"]), self.style("dim"))
         if "data" in cols:
             head.add("data".rjust(cols["data"]), self.style("dim"))
+        if "core" in cols:
+            head.add("waits".rjust(cols["core"]), self.style("dim"))
         if "step" in cols:
             head.add("step".rjust(cols["step"]), self.style("dim"))
         if "slow" in cols:
@@ -160,6 +171,9 @@ class RanksPanel(SnapshotPanel):
                 row.add(str(r.depth).rjust(cols["depth"]), number)
             if "data" in cols:
                 row.add(render.pct(r.data_wait, cols["data"]), number)
+            if "core" in cols:
+                waits = r.core_wait is not None and r.core_wait >= SHOWN_CORE_WAIT and not exited
+                row.add(render.pct(r.core_wait, cols["core"]), self.style("warn") if waits else number)
             if "step" in cols:
                 step = r.steps.seconds if r.steps is not None else None
                 row.add((render.seconds(step) if step else "—").rjust(cols["step"]), number)
