@@ -35,6 +35,9 @@ SHOTS = {
     "run-train": ("run", [((), 10.0)], (120, 36)),
     # two DDP ranks (Gloo, torchrun) whose rank 1 sleeps 12 ms more in its forward: the steps panel
     "run-ddp-straggler": ("run-ddp", [((), 25.0)], (120, 40)),
+    # two DDP ranks whose rank 1 is pinned to one core with two processes spinning there: the same code,
+    # a third of a core; the straggler marked "waits for a core", the ranks table's waits column
+    "run-ddp-contention": ("run-ddp-crowd", [((), 25.0)], (160, 40)),
     "async-80x24": ("async", [((), 8.0)], (80, 24)),
     # replays, at a moment chosen in the analysis whatever the load time: pause at once, go to the trace's
     # start, seek with the right arrow (5 % of the trace each), then step back frame by frame (1 ms each).
@@ -67,6 +70,9 @@ def _session(target: str):
     elif target == "run-ddp":
         script = os.path.relpath(SCRIPTS / "ddp_steps.py")
         target = ScriptTarget(script, ("120", "forward", "1", "12"), nproc=2)
+    elif target == "run-ddp-crowd":
+        script = os.path.relpath(SCRIPTS / "ddp_steps.py")
+        target = ScriptTarget(script, ("120", "crowd", "1", "2"), nproc=2)
     return Session(target, gpu_probe=_gpu_probe(), stack_source=_stack_source())
 
 
