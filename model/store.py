@@ -14,6 +14,7 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from torchpar_top.contract.messages import (
@@ -56,6 +57,7 @@ from torchpar_top.contract.vocab import (
     LogSource,
     Mode,
     Quantity,
+    Role,
     ThroughputUnit,
 )
 from torchpar_top.model import derive, figures
@@ -290,6 +292,25 @@ class _ModeAccumulator:
         )
 
 
+def interop_pools(threads: tuple[ThreadInfo, ...], sizes: Mapping[int, int]) -> tuple[ThreadInfo, ...]:
+    """The inter-op pool's threads told from the OpenMP workers they start.
+
+    Threads are named by the kernel after the thread that created them, so the OpenMP team an inter-op
+    thread starts for its first parallel op is named ``PTThreadPool`` too: the inter-op experiment (2
+    inter-op threads, 2 intra-op) showed ``inter-op pool ×4``. torch starts the whole pool at once, before
+    any of them runs an op, so in a process whose pool has ``n`` threads (``sizes``, from its hello) the
+    ``n`` lowest thread ids named so are the pool, the others intra-op workers (a thread id that wrapped
+    around in between would be misread)."""
+    pooled: dict[int, list[int]] = {}
+    for t in threads:
+        if t.role == Role.INTEROP and t.pid is not None and t.pid in sizes:
+            pooled.setdefault(t.pid, []).append(t.tid)
+    workers = {tid for pid, tids in pooled.items() for tid in sorted(tids)[sizes[pid] :]}
+    if not workers:
+        return threads
+    return tuple(replace(t, role=Role.INTRAOP) if t.tid in workers else t for t in threads)
+
+
 def _mean_threads(window: deque) -> tuple[ThreadInfo, ...]:
     """The newest reading's threads with CPU and wait shares averaged over ``window`` (the readings of
     the last :data:`THREADS_MEAN_S`; a thread counts from its first reading, which reads 0)."""
@@ -380,6 +401,8 @@ class SessionStore:
                 maxlen=max(1, round(THREADS_MEAN_S / (self.interval * thread_every(self.interval))))
             )
             self._sources: dict[int, _Source] = {}
+            self._interop_by_pid: dict[int, int] = {}
+            """Each agent process's ``torch.get_num_interop_threads()`` (its hello), by pid."""
             self._target = experiment
             self._notice = ""
             self._stack: StackView | None = None
@@ -493,7 +516,7 @@ class SessionStore:
                 hist.append(load)
             self._cores = sample.cores
             if sample.threads is not None:
-                self._thread_window.append(sample.threads)
+                self._thread_window.append(interop_pools(sample.threads, self._interop_by_pid))
                 self._threads = _mean_threads(self._thread_window)
 
     def on_monitor(self, share: float) -> None:
@@ -567,6 +590,7 @@ class SessionStore:
                     self._notice = ""  # a rank said hello: the rendezvous is done
                 self._num_threads = msg.num_threads
                 self._interop_threads = msg.interop_threads
+                self._interop_by_pid[msg.pid] = msg.interop_threads
                 self._roles.update({r.tid: r for r in msg.roles})
         if second:
             self.add_log(LogSource.PROTOCOL, f"a second hello on connection {source} ignored")

@@ -47,11 +47,12 @@ PANELS: tuple[Panel, ...] = (
         "From `/proc/<pid>/task/*/{stat,schedstat}` (nanosecond CPU time). The agent names its own "
         "threads (frontend, stream executors, pin-memory threads, agent) and lists the other Python "
         "threads (`threading.enumerate()`; attached, with no agent, py-spy's dump lists them); "
-        "`PTThreadPool` is the inter-op pool, `pt_autograd_*` autograd, "
-        "`pt_data*` data; OpenMP workers inherit their creator's name and the other unnamed native threads "
-        "are shown as intra-op workers. Processes the child started are included (the tree is walked "
-        "again once a second). The session decides *starved* and the SYNC note (`model/derive.py`); "
-        "headless output carries both.",
+        "`PTThreadPool` is the inter-op pool (its first `get_num_interop_threads()` by thread id; the "
+        "later ones are the OpenMP workers its threads started, which inherit the name), `pt_autograd_*` "
+        "autograd, `pt_data*` data; OpenMP workers inherit their creator's name and the other unnamed "
+        "native threads are shown as intra-op workers. Processes the child started are included (the "
+        "tree is walked again once a second). The session decides *starved* and the SYNC note "
+        "(`model/derive.py`); headless output carries both.",
     ),
     Panel(
         "launch queue",

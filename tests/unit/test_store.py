@@ -512,3 +512,40 @@ def test_attached_python_threads_are_named_from_the_last_dump():
     agent = ThreadRole(tid=102, role=Role.STREAM_EXECUTOR, executor="cpu-stream:0")
     roles = s._python_roles({102: agent})
     assert roles == {101: ThreadRole(tid=101, role=Role.PYTHON), 102: agent}  # main stays the frontend
+
+
+def test_the_openmp_workers_of_inter_op_threads_are_not_counted_in_the_pool():
+    # the inter-op experiment: 2 inter-op threads (started together), each of which started an OpenMP
+    # worker for its first parallel op; all four are named PTThreadPool (a thread inherits its creator's)
+    st = SessionStore("inter-op")
+    st.on_message(
+        wire(
+            type="hello",
+            pid=100,
+            experiment="inter-op",
+            device="cpu",
+            torch="2",
+            num_threads=2,
+            interop_threads=2,
+        )
+    )
+    threads = (
+        ThreadInfo(100, "python", Role.FRONTEND, 3.0, pid=100),
+        ThreadInfo(101, "python", Role.INTRAOP, 0.0, pid=100),
+        ThreadInfo(140, "PTThreadPool", Role.INTEROP, 50.0, pid=100),
+        ThreadInfo(141, "PTThreadPool", Role.INTEROP, 48.0, pid=100),
+        ThreadInfo(152, "PTThreadPool", Role.INTEROP, 47.0, pid=100),
+        ThreadInfo(160, "PTThreadPool", Role.INTEROP, 45.0, pid=100),
+        ThreadInfo(170, "PTThreadPool", Role.INTEROP, 40.0, pid=101),  # another process: no size known
+    )
+    st.on_host(HostSample(1.0, (1.0,), threads))
+    roles = {t.tid: t.role for t in st.snapshot().threads}
+    assert [roles[t] for t in (140, 141, 152, 160, 170)] == [
+        Role.INTEROP,
+        Role.INTEROP,
+        Role.INTRAOP,
+        Role.INTRAOP,
+        Role.INTEROP,
+    ]
+    pool = next(g for g in st.snapshot().thread_groups if g.role == Role.INTEROP)
+    assert pool.count == 3
