@@ -18,6 +18,7 @@ import statistics
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from torchpar_top.contract.messages import Memory, StepPhases, StepRecord, Steps
 from torchpar_top.contract.snapshot import RankMemory, StepsView, Straggler
@@ -242,6 +243,13 @@ def compact(record: StepRecord) -> StepRecord:
     )
 
 
+def _keep_latest(by_window: dict[int, Any]) -> None:
+    """Drop the oldest straggler windows beyond :data:`STRAGGLER_KEEP`."""
+    if len(by_window) > STRAGGLER_KEEP:
+        for old in sorted(by_window)[: len(by_window) - STRAGGLER_KEEP]:
+            del by_window[old]
+
+
 class RankSteps:
     """One rank's steps as its samples come: the cumulative figures, each sample's difference, the step
     ends (rates over any span), clock-aligned windows (the straggler's), whole recent steps, memory."""
@@ -293,9 +301,7 @@ class RankSteps:
         k = int(t // STRAGGLER_WINDOW)
         had_wait = self.waits.get(k, 0.0)
         self.waits[k] = None if had_wait is None or core_wait is None else had_wait + core_wait * window
-        if len(self.waits) > STRAGGLER_KEEP:
-            for old in sorted(self.waits)[: len(self.waits) - STRAGGLER_KEEP]:
-                del self.waits[old]
+        _keep_latest(self.waits)
         if memory is not None:
             self.memory = memory
             warm = steps is not None and steps.count >= MEMORY_WARMUP_STEPS
@@ -330,9 +336,7 @@ class RankSteps:
             self._marks_cut = True
         had = self.windows.get(k, (0, ZERO))
         self.windows[k] = (had[0] + n, add_phases(had[1], phases))
-        if len(self.windows) > STRAGGLER_KEEP:
-            for old in sorted(self.windows)[: len(self.windows) - STRAGGLER_KEEP]:
-                del self.windows[old]
+        _keep_latest(self.windows)
 
     def count_at(self, x: float) -> float:
         """Steps done by time ``x``, interpolated between samples."""

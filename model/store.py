@@ -292,6 +292,16 @@ class _ModeAccumulator:
         )
 
 
+def _recent_mean(window: deque, value: float | None) -> float | None:
+    """``value`` added to ``window`` (the last second's readings), and their mean; a reading that did
+    not say (None) empties the window and is None."""
+    if value is None:
+        window.clear()
+        return None
+    window.append(value)
+    return sum(window) / len(window)
+
+
 def interop_pools(threads: tuple[ThreadInfo, ...], sizes: Mapping[int, int]) -> tuple[ThreadInfo, ...]:
     """The inter-op pool's threads told from the OpenMP workers they start.
 
@@ -692,18 +702,9 @@ class SessionStore:
             self._roles.update({r.tid: r for r in msg.roles})
             src = self._source(source)
             src.throughput, src.unit = msg.throughput, msg.unit
-            if msg.data_wait is None:
-                src.data_waits.clear()
-                src.data_wait = None
-            else:  # the verdict and the figure are over the last second: one 0.1 s window flaps
-                src.data_waits.append(msg.data_wait)
-                src.data_wait = sum(src.data_waits) / len(src.data_waits)
-            if msg.frontend.core_wait is None:
-                src.core_waits.clear()
-                src.core_wait = None
-            else:
-                src.core_waits.append(msg.frontend.core_wait)
-                src.core_wait = sum(src.core_waits) / len(src.core_waits)
+            # the verdict and the figures are over the last second: one 0.1 s window flaps
+            src.data_wait = _recent_mean(src.data_waits, msg.data_wait)
+            src.core_wait = _recent_mean(src.core_waits, msg.frontend.core_wait)
             src.depth = figures.total_depth(msg.executors)
             src.has_dataloader = any(row.kind == ExecutorKind.DATALOADER for row in msg.executors)
             src.op_coverage = msg.op_coverage

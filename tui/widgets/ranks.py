@@ -10,10 +10,11 @@ from torchpar_top.contract.vocab import ChildState, ExecutorKind
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 from torchpar_top.tui.widgets.steps import SHORT, slowest
+from torchpar_top.tui.widgets.threads import SHOWN_WAIT_PERCENT
 
-#: A rank's frontend wait for a core is a column from this share of its time (as the threads panel's
-#: ``waits N%``, from 5 % of a core).
-SHOWN_CORE_WAIT = 0.05
+#: A rank's frontend wait for a core is a column from this share of its time: the threads panel's
+#: ``waits N%`` threshold.
+SHOWN_CORE_WAIT = SHOWN_WAIT_PERCENT / 100
 
 
 def shows_ranks(snapshot: Snapshot) -> bool:
