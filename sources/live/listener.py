@@ -10,6 +10,12 @@ The directory must not outlive us, even after SIGKILL (no chance to clean up the
 expected has connected, the socket's name is not needed any more (connections live on without it), and
 the socket file and its directory are removed at once; and the directory's name carries our pid, so a
 later start removes those of a torchpar-top that died before its ranks all connected.
+
+torchrun keeps its own directory too (``--log-dir``: each rank's ``error.json`` when it fails), in the
+system's temp folder under a fresh name when not told where, and never removes it: every job would
+leave one behind. So the listener also makes :attr:`AgentListener.log_dir` for it, named the same way,
+and removes it in :meth:`AgentListener.close` (after the launcher has ended: the session closes the
+listener after stopping the child).
 """
 
 from __future__ import annotations
@@ -83,6 +89,8 @@ class AgentListener:
         remove_stale_dirs()
         self._dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         os.chmod(self._dir, 0o700)
+        self.log_dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-torchrun-")
+        """For torchrun's ``--log-dir`` (mode 0700 as ``mkdtemp`` makes it), removed by :meth:`close`."""
         self.path = os.path.join(self._dir, "agent.sock")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(self.path)
@@ -117,7 +125,7 @@ class AgentListener:
         return sent
 
     def close(self) -> None:
-        """Stop reading, close every connection, remove the directory. Idempotent."""
+        """Stop reading, close every connection, remove the directories. Idempotent."""
         self._stop.set()
         self._thread.join(timeout=5)
         with self._lock:
@@ -126,6 +134,7 @@ class AgentListener:
             self._conns.clear()
         self._server.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def pull(self) -> None:
         """Read, in the caller's thread, what the agents sent so far (and accept who connected); the

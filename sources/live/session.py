@@ -153,6 +153,11 @@ class Session:
         self._host_thread.start()
         self._start_target()
 
+    def hang_up(self) -> None:
+        """The terminal hung up: :meth:`close` will stop the user's code at once (:attr:`hung_up`). Safe
+        in a signal handler (one assignment)."""
+        self.hung_up = True
+
     def close(self) -> None:
         """Stop the child (and its process group), the listener and the probes. Idempotent."""
         with self._close_lock:  # a second caller waits until the first has stopped everything
@@ -300,8 +305,13 @@ class Session:
                 env[ENV_SOCKET] = self._listener.path
                 if isinstance(target, ScriptTarget) and target.nodes.waiting:  # cleared by the first hello
                     self.store.set_target(target.label, target.nodes.waiting)
+            logs = self._listener.log_dir if self._listener is not None else None
             child = ChildProcess(
-                lambda fd: target.command(fd, self.interval, self._sync_wanted),
+                lambda fd: (
+                    target.command(fd, self.interval, self._sync_wanted, log_dir=logs)
+                    if isinstance(target, ScriptTarget)
+                    else target.command(fd, self.interval, self._sync_wanted)
+                ),
                 on_message=self._on_child_message,
                 on_output=self.store.add_log,
                 on_exit=lambda code: self._on_exit(child, code),

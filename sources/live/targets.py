@@ -161,8 +161,9 @@ class ScriptTarget:
         """One line on what it does."""
         return " ".join([("-m " if self.module else "") + self.path, *self.args])
 
-    def command(self, fd: int | None, interval: float, sync: bool) -> list[str]:
-        """The child's argv (torchrun's when ``nproc`` is set; then ``fd`` is None)."""
+    def command(self, fd: int | None, interval: float, sync: bool, log_dir: str | None = None) -> list[str]:
+        """The child's argv (torchrun's when ``nproc`` is set; then ``fd`` is None, and ``log_dir`` is
+        torchrun's ``--log-dir``, its own temporary folder when None)."""
         agent = ["--interval", str(interval), "--sync-scope", self.sync_scope] + (["--sync"] if sync else [])
         agent += ["--every-op"] if self.every_op else []
         agent += ["--cupti-duty", repr(self.cupti_duty)] if self.cupti_duty is not None else []
@@ -175,6 +176,7 @@ class ScriptTarget:
                 "torch.distributed.run",
                 *self.nodes.options(),
                 f"--nproc-per-node={self.nproc}",
+                *([f"--log-dir={log_dir}"] if log_dir else []),
                 "-m",
                 "torchpar_top.probes.agent.run",
                 *agent,

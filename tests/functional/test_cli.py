@@ -16,8 +16,10 @@ CMD = [sys.executable, "-m", "torchpar_top"]
 SCRIPTS = os.path.join(os.path.dirname(__file__), os.pardir, "scripts")
 
 
-def run(*args, timeout=120):
-    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=timeout, check=False)
+def run(*args, timeout=120, env=None):
+    return subprocess.run(
+        [*CMD, *args], capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
 
 
 @pytest.mark.parametrize(
@@ -570,11 +572,17 @@ ABORT_NOTE = "aborted (SIGABRT) at interpreter exit, after its work had finished
 
 @pytest.mark.slow
 def test_a_rank_that_aborts_after_its_work_is_told_apart_and_torchruns_status_kept(tmp_path):
+    temp = tmp_path / "temp"  # the temp folder of torchpar-top, torchrun and the ranks
+    temp.mkdir()
     proc = run(
         "run", "--nproc-per-node", "2", "--headless", "--duration", "240",
         os.path.join(SCRIPTS, "aborts_at_exit.py"), str(tmp_path / "rank0-done"), timeout=300,
+        env={**os.environ, "TMPDIR": str(temp)},
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]  # torchrun's own status for a failed rank
+    # torchrun's log folder (a failed rank's error file in it) was ours, and went with the run: a bare
+    # torchrun leaves a torchelastic_* folder behind
+    assert os.listdir(temp) == []
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     ranks = {r["rank"]: r for r in records[-1]["ranks"]}
     assert ranks[1]["note"] == f"rank 1 {ABORT_NOTE}" and ranks[1]["exit_code"] == -6, ranks

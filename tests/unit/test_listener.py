@@ -7,6 +7,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from torchpar_top.contract.messages import Log
 from torchpar_top.sources.live.listener import AgentListener
@@ -26,6 +27,8 @@ def test_the_directory_goes_once_every_rank_connected_and_connections_live_on(mo
     lis = AgentListener(lambda msg, n: got.append((n, msg)), lambda n: None, lambda line: None, expected=2)
     try:
         assert os.path.isdir(lis.directory) and os.stat(lis.directory).st_mode & 0o777 == 0o700
+        assert os.path.isdir(lis.log_dir) and os.stat(lis.log_dir).st_mode & 0o777 == 0o700
+        (Path(lis.log_dir) / "attempt_0").mkdir()  # what torchrun writes there goes with it
         clients = []
         for _ in range(2):
             c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -51,11 +54,13 @@ def test_directories_of_a_dead_torchpar_top_are_swept_at_the_next_start(monkeypa
     dead = tmp_path / f"torchpar-top-{_dead_pid()}-abcd1234"
     live = tmp_path / f"torchpar-top-{os.getppid()}-abcd1234"  # a living process's
     other = tmp_path / "torchpar-top-notapid"
-    for d in (dead, live, other):
+    dead_logs = tmp_path / f"torchpar-top-{_dead_pid()}-torchrun-abcd1234"  # torchrun's, of a dead one
+    for d in (dead, live, other, dead_logs):
         d.mkdir()
     lis = AgentListener(lambda msg, n: None, lambda n: None, lambda line: None)
     try:
         assert not dead.exists() and live.exists() and other.exists()
+        assert not dead_logs.exists()
     finally:
         lis.close()
 

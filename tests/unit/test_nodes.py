@@ -79,6 +79,10 @@ def test_torchrun_gets_the_options_as_given():
     # one node and no rendezvous of its own: standalone, as before
     alone = ScriptTarget("train.py", nproc=2).command(None, 0.1, False)
     assert "--standalone" in alone and Nodes().waiting == ""
+    # torchrun's log folder is the one it is given (the listener's, removed with it)
+    logged = ScriptTarget("train.py", nproc=2).command(None, 0.1, False, log_dir="/x/logs")
+    assert logged.index("--log-dir=/x/logs") < logged.index("torchpar_top.probes.agent.run")
+    assert not [a for a in alone if a.startswith("--log-dir")]
 
 
 def test_bad_combination_is_one_line_and_status_2(tmp_path):
