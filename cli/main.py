@@ -96,7 +96,7 @@ def _live(args: argparse.Namespace, argv: list[str]) -> int:
         from torchpar_top.sinks import headless
 
         stop = threading.Event()
-        signals = QuitSignals(stop.set, session)
+        signals = QuitSignals(stop.set, session.hang_up)
         status = headless.run(session, args.duration, sys.stdout, stop=stop)
         keep.stop_recorder(recorder)
         outputs.finish(  # stdout: JSON only
@@ -108,7 +108,7 @@ def _live(args: argparse.Namespace, argv: list[str]) -> int:
 
     # a frame per sample: never faster than 10 Hz, slower with a longer --interval (nothing new between)
     app = TorchparTopApp(session, render_interval=max(0.1, args.interval))
-    signals = QuitSignals(app.quit_from_signal, session)
+    signals = QuitSignals(app.quit_from_signal, session.hang_up)
     quiet_gc()
     app.run()
     session.close()
@@ -131,24 +131,25 @@ class QuitSignals:
     """SIGINT, SIGTERM and SIGHUP (terminal closed) as a request to quit: the first one calls ``on_first``,
     which must only schedule the quit (it runs inside a signal handler); the ones after it are ignored,
     so a stop in progress is never re-entered (a deadlock) nor interrupted (a traceback, a child left).
-    A SIGHUP first marks the session hung up (``session.hung_up``): its close then stops the user's code
-    at once, as the hang-up would have without torchpar-top (Ctrl-C, ``q`` and SIGTERM let it unwind)."""
+    A SIGHUP first calls ``on_hangup`` (a live session's :meth:`Session.hang_up`: its close then stops the
+    user's code at once, as the hang-up would have without torchpar-top; Ctrl-C, ``q`` and SIGTERM let
+    it unwind)."""
 
     HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, on_first: Callable[[], None], session: Any = None) -> None:
+    def __init__(self, on_first: Callable[[], None], on_hangup: Callable[[], None] | None = None) -> None:
         """Install the handler for :attr:`HANDLED`."""
         self.received: int | None = None
         """The first signal received, or None."""
         self._on_first = on_first
-        self._session = session
+        self._on_hangup = on_hangup
         for sig in self.HANDLED:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
         """The handler: remember the first signal and ask once."""
-        if signum == signal.SIGHUP and hasattr(self._session, "hung_up"):
-            self._session.hung_up = True  # also after a q: the terminal is gone, nobody waits to read
+        if signum == signal.SIGHUP and self._on_hangup is not None:
+            self._on_hangup()  # also after a q: the terminal is gone, nobody waits to read
         if self.received is None:
             self.received = signum
             self._on_first()
@@ -259,7 +260,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
             print(f"torchpar-top: note: {note}", file=sys.stderr)
 
         stop = threading.Event()
-        signals = QuitSignals(stop.set, session)
+        signals = QuitSignals(stop.set)
         status = headless.run(session, args.duration or math.inf, sys.stdout, stop=stop)
         outputs.finish(
             sys.stderr, quit_by=_reader_gone(status), received=signals.received, duration=args.duration
@@ -270,7 +271,7 @@ def _play(session: Any, args: argparse.Namespace, note: str = "") -> int:
     from torchpar_top.tui.app import TorchparTopApp, quiet_gc
 
     app = TorchparTopApp(session)
-    signals = QuitSignals(app.quit_from_signal, session)
+    signals = QuitSignals(app.quit_from_signal)
     quiet_gc()
     app.run()
     session.close()

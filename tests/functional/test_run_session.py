@@ -133,7 +133,7 @@ def test_a_hang_up_stops_the_ranks_at_once_as_it_would_without_torchpar_top(run_
         lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.pid for x in r) and r, timeout=120
     )
     launcher = s.snapshot().child.pid
-    s.hung_up = True
+    s.hang_up()
     s.close()
     assert list(tmp_path.iterdir()) == []
     wait_for(lambda: not any(running(p) for p in (launcher, *(r.pid for r in ranks))), timeout=15)
