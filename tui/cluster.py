@@ -28,6 +28,7 @@ from torchpar_top.model.cluster import ClusterRank, ClusterView
 from torchpar_top.tui import render
 from torchpar_top.tui.driver import driver_class
 from torchpar_top.tui.screens.help import HelpScreen
+from torchpar_top.tui.widgets.ranks import SHOWN_CORE_WAIT
 
 #: Short names of the phases in the phase column.
 PHASE_SHORT = {
@@ -138,6 +139,7 @@ COLUMNS = (
     ("phases", 26, "l"),
     ("depth", 6, "r"),
     ("data", 5, "r"),
+    ("waits", 6, "r"),
     ("gpu", 5, "r"),
     ("gmem", 7, "r"),
     ("", 46, "l"),
@@ -145,11 +147,11 @@ COLUMNS = (
 
 
 def _cause(s: Straggler, short: bool = False) -> str:
-    """``forward 4× the others'`` (``short``: ``forward 4×``), or ``forward (none on the others)`` where
-    they spend no time in it (no ratio)."""
+    """``forward 4.0× the others'`` (``short``: ``forward 4.0×``; one decimal, as the live screen says
+    it), or ``forward (none on the others)`` where they spend no time in it (no ratio)."""
     if s.ratio is None:
         return f"{s.cause} (none on the others)"
-    return f"{s.cause} {s.ratio:.2g}×" + ("" if short else " the others'")
+    return f"{s.cause} {s.ratio:.1f}×" + ("" if short else " the others'")
 
 
 def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
@@ -170,6 +172,7 @@ def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
         phases_text(r.phases, r.step_seconds),
         "—" if r.depth is None else f"{r.depth:.0f}",
         render.pct(r.data_wait),
+        render.pct(r.core_wait),
         render.pct(r.gpu_util),
         render.size(None if r.gpu_memory is None else int(r.gpu_memory)),
         note,
@@ -177,14 +180,20 @@ def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
 
 
 def table_lines(view: ClusterView, width: int) -> list[Text]:
-    """The table: a header line and a line per rank, cut to ``width`` (the phases column last in room)."""
+    """The table: a header line and a line per rank, cut to ``width``. The ``waits`` column (each rank's
+    frontend waiting for a core: CPU contention) is there only where a rank waited enough to say, as in
+    the live screen's ranks table."""
     straggler = view.straggler.rank if view.straggler else None
+    waited = any((r.core_wait or 0.0) >= SHOWN_CORE_WAIT for r in view.ranks if not r.stale)
+    shown = [i for i, c in enumerate(COLUMNS) if waited or c[0] != "waits"]
+    columns = [COLUMNS[i] for i in shown]
 
-    def line(cells: list[str], style: str = "") -> Text:
+    def line(all_cells: list[str], style: str = "") -> Text:
         text = Text(style=style)
-        for i, ((_, w, align), raw) in enumerate(zip(COLUMNS, cells, strict=True)):
+        cells = [all_cells[i] for i in shown]
+        for i, ((_, w, align), raw) in enumerate(zip(columns, cells, strict=True)):
             cell = render.clip(render.inert(raw), w - 1)
-            last = i == len(COLUMNS) - 1
+            last = i == len(columns) - 1
             text.append((cell.rjust(w - 1) + " ") if align == "r" else cell if last else cell.ljust(w))
         text.truncate(width)
         return text

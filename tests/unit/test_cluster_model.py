@@ -117,13 +117,18 @@ def test_a_straggler_that_waits_for_a_core_is_said_so_from_its_exported_wait():
     assert abs(view.straggler.core_wait - (0.4 - 0.02) * 0.2) < 1e-9
     assert view.ranks[3].core_wait == 0.4
     assert "waits for a core 76.0 ms a step more" in header_lines(view, "u", None, False)[1].plain
-    assert "waits for a core" in [t.plain for t in table_lines(view, 200)][4]
-    # the same forward without the wait: its code, said without contention
+    table = [t.plain for t in table_lines(view, 200)]
+    assert "waits for a core" in table[4]
+    # each rank's wait in its own column, where one waited enough to say
+    at = table[0].index("waits") + len("waits")
+    assert [row[at - 5 : at].strip() for row in table[1:]] == ["2%", "2%", "2%", "40%"]
+    # the same forward without the wait: its code, said without contention, and no column
     model = ClusterModel()
     for i in range(8):
         view = model.update(100.0 + i, _results(steps=True, slow=3, count=10.0 * i, core_wait={}))
     assert view.straggler is not None and view.straggler.core_wait is None
     assert "waits for a core" not in header_lines(view, "u", None, False)[1].plain
+    assert "waits" not in table_lines(view, 200)[0].plain
 
 
 def test_a_straggler_without_a_ratio_is_drawn():
