@@ -55,11 +55,14 @@ the refresh's queries took.
 **A row per rank** (the global rank, with its node, host and local rank): state (`running`, `exited`,
 `stale`: its node's monitor no longer answers Prometheus; the row keeps what it last said), steps/s, step
 time and its largest phases (the step anatomy's series; `?` where a node does not export them), launch
-queue depth, DataLoader wait, and the kernel-active share and memory used of the GPU whose index is its
+queue depth, DataLoader wait, its frontend's wait for a core (`waits`, a column only where a rank waited
+5 % or more: CPU contention), and the kernel-active share and memory used of the GPU whose index is its
 local rank.
 
 **Straggler**: the rank that holds the others back, from each rank's phases over the refreshes so far
-(the same test as a live run's: its phase clearly longer than the others' in most windows).
+(the same test as a live run's: its phase clearly longer than the others' in most windows); *waits for a
+core* where most of its extra time was spent waiting for a CPU core (contention on its node, not its
+code).
 
 Keys: `p` pause (stop asking Prometheus), `?` this help, `q` quit.
 """
