@@ -63,7 +63,12 @@ MLP_SHAPES = {"mlp": (128, 32), "mlp-wide": (512, 64)}
 # -- the loops (in the child) ----------------------------------------------------------------------------
 
 
-def _loop(name: str, seconds: float, threads: int) -> None:
+def _loop(name: str, seconds: float, threads: int, counter: Path | None = None) -> None:
+    """Train ``name`` for ``seconds`` and print its figures; with ``counter`` (a file), train until killed
+    and keep the count of steps done in its first 8 bytes (``bench_interleaved.py`` reads it)."""
+    import mmap
+    import struct
+
     import torch
     from torch import nn
 
@@ -88,6 +93,16 @@ def _loop(name: str, seconds: float, threads: int) -> None:
     else:
         raise SystemExit(f"unknown loop {name!r}")
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    if counter is not None:
+        with counter.open("r+b") as f:
+            shared = mmap.mmap(f.fileno(), 8)
+        done = 0
+        while True:
+            opt.zero_grad()
+            loss_fn().backward()
+            opt.step()
+            done += 1
+            struct.pack_into("<Q", shared, 0, done)
     start = time.perf_counter()
     measured_from, steps, cpu0, proc0 = None, 0, 0.0, 0.0
     while True:
@@ -218,9 +233,13 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--base", type=Path, help="another checkout, for the run-base variant")
     parser.add_argument("--loop", help=argparse.SUPPRESS)
+    parser.add_argument("--counter", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     if args.loop:
-        _loop(args.loop, args.seconds, args.threads)
+        _loop(args.loop, args.seconds, args.threads, args.counter)
         return
     variants = args.variants.split(",")
     if "plain" not in variants:

@@ -1,0 +1,305 @@
+"""The cost of ``torchpar-top run`` on a training loop, in interleaved slots: both variants run at
+once, and only one of them at a time is let run.
+
+    python benchmarks/bench_interleaved.py [--loop mlp-wide] [--a plain] [--b run|agent|plain2]
+        [--blocks 10] [--pairs 20] [--slot 1] [--warmup 5] [--cpu N]
+
+Why: on this project's shared VM the speed of the machine itself drifts by 10-30 % over minutes (the
+same plain loop ran 884 and 2,808 steps/s on two days, and its 8-second rounds within one run spread
+0.75-1.27 of each other), so :mod:`bench_run_steps`' alternated rounds of several seconds cannot resolve
+the 1-3 % that issue 18's goals are about.
+
+How: in a block, both variants are started and kept side by side; every ``--slot`` seconds one
+variant's processes are all stopped (``SIGSTOP``: the loop, and for ``run`` the monitor process and
+every process under it) and the other's continued (``SIGCONT``), so the two take turns on the same
+machine a second apart. A slot's rate is the steps the loop did in it (a counter the loop keeps in a
+shared file) over the slot's time; a pair is one slot of each, in ABBA order. Both loops are pinned to
+one core (``--cpu``, the last by default; the monitor is not pinned).
+
+Blocks: one process runs a few per cent faster or slower than another of the same code for its whole
+life (where its memory landed), so pairs within one block are not independent samples: plain against
+a second plain read 0.96 and 1.02 in two runs of 40-200 pairs, each with a 95 % interval of ±2 % that
+left out 1. So both variants start afresh ``--blocks`` times; a block's ratio is the geometric mean of
+its pairs' ratios (B's rate over A's), and the run's figure is the geometric mean of the blocks' with a
+95 % interval (Student's t) from the blocks' spread. Printed also: per variant, where its loop thread's
+step went (``/proc/PID/task/TID/schedstat``: on a core, waiting for one, neither: blocked on the GIL or
+a lock).
+
+Variants: ``plain`` (``python bench_run_steps.py --loop NAME``), ``plain2`` (the same: ``--a plain
+--b plain2`` measures the method's own noise, its ratio should be 1 within its interval), ``run`` (the
+same under ``python -m torchpar_top run --headless``: the monitor with its probes, the agent in the
+loop's process) and ``agent`` (the agent alone in the loop's process, its socket drained by a thread of
+this script: the child's share of the cost without the monitor process).
+
+What stopping adds: when a variant is let run again, what fell due while it was stopped runs at once
+(the agent's sampler wakes from its sleep and samples, the monitor reads), in its own slot: one sample
+more per slot than the agent's 10 a second, so slots of a second or more. The loops are the ones
+:mod:`bench_run_steps` defines (``mlp``, ``mlp-wide``, ``transformer``, ``transformer-long``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import mmap
+import os
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+STEPS = Path(__file__).resolve().with_name("bench_run_steps.py")
+
+
+def _drain(sock: socket.socket) -> None:
+    """Read and drop what an agent sends until it closes."""
+    with contextlib.suppress(OSError):
+        while sock.recv(1 << 16):
+            pass
+    sock.close()
+
+
+class Variant:
+    """One variant's processes and its step counter."""
+
+    def __init__(self, name: str, loop: str, threads: int, folder: Path, tag: str, cpu: int | None) -> None:
+        self.name = name
+        self.path = folder / f"counter-{tag}"
+        self.path.write_bytes(bytes(8))
+        with self.path.open("r+b") as f:
+            self.counter = mmap.mmap(f.fileno(), 8)
+        child = [str(STEPS), "--loop", loop, "--threads", str(threads), "--counter", str(self.path)]
+        child += [] if cpu is None else ["--cpu", str(cpu)]
+        if name in ("plain", "plain2"):
+            cmd = [sys.executable, *child]
+        elif name == "run":
+            cmd = [sys.executable, "-m", "torchpar_top", "run", "--headless", "--duration", "100000", *child]
+        elif name == "agent":
+            # the agent in the loop's process, its socket drained by a thread here: no monitor process
+            ours, theirs = socket.socketpair()
+            threading.Thread(target=_drain, args=(ours,), daemon=True).start()
+            fd = theirs.fileno()
+            cmd = [sys.executable, "-m", "torchpar_top.probes.agent.run", "--fd", str(fd), *child]
+        else:
+            raise SystemExit(f"unknown variant {name!r}")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(fd,) if name == "agent" else (),
+        )
+        if name == "agent":
+            theirs.close()
+        self.stopped: list[psutil.Process] = []
+        self._loop_pid: int | None = None
+
+    def count(self) -> int:
+        return int(struct.unpack_from("<Q", self.counter, 0)[0])
+
+    def tree(self) -> list[psutil.Process]:
+        """The variant's processes, the loop's first: the deepest whose command line names the counter
+        (``run``'s monitor names it too, among its child's arguments)."""
+        try:
+            top = psutil.Process(self.proc.pid)
+            procs = [top, *top.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+        def is_loop(p: psutil.Process) -> bool:
+            try:
+                return str(self.path) in p.cmdline()
+            except psutil.Error:
+                return False
+
+        loops = [p for p in procs if is_loop(p)]
+        loop = loops[-1] if loops else top
+        return [loop, *(p for p in procs if p is not loop)]
+
+    def schedstat(self) -> tuple[int, int]:
+        """The loop thread's ``(on a core, waiting for a core)`` nanoseconds so far (0, 0 unreadable)."""
+        if self._loop_pid is None:
+            procs = self.tree()
+            self._loop_pid = procs[0].pid if procs else -1
+        try:
+            with open(f"/proc/{self._loop_pid}/task/{self._loop_pid}/schedstat", "rb") as f:
+                run, wait = f.read().split()[:2]
+            return int(run), int(wait)
+        except (OSError, ValueError):
+            return 0, 0
+
+    def stop(self) -> None:
+        self.stopped = self.tree()
+        for p in self.stopped:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        for p in reversed(self.stopped):
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGCONT)
+        self.stopped = []
+
+    def end(self) -> None:
+        self.cont()
+        procs = self.tree()
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGCONT)
+                p.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=5)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        self.counter.close()
+
+
+def slot(v: Variant, seconds: float) -> tuple[int, float, tuple[int, int]]:
+    """Let ``v`` run alone for ``seconds``: the steps it did, the time it had, and its loop thread's
+    nanoseconds on a core and waiting for one."""
+    v.cont()
+    s0 = v.schedstat()
+    c0, t0 = v.count(), time.perf_counter()
+    time.sleep(seconds)
+    t1 = time.perf_counter()
+    v.stop()
+    s1 = v.schedstat()
+    return v.count() - c0, t1 - t0, (s1[0] - s0[0], s1[1] - s0[1])
+
+
+#: Student's t at 97.5 % by degrees of freedom (a 95 % interval from a few blocks); 1.96 beyond.
+T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
+T975.update({n: 2.2 - (n - 10) * 0.01 for n in range(11, 20)})
+
+
+def interval(ratios: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of ``ratios`` and its 95 % interval (Student's t from their spread)."""
+    logs = [math.log(r) for r in ratios if r > 0]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), math.nan, math.nan
+    half = T975.get(len(logs) - 1, 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+@dataclass
+class Tally:
+    """A variant's counted slots, over every block: steps, seconds, and its loop thread's nanoseconds on
+    a core and waiting for one."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    on_core: int = 0
+    queued: int = 0
+
+
+def block(args: argparse.Namespace, folder: Path, totals: dict[str, Tally]) -> list[float]:
+    """Start both variants afresh, warm them up, run ``args.pairs`` pairs of slots; the pairs' ratios
+    (B's rate over A's). What each variant did is added to its ``totals`` entry."""
+    cpu = None if args.cpu < 0 else args.cpu
+    a = Variant(args.a, args.loop, args.threads, folder, "a", cpu)
+    b = Variant(args.b, args.loop, args.threads, folder, "b", cpu)
+    ratios: list[float] = []
+    try:
+        deadline = time.monotonic() + 120
+        while (a.count() == 0 or b.count() == 0) and time.monotonic() < deadline:
+            if a.proc.poll() is not None or b.proc.poll() is not None:
+                raise SystemExit("a variant ended before its first step")
+            time.sleep(0.1)
+        if a.count() == 0 or b.count() == 0:
+            raise SystemExit("no step in 120 s")
+        a.stop()
+        b.stop()
+        warm_until = time.monotonic() + args.warmup
+        while time.monotonic() < warm_until:
+            slot(a, args.slot)
+            slot(b, args.slot)
+        for k in range(args.pairs):
+            rates = {}
+            for v in (a, b) if k % 2 == 0 else (b, a):  # ABBA
+                n, seconds, (on, queued) = slot(v, args.slot)
+                tally = totals.setdefault(v.name, Tally())
+                tally.steps += n
+                tally.seconds += seconds
+                tally.on_core += on
+                tally.queued += queued
+                rates[v.name] = n / seconds
+            if rates[a.name] > 0 and rates[b.name] > 0:
+                ratios.append(rates[b.name] / rates[a.name])
+    finally:
+        a.end()
+        b.end()
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loop", default="mlp-wide")
+    parser.add_argument("--a", default="plain")
+    parser.add_argument("--b", default="run")
+    parser.add_argument("--blocks", type=int, default=10, help="times both variants start afresh")
+    parser.add_argument("--pairs", type=int, default=20, help="pairs of slots per block")
+    parser.add_argument("--slot", type=float, default=1.0, help="seconds a variant runs alone")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds of each block not counted")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        default=max(os.sched_getaffinity(0)),
+        help="the core both loops are pinned to (the monitor is not pinned); -1: not pinned",
+    )
+    args = parser.parse_args()
+    if args.a == args.b:  # two of one kind: their totals apart
+        raise SystemExit("--a and --b name the same variant; for the method's noise use --b plain2")
+
+    load = os.getloadavg()[0]
+    totals: dict[str, Tally] = {}
+    blocks: list[float] = []
+    pairs: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="tpt-bench-il-") as tmp:
+        for i in range(args.blocks):
+            ratios = block(args, Path(tmp), totals)
+            pairs += ratios
+            blocks.append(interval(ratios)[0])
+            print(
+                f"  block {i + 1}: {args.b} / {args.a} {blocks[-1]:.3f} over {len(ratios)} pairs",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    print(
+        f"{args.loop}: {args.blocks} blocks of {args.pairs} pairs of {args.slot:g} s slots (after "
+        f"{args.warmup:g} s each), {args.threads} intra-op thread(s), loops on cpu {args.cpu}; "
+        f"load {load:.2f} at the start"
+    )
+    for name in (args.a, args.b):  # where a step's wall time went, on the loop's thread
+        t = totals[name]
+        steps = t.steps or 1
+        wall, on, queued = t.seconds / steps, t.on_core / 1e9 / steps, t.queued / 1e9 / steps
+        print(
+            f"  {name}: {1 / wall:.1f} steps/s; a step {wall * 1e6:.1f} µs: on a core {on * 1e6:.1f}, "
+            f"waiting for a core {queued * 1e6:.1f}, neither (blocked: the GIL, a lock) "
+            f"{(wall - on - queued) * 1e6:.1f}"
+        )
+    mean, lo, hi = interval(blocks)
+    print(f"  blocks: {' '.join(f'{r:.3f}' for r in blocks)}")
+    print(
+        f"  {args.b} / {args.a}: **{mean:.3f}** (95 % {lo:.3f}-{hi:.3f}, from the blocks' spread); "
+        f"median of all pairs {statistics.median(pairs):.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
