@@ -28,7 +28,7 @@ from torchpar_top.model.cluster import ClusterRank, ClusterView
 from torchpar_top.tui import render
 from torchpar_top.tui.driver import driver_class
 from torchpar_top.tui.screens.help import HelpScreen
-from torchpar_top.tui.widgets.ranks import SHOWN_CORE_WAIT
+from torchpar_top.tui.widgets.ranks import core_wait_shown
 
 #: Short names of the phases in the phase column.
 PHASE_SHORT = {
@@ -187,7 +187,7 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
     frontend waiting for a core: CPU contention) is there only where a rank waited enough to say, as in
     the live screen's ranks table."""
     straggler = view.straggler.rank if view.straggler else None
-    waited = any((r.core_wait or 0.0) >= SHOWN_CORE_WAIT for r in view.ranks if not r.stale)
+    waited = core_wait_shown(r.core_wait for r in view.ranks)  # a stale rank's is None
     shown = [i for i, c in enumerate(COLUMNS) if waited or c[0] != "waits"]
     columns = [COLUMNS[i] for i in shown]
 

@@ -118,14 +118,14 @@ def test_a_dead_child_carries_its_last_stderr_lines():
     assert len(child.last_stderr) == store_mod.STDERR_TAIL
 
 
-def _hello(pid, rank=None):
+def _hello(pid, rank=None, interop_threads=1):
     return m.Hello(
         pid=pid,
         experiment="run",
         torch="2",
         device="cpu",
         num_threads=1,
-        interop_threads=1,
+        interop_threads=interop_threads,
         rank=rank,
         world_size=None if rank is None else 2,
     )
@@ -518,17 +518,7 @@ def test_the_openmp_workers_of_inter_op_threads_are_not_counted_in_the_pool():
     # the inter-op experiment: 2 inter-op threads (started together), each of which started an OpenMP
     # worker for its first parallel op; all four are named PTThreadPool (a thread inherits its creator's)
     st = SessionStore("inter-op")
-    st.on_message(
-        wire(
-            type="hello",
-            pid=100,
-            experiment="inter-op",
-            device="cpu",
-            torch="2",
-            num_threads=2,
-            interop_threads=2,
-        )
-    )
+    st.on_message(_hello(100, interop_threads=2))
     threads = (
         ThreadInfo(100, "python", Role.FRONTEND, 3.0, pid=100),
         ThreadInfo(101, "python", Role.INTRAOP, 0.0, pid=100),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterable
 from typing import ClassVar
 
 from torchpar_top.contract.snapshot import ExecutorView, RankView, Snapshot
@@ -15,6 +16,11 @@ from torchpar_top.tui.widgets.threads import SHOWN_WAIT_PERCENT
 #: A rank's frontend wait for a core is a column from this share of its time: the threads panel's
 #: ``waits N%`` threshold.
 SHOWN_CORE_WAIT = SHOWN_WAIT_PERCENT / 100
+
+
+def core_wait_shown(waits: Iterable[float | None]) -> bool:
+    """Whether a ranks table has a ``waits`` column: some rank waited for a core enough to say."""
+    return any((w or 0.0) >= SHOWN_CORE_WAIT for w in waits)
 
 
 def shows_ranks(snapshot: Snapshot) -> bool:
@@ -112,7 +118,7 @@ class RanksPanel(SnapshotPanel):
         if not node_w:
             del cols["node"]
         # each rank's frontend wait for a core, where one waited enough to say (CPU contention)
-        if any((r.core_wait or 0.0) >= SHOWN_CORE_WAIT for r in ranks):
+        if core_wait_shown(r.core_wait for r in ranks):
             cols["core"] = 7
         drops: tuple[tuple[str, ...], ...] = (
             (),
