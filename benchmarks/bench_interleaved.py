@@ -179,9 +179,15 @@ def slot(v: Variant, seconds: float) -> tuple[int, float, tuple[int, int]]:
     return v.count() - c0, t1 - t0, (s1[0] - s0[0], s1[1] - s0[1])
 
 
-#: Student's t at 97.5 % by degrees of freedom (a 95 % interval from a few blocks); 1.96 beyond.
+#: Student's t at 97.5 % by degrees of freedom (a 95 % interval from a few blocks).
 T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
-T975.update({n: 2.2 - (n - 10) * 0.01 for n in range(11, 20)})
+T975 |= {11: 2.20, 12: 2.18, 13: 2.16, 14: 2.14, 15: 2.13, 16: 2.12, 17: 2.11, 18: 2.10, 19: 2.09, 20: 2.09}
+
+
+def t975(df: int) -> float:
+    """:data:`T975`, and beyond 20 degrees of freedom ``1.96 + 2.4 / df`` (within 0.01 of the exact
+    values: 2.04 at 30, 2.02 at 40; the normal's 1.96 alone would narrow the interval)."""
+    return T975.get(df, 1.96 + 2.4 / df)
 
 
 def interval(ratios: list[float]) -> tuple[float, float, float]:
@@ -190,7 +196,7 @@ def interval(ratios: list[float]) -> tuple[float, float, float]:
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return math.exp(mean), math.nan, math.nan
-    half = T975.get(len(logs) - 1, 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
