@@ -59,6 +59,7 @@ from pathlib import Path
 import psutil
 
 STEPS = Path(__file__).resolve().with_name("bench_run_steps.py")
+VARIANTS = ("plain", "plain2", "run", "agent")
 
 
 def _drain(sock: socket.socket) -> None:
@@ -216,7 +217,11 @@ def block(args: argparse.Namespace, folder: Path, totals: dict[str, Tally]) -> l
     (B's rate over A's). What each variant did is added to its ``totals`` entry."""
     cpu = None if args.cpu < 0 else args.cpu
     a = Variant(args.a, args.loop, args.threads, folder, "a", cpu)
-    b = Variant(args.b, args.loop, args.threads, folder, "b", cpu)
+    try:
+        b = Variant(args.b, args.loop, args.threads, folder, "b", cpu)
+    except BaseException:
+        a.end()  # nothing left running
+        raise
     ratios: list[float] = []
     try:
         deadline = time.monotonic() + 120
@@ -267,6 +272,10 @@ def main() -> None:
         help="the core both loops are pinned to (the monitor is not pinned); -1: not pinned",
     )
     args = parser.parse_args()
+    if args.blocks < 1 or args.pairs < 1 or not args.slot > 0 or not args.warmup >= 0:
+        raise SystemExit("--blocks and --pairs need at least 1, --slot more than 0, --warmup 0 or more")
+    if not {args.a, args.b} <= set(VARIANTS):
+        raise SystemExit(f"unknown variant: --a and --b are among {', '.join(VARIANTS)}")
     if args.a == args.b:  # two of one kind: their totals apart
         raise SystemExit("--a and --b name the same variant; for the method's noise use --b plain2")
 
@@ -307,5 +316,13 @@ def main() -> None:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM as Ctrl-C: the blocks' finally clauses end their variants
+
+
 if __name__ == "__main__":
-    main()
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        main()
+    except KeyboardInterrupt:  # each block's variants were ended on the way out
+        sys.exit("interrupted")
