@@ -248,6 +248,7 @@ def test_ddp_with_gloo_under_torchrun_reports_each_rank(listener):
         "torch.distributed.run",
         "--standalone",
         "--nproc-per-node=2",
+        f"--log-dir={listener.log_dir}",  # as the app does: removed with the listener
         *RUN[1:],
         "tests/scripts/ddp_gloo.py",
         "150",

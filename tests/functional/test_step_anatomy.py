@@ -111,6 +111,7 @@ def _torchrun_ranks(script: str, *args: str, nproc: int = 2, timeout: float = 24
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
+        f"--log-dir={listener.log_dir}",  # as the app does: removed with the listener
         "-m",
         "torchpar_top.probes.agent.run",
         "--interval",
