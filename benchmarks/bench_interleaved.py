@@ -2,7 +2,7 @@
 once, and only one of them at a time is let run.
 
     python benchmarks/bench_interleaved.py [--loop mlp-wide] [--a plain] [--b run|agent|plain2]
-        [--blocks 10] [--pairs 20] [--slot 1] [--warmup 5] [--cpu N]
+        [--blocks 10] [--pairs 20] [--slot 1] [--warmup 5] [--cpu N] [--slots FILE]
 
 Why: on this project's shared VM the speed of the machine itself drifts by 10-30 % over minutes (the
 same plain loop ran 884 and 2,808 steps/s on two days, and its 8-second rounds within one run spread
@@ -23,18 +23,23 @@ left out 1. So both variants start afresh ``--blocks`` times; a block's ratio is
 its pairs' ratios (B's rate over A's), and the run's figure is the geometric mean of the blocks' with a
 95 % interval (Student's t) from the blocks' spread. Printed also: per variant, where its loop thread's
 step went (``/proc/PID/task/TID/schedstat``: on a core, waiting for one, neither: blocked on the GIL or
-a lock).
+a lock). ``--slots FILE`` writes every counted slot (block, pair, variant, steps, seconds, the loop
+thread's nanoseconds on a core and waiting for one) as CSV, to look at a run's slots one by one.
 
 Variants: ``plain`` (``python bench_run_steps.py --loop NAME``), ``plain2`` (the same: ``--a plain
 --b plain2`` measures the method's own noise, its ratio should be 1 within its interval), ``run`` (the
 same under ``python -m torchpar_top run --headless``: the monitor with its probes, the agent in the
-loop's process) and ``agent`` (the agent alone in the loop's process, its socket drained by a thread of
-this script: the child's share of the cost without the monitor process).
+loop's process), ``agent`` (the agent alone in the loop's process, its socket drained by a thread of
+this script: the child's share of the cost without the monitor process) and ``agent-no-PART[+PART]``
+(the agent with those parts switched off, ``agent_without.py``: ``sampler``, ``ops``, ``phases``,
+``steps``, ``signal`` or ``all``; ``--a agent-no-sampler --b agent`` is what the sampler costs).
 
 What stopping adds: when a variant is let run again, what fell due while it was stopped runs at once
 (the agent's sampler wakes from its sleep and samples, the monitor reads), in its own slot: one sample
-more per slot than the agent's 10 a second, so slots of a second or more. The loops are the ones
-:mod:`bench_run_steps` defines (``mlp``, ``mlp-wide``, ``transformer``, ``transformer-long``).
+more per slot than the agent's 10 a second, so slots of a second or more. The op counter's slices are
+scheduled on the wall clock, so a variant stopped half the time has its counter on twice its share of
+its running time (2 % instead of 1 % once steps are found: ~0.1 % of an MLP step's cost). The loops
+are the ones :mod:`bench_run_steps` defines (``mlp``, ``mlp-wide``, ``transformer``, ``transformer-long``).
 """
 
 from __future__ import annotations
@@ -55,11 +60,22 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_without import parts_of  # this folder's module (run as a script)
+
 STEPS = Path(__file__).resolve().with_name("bench_run_steps.py")
+WITHOUT = STEPS.with_name("agent_without.py")
 VARIANTS = ("plain", "plain2", "run", "agent")
+#: ``agent-no-PART[+PART]``: the agent with parts off (``agent_without.py``'s parts).
+AGENT_WITHOUT = "agent-no-"
+
+
+def is_agent(name: str) -> bool:
+    return name == "agent" or name.startswith(AGENT_WITHOUT)
 
 
 def _drain(sock: socket.socket) -> None:
@@ -85,12 +101,15 @@ class Variant:
             cmd = [sys.executable, *child]
         elif name == "run":
             cmd = [sys.executable, "-m", "torchpar_top", "run", "--headless", "--duration", "100000", *child]
-        elif name == "agent":
+        elif is_agent(name):
             # the agent in the loop's process, its socket drained by a thread here: no monitor process
             ours, theirs = socket.socketpair()
             threading.Thread(target=_drain, args=(ours,), daemon=True).start()
             fd = theirs.fileno()
-            cmd = [sys.executable, "-m", "torchpar_top.probes.agent.run", "--fd", str(fd), *child]
+            entry = ["-m", "torchpar_top.probes.agent.run"]
+            if name != "agent":  # agent-no-PART[+PART]: the agent with those parts off
+                entry = [str(WITHOUT), name.removeprefix(AGENT_WITHOUT)]
+            cmd = [sys.executable, *entry, "--fd", str(fd), *child]
         else:
             raise SystemExit(f"unknown variant {name!r}")
         self.proc = subprocess.Popen(
@@ -98,9 +117,9 @@ class Variant:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            pass_fds=(fd,) if name == "agent" else (),
+            pass_fds=(fd,) if is_agent(name) else (),
         )
-        if name == "agent":
+        if is_agent(name):
             theirs.close()
         self.stopped: list[psutil.Process] = []
         self._loop_pid: int | None = None
@@ -212,7 +231,13 @@ class Tally:
     queued: int = 0
 
 
-def block(args: argparse.Namespace, folder: Path, totals: dict[str, Tally]) -> list[float]:
+def block(
+    args: argparse.Namespace,
+    folder: Path,
+    totals: dict[str, Tally],
+    number: int = 0,
+    log: TextIO | None = None,
+) -> list[float]:
     """Start both variants afresh, warm them up, run ``args.pairs`` pairs of slots; the pairs' ratios
     (B's rate over A's). What each variant did is added to its ``totals`` entry."""
     cpu = None if args.cpu < 0 else args.cpu
@@ -241,6 +266,8 @@ def block(args: argparse.Namespace, folder: Path, totals: dict[str, Tally]) -> l
             rates = {}
             for v in (a, b) if k % 2 == 0 else (b, a):  # ABBA
                 n, seconds, (on, queued) = slot(v, args.slot)
+                if log is not None:
+                    log.write(f"{number},{k},{v.name},{n},{seconds:.6f},{on},{queued}\n")
                 tally = totals.setdefault(v.name, Tally())
                 tally.steps += n
                 tally.seconds += seconds
@@ -265,6 +292,7 @@ def main() -> None:
     parser.add_argument("--slot", type=float, default=1.0, help="seconds a variant runs alone")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of each block not counted")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--slots", type=Path, help="write every counted slot to this CSV file")
     parser.add_argument(
         "--cpu",
         type=int,
@@ -274,8 +302,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.blocks < 1 or args.pairs < 1 or not args.slot > 0 or not args.warmup >= 0:
         raise SystemExit("--blocks and --pairs need at least 1, --slot more than 0, --warmup 0 or more")
-    if not {args.a, args.b} <= set(VARIANTS):
-        raise SystemExit(f"unknown variant: --a and --b are among {', '.join(VARIANTS)}")
+    for name in (args.a, args.b):
+        if name.startswith(AGENT_WITHOUT):
+            parts_of(name.removeprefix(AGENT_WITHOUT))  # an unknown part: one line, before anything starts
+        elif name not in VARIANTS:
+            raise SystemExit(
+                f"unknown variant {name!r}: --a and --b are among {', '.join(VARIANTS)}, {AGENT_WITHOUT}PART"
+            )
     if args.a == args.b:  # two of one kind: their totals apart
         raise SystemExit("--a and --b name the same variant; for the method's noise use --b plain2")
 
@@ -283,9 +316,14 @@ def main() -> None:
     totals: dict[str, Tally] = {}
     blocks: list[float] = []
     pairs: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="tpt-bench-il-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tpt-bench-il-"))
+        log = None
+        if args.slots is not None:
+            log = stack.enter_context(args.slots.open("w", buffering=1))
+            log.write("block,pair,variant,steps,seconds,on_core_ns,queued_ns\n")
         for i in range(args.blocks):
-            ratios = block(args, Path(tmp), totals)
+            ratios = block(args, Path(tmp), totals, i + 1, log)
             pairs += ratios
             blocks.append(interval(ratios)[0])
             print(
