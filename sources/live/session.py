@@ -307,11 +307,7 @@ class Session:
                     self.store.set_target(target.label, target.nodes.waiting)
             logs = self._listener.log_dir if self._listener is not None else None
             child = ChildProcess(
-                lambda fd: (
-                    target.command(fd, self.interval, self._sync_wanted, log_dir=logs)
-                    if isinstance(target, ScriptTarget)
-                    else target.command(fd, self.interval, self._sync_wanted)
-                ),
+                lambda fd: target.command(fd, self.interval, self._sync_wanted, log_dir=logs),
                 on_message=self._on_child_message,
                 on_output=self.store.add_log,
                 on_exit=lambda code: self._on_exit(child, code),

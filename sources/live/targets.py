@@ -27,8 +27,9 @@ class ExperimentTarget:
         """Shown in the header."""
         return self.name
 
-    def command(self, fd: int | None, interval: float, sync: bool) -> list[str]:
-        """The child's argv; ``fd`` is the inherited protocol socket."""
+    def command(self, fd: int | None, interval: float, sync: bool, log_dir: str | None = None) -> list[str]:
+        """The child's argv; ``fd`` is the inherited protocol socket. ``log_dir`` is torchrun's, which an
+        experiment never runs under: taken as :meth:`ScriptTarget.command` takes it, and unused."""
         cmd = [
             sys.executable,
             "-m",

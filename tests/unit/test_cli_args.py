@@ -42,6 +42,12 @@ def test_an_experiment_restarted_with_a_thread_count_passes_it_to_the_child():
     assert again[again.index("--threads") + 1] == "1" and again[-1] == "--sync"
 
 
+def test_an_experiment_takes_a_torchrun_log_folder_as_a_script_does_and_never_uses_it():
+    # the session gives every target's command the listener's log folder (None without torchrun)
+    plain = ExperimentTarget("inter-op").command(7, 0.1, False)
+    assert ExperimentTarget("inter-op").command(7, 0.1, False, log_dir="/x/logs") == plain
+
+
 @pytest.mark.parametrize("text", ["0.02", "0.1", "60"])
 def test_intervals_in_range_are_accepted(text):
     assert run_parser().parse_args(["--interval", text]).interval == float(text)
