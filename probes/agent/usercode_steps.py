@@ -42,6 +42,7 @@ from torchpar_top.contract.messages import (
     Steps,
 )
 from torchpar_top.contract.vocab import PHASES, StepSource
+from torchpar_top.probes.agent.cputime import ProcFile
 
 DATA, TRANSFER, FORWARD, BACKWARD, COMM, OPTIMIZER, SYNC, OTHER = range(len(PHASES))
 #: Preference of each step source (higher wins).
@@ -489,12 +490,24 @@ class GpuSteps:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def rss_bytes(path: str = "/proc/self/statm") -> int | None:
+_STATM = "/proc/self/statm"
+_statm = ProcFile(_STATM)
+"""This process's statm, kept open for the sampler's ten readings a second (:class:`.cputime.ProcFile`)."""
+
+
+def rss_bytes(path: str = _STATM) -> int | None:
     """This process's resident memory (``/proc/self/statm``'s second field, in pages), None elsewhere."""
+    if path == _STATM:
+        data = _statm.read()
+    else:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
     try:
-        with open(path, "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
+        return int((data or b"").split()[1]) * _PAGE
+    except (IndexError, ValueError):
         return None
 
 
