@@ -3,6 +3,7 @@ once, and only one of them at a time is let run.
 
     python benchmarks/bench_interleaved.py [--loop mlp-wide] [--a plain] [--b run|agent|plain2]
         [--blocks 10] [--pairs 20] [--slot 1] [--warmup 5] [--cpu N] [--slots FILE]
+        [--base DIR]
 
 Why: on this project's shared VM the speed of the machine itself drifts by 10-30 % over minutes (the
 same plain loop ran 884 and 2,808 steps/s on two days, and its 8-second rounds within one run spread
@@ -32,7 +33,9 @@ same under ``python -m torchpar_top run --headless``: the monitor with its probe
 loop's process), ``agent`` (the agent alone in the loop's process, its socket drained by a thread of
 this script: the child's share of the cost without the monitor process) and ``agent-no-PART[+PART]``
 (the agent with those parts switched off, ``agent_without.py``: ``sampler``, ``ops``, ``phases``,
-``steps``, ``signal`` or ``all``; ``--a agent-no-sampler --b agent`` is what the sampler costs).
+``steps``, ``signal`` or ``all``; ``--a agent-no-sampler --b agent`` is what the sampler costs) and
+``agent-base`` (the agent of another checkout, ``--base DIR``: ``--a agent-base --b agent`` is a change's
+effect).
 
 What stopping adds: when a variant is let run again, what fell due while it was stopped runs at once
 (the agent's sampler wakes from its sleep and samples, the monitor reads), in its own slot: one sample
@@ -65,17 +68,18 @@ from typing import TextIO
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_without import parts_of  # this folder's module (run as a script)
+from agent_without import parts_of  # this folder's modules (run as a script)
+from bench_run_steps import base_env
 
 STEPS = Path(__file__).resolve().with_name("bench_run_steps.py")
 WITHOUT = STEPS.with_name("agent_without.py")
-VARIANTS = ("plain", "plain2", "run", "agent")
+VARIANTS = ("plain", "plain2", "run", "agent", "agent-base")
 #: ``agent-no-PART[+PART]``: the agent with parts off (``agent_without.py``'s parts).
 AGENT_WITHOUT = "agent-no-"
 
 
 def is_agent(name: str) -> bool:
-    return name == "agent" or name.startswith(AGENT_WITHOUT)
+    return name in ("agent", "agent-base") or name.startswith(AGENT_WITHOUT)
 
 
 def _drain(sock: socket.socket) -> None:
@@ -89,7 +93,16 @@ def _drain(sock: socket.socket) -> None:
 class Variant:
     """One variant's processes and its step counter."""
 
-    def __init__(self, name: str, loop: str, threads: int, folder: Path, tag: str, cpu: int | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        loop: str,
+        threads: int,
+        folder: Path,
+        tag: str,
+        cpu: int | None,
+        base: Path | None = None,
+    ) -> None:
         self.name = name
         self.path = folder / f"counter-{tag}"
         self.path.write_bytes(bytes(8))
@@ -107,7 +120,7 @@ class Variant:
             threading.Thread(target=_drain, args=(ours,), daemon=True).start()
             fd = theirs.fileno()
             entry = ["-m", "torchpar_top.probes.agent.run"]
-            if name != "agent":  # agent-no-PART[+PART]: the agent with those parts off
+            if name.startswith(AGENT_WITHOUT):  # agent-no-PART[+PART]: the agent with those parts off
                 entry = [str(WITHOUT), name.removeprefix(AGENT_WITHOUT)]
             cmd = [sys.executable, *entry, "--fd", str(fd), *child]
         else:
@@ -118,6 +131,7 @@ class Variant:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             pass_fds=(fd,) if is_agent(name) else (),
+            env=base_env(base) if name == "agent-base" and base is not None else None,
         )
         if is_agent(name):
             theirs.close()
@@ -245,9 +259,9 @@ def block(
     """Start both variants afresh, warm them up, run ``args.pairs`` pairs of slots; the pairs' ratios
     (B's rate over A's). What each variant did is added to its ``totals`` entry."""
     cpu = None if args.cpu < 0 else args.cpu
-    a = Variant(args.a, args.loop, args.threads, folder, "a", cpu)
+    a = Variant(args.a, args.loop, args.threads, folder, "a", cpu, args.base)
     try:
-        b = Variant(args.b, args.loop, args.threads, folder, "b", cpu)
+        b = Variant(args.b, args.loop, args.threads, folder, "b", cpu, args.base)
     except BaseException:
         a.end()  # nothing left running
         raise
@@ -303,6 +317,7 @@ def main() -> None:
     parser.add_argument("--slot", type=float, default=1.0, help="seconds a variant runs alone")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of each block not counted")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--base", type=Path, help="a checkout whose agent the variant agent-base runs")
     parser.add_argument("--slots", type=Path, help="write every counted slot to this CSV file")
     parser.add_argument(
         "--cpu",
@@ -320,6 +335,10 @@ def main() -> None:
             raise SystemExit(
                 f"unknown variant {name!r}: --a and --b are among {', '.join(VARIANTS)}, {AGENT_WITHOUT}PART"
             )
+    if "agent-base" in (args.a, args.b) and (args.base is None or not (args.base / "probes").is_dir()):
+        raise SystemExit(
+            "agent-base needs --base DIR, a checkout of this repository (git worktree add DIR REV)"
+        )
     if args.a == args.b:  # two of one kind: their totals apart
         raise SystemExit("--a and --b name the same variant; for the method's noise use --b plain2")
 
