@@ -4,13 +4,12 @@ when threads end, the workload closes descriptors, or the process forks."""
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 
 import pytest
 from torchpar_top.probes.agent import cputime, usercode_steps
-from torchpar_top.probes.agent.cputime import ProcFile, Schedstats, ThreadClock, read_schedstat
+from torchpar_top.probes.agent.cputime import ProcFile, Schedstats, ThreadClock
 from torchpar_top.probes.agent.usercode_steps import rss_bytes
 from waiting import wait_for
 
@@ -19,6 +18,16 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="
 
 def _open_fds() -> set[int]:
     return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+def read_schedstat(tid: int) -> tuple[int, int] | None:
+    """The file opened and read for this one reading (what the kept descriptor must agree with)."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+            run, wait = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(run), int(wait)
 
 
 def _statm_pages() -> int:
@@ -157,6 +166,5 @@ def test_a_reader_dropped_closes_its_descriptor():
     assert f.read() is not None
     fd = f._fd
     assert fd in _open_fds()
-    del f
-    gc.collect()
+    del f  # the last reference: CPython frees it here (no cycle holds a reader)
     assert fd not in _open_fds()
