@@ -164,19 +164,10 @@ def parse_schedstat(data: bytes | None) -> Reading | None:
         return None
 
 
-def read_schedstat(tid: int) -> Reading | None:
-    """The first two fields of ``/proc/self/task/<tid>/schedstat``, opened for this one reading; None
-    when unreadable."""
-    try:
-        with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
-            return parse_schedstat(f.read())
-    except OSError:
-        return None
-
-
 class Schedstats:
-    """``read_schedstat`` through kept descriptors (:class:`ProcFile`), for the few threads a sampler
-    reads each time; the least recently read closes past :data:`KEEP` (threads that ended unread)."""
+    """``(run_ns, wait_ns)`` of ``/proc/self/task/<tid>/schedstat`` by thread id (None when unreadable),
+    through kept descriptors (:class:`ProcFile`), for the few threads a sampler reads each time; the
+    least recently read closes past :data:`KEEP` (threads that ended unread)."""
 
     KEEP = 16
 

@@ -490,23 +490,14 @@ class GpuSteps:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-_STATM = "/proc/self/statm"
-_statm = ProcFile(_STATM)
+_statm = ProcFile("/proc/self/statm")
 """This process's statm, kept open for the sampler's ten readings a second (:class:`.cputime.ProcFile`)."""
 
 
-def rss_bytes(path: str = _STATM) -> int | None:
+def rss_bytes() -> int | None:
     """This process's resident memory (``/proc/self/statm``'s second field, in pages), None elsewhere."""
-    if path == _STATM:
-        data = _statm.read()
-    else:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            return None
     try:
-        return int((data or b"").split()[1]) * _PAGE
+        return int((_statm.read() or b"").split()[1]) * _PAGE
     except (IndexError, ValueError):
         return None
 

@@ -11,7 +11,7 @@ from torchpar_top.contract.codec import LineReader
 from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.agent import Agent
-from torchpar_top.probes.agent.cputime import ThreadClock, read_schedstat
+from torchpar_top.probes.agent.cputime import Schedstats, ThreadClock
 from torchpar_top.probes.agent.stream import EmulatedStream
 
 
@@ -287,6 +287,7 @@ def test_thread_clock_gives_run_and_wait_since_the_previous_reading():
 
 
 def test_real_schedstat_of_this_thread_counts_its_run_time():
+    read_schedstat = Schedstats()  # the sampler's reader
     before = read_schedstat(threading.get_native_id())
     if before is None:
         pytest.skip("this kernel keeps no schedstat")
