@@ -147,7 +147,7 @@ def fast_dumps(obj: Any) -> bytes | None:
 
 def finite(obj: Any) -> bool:
     """Whether every float in ``obj`` (a dataclass, tuple, list, dict or scalar) is finite: lists of
-    numbers checked at C speed."""
+    numbers checked at C speed, a dataclass by its own check (:func:`_finite_check`)."""
     kind = type(obj)
     if kind is float:
         return math.isfinite(obj)
@@ -161,10 +161,58 @@ def finite(obj: Any) -> bool:
     if kind is dict:
         return all(map(finite, obj.values()))
     if hasattr(kind, "__dataclass_fields__"):
-        if hasattr(obj, "__dict__"):  # every field, also those a fast converter filled in
-            return all(map(finite, obj.__dict__.values()))
-        return all(finite(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+        check = _FINITE_CHECKS.get(kind)
+        if check is None:
+            check = _FINITE_CHECKS[kind] = _finite_check(kind)
+        return check(obj)
     return True
+
+
+#: :func:`_finite_check` of each dataclass met so far.
+_FINITE_CHECKS: dict[type, Callable[[Any], bool]] = {}
+
+
+def _finite_check(cls: type) -> Callable[[Any], bool]:
+    """:func:`finite` for an object of dataclass ``cls``, made from its type hints: the fields that can
+    hold a float are looked at (a float one inline, a tuple, dataclass or untyped one through
+    :func:`finite`), the others never (an ``int``, ``str``, ``bool`` or enum field, a tuple of them, a
+    dataclass without a float anywhere: a sample's thread roles and stack frames). What an agent's
+    sample costs to check is then a call per nested object, not per field (issue 18's sampler cost)."""
+    scope: dict[str, Any] = {"_finite": finite, "_isfinite": math.isfinite, "_float": float, "_type": type}
+    lines = ["def check(o):"]
+    for f, hint in _hints(cls):
+        if f.name.startswith("__"):
+            continue  # a private name would be mangled in the source below (no such field in the contract)
+        how = _float_holder(hint)
+        if how == "float":
+            lines += [f"    v = o.{f.name}", "    if _type(v) is _float and not _isfinite(v): return False"]
+        elif how == "walk":
+            lines.append(f"    if not _finite(o.{f.name}): return False")
+    lines.append("    return True")
+    exec(compile("\n".join(lines) + "\n", f"<finite check of {cls.__name__}>", "exec"), scope)
+    built: Callable[[Any], bool] = scope["check"]
+    return built
+
+
+def _float_holder(hint: Any) -> str:
+    """How a field of type ``hint`` may hold a float: ``"float"`` (itself, or None), ``"walk"`` (inside
+    it, or its type does not say: looked at by :func:`finite`) or ``""`` (never)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        hows = {_float_holder(o) for o in typing.get_args(hint) if o is not type(None)}
+        if hows <= {""}:
+            return ""
+        return "float" if hows == {"float"} else "walk"
+    if origin is tuple:
+        args = typing.get_args(hint)
+        return "" if all(_float_holder(a) == "" for a in args if a is not Ellipsis) else "walk"
+    if hint is float:
+        return "float"
+    if hint in (int, str, bool) or (isinstance(hint, type) and issubclass(hint, Enum)):
+        return ""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return "walk" if any(_float_holder(h) for _, h in _hints(hint)) else ""
+    return "walk"  # Any, a dict, a list...: whatever it holds
 
 
 def from_plain(cls: type[T], data: Any, where: str = "", only: frozenset[str] | None = None) -> T:

@@ -243,3 +243,45 @@ def test_orjson_never_writes_nan_as_null_and_gives_way_where_it_refuses():
     log = m.Log(text="\ud800 lone surrogate")  # orjson refuses it: the standard library writes it
     assert fast_dumps(log) is None and m.decode(log.to_json()).text == log.text
     assert finite((1, 2.5, 10**400, None, "x")) and not finite([1.0, (2.0, float("-inf"))])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Loose:
+    """A dataclass whose field's type does not say what it holds."""
+
+    anything: object
+    count: int = 0
+
+
+def test_a_nan_anywhere_a_float_can_be_is_found_by_the_checks_made_from_type_hints():
+    """``finite`` looks at a dataclass through a check made from its hints: every place a sample can
+    carry a float (a field, an optional one, a tuple of them, a nested object, a tuple of nested
+    objects, an untyped field) is looked at."""
+    steps = m.Steps(
+        source=m.StepSource.OPTIMIZER,
+        count=3,
+        seconds=0.5,
+        phases=m.StepPhases(forward=0.1),
+        ends=(1.0, 2.0),
+        recent=(m.StepRecord(end=1.0, phases=m.StepPhases(data=0.2)),),
+    )
+    s = dataclasses.replace(sample(streams=1), steps=steps, op_coverage=0.5)
+    assert finite(s)
+    nan = float("nan")
+    bad = [
+        dataclasses.replace(s, op_coverage=nan),  # an optional float
+        dataclasses.replace(s, frontend=dataclasses.replace(s.frontend, core_wait=float("inf"))),
+        dataclasses.replace(s, steps=dataclasses.replace(steps, ends=(1.0, nan))),
+        dataclasses.replace(s, steps=dataclasses.replace(steps, phases=m.StepPhases(other=nan))),
+        dataclasses.replace(
+            s,
+            steps=dataclasses.replace(steps, recent=(m.StepRecord(end=1.0, phases=m.StepPhases(sync=nan)),)),
+        ),
+    ]
+    for obj in bad:
+        assert not finite(obj)
+        with pytest.raises(ValueError):
+            obj.to_json()
+    assert not finite(_Loose(anything={"k": [1.0, nan]})) and finite(
+        _Loose(anything={"k": [1.0]}, count=10**400)
+    )
