@@ -68,6 +68,9 @@ from torchpar_top.probes.agent.usercode_exec import user_frames
 
 #: Seconds between two readings of the frontend's stack (sent in that sample).
 STACK_EVERY = 0.5
+#: Seconds a sample's thread roles are sent again unchanged (rebuilt sooner when a count changes: Python
+#: threads, an executor's threads, the executors).
+ROLES_EVERY = 1.0
 #: A frontend that ran less than this share of the window is idle (the stack panel says so).
 IDLE_RUN_SHARE = 0.1
 
@@ -102,6 +105,14 @@ class Agent:
     ) -> None:
         self._sock = _out_of_reach(sock) if sock is not None else None
         self._sock_id = _identity(self._sock.fileno()) if self._sock is not None else None
+        self._check_each_send = self._sock is not None and self._sock.fileno() < _socket_floor()
+        """Left at a low number (no higher one allowed), the socket's number is one the workload's next
+        file or socket may get: each send checks what it holds first (an ``fstat``). Moved high, a
+        number is only ever reused by a deliberate ``dup2`` onto it, and what the workload does with
+        our descriptor shows in the send itself: closed, ``EBADF``; a file put there, ``ENOTSOCK``
+        (``send`` writes to sockets only). So a sample goes out without the ``fstat`` (a syscall that
+        lets go of the GIL, which the sampler then waits for beside the user's loop); the command
+        thread still checks the descriptor every :data:`COMMAND_POLL_MS`."""
         """The socket's (device, inode): a descriptor with this number is ours only while they match."""
         self.channel_lost = False
         """True once the workload closed or replaced the protocol's descriptor: it runs on, unmonitored."""
@@ -140,6 +151,9 @@ class Agent:
         self.frontend_tid = threading.get_native_id()
         self.frontend_ident = threading.get_ident()
         self._stack_t = float("-inf")
+        self._roles: tuple[ThreadRole, ...] = ()
+        self._roles_key: tuple[int, ...] | None = None
+        self._roles_t = float("-inf")
         self._agent_tids: list[int] = []
         self._threads: list[threading.Thread] = []
         self._drain_target: dict[int, int] = {}
@@ -315,6 +329,22 @@ class Agent:
                 roles.append(ThreadRole(tid, Role.AGENT if thread.name.startswith("tpt-") else Role.PYTHON))
         return tuple(roles[:MAX_ITEMS])
 
+    def _sample_roles(self, now: float) -> tuple[ThreadRole, ...]:
+        """:meth:`roles` for a sample: the last ones again while the threads' counts are what they were
+        and they are younger than :data:`ROLES_EVERY` (they rarely change, and building them is a
+        twentieth of a sample's Python beside the user's loop); a thread that took another's place between
+        two samples is named within that second."""
+        executors = (*self.executors, *self._side)
+        key = (
+            threading.active_count(),
+            len(self._agent_tids),
+            len(executors),
+            sum(len(ex.tids) for ex in executors),
+        )
+        if key != self._roles_key or now - self._roles_t >= ROLES_EVERY:
+            self._roles, self._roles_key, self._roles_t = self.roles(), key, now
+        return self._roles
+
     # -- threads ----------------------------------------------------------------------------------
 
     def _sample_loop(self) -> None:
@@ -372,7 +402,7 @@ class Agent:
             overlap_high=min(1.0, on_cores[1] / window),
             overlap_in_progress=min(1.0, overlap_time(per_executor) / window) if several else 0.0,
             executors=tuple(rows),
-            roles=self.roles(),
+            roles=self._sample_roles(t1),
             draining=self.draining(),
             cuda_uuids=tuple(self.cuda.uuids()) if self.cuda is not None else (),
             timing=bool(self.timing.intervals(t0, t1)),
@@ -566,7 +596,7 @@ class Agent:
             return
         data = msg.to_json()
         with self._send_lock:
-            if not self._channel_ok():
+            if self.channel_lost or (self._check_each_send and not self._channel_ok()):
                 raise OSError(errno.EBADF, "the protocol's descriptor was closed by the workload")
             try:
                 self._sock.sendall(data)
@@ -611,12 +641,18 @@ def _identity(fd: int) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _socket_floor() -> int:
+    """The lowest number the protocol socket moves to: 16 below the descriptor limit (the kept
+    ``/proc`` files go below it, :class:`~torchpar_top.probes.agent.cputime.ProcFile`)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (1 << 20 if soft == resource.RLIM_INFINITY else min(soft, 1 << 20)) - 16
+
+
 def _out_of_reach(sock: socket.socket) -> socket.socket:
     """The protocol socket moved to a high descriptor number (close-on-exec), its old number freed: a
     script that closes descriptors (``os.closerange(3, 1024)``) or counts on the low numbers being free
     finds what it would under plain python. Left where it is if no higher number is allowed."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    floor = (1 << 20 if soft == resource.RLIM_INFINITY else min(soft, 1 << 20)) - 16
+    floor = _socket_floor()
     if floor <= sock.fileno():
         return sock
     try:

@@ -122,6 +122,34 @@ def test_sample_message_is_valid_and_measures_busy_time():
         agent.close()
 
 
+def test_a_samples_thread_roles_are_rebuilt_when_a_count_changes_or_a_second_passed(monkeypatch):
+    """Roles go out with every sample but are built again only when the threads' counts change (a
+    thread started or ended) or after ROLES_EVERY: a thread that took another's place is named within
+    that second."""
+    from torchpar_top.probes.agent import agent as agent_module
+
+    agent = _agent()
+    built = []
+    real = agent.roles
+    monkeypatch.setattr(agent, "roles", lambda: built.append(1) or real())
+    gate = threading.Event()
+    try:
+        t = time.perf_counter()
+        first = agent.sample(t - 0.1, t).roles
+        again = agent.sample(t, t + 0.1).roles
+        assert len(built) == 1 and again == first
+        worker = threading.Thread(target=gate.wait, name="user-worker")
+        worker.start()
+        third = agent.sample(t + 0.1, t + 0.2).roles
+        assert len(built) == 2 and worker.native_id in {r.tid for r in third}
+        later = t + 0.2 + agent_module.ROLES_EVERY
+        agent.sample(later - 0.1, later)
+        assert len(built) == 3  # unchanged counts, but a second old
+    finally:
+        gate.set()
+        agent.close()
+
+
 def test_commands_over_the_socket_change_mode_and_threads():
     parent, child = socket.socketpair()
     agent = _agent(child)
@@ -197,6 +225,34 @@ def test_a_sample_taken_during_a_wait_counts_it_up_to_now():
     finally:
         gate.set()
         agent.close()
+
+
+def test_a_socket_left_at_a_low_number_is_checked_before_each_send(monkeypatch):
+    """Where the protocol socket could not move high, the workload's next socket may get its number:
+    each send checks what the number holds, and nothing goes into the workload's socket."""
+    import os
+
+    from torchpar_top.probes.agent import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "_socket_floor", lambda: 1 << 30)  # past any limit: it stays
+    parent, child = socket.socketpair()
+    theirs, their_peer = socket.socketpair()
+    agent = _agent(child)
+    try:
+        fd = agent._sock.fileno()
+        assert fd == child.fileno() and agent._check_each_send
+        os.dup2(theirs.fileno(), fd)  # the workload's socket now has our number
+        with pytest.raises(OSError):
+            agent.send(m.Log(text="must not land in the workload's socket"))
+        their_peer.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            their_peer.recv(100)
+        assert agent.channel_lost
+    finally:
+        for s in (parent, theirs, their_peer):
+            s.close()
+        agent.close()
+        os.close(fd)  # the copy of the workload's socket: the agent left that number alone
 
 
 def _eof_within(sock, timeout=10):
