@@ -52,6 +52,11 @@ CPU_SYNC_NOTE = (
 #: Seconds a stop waits for a safe point before interrupting the user's code wherever it is.
 STOP_SAFE_WAIT = 0.5
 
+#: Seconds between two readings of the process's memory (the first sample has one): what it shows (a
+#: rise over minutes, a device's peak) needs no more, and each reading is a ``/proc`` read and, with
+#: CUDA, a ``memory_stats`` per device in the sampler's time beside the user's loop.
+MEMORY_EVERY = 0.5
+
 _get_ident = threading.get_ident
 _OPTIMIZER_STEPS = StepSource.OPTIMIZER
 
@@ -146,7 +151,8 @@ class UserCode:
         """The phase boundaries Instrumentation installs (:mod:`.usercode_phases`)."""
         self.data.steps = self.steps
         self.memory = True
-        """Send the process's memory in each sample."""
+        """Send the process's memory in samples (one every :data:`MEMORY_EVERY`)."""
+        self._memory_t = float("-inf")
         self.stop_requested = False
         self.interruptible = False
         """True while the user's code runs: a stop then interrupts it (KeyboardInterrupt)."""
@@ -392,9 +398,11 @@ class UserCode:
         return {"data_wait": min(1.0, busy_time(self.data.wait.intervals(t0, t1)) / window)}
 
     def _steps_part(self, t0: float, t1: float) -> dict[str, Any]:
-        """Sample part: the steps so far and the process's memory."""
+        """Sample part: the steps so far and, every :data:`MEMORY_EVERY`, the process's memory (a sample
+        without it leaves torchpar-top's last reading standing)."""
         part: dict[str, Any] = {"steps": self.steps.take()}
-        if self.memory:
+        if self.memory and t1 - self._memory_t >= MEMORY_EVERY:
+            self._memory_t = t1
             part["memory"] = read_memory(self.cuda if cuda_in_use() else None)
         return part
 

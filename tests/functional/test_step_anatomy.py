@@ -4,6 +4,7 @@ The scripts time their own data loading and forward; the agent's phases must agr
 assertion depends on how fast this machine is: the agent and the script measure the same calls.
 """
 
+import itertools
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from torchpar_top.contract import messages as msgs
 from torchpar_top.contract.vocab import ENV_SOCKET, PHASES, StepSource
+from torchpar_top.probes.agent.usercode import MEMORY_EVERY
 from torchpar_top.sources.live.child import ChildProcess
 from torchpar_top.sources.live.listener import AgentListener
 
@@ -67,7 +69,10 @@ def test_a_manual_sgd_loop_gets_steps_from_backward():
     assert adds_up(last)
     assert last.phases.backward > 0 and last.phases.forward > 0
     assert any(s.unit == "steps/s" and s.throughput > 0 for s in with_steps)
-    assert all(s.memory is not None and s.memory.rss_bytes > 0 for s in child.samples())
+    samples = child.samples()
+    read = [s.t for s in samples if s.memory is not None and s.memory.rss_bytes > 0]
+    assert samples[0].memory is not None and len(read) < len(samples)  # the first, then every MEMORY_EVERY
+    assert len(read) >= 2 and max(b - a for a, b in itertools.pairwise(read)) < MEMORY_EVERY + 1.0
     counts = [s.steps.count for s in with_steps]
     assert counts == sorted(counts)  # cumulative: never goes back
 
