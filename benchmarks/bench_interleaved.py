@@ -24,8 +24,11 @@ left out 1. So both variants start afresh ``--blocks`` times; a block's ratio is
 its pairs' ratios (B's rate over A's), and the run's figure is the geometric mean of the blocks' with a
 95 % interval (Student's t) from the blocks' spread. Printed also: per variant, where its loop thread's
 step went (``/proc/PID/task/TID/schedstat``: on a core, waiting for one, neither: blocked on the GIL or
-a lock). ``--slots FILE`` writes every counted slot (block, pair, variant, steps, seconds, the loop
-thread's nanoseconds on a core and waiting for one) as CSV, to look at a run's slots one by one.
+a lock), and the CPU its process's other threads took a second (the agent's sampler and control
+threads: what the agent's own work costs, resolved far better than its effect on the rate).
+``--slots FILE`` writes every counted slot (block, pair, variant, steps, seconds, the loop thread's
+nanoseconds on a core and waiting for one, the other threads' on a core) as CSV, to look at a run's
+slots one by one.
 
 Variants: ``plain`` (``python bench_run_steps.py --loop NAME``), ``plain2`` (the same: ``--a plain
 --b plain2`` measures the method's own noise, its ratio should be 1 within its interval), ``run`` (the
@@ -160,17 +163,31 @@ class Variant:
         loop = loops[-1] if loops else top
         return [loop, *(p for p in procs if p is not loop)]
 
-    def schedstat(self) -> tuple[int, int]:
-        """The loop thread's ``(on a core, waiting for a core)`` nanoseconds so far (0, 0 unreadable)."""
+    def schedstat(self) -> tuple[int, int, int]:
+        """The loop thread's ``(on a core, waiting for a core)`` nanoseconds so far, and the loop
+        process's other threads' on a core (the agent's sampler and control threads, intra-op
+        workers); zeros where unreadable. An other thread that ended between two readings takes its
+        time with it (the agent's threads live as long as the process)."""
         if self._loop_pid is None:
             procs = self.tree()
             self._loop_pid = procs[0].pid if procs else -1
+        pid = self._loop_pid
+        run = wait = others = 0
         try:
-            with open(f"/proc/{self._loop_pid}/task/{self._loop_pid}/schedstat", "rb") as f:
-                run, wait = f.read().split()[:2]
-            return int(run), int(wait)
-        except (OSError, ValueError):
-            return 0, 0
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return 0, 0, 0
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    fields = f.read().split()
+            except OSError:
+                continue  # ended meanwhile
+            if tid == str(pid):
+                run, wait = int(fields[0]), int(fields[1])
+            else:
+                others += int(fields[0])
+        return run, wait, others
 
     def stop(self) -> None:
         self.stopped = self.tree()
@@ -200,9 +217,9 @@ class Variant:
         self.counter.close()
 
 
-def slot(v: Variant, seconds: float) -> tuple[int, float, tuple[int, int]]:
+def slot(v: Variant, seconds: float) -> tuple[int, float, tuple[int, int, int]]:
     """Let ``v`` run alone for ``seconds``: the steps it did, the time it had, and its loop thread's
-    nanoseconds on a core and waiting for one."""
+    nanoseconds on a core and waiting for one, and its process's other threads' on a core."""
     v.cont()
     s0 = v.schedstat()
     c0, t0 = v.count(), time.perf_counter()
@@ -210,7 +227,7 @@ def slot(v: Variant, seconds: float) -> tuple[int, float, tuple[int, int]]:
     t1 = time.perf_counter()
     v.stop()
     s1 = v.schedstat()
-    return v.count() - c0, t1 - t0, (s1[0] - s0[0], s1[1] - s0[1])
+    return v.count() - c0, t1 - t0, (s1[0] - s0[0], s1[1] - s0[1], s1[2] - s0[2])
 
 
 #: Student's t at 97.5 % by degrees of freedom (a 95 % interval from a few blocks).
@@ -237,12 +254,13 @@ def interval(ratios: list[float]) -> tuple[float, float, float]:
 @dataclass
 class Tally:
     """A variant's counted slots, over every block: steps, seconds, and its loop thread's nanoseconds on
-    a core and waiting for one."""
+    a core and waiting for one, and its process's other threads' on a core."""
 
     steps: int = 0
     seconds: float = 0.0
     on_core: int = 0
     queued: int = 0
+    others: int = 0
 
 
 def block(
@@ -281,21 +299,22 @@ def block(
         for k in range(args.pairs):
             counted = {}
             for v in (a, b) if k % 2 == 0 else (b, a):  # ABBA
-                counted[v.name] = n, seconds, (on, queued) = slot(v, args.slot)
+                counted[v.name] = n, seconds, (on, queued, others) = slot(v, args.slot)
                 if log is not None:
-                    log.write(f"{number},{k},{v.name},{n},{seconds:.6f},{on},{queued}\n")
+                    log.write(f"{number},{k},{v.name},{n},{seconds:.6f},{on},{queued},{others}\n")
             if min(n for n, _, _ in counted.values()) <= 0:
                 # a slot that counted no step, or fewer than none: the loop's counter read back smaller
                 # than before (3 slots in ~3,000 with the agent's sampler on, session 17; unexplained):
                 # the pair is left out of the ratios and of the totals, and counted
                 dropped += 1
                 continue
-            for name, (n, seconds, (on, queued)) in counted.items():
+            for name, (n, seconds, (on, queued, others)) in counted.items():
                 tally = totals.setdefault(name, Tally())
                 tally.steps += n
                 tally.seconds += seconds
                 tally.on_core += on
                 tally.queued += queued
+                tally.others += others
             ratios.append(
                 (counted[b.name][0] / counted[b.name][1]) / (counted[a.name][0] / counted[a.name][1])
             )
@@ -350,7 +369,7 @@ def main() -> None:
         log = None
         if args.slots is not None:
             log = stack.enter_context(args.slots.open("w", buffering=1))
-            log.write("block,pair,variant,steps,seconds,on_core_ns,queued_ns\n")
+            log.write("block,pair,variant,steps,seconds,on_core_ns,queued_ns,others_ns\n")
         for i in range(args.blocks):
             ratios, left_out = block(args, Path(tmp), totals, i + 1, log)
             dropped += left_out
@@ -379,7 +398,8 @@ def main() -> None:
         print(
             f"  {name}: {1 / wall:.1f} steps/s; a step {wall * 1e6:.1f} µs: on a core {on * 1e6:.1f}, "
             f"waiting for a core {queued * 1e6:.1f}, neither (blocked: the GIL, a lock) "
-            f"{(wall - on - queued) * 1e6:.1f}"
+            f"{(wall - on - queued) * 1e6:.1f}; the process's other threads on a core "
+            f"{t.others / 1e3 / t.seconds:.0f} µs a second"
         )
     if dropped:
         print(f"  pairs left out: {dropped} (a slot counted no step, or its counter went back)")
