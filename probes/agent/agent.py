@@ -350,6 +350,7 @@ class Agent:
     def _sample_loop(self) -> None:
         self._agent_tids.append(threading.get_native_id())
         last_t = time.perf_counter()
+        failed = False
         while self.running:
             time.sleep(self.interval)
             now = time.perf_counter()
@@ -357,6 +358,13 @@ class Agent:
                 self.send(self.sample(last_t, now))
             except OSError:
                 return
+            except Exception as exc:  # a part's bug or a value JSON cannot carry: that sample, not sampling
+                if not failed:
+                    failed = True
+                    self._log_quietly(
+                        f"agent: a sample could not be made ({type(exc).__name__}: {exc}); the next ones"
+                        " are tried (this is said once)"
+                    )
             last_t = now
 
     def sample(self, t0: float, t1: float) -> Sample:

@@ -195,6 +195,40 @@ def test_a_profiler_window_without_cuda_says_there_is_no_queue_to_analyse():
         agent.close()
 
 
+def test_a_sample_that_cannot_be_made_is_said_once_and_sampling_goes_on():
+    """A sample part that raises (a bug, a NaN JSON cannot carry) costs that sample: the log says so
+    once and the samples after it still come."""
+    parent, child = socket.socketpair()
+    agent = _agent(child)
+    calls = []
+
+    def flaky(t0, t1):
+        calls.append(t1)
+        if len(calls) <= 3:
+            return {"op_coverage": float("nan")} if len(calls) == 1 else {"no_such_field": 1}
+        return {}
+
+    agent.sample_parts.append(flaky)
+    agent.start()
+    try:
+        reader, logs, samples = LineReader(), [], 0
+        parent.settimeout(30)
+        while samples < 3:
+            for line in reader.feed(parent.recv(65536)):
+                msg = m.decode(line)
+                if isinstance(msg, m.Log):
+                    logs.append(msg.text)
+                samples += isinstance(msg, m.Sample)
+        assert len(calls) >= 6
+        assert [t for t in logs if "could not be made" in t] == [
+            "agent: a sample could not be made (ValueError: NaN or infinity is not JSON); the next ones are"
+            " tried (this is said once)"
+        ]
+    finally:
+        parent.close()
+        agent.close()
+
+
 def test_the_agent_stops_when_torchpar_top_goes_away():
     parent, child = socket.socketpair()
     stopped = threading.Event()
