@@ -15,6 +15,7 @@ import psutil
 from torchpar_top.contract.messages import ThreadRole
 from torchpar_top.contract.snapshot import ThreadInfo
 from torchpar_top.contract.vocab import Role
+from torchpar_top.probes.agent.cputime import parse_schedstat
 
 # DataLoader pin-memory thread / worker processes (torch.utils.data sets these names) and generic ones.
 _DATA_PREFIXES = ("pt_data",)
@@ -271,7 +272,7 @@ def _read_small(path: str) -> bytes:
 def _read_schedstat_ns(path: str) -> tuple[int | None, int | None]:
     """``(on CPU, waiting on a run queue)`` in nanoseconds from ``schedstat``; Nones when unavailable."""
     try:
-        fields = _read_small(path).split()
-        return int(fields[0]), int(fields[1])
-    except (OSError, ValueError, IndexError):
+        reading = parse_schedstat(_read_small(path))
+    except OSError:
         return None, None
+    return reading if reading is not None else (None, None)
