@@ -66,8 +66,8 @@ MLP_SHAPES = {"mlp": (128, 32), "mlp-wide": (512, 64)}
 def _loop(name: str, seconds: float, threads: int, counter: Path | None = None) -> None:
     """Train ``name`` for ``seconds`` and print its figures; with ``counter`` (a file), train until killed
     and keep the count of steps done in its first 8 bytes (``bench_interleaved.py`` reads it)."""
+    import ctypes
     import mmap
-    import struct
 
     import torch
     from torch import nn
@@ -96,13 +96,17 @@ def _loop(name: str, seconds: float, threads: int, counter: Path | None = None) 
     if counter is not None:
         with counter.open("r+b") as f:
             shared = mmap.mmap(f.fileno(), 8)
+        # one aligned 8-byte store a step: a reader in another process never sees half of one
+        # (struct.pack_into zeroes the 8 bytes, then writes them one by one: a SIGSTOP from
+        # bench_interleaved.py landing in between left it a count of ~0 to read)
+        word = ctypes.c_uint64.from_buffer(shared)
         done = 0
         while True:
             opt.zero_grad()
             loss_fn().backward()
             opt.step()
             done += 1
-            struct.pack_into("<Q", shared, 0, done)
+            word.value = done
     start = time.perf_counter()
     measured_from, steps, cpu0, proc0 = None, 0, 0.0, 0.0
     while True:
