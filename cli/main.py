@@ -34,10 +34,24 @@ def _quiet_interrupt(entry: Callable[..., int]) -> Callable[..., int]:
         try:
             return entry(*args, **kwargs)
         except KeyboardInterrupt:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while Python ends: no traceback
+            _ignore_interrupts()
             return 128 + signal.SIGINT
 
     return wrapper
+
+
+def _ignore_interrupts() -> None:
+    """Ctrl-C ignored from now on (a second one while Python ends: no traceback), even when it comes
+    before that is in place: on a loaded machine the first KeyboardInterrupt can take longer to unwind
+    (a large document freed on the way) than a person takes to press Ctrl-C again, and the second one
+    then landed inside ``signal.signal`` (a traceback, status -2). Asked again until it holds; once it
+    does, a Ctrl-C already pending finds SIG_IGN and raises nothing."""
+    while True:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 @_quiet_interrupt

@@ -150,3 +150,28 @@ def test_more_ranks_than_cores_are_a_warning(monkeypatch):
     assert nproc_warning(None) == "" and nproc_warning(4) == ""
     assert nproc_warning(5).startswith("--nproc-per-node 5 on 4 cores: the ranks take turns")
     assert run_parser().parse_args(["--nproc-per-node", "5"]).nproc_per_node == 5
+
+
+def test_a_second_ctrl_c_while_the_first_unwinds_is_ignored_not_a_traceback(monkeypatch):
+    """The second Ctrl-C can land inside the call that ignores Ctrl-C: asked again, it holds."""
+    import signal
+
+    from torchpar_top import main as main_module
+
+    real = signal.signal
+    calls = []
+
+    def interrupted_once(signum, handler):
+        calls.append(handler)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the second Ctrl-C, delivered inside signal.signal
+        return real(signum, handler)
+
+    previous = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(main_module.signal, "signal", interrupted_once)
+    try:
+        main_module._ignore_interrupts()
+        assert calls == [signal.SIG_IGN, signal.SIG_IGN]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        real(signal.SIGINT, previous)
