@@ -59,6 +59,20 @@ def last_straggler(records: list[dict]) -> dict | None:
     return stepped[-1]["straggler"]
 
 
+def _story(records: list[dict]) -> str:
+    """What the last objects said, for a failure's message: each one's straggler, and per rank its step
+    time and phases (ms a step). Seen once (a fresh-clone CI with a busy core): no straggler named in
+    the crowd test, cause unknown."""
+    lines = []
+    for r in [r for r in records if len([k for k in r["ranks"] if k.get("steps")]) == 2][-4:]:
+        ranks = {
+            k["rank"]: {p: round(v * 1e3, 2) for p, v in k["steps"]["phases"].items() if v}
+            for k in r["ranks"]
+        }
+        lines.append(f"straggler {r['straggler']}; ranks {ranks}")
+    return "\n".join(lines) or "no object had both ranks' steps"
+
+
 @pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
 def test_a_rank_slowed_in_its_forward_is_named_with_forward():
     records = headless("forward", "1", "12")
@@ -82,8 +96,9 @@ def test_a_rank_slowed_in_its_data_is_named_with_data():
 @pytest.mark.skipif(not _gloo(), reason="torch.distributed with Gloo is not available")
 def test_a_rank_that_shares_its_core_is_named_with_its_wait_for_a_core():
     # rank 1 pinned to one core with two processes spinning there: the same code, a third of a core
-    found = last_straggler(headless("crowd", "1", "2"))
-    assert found is not None and found["rank"] == 1, found
+    records = headless("crowd", "1", "2")
+    found = last_straggler(records)
+    assert found is not None and found["rank"] == 1, _story(records)
     assert found["core_wait"] is not None and found["core_wait"] > 0.0002, found
 
 
