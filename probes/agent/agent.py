@@ -16,7 +16,6 @@ import ctypes
 import errno
 import fcntl
 import os
-import resource
 import select
 import signal
 import socket
@@ -59,7 +58,7 @@ from torchpar_top.probes.agent.activity import (
     split_busy,
     waiting,
 )
-from torchpar_top.probes.agent.cputime import ThreadClock
+from torchpar_top.probes.agent.cputime import ThreadClock, high_floor
 from torchpar_top.probes.agent.executor import EagerDevice, Executor
 from torchpar_top.probes.agent.interop import InterOpPool
 from torchpar_top.probes.agent.stream import DEFAULT_CAPACITY, EmulatedStream
@@ -105,6 +104,7 @@ class Agent:
     ) -> None:
         self._sock = _out_of_reach(sock) if sock is not None else None
         self._sock_id = _identity(self._sock.fileno()) if self._sock is not None else None
+        """The socket's (device, inode): a descriptor with this number is ours only while they match."""
         self._check_each_send = self._sock is not None and self._sock.fileno() < _socket_floor()
         """Left at a low number (no higher one allowed), the socket's number is one the workload's next
         file or socket may get: each send checks what it holds first (an ``fstat``). Moved high, a
@@ -113,7 +113,6 @@ class Agent:
         (``send`` writes to sockets only). So a sample goes out without the ``fstat`` (a syscall that
         lets go of the GIL, which the sampler then waits for beside the user's loop); the command
         thread still checks the descriptor every :data:`COMMAND_POLL_MS`."""
-        """The socket's (device, inode): a descriptor with this number is ours only while they match."""
         self.channel_lost = False
         """True once the workload closed or replaced the protocol's descriptor: it runs on, unmonitored."""
         self._send_lock = threading.Lock()
@@ -652,8 +651,7 @@ def _identity(fd: int) -> tuple[int, int] | None:
 def _socket_floor() -> int:
     """The lowest number the protocol socket moves to: 16 below the descriptor limit (the kept
     ``/proc`` files go below it, :class:`~torchpar_top.probes.agent.cputime.ProcFile`)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return (1 << 20 if soft == resource.RLIM_INFINITY else min(soft, 1 << 20)) - 16
+    return high_floor(16)
 
 
 def _out_of_reach(sock: socket.socket) -> socket.socket:

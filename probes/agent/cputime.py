@@ -58,10 +58,17 @@ def _pread_keeping_the_gil() -> Callable[[int, ctypes.Array[ctypes.c_char], int]
 _PREAD = _pread_keeping_the_gil()
 
 
+def high_floor(below: int) -> int:
+    """The descriptor number ``below`` under this process's limit (at most 2**20): where the agent
+    moves the descriptors it keeps, out of the workload's way (the protocol socket 16 below, the kept
+    ``/proc`` files 64 below)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (1 << 20 if soft == resource.RLIM_INFINITY else min(soft, 1 << 20)) - below
+
+
 def _high_floor() -> int:
     """The lowest descriptor number the kept files move to: near the limit, out of the workload's way."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return (1 << 20 if soft == resource.RLIM_INFINITY else min(soft, 1 << 20)) - 64
+    return high_floor(64)
 
 
 class ProcFile:
