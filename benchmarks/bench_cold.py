@@ -21,28 +21,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fakes.recordings import sample
 from torchpar_top.contract import messages as m
-from torchpar_top.contract.vocab import ExecutorKind, Mode, Quantity, Role, StepSource, ThroughputUnit
+from torchpar_top.contract.vocab import Role, StepSource
 
 
 def a_sample() -> m.Sample:
-    """A sample like an agent's in a launch-bound loop: two executors, ~100 step ends, five whole
-    steps, a dozen thread roles."""
-    row = m.ExecutorRow(
-        name="cpu-stream:0",
-        kind=ExecutorKind.EMULATED_STREAM,
-        quantity=Quantity.DEPTH,
-        value=3,
-        capacity=64,
-        launched=1000,
-        completed=997,
-        busy=0.8,
-        blocked=0.0,
-        running=0.7,
-        core_wait=0.05,
-    )
+    """A sample like an agent's in a launch-bound loop: the tests' two-stream sample with ~100 step
+    ends, five whole steps, a dozen thread roles and the memory."""
     steps = m.Steps(
         source=StepSource.OPTIMIZER,
         count=12_000,
@@ -55,18 +47,9 @@ def a_sample() -> m.Sample:
         ),
         timed=600,
     )
-    return m.Sample(
+    return dataclasses.replace(
+        sample(streams=2),
         t=time.time(),
-        window=0.1,
-        mode=Mode.ASYNC,
-        throughput=850.0,
-        unit=ThroughputUnit.STEPS,
-        num_threads=1,
-        frontend=m.Frontend(busy=0.9, wait=0.02, core_wait=0.01),
-        overlap=0.0,
-        overlap_high=0.0,
-        overlap_in_progress=0.0,
-        executors=(row, dataclasses.replace(row, name="cpu-stream:1")),
         roles=tuple(m.ThreadRole(tid=1000 + i, role=Role.PYTHON) for i in range(12)),
         steps=steps,
         memory=m.Memory(rss_bytes=1 << 30, devices=()),
