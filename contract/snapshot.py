@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -78,6 +78,9 @@ class HostSample:
     threads: tuple[ThreadInfo, ...] | None
     """The child's threads (empty when no child is running); ``None`` when they were not read this time
     (they are read every few samples: ``session.store.THREAD_SAMPLE_S``)."""
+    started: Mapping[int, int] = field(default_factory=dict)
+    """When each of ``threads`` started (tid -> clock ticks after boot, ``/proc`` ``stat`` field 22): orders
+    threads by age where their ids cannot (ids that wrapped around). Not part of a snapshot."""
 
 
 @dataclass(frozen=True)

@@ -302,20 +302,25 @@ def _recent_mean(window: deque, value: float | None) -> float | None:
     return sum(window) / len(window)
 
 
-def interop_pools(threads: tuple[ThreadInfo, ...], sizes: Mapping[int, int]) -> tuple[ThreadInfo, ...]:
+def interop_pools(
+    threads: tuple[ThreadInfo, ...], sizes: Mapping[int, int], started: Mapping[int, int] | None = None
+) -> tuple[ThreadInfo, ...]:
     """The inter-op pool's threads told from the OpenMP workers they start.
 
     Threads are named by the kernel after the thread that created them, so the OpenMP team an inter-op
     thread starts for its first parallel op is named ``PTThreadPool`` too: the inter-op experiment (2
     inter-op threads, 2 intra-op) showed ``inter-op pool ×4``. torch starts the whole pool at once, before
     any of them runs an op, so in a process whose pool has ``n`` threads (``sizes``, from its hello) the
-    ``n`` lowest thread ids named so are the pool, the others intra-op workers (a thread id that wrapped
-    around in between would be misread)."""
-    pooled: dict[int, list[int]] = {}
+    ``n`` oldest threads named so are the pool, the others intra-op workers. Age is the start time the
+    kernel keeps (``started``: tid -> clock ticks, :attr:`HostSample.started`), then the thread id among
+    threads started in the same tick (or all, where start times are not known): ids alone would misread a
+    pool whose ids wrapped around past the kernel's maximum."""
+    age = started or {}
+    pooled: dict[int, list[tuple[int, int]]] = {}
     for t in threads:
         if t.role == Role.INTEROP and t.pid is not None and t.pid in sizes:
-            pooled.setdefault(t.pid, []).append(t.tid)
-    workers = {tid for pid, tids in pooled.items() for tid in sorted(tids)[sizes[pid] :]}
+            pooled.setdefault(t.pid, []).append((age.get(t.tid, 0), t.tid))
+    workers = {tid for pid, aged in pooled.items() for _, tid in sorted(aged)[sizes[pid] :]}
     if not workers:
         return threads
     return tuple(replace(t, role=Role.INTRAOP) if t.tid in workers else t for t in threads)
@@ -526,7 +531,9 @@ class SessionStore:
                 hist.append(load)
             self._cores = sample.cores
             if sample.threads is not None:
-                self._thread_window.append(interop_pools(sample.threads, self._interop_by_pid))
+                self._thread_window.append(
+                    interop_pools(sample.threads, self._interop_by_pid, sample.started)
+                )
                 self._threads = _mean_threads(self._thread_window)
 
     def on_monitor(self, share: float) -> None:

@@ -24,19 +24,20 @@ _DATA_WORDS = ("dataloader", "pin_memory", "pin_mem")
 _TORCH_SERVICE_PREFIXES = ("pt_elastic", "pt_tcpstore", "pt_gloo", "pt_dist", "pt_workerserver")
 
 
-def parse_stat(text: str) -> tuple[str, str, int]:
+def parse_stat(text: str) -> tuple[str, str, int, int]:
     """Parse one ``/proc/<pid>/task/<tid>/stat`` line.
 
     ``comm`` sits in parentheses and may itself contain spaces and ``)``, so the fields after it are
     found from the *last* ``)``.
 
     Returns:
-        ``(comm, state, utime + stime)``, the CPU time in clock ticks (``SC_CLK_TCK``).
+        ``(comm, state, utime + stime, starttime)``: the CPU time, and when the thread started after
+        boot, both in clock ticks (``SC_CLK_TCK``).
     """
     close = text.rindex(")")
     comm = text[text.index("(") + 1 : close]
     rest = text[close + 1 :].split()  # rest[0] is field 3 (state), so field n is rest[n - 3]
-    return comm, rest[0], int(rest[11]) + int(rest[12])
+    return comm, rest[0], int(rest[11]) + int(rest[12]), int(rest[19])
 
 
 def classify(
@@ -90,6 +91,8 @@ class ThreadSampler:
         self._descendants = descendants
         self._children: list[int] = []
         self._children_t = float("-inf")
+        self.started: dict[int, int] = {}
+        """When each thread of the last :meth:`sample` started (tid -> clock ticks after boot)."""
 
     def read_ticks(self) -> dict[int, tuple[str, int]]:
         """Read ``{tid: (comm, utime + stime ticks)}`` for the live threads (``/proc/.../stat``)."""
@@ -107,7 +110,8 @@ class ThreadSampler:
             PermissionError: ``/proc/<pid>/task`` is not readable.
         """
         return {
-            tid: (comm, ticks, run) for tid, (comm, ticks, run, _) in _read_task(self.pid, own=True).items()
+            tid: (comm, ticks, run)
+            for tid, (comm, ticks, run, _, _) in _read_task(self.pid, own=True).items()
         }
 
     def children(self) -> list[int]:
@@ -148,11 +152,12 @@ class ThreadSampler:
             except OSError:
                 continue  # ended, or not ours to read: the watched process is what matters
         dt = now - self._prev_t if self._prev_t is not None else 0.0
+        self.started = {}
         infos = []
         current: dict[int, tuple[float, float]] = {}
         for pid, times in readings:
             for tid in sorted(times):
-                comm, ticks, run_ns, wait_ns = times[tid]
+                comm, ticks, run_ns, wait_ns, started = times[tid]
                 run = run_ns if run_ns is not None else ticks * 1e9 / self._hz
                 wait = wait_ns if wait_ns is not None else 0.0
                 current[tid] = (run, wait)
@@ -166,6 +171,7 @@ class ThreadSampler:
                     classify(tid, comm, pid, roles) if pid == self.pid else (classify_descendant(comm), "")
                 )
                 infos.append(ThreadInfo(tid, comm, role, pct, wait_pct, pid, executor))
+                self.started[tid] = started
         self._prev = current
         self._prev_t = now
         self.error = None
@@ -215,11 +221,12 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, int | None]]:
-    """``{tid: (comm, ticks, run_ns, wait_ns)}`` for the live threads of ``pid``.
+def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, int | None, int]]:
+    """``{tid: (comm, ticks, run_ns, wait_ns, started)}`` for the live threads of ``pid``.
 
     ``run_ns`` and ``wait_ns`` are the first two fields of ``schedstat``: time on a CPU, and time
-    runnable but waiting on a run queue (None where the kernel keeps no schedstat).
+    runnable but waiting on a run queue (None where the kernel keeps no schedstat); ``started`` is when
+    the thread started, in clock ticks after boot.
 
     Raises:
         ProcessLookupError: the process has exited (for ``own``, a zombie counts as exited).
@@ -230,10 +237,12 @@ def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, 
         names = os.listdir(task)
     except FileNotFoundError:
         raise ProcessLookupError(pid) from None
-    out: dict[int, tuple[str, int, int | None, int | None]] = {}
+    out: dict[int, tuple[str, int, int | None, int | None, int]] = {}
     for name in names:
         try:
-            comm, state, ticks = parse_stat(_read_small(f"{task}/{name}/stat").decode("utf-8", "replace"))
+            comm, state, ticks, started = parse_stat(
+                _read_small(f"{task}/{name}/stat").decode("utf-8", "replace")
+            )
         except (FileNotFoundError, ProcessLookupError):
             continue  # the thread ended between listdir and open
         if int(name) == pid and state in ("Z", "X"):
@@ -241,7 +250,7 @@ def _read_task(pid: int, *, own: bool) -> dict[int, tuple[str, int, int | None, 
                 raise ProcessLookupError(pid)  # exited, not yet reaped
             return {}  # a descendant that has ended: nothing of it is running
         run_ns, wait_ns = _read_schedstat_ns(f"{task}/{name}/schedstat")
-        out[int(name)] = (comm, ticks, run_ns, wait_ns)
+        out[int(name)] = (comm, ticks, run_ns, wait_ns, started)
     if not out and not os.path.exists(f"/proc/{pid}"):
         raise ProcessLookupError(pid)
     return out

@@ -504,6 +504,7 @@ class Session:
             with self._child_lock:
                 samplers = list(self._samplers.values())
             threads: tuple[ThreadInfo, ...] | None = None
+            started: dict[int, int] = {}
             # the threads every few samples, and at once for a process not read yet (a new child)
             if self._host_ticks % thread_every(self.interval) == 0 or any(
                 s not in self._threads_read for s in samplers
@@ -512,9 +513,10 @@ class Session:
                 threads = ()
                 for sampler in samplers:
                     threads += sampler.sample(roles)
+                    started.update(sampler.started)
                 self._threads_read = samplers
             self._host_ticks += 1
-            self.store.on_host(HostSample(time.time(), cores.sample(), threads))
+            self.store.on_host(HostSample(time.time(), cores.sample(), threads, started))
             self._report_attach_errors(samplers)
             self._resolve_closing()
             if gpus and self._gpu_probe is not None:  # ``gpus``: only when the probe has a GPU to read

@@ -32,16 +32,17 @@ def _independent_ticks(pid: int, tid: int) -> tuple[str, int]:
     return m.group(1), int(fields[14 - 3]) + int(fields[15 - 3])
 
 
-def _stat_line(comm: str, utime: int, stime: int) -> str:
+def _stat_line(comm: str, utime: int, stime: int, started: int = 0) -> str:
     """A synthetic stat line with 52 fields."""
     fields = ["S", "1", "42", "42", "0", "-1", "4194560", "10", "0", "0", "0", str(utime), str(stime)]
+    fields += ["0", "0", "20", "0", "1", "0", str(started)]  # fields 16-22: ..., starttime
     fields += ["0"] * (52 - 2 - len(fields))
     return f"4242 ({comm}) " + " ".join(fields) + "\n"
 
 
 @pytest.mark.parametrize("comm", ["python", "a b c", "x) S 1 2 (y", ") )", "("])
 def test_parse_stat_comm_with_spaces_and_parens(comm: str) -> None:
-    assert parse_stat(_stat_line(comm, 123, 45)) == (comm, "S", 168)
+    assert parse_stat(_stat_line(comm, 123, 45, 98765)) == (comm, "S", 168, 98765)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +170,12 @@ def test_busy_and_idle_threads_read_from_proc() -> None:
 
         # A thread that appears reads 0.0 on its first sample; one that ended is dropped.
         newcomer.start()
-        assert {t.tid: t for t in sampler.sample()}[newcomer.native_id].cpu_percent == 0.0
+        seen = {t.tid: t for t in sampler.sample()}
+        assert seen[newcomer.native_id].cpu_percent == 0.0
+        # its start time is the kernel's (stat field 22), and not before the process's own
+        with open(f"/proc/{pid}/task/{newcomer.native_id}/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[22 - 3])
+        assert sampler.started[newcomer.native_id] == started >= sampler.started[pid] > 0
     finally:
         release.set()
         stop.set()

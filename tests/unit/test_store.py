@@ -441,6 +441,7 @@ def test_the_host_loop_reads_threads_every_few_samples_and_a_new_process_at_once
         error = None
 
         def __init__(self) -> None:
+            self.started = {7: 100}  # as ThreadSampler: when each thread read last started
             self.reads = 0
             self.first_at: int | None = None  # the host sample it was first read in
 
@@ -539,3 +540,26 @@ def test_the_openmp_workers_of_inter_op_threads_are_not_counted_in_the_pool():
     ]
     pool = next(g for g in st.snapshot().thread_groups if g.role == Role.INTEROP)
     assert pool.count == 3
+
+
+def test_the_inter_op_pool_is_told_by_age_where_thread_ids_wrapped_around():
+    # the pool started just below the kernel's largest thread id, its OpenMP workers after the ids wrapped
+    # around: the workers have the lower ids, the later start times
+    st = SessionStore("inter-op")
+    st.on_message(_hello(100, interop_threads=2))
+    threads = (
+        ThreadInfo(100, "python", Role.FRONTEND, 3.0, pid=100),
+        ThreadInfo(4194300, "PTThreadPool", Role.INTEROP, 50.0, pid=100),
+        ThreadInfo(4194301, "PTThreadPool", Role.INTEROP, 48.0, pid=100),
+        ThreadInfo(301, "PTThreadPool", Role.INTEROP, 47.0, pid=100),
+        ThreadInfo(302, "PTThreadPool", Role.INTEROP, 45.0, pid=100),
+    )
+    started = {100: 500, 4194300: 900, 4194301: 900, 301: 901, 302: 902}
+    st.on_host(HostSample(1.0, (1.0,), threads, started))
+    roles = {t.tid: t.role for t in st.snapshot().threads}
+    assert [roles[t] for t in (4194300, 4194301, 301, 302)] == [
+        Role.INTEROP,
+        Role.INTEROP,
+        Role.INTRAOP,
+        Role.INTRAOP,
+    ]
