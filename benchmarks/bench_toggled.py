@@ -1,0 +1,361 @@
+"""What the agent costs a training loop, measured inside one process: its work switched on and off by
+turns, a second at a time.
+
+    python benchmarks/bench_toggled.py [--loop transformer-long] [--blocks 6] [--pairs 20] [--slot 1]
+        [--settle 0.3] [--warmup 5] [--cpu N] [--slots FILE]
+
+Why: :mod:`bench_interleaved` compares two processes, and one process runs a few per cent faster or
+slower than another of the same code for its whole life (where its memory landed): its blocks' ratios
+spread ~3 %, so ten blocks leave an interval of ±2.5 % around a cost of ~1 %, and issue 18's goals
+(≥ 0.97, ≥ 0.99) could not be shown either way. Here the agent's work and its absence take turns in the
+same process, so what the process's placement does hits both alike.
+
+How: the loop (``bench_run_steps.py``'s, pinned to ``--cpu``) runs under the agent (its socket drained
+by a thread here, no monitor process), with the agent patched (here, in the child, before it starts;
+nothing in the package changes) to read a flag this script writes into a shared file. While the flag
+says *off*:
+
+- the sampler still wakes every 100 ms but builds and sends no sample (it drops the finished steps the
+  frontend left, so a sample after an off slot carries only its own);
+- every step is closed untimed: the phase hooks come off as between the timed steps of a fast loop
+  (:attr:`StepClock.sampling <torchpar_top.probes.agent.usercode_steps.StepClock.sampling>`);
+- the op counter never goes on (its switches are still scheduled, and skipped).
+
+What stays on in an off slot is the agent's floor: the optimizer step hook that marks each step (an
+untimed step's short path), the per-step switch check, the DataLoader wrapper, the flag's reads; so
+*on / off* is the cost of the agent's work above that floor, not of the whole agent (what the floor
+costs is ``bench_step_steady.py``'s). Each slot starts with ``--settle`` seconds not counted (the sampler
+sees the flag within 100 ms, the phase hooks within a few steps). A pair is one slot of each, ABBA; a
+block is one process (its pairs' geometric mean); the figure is the blocks' geometric mean with a 95 %
+interval from their spread (as :mod:`bench_interleaved`).
+
+Printed also, per state: where a step of the loop thread went (on a core, waiting for one, neither:
+blocked on the GIL) and the CPU the process's other threads took a second (the agent's own threads);
+and the same figures as differences within pairs (on less off, a mean with its 95 % interval): the VM's
+speed swings from one second to the next (the same process's slots ran 48-97 steps/s within a minute),
+which the rate's interval carries in full (a step's time on a core too), while the time a step waited
+for a core or for the GIL and the agent's own CPU are resolved to a few per cent of themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import math
+import mmap
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_interleaved import STEPS, Tally, _drain, interval
+
+#: While off, a step closed on the full path leaves this many to close untimed (the flag is read on
+#: the full path only: one read in this many steps; back on, the hooks return within as many steps).
+UNTIMED_WHILE_OFF = 8
+ON, OFF = "on", "off"
+
+
+# -- in the child: the agent with its work behind the flag ---------------------------------------------
+
+
+def _patch(flag: ctypes.c_uint64) -> None:
+    """Put the agent's sampling, phase timing and op counting behind ``flag`` (non-zero: off)."""
+    from torchpar_top.probes.agent.agent import Agent
+    from torchpar_top.probes.agent.usercode_sampling import SampledCounting
+    from torchpar_top.probes.agent.usercode_steps import StepClock
+
+    clocks: list[StepClock] = []
+    clock_init, sample, send = StepClock.__init__, Agent.sample, Agent.send
+    close, switch_on = StepClock._close, SampledCounting._switch_on
+
+    def init(self: StepClock, *args: Any, **kwargs: Any) -> None:
+        clock_init(self, *args, **kwargs)
+        clocks.append(self)
+
+    def sample_or_not(self: Agent, t0: float, t1: float) -> Any:
+        if flag.value:
+            for clock in clocks:
+                with clock._lock:
+                    clock._done.clear()
+            return None
+        return sample(self, t0, t1)
+
+    def send_some(self: Agent, msg: Any) -> None:
+        if msg is not None:
+            send(self, msg)
+
+    def close_untimed_while_off(self: StepClock, t: float) -> bool:
+        if flag.value and self.sampling:
+            self._untimed_left = max(self._untimed_left, UNTIMED_WHILE_OFF)
+        return close(self, t)
+
+    def switch_on_or_not(self: SampledCounting, now: float) -> None:
+        if flag.value:
+            self._next_on = now + self.slice / self.duty  # as when it stands aside: the schedule goes on
+            return
+        switch_on(self, now)
+
+    StepClock.__init__ = init  # type: ignore[method-assign]
+    Agent.sample = sample_or_not  # type: ignore[method-assign]
+    Agent.send = send_some  # type: ignore[method-assign]
+    StepClock._close = close_untimed_while_off  # type: ignore[method-assign]
+    SampledCounting._switch_on = switch_on_or_not  # type: ignore[method-assign]
+
+
+def inner(flag_path: str, argv: list[str]) -> int:
+    """The child: map the flag, patch the agent, run it (``argv`` is the agent's command line)."""
+    with open(flag_path, "r+b") as f:
+        shared = mmap.mmap(f.fileno(), 8)
+    _patch(ctypes.c_uint64.from_buffer(shared))
+    from torchpar_top.probes.agent.run import main as run_main
+
+    return run_main(argv)
+
+
+# -- here: one process per block, its states by turns ---------------------------------------------------
+
+
+class Loop:
+    """One loop process under the patched agent, its flag and its step counter."""
+
+    def __init__(self, loop: str, threads: int, folder: Path, cpu: int | None) -> None:
+        self.flag_path, self.count_path = folder / "flag", folder / "counter"
+        for path in (self.flag_path, self.count_path):
+            path.write_bytes(bytes(8))
+        with self.flag_path.open("r+b") as f:
+            self._flag_map = mmap.mmap(f.fileno(), 8)
+        with self.count_path.open("r+b") as f:
+            self._count_map = mmap.mmap(f.fileno(), 8)
+        self._flag: ctypes.c_uint64 | None = ctypes.c_uint64.from_buffer(self._flag_map)
+        self._count: ctypes.c_uint64 | None = ctypes.c_uint64.from_buffer(self._count_map)
+        ours, theirs = socket.socketpair()
+        threading.Thread(target=_drain, args=(ours,), daemon=True).start()
+        fd = theirs.fileno()
+        child = [str(STEPS), "--loop", loop, "--threads", str(threads), "--counter", str(self.count_path)]
+        child += [] if cpu is None else ["--cpu", str(cpu)]
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--inner", str(self.flag_path), "--fd", str(fd), *child],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(fd,),
+        )
+        theirs.close()
+
+    def set(self, state: str) -> None:
+        if self._flag is not None:
+            self._flag.value = 1 if state == OFF else 0
+
+    def count(self) -> int:
+        return int(self._count.value) if self._count is not None else 0
+
+    def schedstat(self) -> tuple[int, int, int]:
+        """The loop thread's ``(on a core, waiting for a core)`` nanoseconds so far, and the process's
+        other threads' on a core (the agent's threads, intra-op workers); zeros where unreadable."""
+        pid = self.proc.pid
+        run = wait = others = 0
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return 0, 0, 0
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    fields = f.read().split()
+            except OSError:
+                continue
+            if tid == str(pid):
+                run, wait = int(fields[0]), int(fields[1])
+            else:
+                others += int(fields[0])
+        return run, wait, others
+
+    def end(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        self._flag = self._count = None  # the maps cannot close while ctypes views of them live
+        self._flag_map.close()
+        self._count_map.close()
+
+
+def slot(loop: Loop, state: str, settle: float, seconds: float) -> tuple[int, float, tuple[int, int, int]]:
+    """``state`` for ``settle`` + ``seconds``: the steps done in the counted part, its length, and the
+    loop thread's nanoseconds on a core and waiting for one, and the other threads' on a core."""
+    loop.set(state)
+    time.sleep(settle)
+    s0 = loop.schedstat()
+    c0, t0 = loop.count(), time.perf_counter()
+    time.sleep(seconds)
+    t1 = time.perf_counter()
+    c1, s1 = loop.count(), loop.schedstat()
+    return c1 - c0, t1 - t0, (s1[0] - s0[0], s1[1] - s0[1], s1[2] - s0[2])
+
+
+#: Per pair, on's figures less off's: µs a step on a core, waiting for a core, blocked; µs a second of
+#: the other threads on a core.
+Differences = tuple[float, float, float, float]
+
+
+def differences(counted: dict[str, tuple[int, float, tuple[int, int, int]]]) -> Differences:
+    """One pair's :data:`Differences`."""
+    per: dict[str, tuple[float, float, float, float]] = {}
+    for state, (n, seconds, (on, queued, others)) in counted.items():
+        on_us, queued_us = on / 1e3 / n, queued / 1e3 / n
+        per[state] = (on_us, queued_us, seconds * 1e6 / n - on_us - queued_us, others / 1e3 / seconds)
+    a, b = per[ON], per[OFF]
+    return a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3]
+
+
+def block(
+    args: argparse.Namespace,
+    folder: Path,
+    totals: dict[str, Tally],
+    number: int,
+    log: TextIO | None,
+    diffs: list[Differences],
+) -> list[float]:
+    """One process: warm-up, then ``args.pairs`` ABBA pairs; the pairs' ratios (on's rate over off's).
+    Each counted pair's :func:`differences` go to ``diffs``."""
+    cpu = None if args.cpu < 0 else args.cpu
+    loop = Loop(args.loop, args.threads, folder, cpu)
+    ratios: list[float] = []
+    try:
+        deadline = time.monotonic() + 120
+        while loop.count() == 0 and time.monotonic() < deadline:
+            if loop.proc.poll() is not None:
+                raise SystemExit("the loop ended before its first step")
+            time.sleep(0.1)
+        if loop.count() == 0:
+            raise SystemExit("no step in 120 s")
+        warm_until = time.monotonic() + args.warmup
+        while time.monotonic() < warm_until:
+            slot(loop, ON, args.settle, args.slot)
+            slot(loop, OFF, args.settle, args.slot)
+        for k in range(args.pairs):
+            counted = {}
+            for state in (ON, OFF) if k % 2 == 0 else (OFF, ON):  # ABBA
+                counted[state] = n, seconds, (on, queued, others) = slot(loop, state, args.settle, args.slot)
+                if log is not None:
+                    log.write(f"{number},{k},{state},{n},{seconds:.6f},{on},{queued},{others}\n")
+            if min(n for n, _, _ in counted.values()) <= 0:
+                continue
+            for state, (n, seconds, (on, queued, others)) in counted.items():
+                tally = totals.setdefault(state, Tally())
+                tally.steps += n
+                tally.seconds += seconds
+                tally.on_core += on
+                tally.queued += queued
+                tally.others += others
+            ratios.append((counted[ON][0] / counted[ON][1]) / (counted[OFF][0] / counted[OFF][1]))
+            diffs.append(differences(counted))
+    finally:
+        loop.end()
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loop", default="transformer-long")
+    parser.add_argument("--blocks", type=int, default=6, help="processes, one after another")
+    parser.add_argument("--pairs", type=int, default=20, help="pairs of slots per block")
+    parser.add_argument("--slot", type=float, default=1.0, help="seconds counted of each slot")
+    parser.add_argument("--settle", type=float, default=0.3, help="seconds not counted at a slot's start")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds of each block not counted")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--slots", type=Path, help="write every slot to this CSV file")
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        default=max(os.sched_getaffinity(0)),
+        help="the core the loop is pinned to; -1: not",
+    )
+    args = parser.parse_args()
+    if args.blocks < 1 or args.pairs < 1 or not args.slot > 0 or args.settle < 0 or args.warmup < 0:
+        raise SystemExit(
+            "--blocks and --pairs need at least 1, --slot more than 0, --settle and --warmup 0 or more"
+        )
+
+    load = os.getloadavg()[0]
+    totals: dict[str, Tally] = {}
+    blocks: list[float] = []
+    pairs: list[float] = []
+    diffs: list[Differences] = []
+    with contextlib.ExitStack() as stack:
+        log = None
+        if args.slots is not None:
+            log = stack.enter_context(args.slots.open("w", buffering=1))
+            log.write("block,pair,state,steps,seconds,on_core_ns,queued_ns,others_ns\n")
+        for i in range(args.blocks):
+            with tempfile.TemporaryDirectory(prefix="tpt-bench-toggled-") as tmp:
+                ratios = block(args, Path(tmp), totals, i + 1, log, diffs)
+            if not ratios:
+                print(f"  block {i + 1}: no pair counted", file=sys.stderr, flush=True)
+                continue
+            pairs += ratios
+            blocks.append(interval(ratios)[0])
+            print(
+                f"  block {i + 1}: on / off {blocks[-1]:.4f} over {len(ratios)} pairs",
+                file=sys.stderr,
+                flush=True,
+            )
+    if not blocks:
+        raise SystemExit("no pair was counted in any block")
+    print(
+        f"{args.loop}: {args.blocks} processes of {args.pairs} pairs of {args.slot:g} s slots (after "
+        f"{args.settle:g} s each; {args.warmup:g} s of warm-up), {args.threads} intra-op thread(s), loop on "
+        f"cpu {args.cpu}; load {load:.2f} at the start"
+    )
+    for state in (OFF, ON):
+        t = totals[state]
+        steps = t.steps or 1
+        wall, on, queued = t.seconds / steps, t.on_core / 1e9 / steps, t.queued / 1e9 / steps
+        print(
+            f"  {state}: {1 / wall:.1f} steps/s; a step {wall * 1e6:.1f} µs: on a core {on * 1e6:.1f}, "
+            f"waiting for a core {queued * 1e6:.1f}, neither (blocked: the GIL, a lock) "
+            f"{(wall - on - queued) * 1e6:.1f}; the process's other threads on a core "
+            f"{t.others / 1e3 / t.seconds:.0f} µs a second"
+        )
+    if len(diffs) > 1:  # by pair: what the same process did a second apart, in each state
+        names = ("a step on a core", "waiting for a core", "blocked", "the other threads' CPU")
+        units = ("µs", "µs", "µs", "µs a second")
+        print("  on - off, mean of the pairs (95 %):")
+        for name, unit, column in zip(names, units, zip(*diffs, strict=True), strict=True):
+            half = 1.96 * statistics.stdev(column) / math.sqrt(len(column))
+            print(f"    {name}: {statistics.fmean(column):+.1f} ± {half:.1f} {unit}")
+    mean, lo, hi = interval(blocks)
+    print(f"  blocks: {' '.join(f'{r:.4f}' for r in blocks)}")
+    print(
+        f"  on / off: **{mean:.4f}** (95 % {lo:.4f}-{hi:.4f}, from the blocks' spread); median of all "
+        f"pairs {statistics.median(pairs):.4f}"
+    )
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM as Ctrl-C: the block's finally clause ends its process
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--inner":
+        sys.exit(inner(sys.argv[2], sys.argv[3:]))
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("interrupted")
