@@ -24,10 +24,11 @@ says *off*:
 What stays on in an off slot is the agent's floor: the optimizer step hook that marks each step (an
 untimed step's short path), the per-step switch check, the DataLoader wrapper, the flag's reads; so
 *on / off* is the cost of the agent's work above that floor, not of the whole agent (what the floor
-costs is ``bench_step_steady.py``'s). Each slot starts with ``--settle`` seconds not counted (the sampler
-sees the flag within 100 ms, the phase hooks within a few steps). A pair is one slot of each, ABBA; a
-block is one process (its pairs' geometric mean); the figure is the blocks' geometric mean with a 95 %
-interval from their spread (as :mod:`bench_interleaved`).
+costs is ``bench_step_steady.py``'s). ``--slower S`` replaces *off* with the agent sampling every S
+seconds instead of 0.1, all else on: what the sample rate costs. Each slot starts with ``--settle``
+seconds not counted (the sampler sees the flag within 100 ms, the phase hooks within a few steps). A
+pair is one slot of each, ABBA; a block is one process (its pairs' geometric mean); the figure is the
+blocks' geometric mean with a 95 % interval from their spread (as :mod:`bench_interleaved`).
 
 Printed also, per state: where a step of the loop thread went (on a core, waiting for one, neither:
 blocked on the GIL) and the CPU the process's other threads took a second (the agent's own threads);
@@ -64,13 +65,16 @@ from bench_interleaved import STEPS, Tally, _drain, interval
 #: the full path only: one read in this many steps; back on, the hooks return within as many steps).
 UNTIMED_WHILE_OFF = 8
 ON, OFF = "on", "off"
+#: Set in the child's environment by ``--slower S``: the second state samples every S seconds.
+SLOWER_ENV = "TPT_BENCH_SLOWER"
 
 
 # -- in the child: the agent with its work behind the flag ---------------------------------------------
 
 
-def _patch(flag: ctypes.c_uint64) -> None:
-    """Put the agent's sampling, phase timing and op counting behind ``flag`` (non-zero: off)."""
+def _patch(flag: ctypes.c_uint64, slower: float | None = None) -> None:
+    """Put the agent's sampling, phase timing and op counting behind ``flag`` (non-zero: off); with
+    ``slower``, only the sampler's interval (non-zero: every ``slower`` seconds, all else as usual)."""
     from torchpar_top.probes.agent.agent import Agent
     from torchpar_top.probes.agent.usercode_sampling import SampledCounting
     from torchpar_top.probes.agent.usercode_steps import StepClock
@@ -78,6 +82,18 @@ def _patch(flag: ctypes.c_uint64) -> None:
     clocks: list[StepClock] = []
     clock_init, sample, send = StepClock.__init__, Agent.sample, Agent.send
     close, switch_on = StepClock._close, SampledCounting._switch_on
+
+    if slower is not None:
+        usual: list[float] = []
+
+        def sample_every(self: Agent, t0: float, t1: float) -> Any:
+            if not usual:
+                usual.append(self.interval)
+            self.interval = slower if flag.value else usual[0]  # the sampler's next sleep
+            return sample(self, t0, t1)
+
+        Agent.sample = sample_every  # type: ignore[method-assign]
+        return
 
     def init(self: StepClock, *args: Any, **kwargs: Any) -> None:
         clock_init(self, *args, **kwargs)
@@ -117,7 +133,8 @@ def inner(flag_path: str, argv: list[str]) -> int:
     """The child: map the flag, patch the agent, run it (``argv`` is the agent's command line)."""
     with open(flag_path, "r+b") as f:
         shared = mmap.mmap(f.fileno(), 8)
-    _patch(ctypes.c_uint64.from_buffer(shared))
+    slower = os.environ.get(SLOWER_ENV)
+    _patch(ctypes.c_uint64.from_buffer(shared), float(slower) if slower else None)
     from torchpar_top.probes.agent.run import main as run_main
 
     return run_main(argv)
@@ -129,7 +146,7 @@ def inner(flag_path: str, argv: list[str]) -> int:
 class Loop:
     """One loop process under the patched agent, its flag and its step counter."""
 
-    def __init__(self, loop: str, threads: int, folder: Path, cpu: int | None) -> None:
+    def __init__(self, loop: str, threads: int, folder: Path, cpu: int | None, slower: float | None) -> None:
         self.flag_path, self.count_path = folder / "flag", folder / "counter"
         for path in (self.flag_path, self.count_path):
             path.write_bytes(bytes(8))
@@ -150,6 +167,7 @@ class Loop:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             pass_fds=(fd,),
+            env={**os.environ, SLOWER_ENV: str(slower)} if slower else None,
         )
         theirs.close()
 
@@ -234,7 +252,7 @@ def block(
     """One process: warm-up, then ``args.pairs`` ABBA pairs; the pairs' ratios (on's rate over off's).
     Each counted pair's :func:`differences` go to ``diffs``."""
     cpu = None if args.cpu < 0 else args.cpu
-    loop = Loop(args.loop, args.threads, folder, cpu)
+    loop = Loop(args.loop, args.threads, folder, cpu, args.slower)
     ratios: list[float] = []
     try:
         deadline = time.monotonic() + 120
@@ -281,6 +299,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--slots", type=Path, help="write every slot to this CSV file")
     parser.add_argument(
+        "--slower",
+        type=float,
+        help="instead of off, the second state samples every SLOWER seconds (all else on)",
+    )
+    parser.add_argument(
         "--cpu",
         type=int,
         default=max(os.sched_getaffinity(0)),
@@ -291,6 +314,9 @@ def main() -> None:
         raise SystemExit(
             "--blocks and --pairs need at least 1, --slot more than 0, --settle and --warmup 0 or more"
         )
+    if args.slower is not None and not args.slower > 0:
+        raise SystemExit("--slower needs a number of seconds above 0")
+    label = {ON: ON, OFF: OFF if args.slower is None else f"every {args.slower:g} s"}
 
     load = os.getloadavg()[0]
     totals: dict[str, Tally] = {}
@@ -311,7 +337,7 @@ def main() -> None:
             pairs += ratios
             blocks.append(interval(ratios)[0])
             print(
-                f"  block {i + 1}: on / off {blocks[-1]:.4f} over {len(ratios)} pairs",
+                f"  block {i + 1}: on / {label[OFF]} {blocks[-1]:.4f} over {len(ratios)} pairs",
                 file=sys.stderr,
                 flush=True,
             )
@@ -327,23 +353,23 @@ def main() -> None:
         steps = t.steps or 1
         wall, on, queued = t.seconds / steps, t.on_core / 1e9 / steps, t.queued / 1e9 / steps
         print(
-            f"  {state}: {1 / wall:.1f} steps/s; a step {wall * 1e6:.1f} µs: on a core {on * 1e6:.1f}, "
-            f"waiting for a core {queued * 1e6:.1f}, neither (blocked: the GIL, a lock) "
+            f"  {label[state]}: {1 / wall:.1f} steps/s; a step {wall * 1e6:.1f} µs: on a core "
+            f"{on * 1e6:.1f}, waiting for a core {queued * 1e6:.1f}, neither (blocked: the GIL, a lock) "
             f"{(wall - on - queued) * 1e6:.1f}; the process's other threads on a core "
             f"{t.others / 1e3 / t.seconds:.0f} µs a second"
         )
     if len(diffs) > 1:  # by pair: what the same process did a second apart, in each state
         names = ("a step on a core", "waiting for a core", "blocked", "the other threads' CPU")
         units = ("µs", "µs", "µs", "µs a second")
-        print("  on - off, mean of the pairs (95 %):")
+        print(f"  on - {label[OFF]}, mean of the pairs (95 %):")
         for name, unit, column in zip(names, units, zip(*diffs, strict=True), strict=True):
             half = 1.96 * statistics.stdev(column) / math.sqrt(len(column))
             print(f"    {name}: {statistics.fmean(column):+.1f} ± {half:.1f} {unit}")
     mean, lo, hi = interval(blocks)
     print(f"  blocks: {' '.join(f'{r:.4f}' for r in blocks)}")
     print(
-        f"  on / off: **{mean:.4f}** (95 % {lo:.4f}-{hi:.4f}, from the blocks' spread); median of all "
-        f"pairs {statistics.median(pairs):.4f}"
+        f"  on / {label[OFF]}: **{mean:.4f}** (95 % {lo:.4f}-{hi:.4f}, from the blocks' spread); "
+        f"median of all pairs {statistics.median(pairs):.4f}"
     )
 
 
