@@ -115,6 +115,10 @@ class Agent:
         thread still checks the descriptor every :data:`COMMAND_POLL_MS`."""
         self.channel_lost = False
         """True once the workload closed or replaced the protocol's descriptor: it runs on, unmonitored."""
+        self.peer_gone = False
+        """True once torchpar-top went away (its end of the socket closed): nobody else will end what the
+        workload started, so the workload's process ends its descendants on its way out
+        (:func:`kill_descendants`)."""
         self._send_lock = threading.Lock()
         self.experiment = experiment
         self.description = description
@@ -494,7 +498,8 @@ class Agent:
                     self._lose_channel()
                     return
                 data = b""  # reset by the peer: torchpar-top went away
-            if not data:  # torchpar-top went away: do not outlive it
+            if not data:  # torchpar-top went away: do not outlive it, nor leave what the workload started
+                self.peer_gone = True
                 self.request_stop()
                 return
             try:
@@ -686,8 +691,9 @@ def adopt_orphans() -> bool:
         return False
 
 
-def _kill_descendants() -> None:
-    """SIGKILL every process below this one (what left the process group included)."""
+def kill_descendants() -> None:
+    """SIGKILL every process below this one (what left the process group included: the agent makes the
+    workload a child subreaper, :func:`adopt_orphans`)."""
     try:
         import psutil
 
@@ -702,7 +708,7 @@ def _kill_descendants() -> None:
 def _kill_own_group() -> None:
     """End the child: every process below it, and its whole process group when it leads one (started
     with a new session)."""
-    _kill_descendants()
+    kill_descendants()
     try:
         if os.getpgid(0) == os.getpid():
             os.killpg(os.getpid(), signal.SIGKILL)

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torchpar-top: error: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
 
-    from torchpar_top.probes.agent.agent import adopt_orphans
+    from torchpar_top.probes.agent.agent import adopt_orphans, kill_descendants
     from torchpar_top.probes.agent.usercode import UserCode
     from torchpar_top.probes.agent.usercode_exec import run_user_code
     from torchpar_top.probes.agent.usercode_install import Instrumentation
@@ -197,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         agent.report_exit(*reported)
         agent.finish()
+        if agent.agent.peer_gone:
+            # torchpar-top went away (killed, say) and the code unwound before the stop's grace ran out
+            # (a signal woke a sleep, a loop reached a safe point): what it started is ours to end, as the
+            # grace's hard exit would have (a daemon in a session of its own, a group of its own)
+            kill_descendants()
         sys.stdout.flush()
     if status is None:
         _die_of_sigint()

@@ -5,8 +5,10 @@ assertion depends on how fast this machine is.
 """
 
 import os
+import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -206,6 +208,59 @@ def test_stop_interrupts_the_users_code_cleanly(monkeypatch):
     assert child.proc.stop() == 0  # the stop command, not SIGTERM: the script unwound and exited 0
     assert [(m.status, m.reason) for m in child.of_type(msgs.Exit)] == [(0, "stopped by torchpar-top")]
     assert not any("Traceback" in line for line in child.stderr)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not a zombie: an orphan's is reaped by whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_when_torchpar_top_goes_away_what_the_code_started_ends_with_it(tmp_path):
+    # torchpar-top killed (its end of the socket closes, no stop command): the agent interrupts the code,
+    # which here unwinds at once (a loop of torch ops, well inside the stop's grace); a process it left
+    # in a group of its own must end with it, as nobody else is left to end it (seen in a fresh-clone CI:
+    # a signal woke the script's sleep, it unwound, and its daemon and grandchild stayed)
+    script = tmp_path / "leaves_and_loops.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import subprocess
+            import torch
+            child = subprocess.Popen(["sleep", "600"], process_group=0)
+            print(child.pid, flush=True)
+            x = torch.ones(4)
+            while True:
+                x = x * 1.0
+            """
+        )
+    )
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [*RUN, "--fd", str(theirs.fileno()), str(script)],
+        pass_fds=(theirs.fileno(),),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    theirs.close()
+    sleeper = 0
+    try:
+        sleeper = int(proc.stdout.readline())
+        assert _running(sleeper)
+        ours.close()  # torchpar-top is gone
+        assert proc.wait(60) == 0, proc.stderr.read()
+        wait_for(lambda: not _running(sleeper), timeout=30)
+    finally:
+        ours.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if sleeper and _running(sleeper):
+            os.kill(sleeper, 9)
 
 
 @pytest.fixture
