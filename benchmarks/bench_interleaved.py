@@ -173,23 +173,7 @@ class Variant:
         if self._loop_pid is None:
             procs = self.tree()
             self._loop_pid = procs[0].pid if procs else -1
-        pid = self._loop_pid
-        run = wait = others = 0
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            return 0, 0, 0
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                    fields = f.read().split()
-            except OSError:
-                continue  # ended meanwhile
-            if tid == str(pid):
-                run, wait = int(fields[0]), int(fields[1])
-            else:
-                others += int(fields[0])
-        return run, wait, others
+        return process_schedstat(self._loop_pid)
 
     def stop(self) -> None:
         self.stopped = self.tree()
@@ -218,6 +202,27 @@ class Variant:
             self.proc.wait(5)
         self._word = None  # the mmap cannot close while a ctypes view of it lives
         self.counter.close()
+
+
+def process_schedstat(pid: int) -> tuple[int, int, int]:
+    """Process ``pid``'s main thread's ``(on a core, waiting for a core)`` nanoseconds so far, and its
+    other threads' on a core (``/proc/PID/task/TID/schedstat``); zeros where unreadable."""
+    run = wait = others = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, 0, 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                fields = f.read().split()
+        except OSError:
+            continue  # ended meanwhile
+        if tid == str(pid):
+            run, wait = int(fields[0]), int(fields[1])
+        else:
+            others += int(fields[0])
+    return run, wait, others
 
 
 def slot(v: Variant, seconds: float) -> tuple[int, float, tuple[int, int, int]]:
@@ -264,6 +269,26 @@ class Tally:
     on_core: int = 0
     queued: int = 0
     others: int = 0
+
+    def add(self, steps: int, seconds: float, times: tuple[int, int, int]) -> None:
+        """One counted slot: its steps, its seconds, and ``slot``'s nanoseconds (on a core, waiting,
+        the other threads on a core)."""
+        self.steps += steps
+        self.seconds += seconds
+        self.on_core += times[0]
+        self.queued += times[1]
+        self.others += times[2]
+
+    def line(self, name: str) -> str:
+        """Where a step of the loop's thread went, and the other threads' CPU a second, as one line."""
+        steps = self.steps or 1
+        wall, on, queued = self.seconds / steps, self.on_core / 1e9 / steps, self.queued / 1e9 / steps
+        return (
+            f"  {name}: {1 / wall:.1f} steps/s; a step {wall * 1e6:.1f} µs: on a core {on * 1e6:.1f}, "
+            f"waiting for a core {queued * 1e6:.1f}, neither (blocked: the GIL, a lock) "
+            f"{(wall - on - queued) * 1e6:.1f}; the process's other threads on a core "
+            f"{self.others / 1e3 / self.seconds:.0f} µs a second"
+        )
 
 
 def block(
@@ -312,13 +337,8 @@ def block(
                 # one aligned store): the pair is left out of the ratios and of the totals, and counted
                 dropped += 1
                 continue
-            for name, (n, seconds, (on, queued, others)) in counted.items():
-                tally = totals.setdefault(name, Tally())
-                tally.steps += n
-                tally.seconds += seconds
-                tally.on_core += on
-                tally.queued += queued
-                tally.others += others
+            for name, (n, seconds, times) in counted.items():
+                totals.setdefault(name, Tally()).add(n, seconds, times)
             ratios.append(
                 (counted[b.name][0] / counted[b.name][1]) / (counted[a.name][0] / counted[a.name][1])
             )
@@ -396,15 +416,7 @@ def main() -> None:
         f"load {load:.2f} at the start"
     )
     for name in (args.a, args.b):  # where a step's wall time went, on the loop's thread
-        t = totals[name]
-        steps = t.steps or 1
-        wall, on, queued = t.seconds / steps, t.on_core / 1e9 / steps, t.queued / 1e9 / steps
-        print(
-            f"  {name}: {1 / wall:.1f} steps/s; a step {wall * 1e6:.1f} µs: on a core {on * 1e6:.1f}, "
-            f"waiting for a core {queued * 1e6:.1f}, neither (blocked: the GIL, a lock) "
-            f"{(wall - on - queued) * 1e6:.1f}; the process's other threads on a core "
-            f"{t.others / 1e3 / t.seconds:.0f} µs a second"
-        )
+        print(totals[name].line(name))
     if dropped:
         print(f"  pairs left out: {dropped} (a slot counted no step, or its counter went back)")
     mean, lo, hi = interval(blocks)

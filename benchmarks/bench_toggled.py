@@ -59,7 +59,7 @@ from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_interleaved import STEPS, Tally, _drain, interval
+from bench_interleaved import STEPS, Tally, _drain, interval, process_schedstat
 
 #: While off, a step closed on the full path leaves this many to close untimed (the flag is read on
 #: the full path only: one read in this many steps; back on, the hooks return within as many steps).
@@ -181,23 +181,7 @@ class Loop:
     def schedstat(self) -> tuple[int, int, int]:
         """The loop thread's ``(on a core, waiting for a core)`` nanoseconds so far, and the process's
         other threads' on a core (the agent's threads, intra-op workers); zeros where unreadable."""
-        pid = self.proc.pid
-        run = wait = others = 0
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            return 0, 0, 0
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                    fields = f.read().split()
-            except OSError:
-                continue
-            if tid == str(pid):
-                run, wait = int(fields[0]), int(fields[1])
-            else:
-                others += int(fields[0])
-        return run, wait, others
+        return process_schedstat(self.proc.pid)
 
     def end(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -274,13 +258,8 @@ def block(
                     log.write(f"{number},{k},{state},{n},{seconds:.6f},{on},{queued},{others}\n")
             if min(n for n, _, _ in counted.values()) <= 0:
                 continue
-            for state, (n, seconds, (on, queued, others)) in counted.items():
-                tally = totals.setdefault(state, Tally())
-                tally.steps += n
-                tally.seconds += seconds
-                tally.on_core += on
-                tally.queued += queued
-                tally.others += others
+            for state, (n, seconds, times) in counted.items():
+                totals.setdefault(state, Tally()).add(n, seconds, times)
             ratios.append((counted[ON][0] / counted[ON][1]) / (counted[OFF][0] / counted[OFF][1]))
             diffs.append(differences(counted))
     finally:
@@ -349,15 +328,7 @@ def main() -> None:
         f"cpu {args.cpu}; load {load:.2f} at the start"
     )
     for state in (OFF, ON):
-        t = totals[state]
-        steps = t.steps or 1
-        wall, on, queued = t.seconds / steps, t.on_core / 1e9 / steps, t.queued / 1e9 / steps
-        print(
-            f"  {label[state]}: {1 / wall:.1f} steps/s; a step {wall * 1e6:.1f} µs: on a core "
-            f"{on * 1e6:.1f}, waiting for a core {queued * 1e6:.1f}, neither (blocked: the GIL, a lock) "
-            f"{(wall - on - queued) * 1e6:.1f}; the process's other threads on a core "
-            f"{t.others / 1e3 / t.seconds:.0f} µs a second"
-        )
+        print(totals[state].line(label[state]))
     if len(diffs) > 1:  # by pair: what the same process did a second apart, in each state
         names = ("a step on a core", "waiting for a core", "blocked", "the other threads' CPU")
         units = ("µs", "µs", "µs", "µs a second")
