@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -19,12 +20,38 @@ from pathlib import Path
 
 import pytest
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
 
 def free_port() -> int:
-    """A TCP port nobody listens on now (loopback)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port nobody listens on now (loopback), from below the kernel's ephemeral range.
+
+    A test names its ports before the processes that bind them have started (Prometheus's config lists
+    its targets first). A port the kernel handed out by ``bind(0)`` is in the ephemeral range, where
+    any outgoing connection in the meantime (Gloo's, a scrape's) may be given it as its source port: a
+    CI run saw ``--metrics-port ... in use`` that way. Below that range only an explicit bind takes it.
+    """
+    low = max(_ephemeral_low(), 2048)
+    for _ in range(200):
+        port = random.randrange(low // 2, low)
+        if port in _HANDED_OUT:  # two calls in a row name two ports
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError(f"no free TCP port found below {low}")
 
 
 def binary() -> str:

@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from prometheus_server import free_port
 from terminal import Screen
 from waiting import running, wait_for
 
@@ -66,12 +67,6 @@ def test_the_report_is_written_when_the_workload_ends_first(tmp_path):
     assert report["figures"]["steps_per_s"] > 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _query(base: str, expr: str) -> list[dict]:
     url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
     try:
@@ -100,7 +95,7 @@ def test_prometheus_scrapes_a_headless_run(tmp_path):
         if os.environ.get("CI") == "true":
             pytest.fail("prometheus is not installed (.ci/run installs the Debian package)")
         pytest.skip("prometheus is not installed (apt-get install prometheus)")
-    ours, theirs = _free_port(), _free_port()
+    ours, theirs = free_port(), free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
