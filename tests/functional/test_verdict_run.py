@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 
 import pytest
-from prometheus_server import free_port
+from prometheus_server import PrometheusServer, free_port, stop
 from terminal import Screen
 from waiting import running, wait_for
 
@@ -67,53 +63,9 @@ def test_the_report_is_written_when_the_workload_ends_first(tmp_path):
     assert report["figures"]["steps_per_s"] > 0
 
 
-def _query(base: str, expr: str) -> list[dict]:
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            body = json.load(resp)
-    except (urllib.error.URLError, OSError, ValueError):
-        return []  # not up yet
-    return body["data"]["result"] if body.get("status") == "success" else []
-
-
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-
-
 def test_prometheus_scrapes_a_headless_run(tmp_path):
-    binary = shutil.which("prometheus") or (
-        "/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None
-    )
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("prometheus is not installed (.ci/run installs the Debian package)")
-        pytest.skip("prometheus is not installed (apt-get install prometheus)")
-    ours, theirs = free_port(), free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: torchpar-top\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{ours}']\n"
-    )
-    with open(tmp_path / "prometheus.log", "wb") as prom_log:  # the child keeps its own copy
-        prom = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{theirs}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=prom_log,
-            cwd=tmp_path,
-        )
+    ours = free_port()
+    prom = PrometheusServer(tmp_path, [f"127.0.0.1:{ours}"])
     top = subprocess.Popen(
         [*CMD, "run", "--headless", "--duration", "180", "--metrics-port", str(ours), LOOP, "5000"],
         stdout=subprocess.DEVNULL,
@@ -121,15 +73,12 @@ def test_prometheus_scrapes_a_headless_run(tmp_path):
         text=True,
         cwd=tmp_path,
     )
-    base = f"http://127.0.0.1:{theirs}"
     try:
 
         def series(expr: str) -> list[dict]:
-            if prom.poll() is not None:
-                pytest.fail("prometheus ended: " + (tmp_path / "prometheus.log").read_text()[-2000:])
             if top.poll() is not None:
                 pytest.fail(f"torchpar-top ended ({top.returncode}): {top.stderr.read()[-2000:]}")
-            return _query(base, expr)
+            return prom.query(expr)
 
         # generous: the machine is shared and loaded; Prometheus scrapes every second once both are up
         depth = wait_for(lambda: series('torchpar_queue_depth{kind="dataloader"}'), timeout=90, every=1.0)
@@ -145,11 +94,11 @@ def test_prometheus_scrapes_a_headless_run(tmp_path):
         )
         assert float(steps[0]["value"][1]) >= 0
     finally:
-        _stop(top, signal.SIGINT)
-        _stop(prom)
+        stop(top, signal.SIGINT)
+        prom.close()
     assert top.returncode == 128 + signal.SIGINT  # ended by the signal, as shells report it
     assert "ended by SIGINT" in top.stderr.read()
-    assert not running(top.pid) and not running(prom.pid)
+    assert not running(top.pid) and not running(prom.proc.pid)
     with socket.socket() as s:  # nothing listens on the metrics port any more (REUSEADDR: TIME_WAIT is fine)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", ours))
