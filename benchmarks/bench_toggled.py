@@ -2,7 +2,7 @@
 turns, a second at a time.
 
     python benchmarks/bench_toggled.py [--loop transformer-long] [--blocks 6] [--pairs 20] [--slot 1]
-        [--settle 0.3] [--warmup 5] [--cpu N] [--slots FILE]
+        [--settle 0.3] [--warmup 5] [--cpu N] [--slots FILE] [--only sampler|phases|counter]
 
 Why: :mod:`bench_interleaved` compares two processes, and one process runs a few per cent faster or
 slower than another of the same code for its whole life (where its memory landed): its blocks' ratios
@@ -24,11 +24,13 @@ says *off*:
 What stays on in an off slot is the agent's floor: the optimizer step hook that marks each step (an
 untimed step's short path), the per-step switch check, the DataLoader wrapper, the flag's reads; so
 *on / off* is the cost of the agent's work above that floor, not of the whole agent (what the floor
-costs is ``bench_step_steady.py``'s). ``--slower S`` replaces *off* with the agent sampling every S
-seconds instead of 0.1, all else on: what the sample rate costs. Each slot starts with ``--settle``
-seconds not counted (the sampler sees the flag within 100 ms, the phase hooks within a few steps). A
-pair is one slot of each, ABBA; a block is one process (its pairs' geometric mean); the figure is the
-blocks' geometric mean with a 95 % interval from their spread (as :mod:`bench_interleaved`).
+costs is ``bench_step_steady.py``'s). ``--only PART`` puts one of the three behind the flag and
+leaves the other two on: what that part costs beside the others. ``--slower S`` replaces *off* with
+the agent sampling every S seconds instead of 0.1, all else on: what the sample rate costs. Each
+slot starts with ``--settle`` seconds not counted (the sampler sees the flag within 100 ms, the phase
+hooks within a few steps). A pair is one slot of each, ABBA; a block is one process (its pairs'
+geometric mean); the figure is the blocks' geometric mean with a 95 % interval from their spread (as
+:mod:`bench_interleaved`).
 
 Printed also, per state: where a step of the loop thread went (on a core, waiting for one, neither:
 blocked on the GIL) and the CPU the process's other threads took a second (the agent's own threads);
@@ -67,14 +69,19 @@ UNTIMED_WHILE_OFF = 8
 ON, OFF = "on", "off"
 #: Set in the child's environment by ``--slower S``: the second state samples every S seconds.
 SLOWER_ENV = "TPT_BENCH_SLOWER"
+#: Set in the child's environment by ``--only PART``: only that part of the agent's work follows the flag.
+ONLY_ENV = "TPT_BENCH_ONLY"
+#: The parts ``--only`` can name: the sampler's samples, the phase timing of every step, the op counter.
+PARTS = ("sampler", "phases", "counter")
 
 
 # -- in the child: the agent with its work behind the flag ---------------------------------------------
 
 
-def _patch(flag: ctypes.c_uint64, slower: float | None = None) -> None:
-    """Put the agent's sampling, phase timing and op counting behind ``flag`` (non-zero: off); with
-    ``slower``, only the sampler's interval (non-zero: every ``slower`` seconds, all else as usual)."""
+def _patch(flag: ctypes.c_uint64, slower: float | None = None, only: str = "") -> None:
+    """Put the agent's sampling, phase timing and op counting behind ``flag`` (non-zero: off), or only
+    the one of them ``only`` names (one of :data:`PARTS`; the others stay on); with ``slower``, only
+    the sampler's interval (non-zero: every ``slower`` seconds, all else as usual)."""
     from torchpar_top.probes.agent.agent import Agent
     from torchpar_top.probes.agent.usercode_sampling import SampledCounting
     from torchpar_top.probes.agent.usercode_steps import StepClock
@@ -122,11 +129,14 @@ def _patch(flag: ctypes.c_uint64, slower: float | None = None) -> None:
             return
         switch_on(self, now)
 
-    StepClock.__init__ = init  # type: ignore[method-assign]
-    Agent.sample = sample_or_not  # type: ignore[method-assign]
-    Agent.send = send_some  # type: ignore[method-assign]
-    StepClock._close = close_untimed_while_off  # type: ignore[method-assign]
-    SampledCounting._switch_on = switch_on_or_not  # type: ignore[method-assign]
+    if only in ("", "sampler"):
+        StepClock.__init__ = init  # type: ignore[method-assign]
+        Agent.sample = sample_or_not  # type: ignore[method-assign]
+        Agent.send = send_some  # type: ignore[method-assign]
+    if only in ("", "phases"):
+        StepClock._close = close_untimed_while_off  # type: ignore[method-assign]
+    if only in ("", "counter"):
+        SampledCounting._switch_on = switch_on_or_not  # type: ignore[method-assign]
 
 
 def inner(flag_path: str, argv: list[str]) -> int:
@@ -134,7 +144,9 @@ def inner(flag_path: str, argv: list[str]) -> int:
     with open(flag_path, "r+b") as f:
         shared = mmap.mmap(f.fileno(), 8)
     slower = os.environ.get(SLOWER_ENV)
-    _patch(ctypes.c_uint64.from_buffer(shared), float(slower) if slower else None)
+    _patch(
+        ctypes.c_uint64.from_buffer(shared), float(slower) if slower else None, os.environ.get(ONLY_ENV, "")
+    )
     from torchpar_top.probes.agent.run import main as run_main
 
     return run_main(argv)
@@ -146,7 +158,9 @@ def inner(flag_path: str, argv: list[str]) -> int:
 class Loop:
     """One loop process under the patched agent, its flag and its step counter."""
 
-    def __init__(self, loop: str, threads: int, folder: Path, cpu: int | None, slower: float | None) -> None:
+    def __init__(
+        self, loop: str, threads: int, folder: Path, cpu: int | None, slower: float | None, only: str = ""
+    ) -> None:
         self.flag_path, self.count_path = folder / "flag", folder / "counter"
         for path in (self.flag_path, self.count_path):
             path.write_bytes(bytes(8))
@@ -167,7 +181,7 @@ class Loop:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             pass_fds=(fd,),
-            env={**os.environ, SLOWER_ENV: str(slower)} if slower else None,
+            env={**os.environ, SLOWER_ENV: str(slower) if slower else "", ONLY_ENV: only},
         )
         theirs.close()
 
@@ -236,7 +250,7 @@ def block(
     """One process: warm-up, then ``args.pairs`` ABBA pairs; the pairs' ratios (on's rate over off's).
     Each counted pair's :func:`differences` go to ``diffs``."""
     cpu = None if args.cpu < 0 else args.cpu
-    loop = Loop(args.loop, args.threads, folder, cpu, args.slower)
+    loop = Loop(args.loop, args.threads, folder, cpu, args.slower, args.only or "")
     ratios: list[float] = []
     try:
         deadline = time.monotonic() + 120
@@ -283,6 +297,11 @@ def main() -> None:
         help="instead of off, the second state samples every SLOWER seconds (all else on)",
     )
     parser.add_argument(
+        "--only",
+        choices=PARTS,
+        help="only this part of the agent's work goes off in the off state (the others stay on)",
+    )
+    parser.add_argument(
         "--cpu",
         type=int,
         default=max(os.sched_getaffinity(0)),
@@ -295,7 +314,10 @@ def main() -> None:
         )
     if args.slower is not None and not args.slower > 0:
         raise SystemExit("--slower needs a number of seconds above 0")
-    label = {ON: ON, OFF: OFF if args.slower is None else f"every {args.slower:g} s"}
+    if args.slower is not None and args.only:
+        raise SystemExit("--only and --slower are two different second states: give one")
+    off = OFF if not args.only else f"{args.only} off"
+    label = {ON: ON, OFF: off if args.slower is None else f"every {args.slower:g} s"}
 
     load = os.getloadavg()[0]
     totals: dict[str, Tally] = {}
