@@ -73,6 +73,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_without import parts_of  # this folder's modules (run as a script)
 from bench_run_steps import base_env
+from torchpar_top.probes.agent.cputime import parse_schedstat
 
 STEPS = Path(__file__).resolve().with_name("bench_run_steps.py")
 WITHOUT = STEPS.with_name("agent_without.py")
@@ -215,13 +216,15 @@ def process_schedstat(pid: int) -> tuple[int, int, int]:
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                fields = f.read().split()
+                reading = parse_schedstat(f.read())
         except OSError:
             continue  # ended meanwhile
+        if reading is None:
+            continue
         if tid == str(pid):
-            run, wait = int(fields[0]), int(fields[1])
+            run, wait = reading
         else:
-            others += int(fields[0])
+            others += reading[0]
     return run, wait, others
 
 

@@ -19,6 +19,7 @@ from torchpar_top.contract.vocab import ENV_SOCKET as ENV_VAR
 from torchpar_top.contract.vocab import SyncScope
 from torchpar_top.sources.live.child import ChildProcess
 from torchpar_top.sources.live.listener import AgentListener
+from waiting import running
 
 pytestmark = pytest.mark.slow
 
@@ -210,15 +211,6 @@ def test_stop_interrupts_the_users_code_cleanly(monkeypatch):
     assert not any("Traceback" in line for line in child.stderr)
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (not a zombie: an orphan's is reaped by whoever adopted it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def test_when_torchpar_top_goes_away_what_the_code_started_ends_with_it(tmp_path):
     # torchpar-top killed (its end of the socket closes, no stop command): the agent interrupts the code,
     # which here unwinds at once (a loop of torch ops, well inside the stop's grace); a process it left
@@ -250,16 +242,16 @@ def test_when_torchpar_top_goes_away_what_the_code_started_ends_with_it(tmp_path
     sleeper = 0
     try:
         sleeper = int(proc.stdout.readline())
-        assert _running(sleeper)
+        assert running(sleeper)
         ours.close()  # torchpar-top is gone
         assert proc.wait(60) == 0, proc.stderr.read()
-        wait_for(lambda: not _running(sleeper), timeout=30)
+        wait_for(lambda: not running(sleeper), timeout=30)
     finally:
         ours.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-        if sleeper and _running(sleeper):
+        if sleeper and running(sleeper):
             os.kill(sleeper, 9)
 
 
