@@ -196,6 +196,29 @@ def test_cupti_cost_alternates_the_modes_and_reads_each_over_plain(tmp_path):
     assert checks._cupti_cost(ctx, script) == {}
 
 
+def test_a_cost_mode_cut_off_by_the_window_is_reported_not_raised(tmp_path):
+    # on an H200 after-detach's process outlived the window and its TimeoutExpired failed the whole check
+    script = tmp_path / "loop.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json, sys, time
+            mode = sys.argv[2]
+            if mode == "after-detach":
+                time.sleep(60)
+            print("GPU-CHECK " + json.dumps({"ok": True, "mode": mode, "median": 100000.0}))
+            """
+        )
+    )
+    ctx = _ctx(tmp_path)
+    ctx.deadline = time.monotonic() + 20  # a window of 0.4 x 15 s: one round, the fourth mode cut off
+    started = time.monotonic()
+    cost = checks._cupti_cost(ctx, script)
+    assert time.monotonic() - started < 15
+    assert cost["after-detach"] == {"rounds": [], "cut_off": 1}
+    assert cost["plain"]["ratio"] == 1.0 and cost["after-activity"]["rounds"] == [100000.0]
+
+
 def test_a_check_that_throws_fails_with_its_error_and_the_rest_still_run(tmp_path):
     def boom(ctx):
         raise ValueError("bad reading 42")
@@ -248,11 +271,11 @@ def test_checks_beyond_the_total_budget_are_skipped_with_the_reason(tmp_path):
 
 
 def test_the_plan_stays_within_the_ten_minute_command_limit():
-    # the default budget (420 s) plus a hung check's 30 s stays under the device's 10-minute command
+    # the default budget (470 s) plus a hung check's 30 s stays under the device's 10-minute command
     assert sum(p.least for p in checks.PLAN) < 270
-    assert all(p.budget <= 240 for p in checks.PLAN)
+    assert all(p.budget <= 290 for p in checks.PLAN)
     source = (ROOT / "benchmarks" / "gpu_check.py").read_text()
-    assert 'default=420.0, help="seconds for all the checks (default 420)"' in source
+    assert 'default=470.0, help="seconds for all the checks (default 470)"' in source
 
 
 # -- the report ----------------------------------------------------------------------------------------------
@@ -821,3 +844,27 @@ def test_a_window_whose_trace_lost_its_gpu_records_is_told_apart(tmp_path, trace
         path.write_text(f.read())
     assert checks._lost_gpu_records(str(path)) == launches
     assert checks._lost_gpu_records(None) == 0
+
+
+def test_live_rates_split_in_and_out_of_the_profiler_windows():
+    def rec(t, mode, rate, timing=False):
+        return {"t": t, "mode": mode, "throughput": rate, "timing": timing, "executors": {}}
+
+    records = [rec(0.1 * i, "async", 0.0) for i in range(30)]  # the start: nothing done, left out
+    records += [rec(5.0 + 0.1 * i, "async", 100.0) for i in range(20)]  # 5.0-6.9: outside
+    records += [rec(7.0, "async", 999.0, timing=True)]  # a timing round: left out
+    records += [rec(7.2, "async", 150.0)]  # within the margin of the window: left out
+    records += [rec(7.5 + 0.1 * i, "async", 200.0) for i in range(5)]  # inside 7.5-8.0
+    records += [rec(9.0 + 0.1 * i, "sync", 50.0) for i in range(10)]
+    records += [rec(11.0 + 0.1 * i, "sync", 80.0) for i in range(5)]  # inside 11.0-11.5
+    rates = checks.rates_in_and_out(records, {"async": (7.5, 8.0), "sync": (11.0, 11.5)})
+    assert rates["async"] == {"in_window": 200.0, "in_samples": 5, "outside": 100.0, "out_samples": 20}
+    assert rates["sync"] == {"in_window": 80.0, "in_samples": 5, "outside": 50.0, "out_samples": 10}
+
+
+def test_two_rounds_are_judged_by_their_median_not_the_faster():
+    # an H200's rounds under run, 101.6k and 74.4k ops/s against plain's 90.9k and 93.1k: 0.956x, not 1.091x
+    assert checks._middle([101611.3, 74381.5]) / checks._middle([90902.2, 93122.5]) == pytest.approx(
+        0.9564, abs=1e-4
+    )
+    assert checks._middle([3.0, 1.0, 2.0]) == 2.0

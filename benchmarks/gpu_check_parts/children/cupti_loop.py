@@ -149,18 +149,20 @@ def cost(kind: str, blocks: int = 6, ops: int = 30000) -> dict:
     buffers = [0]
     handle = None
     if kind != "plain":
-        try:
-            from torchpar_top.probes.agent.cuda_cupti import (
-                ESSENTIAL_KINDS,
-                OPTIONAL_KINDS,
-                SYNC_CALLS,
-                CuptiUnavailable,
-                load_cupti,
-            )
-            from torchpar_top.probes.agent.cupti_records import RecordConverter
+        # Imported outside the try: were torchpar_top missing, naming CuptiUnavailable in the except
+        # clause would raise UnboundLocalError and hide the ImportError (seen on an H200).
+        from torchpar_top.probes.agent.cuda_cupti import (
+            ESSENTIAL_KINDS,
+            OPTIONAL_KINDS,
+            SYNC_CALLS,
+            CuptiUnavailable,
+            load_cupti,
+        )
+        from torchpar_top.probes.agent.cupti_records import RecordConverter
 
+        try:
             c = load_cupti()
-        except (ImportError, CuptiUnavailable) as exc:
+        except CuptiUnavailable as exc:
             return {"ok": False, "skip": str(exc)}
         if kind == "callbacks":
             handle = c.subscribe(lambda *a: None, None)
