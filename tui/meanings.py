@@ -98,10 +98,11 @@ PANELS: tuple[Panel, ...] = (
         "run, plus the experiment's own results and the threads → GFLOP/s table. Results measured in "
         "rounds (multi-device's three phases, the async text's table) show the latest *complete* round, "
         "never one round's figures beside another's, with the median and range of the rounds so far.",
-        "The window that straddles a switch, the drain of the ASYNC backlog after a switch to SYNC, and "
-        "the async experiment's timing rounds (every 15 s its live loop pauses to time the text's "
-        "table: 10 × randn(1000²) + mm with numpy, the torch launches alone, and torch + synchronize) "
-        "count in neither mode.",
+        "The start, up to and with the first window in which work was done (on a GPU: CUDA's start and "
+        "the experiment fitting its item's size), the window that straddles a switch, the drain of the "
+        "ASYNC backlog after a switch to SYNC, and the async experiment's timing rounds (every 15 s its "
+        "live loop pauses to time the text's table: 10 × randn(1000²) + mm with numpy, the torch "
+        "launches alone, and torch + synchronize) count in neither mode.",
     ),
     Panel(
         "ranks",

@@ -67,6 +67,22 @@ def test_scoreboard_means_per_mode_skip_the_switch_and_the_drain():
     assert snap.mode == "sync" and snap.executors[0].history[-1] == 1
 
 
+def test_the_scoreboard_starts_at_the_first_work_done():
+    """Windows before any work completed (CUDA starting, the experiment fitting its item) are no mode's
+    steady state: nor is the window in which the first work completed; a later idle window counts."""
+    st = SessionStore("async")
+    for _ in range(30):  # three seconds of start-up, nothing done
+        st.on_message(sample("async", depth=0, throughput=0.0))
+    st.on_message(sample("async", depth=500, throughput=20.0))  # the first items: not counted
+    for _ in range(10):
+        st.on_message(sample("async", depth=1000, throughput=50.0))
+    st.on_message(sample("async", depth=1000, throughput=0.0))  # a stall once running counts
+    by_mode = {s.mode: s for s in st.snapshot().scoreboard}
+    assert by_mode["async"].seconds == approx(1.1)
+    assert by_mode["async"].throughput == approx(10 * 50.0 * 0.1 / 1.1)
+    assert by_mode["async"].mean_depth == approx(1000)
+
+
 def test_buffers_are_bounded():
     st = SessionStore("async")
     for i in range(store_mod.HISTORY + 50):
