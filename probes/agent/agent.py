@@ -72,6 +72,10 @@ STACK_EVERY = 0.5
 ROLES_EVERY = 1.0
 #: A frontend that ran less than this share of the window is idle (the stack panel says so).
 IDLE_RUN_SHARE = 0.1
+#: Modules a profiler window's start must import for the log to say so: the first window in a process
+#: imports torch._inductor (~820 modules with torch 2.13, 1.6-4.3 s on this project's 2-core VM, a
+#: frontend thread slowed to about a fifth meanwhile: ``benchmarks/bench_profile_window.py``).
+IMPORTS_WORTH_SAYING = 50
 
 
 class CountRate:
@@ -551,18 +555,29 @@ class Agent:
         hardware.)
         """
         from torchpar_top.analysis.summary import LOST_GPU_RECORDS
-        from torchpar_top.probes.agent import hta
         from torchpar_top.probes.agent.cuda import profile_queue
 
         cuda = self.cuda is not None
         try:
-            series, launches = profile_queue(seconds, cuda=cuda, export_path=export_path)
+            window = profile_queue(seconds, cuda=cuda, export_path=export_path)
         except Exception as exc:  # the profiler is optional: report, never crash the workload
             self._log_quietly(f"profiler window failed: {type(exc).__name__}: {exc}")
             return
+        lines, launches = window.lines, window.launches
+        if window.imported >= IMPORTS_WORTH_SAYING:
+            self._log_quietly(
+                f"profiler window ({seconds:g} s): torch.profiler took {window.start_s:.1f} s to start, "
+                f"importing {window.imported} modules (torch._inductor and what it needs, once a process; "
+                f"the workload's Python was slowed meanwhile)"
+            )
         if export_path is not None:
             self._log_quietly(f"profiler window ({seconds:g} s): trace written to {export_path}")
-        if not series:
+        if window.in_process is not None:
+            self._log_quietly(
+                f"profiler window ({seconds:g} s): its trace was read in the workload's process "
+                f"(no process of its own: {window.in_process})"
+            )
+        if not lines:
             if not cuda:
                 where = "no CUDA stream is watched"
             elif launches:
@@ -570,7 +585,7 @@ class Agent:
             else:
                 where = "the window saw no kernel launches"
             self._log_quietly(f"profiler window ({seconds:g} s): no launch queue to analyse ({where})")
-        for line in hta.summary(series):
+        for line in lines:
             self._log_quietly(f"profiler window ({seconds:g} s): {line}")
 
     def _log_quietly(self, text: str) -> None:

@@ -39,6 +39,9 @@ import contextlib
 import gzip
 import json
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -192,11 +195,114 @@ class CudaMonitor:
 
 
 class ProfileWindow(NamedTuple):
-    """A profiler window's result: HTA's queue per ``(device, stream)``, and the launch calls its
-    trace holds (launches with no GPU op in the trace: the profiler lost its GPU records)."""
+    """A profiler window's result: HTA's queue per stream as log lines (:func:`hta.summary`), the launch
+    calls its trace holds (launches with no GPU op in the trace: the profiler lost its GPU records), and
+    why the trace was read in this process, if it was (None: in a process of its own)."""
 
-    series: dict[tuple[int, int], hta.QueueSeries]
+    lines: list[str]
     launches: int
+    in_process: str | None = None
+    start_s: float = 0.0
+    """How long the profiler took to start (the first window in a process imports ``torch._inductor``)."""
+    imported: int = 0
+    """Modules imported while it started."""
+
+
+#: Seconds the trace's reading may take in its own process (a 0.5 s window on an H200: 21-27 MB of JSON,
+#: 62,000 events, 1.7-2.6 s on this project's 2-core VM).
+ANALYSIS_TIMEOUT = 120.0
+
+
+def analyse_apart(path: str, cap: int = CAPACITY, timeout: float = ANALYSIS_TIMEOUT) -> ProfileWindow:
+    """Read a window's trace in a Python process of its own (``python -m torchpar_top.probes.agent.hta``,
+    no torch imported), so that its JSON and the analysis do not hold the workload's GIL: in this process
+    they slowed a frontend thread for as long as they took (``benchmarks/bench_profile_window.py``).
+    Where that process cannot be had or fails, the trace is read here, and the result says why."""
+    cmd = [sys.executable, "-m", "torchpar_top.probes.agent.hta", path, str(cap)]
+    why: str
+    try:
+        done = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"reading the trace took over {timeout:g} s") from exc
+    except OSError as exc:  # no interpreter to start (an embedded Python), no process left to fork...
+        why = f"{type(exc).__name__}: {exc}"
+    else:
+        if done.returncode == 0:
+            try:
+                got = json.loads(done.stdout.strip().splitlines()[-1])
+                return ProfileWindow([str(x) for x in got["lines"]], int(got["launches"]))
+            except (IndexError, KeyError, TypeError, ValueError) as exc:
+                why = f"unreadable answer ({type(exc).__name__}: {exc})"
+        else:
+            tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+            why = tail[0][:200]
+    lines, launches = hta.analyse_file(path, cap)
+    return ProfileWindow(lines, launches, why)
+
+
+class _Window:
+    """One profiler window: ``torch.profiler.profile`` where ``torch._inductor`` is loaded, else the
+    autograd profiler that it wraps, started the same way (Kineto; CUDA activity where asked).
+
+    ``torch.profiler.profile().start()`` reads inductor's cudagraphs setting through ``hasattr(torch,
+    "_inductor")``, which imports inductor where it is not loaded: ~820 modules with torch 2.13, 1.6-2.5 s
+    on this project's 2-core VM with a frontend thread stopped meanwhile (0.02 of its speed,
+    ``benchmarks/bench_profile_window.py``), on the first window of every process. Where inductor is not
+    loaded its cudagraphs are not in use, and torch.profiler would change nothing for them (it turns
+    CUPTI's teardown off when they are): so the autograd profiler is started directly, and the one
+    piece of torch.profiler's metadata a reader of the trace needs, ``distributedInfo`` (the rank), is
+    added as torch.profiler adds it. Untested on hardware in this form."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self._prof: Any = None
+        self._plain = "torch._inductor" in sys.modules  # torch.profiler's own path
+
+    def start(self) -> None:
+        if self._plain:
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+            self._prof = profile(activities=activities)
+            self._prof.start()
+            return
+        from torch._C._autograd import _add_metadata_json
+        from torch.autograd import profiler as autograd_profiler
+
+        self._prof = autograd_profiler.profile(
+            use_cpu=True, use_device="cuda" if self.cuda else None, use_kineto=True
+        )
+        self._prof.__enter__()
+        info = _distributed_info()
+        if info is not None:
+            _add_metadata_json("distributedInfo", json.dumps(info))
+
+    def stop(self) -> None:
+        if self._plain:
+            self._prof.stop()
+        else:
+            self._prof.__exit__(None, None, None)
+
+    def export(self, path: str, tmp: str) -> None:
+        """The Chrome trace to ``path`` (gzipped where it ends in ``.gz``, as torch.profiler writes it)."""
+        if self._plain or not path.endswith(".gz"):
+            self._prof.export_chrome_trace(path)
+            return
+        plain = os.path.join(tmp, "window.json")
+        self._prof.export_chrome_trace(plain)
+        with open(plain, "rb") as src, gzip.open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def _distributed_info() -> dict[str, Any] | None:
+    """``distributedInfo`` as torch.profiler writes it (backend, rank, world size), where a process group
+    is up; never imports torch.distributed (not loaded: no group)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return {"backend": dist.get_backend(), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
 
 
 def profile_queue(
@@ -210,23 +316,20 @@ def profile_queue(
     """Run ``torch.profiler`` for ``seconds``: HTA's queue depth per ``(device, stream)`` and the launches.
 
     CUPTI records runtime launches and kernels process-wide, so this may run on an agent thread while
-    the frontend works. The CUDA part is untested on hardware; with ``cuda=False`` it profiles the CPU
-    only (an empty result) and is what the tests run. ``export_path``: keep the Chrome trace there
-    (gzipped when the name ends in ``.gz``, as torch writes it) instead of in a temporary file.
+    the frontend works. The trace is written to a file and read in a process of its own
+    (:func:`analyse_apart`). The CUDA part is untested on hardware in this form; with ``cuda=False`` it
+    profiles the CPU only (no launch queue) and is what the tests run. ``export_path``: keep the Chrome
+    trace there (gzipped when the name ends in ``.gz``, as torch writes it) instead of in a temporary file.
     """
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    prof = profile(activities=activities)
+    prof = _Window(cuda)
+    modules, t0 = len(sys.modules), time.monotonic()
     prof.start()
+    started, imported = time.monotonic() - t0, len(sys.modules) - modules
     try:
         sleep(seconds)
     finally:
         prof.stop()
     with tempfile.TemporaryDirectory(prefix="tpt-prof-") as tmp:
         path = export_path or os.path.join(tmp, "trace.json")
-        prof.export_chrome_trace(path)
-        with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
-            trace = json.load(f)
-    events = hta.from_chrome_trace(trace)
-    return ProfileWindow(hta.queue_depth(events, cap), sum(1 for e in events if e.is_launch))
+        prof.export(path, tmp)
+        return analyse_apart(path, cap)._replace(start_s=started, imported=imported)

@@ -8,6 +8,9 @@ Times are microseconds as in the trace.
 
 from __future__ import annotations
 
+import gzip
+import json
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,8 +20,10 @@ __all__ = [
     "QUEUE_CAP",
     "Event",
     "QueueSeries",
+    "analyse_file",
     "from_chrome_trace",
     "from_kineto_events",
+    "main",
     "queue_depth",
     "summary",
 ]
@@ -77,3 +82,29 @@ def summary(series: dict[tuple[int, int], QueueSeries], cap: int = QUEUE_CAP) ->
         f"{s.time_at_cap / 1000:.1f} ms ({100 * s.share_at_cap:.0f}% of {s.span / 1000:.0f} ms)"
         for s in series.values()
     ]
+
+
+def analyse_file(path: str, cap: int = QUEUE_CAP) -> tuple[list[str], int]:
+    """A window's Chrome trace file (gzipped where the name ends in ``.gz``): :func:`summary`'s lines and
+    the launch calls it holds."""
+    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
+        trace = json.load(f)
+    events = from_chrome_trace(trace)
+    return summary(queue_depth(events, cap), cap), sum(1 for e in events if e.is_launch)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m torchpar_top.probes.agent.hta TRACE [CAP]``: one JSON line, ``{"lines": [...],
+    "launches": N}``. The agent runs it in a process of its own, so that reading a window's trace (tens
+    of MB of JSON on a GPU) does not hold the workload's GIL: no torch is imported here."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or len(args) > 2:
+        print("usage: python -m torchpar_top.probes.agent.hta TRACE [CAP]", file=sys.stderr)
+        return 2
+    lines, launches = analyse_file(args[0], int(args[1]) if len(args) > 1 else QUEUE_CAP)
+    print(json.dumps({"lines": lines, "launches": launches}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

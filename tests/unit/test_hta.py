@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -137,7 +141,63 @@ def test_profile_window_runs_for_real_on_cpu() -> None:
     worker = threading.Thread(target=work)
     worker.start()
     try:
-        assert profile_queue(0.05, cuda=False) == ({}, 0)
+        assert profile_queue(0.05, cuda=False)[:3] == ([], 0, None)
     finally:
         stop.set()
         worker.join()
+
+
+# -- reading a window's trace in a process of its own ---------------------------------------------
+
+TRACE = Path(__file__).resolve().parents[1] / "data" / "hta" / "a100_alexnet_2_streams.json.gz"
+
+
+def test_a_windows_trace_is_read_in_a_process_of_its_own_with_the_same_result():
+    from torchpar_top.probes.agent import cuda
+
+    apart = cuda.analyse_apart(str(TRACE))
+    lines, launches = hta.analyse_file(str(TRACE))
+    assert apart[:3] == (lines, launches, None)
+    assert launches > 0 and len(lines) == 2 and lines[0].startswith("cuda:0 stream ")
+
+
+def test_the_reading_process_imports_no_torch():
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "torchpar_top.probes.agent.hta", str(TRACE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "torchpar_top.analysis" in imported and "torch" not in imported
+    assert json.loads(done.stdout)["launches"] == hta.analyse_file(str(TRACE))[1]
+
+
+def test_without_a_process_of_its_own_the_trace_is_read_here_and_the_result_says_why(monkeypatch):
+    from torchpar_top.probes.agent import cuda
+
+    def broken(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 1, "", "ModuleNotFoundError: No module named 'torchpar_top'")
+
+    monkeypatch.setattr(cuda.subprocess, "run", broken)
+    window = cuda.analyse_apart(str(TRACE))
+    assert (window.lines, window.launches) == hta.analyse_file(str(TRACE))
+    assert window.in_process == "ModuleNotFoundError: No module named 'torchpar_top'"
+
+    def gone(cmd, **kw):
+        raise FileNotFoundError(2, "No such file or directory", cmd[0])
+
+    monkeypatch.setattr(cuda.subprocess, "run", gone)
+    assert cuda.analyse_apart(str(TRACE)).in_process.startswith("FileNotFoundError")
+
+
+def test_a_reading_that_hangs_is_cut_off_and_reported(monkeypatch):
+    from torchpar_top.probes.agent import cuda
+
+    def slow(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(cuda.subprocess, "run", slow)
+    with pytest.raises(RuntimeError, match="reading the trace took over 7 s"):
+        cuda.analyse_apart(str(TRACE), timeout=7)

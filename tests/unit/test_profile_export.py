@@ -23,7 +23,7 @@ def test_the_export_path_round_trips_and_is_optional():
 @pytest.mark.parametrize("name", ["window.json", "window.json.gz"])
 def test_profile_queue_keeps_the_trace_where_asked(tmp_path, name):
     path = tmp_path / name
-    assert profile_queue(0.05, cuda=False, export_path=str(path)) == ({}, 0)
+    assert profile_queue(0.05, cuda=False, export_path=str(path))[:3] == ([], 0, None)
     opener = gzip.open if name.endswith(".gz") else open
     with opener(path, "rt") as f:
         assert "traceEvents" in json.load(f)
@@ -59,6 +59,7 @@ def test_the_agent_writes_the_window_where_asked_and_refuses_a_relative_path(tmp
         )
         logs = [x.text for x in got if isinstance(x, m.Log)]
         assert f"profiler window (0.1 s): trace written to {path}" in logs
+        assert not any("read in the workload's process" in x for x in logs)  # read in its own process
         assert "traceEvents" in json.loads(path.read_text())
     finally:
         parent.close()
