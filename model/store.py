@@ -774,9 +774,9 @@ class SessionStore:
             # switch to SYNC, the backlog launched in ASYNC drains first (the agent says so): that is
             # neither mode's steady state either, nor is a timing round that paused the live loop. Nor
             # is the start, up to and with the first window in which work was done (CUDA's and CUPTI's
-            # start, the async experiment's fitting on a GPU): on an H200 it was about 6 of ASYNC's 9 s,
-            # and the scoreboard read ASYNC at 0.76-0.84x SYNC where the profiler's windows of the same
-            # run showed the GPU finish 1.42x the items.
+            # start, the async experiment's fitting on a GPU): on an H200 the scoreboard read ASYNC at
+            # 0.76-0.84x SYNC where the profiler's windows of the same runs showed the GPU finish 1.42x
+            # the items; had the loop run at its window's rate all along, 6 of ASYNC's 9.15 s held no work.
             steady = self._working and self._prev_mode == msg.mode
             if steady and not msg.draining and not msg.timing:
                 acc, w = self._modes[msg.mode], msg.window

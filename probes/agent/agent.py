@@ -72,9 +72,10 @@ STACK_EVERY = 0.5
 ROLES_EVERY = 1.0
 #: A frontend that ran less than this share of the window is idle (the stack panel says so).
 IDLE_RUN_SHARE = 0.1
-#: Modules a profiler window's start must import for the log to say so: the first window in a process
-#: imports torch._inductor (~820 modules with torch 2.13, 1.6-4.3 s on this project's 2-core VM, a
-#: frontend thread slowed to about a fifth meanwhile: ``benchmarks/bench_profile_window.py``).
+#: Modules a profiler window's start must import for the log to say so. torch.profiler's first start in
+#: a process imports torch._inductor (~820 modules with torch 2.13: 1.9 s on this project's 2-core VM, a
+#: frontend thread at 0.03 of its speed meanwhile, ``benchmarks/bench_profile_window.py``); the agent's
+#: window avoids it where inductor is not loaded (``cuda._Window``), and the log says if a start still did.
 IMPORTS_WORTH_SAYING = 50
 
 
