@@ -363,8 +363,16 @@ class Session:
     def _on_exit(self, child: ChildProcess, code: int) -> None:
         with self._child_lock:
             current = child is self._child
+            listener = self._listener
         if not current:
             return  # a child we stopped on purpose (switch or close): nothing to report
+        if listener is not None:
+            # torchrun ended, and with it its ranks: read their last messages and closed connections, and
+            # settle those closed, before the workload is said to have ended. A rank whose connection
+            # closed as it died (not yet a zombie) was otherwise settled at the next host reading, after
+            # the headless loop's last record: a CI run's read rank 1 with no status and no note.
+            listener.pull()
+            self._resolve_closing()
         message = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         self.store.on_source_closed(0, code)
         message = "; ".join([message, *self.store.exit_notes()])  # torchrun's status, and why

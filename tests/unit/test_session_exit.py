@@ -1,0 +1,58 @@
+"""torchrun's end settles its ranks first: the last headless record must not show a rank that already
+died as running (a CI run read rank 1 with no status and no note: its connection had closed as it died,
+before it was a zombie, and it was to be settled at the next host reading, after the last record)."""
+
+from __future__ import annotations
+
+import subprocess
+from types import SimpleNamespace
+
+from torchpar_top.contract import messages as m
+from torchpar_top.contract.vocab import ChildState, LogSource
+from torchpar_top.sources.live.session import Session
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+class _Listener:
+    """Stands in for the ranks' listener: its pull reads rank 1's closed connection."""
+
+    def __init__(self, session: Session) -> None:
+        self.session, self.pulls = session, 0
+
+    def pull(self) -> None:
+        self.pulls += 1
+        if self.pulls == 1:
+            self.session._on_rank_closed(1)
+
+
+def test_torchruns_end_settles_the_ranks_that_died_before_it_is_told():
+    session = Session("async", interval=0.05)  # never started
+    pid = _dead_pid()
+    store = session.store
+    hello = m.Hello(
+        pid=pid,
+        experiment="run",
+        torch="2",
+        device="cpu",
+        num_threads=1,
+        interop_threads=1,
+        rank=1,
+        world_size=2,
+    )
+    store.on_message(hello, 1)
+    store.on_message(m.Exit(status=0, reason=""), 1)  # its code returned, then it aborted at exit
+    store.add_log(LogSource.STDERR, f"... failed (exitcode: -6) local_rank: 1 (pid: {pid}) of binary: python")
+    launcher = SimpleNamespace(pid=4242)  # torchrun, as _on_exit reads it
+    session._child, session._listener = launcher, _Listener(session)  # type: ignore[assignment]
+    session._on_exit(launcher, 1)  # type: ignore[arg-type]
+    snap = store.snapshot()
+    assert snap.child.state == ChildState.EXITED
+    (rank,) = snap.ranks
+    assert (rank.state, rank.exit_code) == (ChildState.EXITED, -6)
+    assert rank.note == "rank 1 aborted (SIGABRT) at interpreter exit, after its work had finished"
+    assert "rank 1 aborted (SIGABRT)" in snap.child.message  # the workload's end says why
