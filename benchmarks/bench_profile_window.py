@@ -79,6 +79,17 @@ class Loop:
         return t2 - t1, ((c2 - c1) / (t2 - t1)) / base if base else float("nan")
 
 
+def _table(title: str, what: str, got: dict[str, list[tuple[float, float]]], digits: int) -> None:
+    """Per row, the wall times' and the loop speeds' medians and ranges."""
+    print(title)
+    print(f"{what:38s} {'wall s (median, range)':>26s}   {'loop speed meanwhile':>22s}")
+    for name, values in got.items():
+        walls, speeds = [w for w, _ in values], [s for _, s in values]
+        wall = f"{statistics.median(walls):8.{digits}f} ({min(walls):.{digits}f}-{max(walls):.{digits}f})"
+        speed = f"{statistics.median(speeds):8.2f} ({min(speeds):.2f}-{max(speeds):.2f})"
+        print(f"{name:38s} {wall}     {speed}")
+
+
 def reading(rounds: int, trace: Path) -> None:
     from torchpar_top.probes.agent import cuda, hta
 
@@ -92,14 +103,7 @@ def reading(rounds: int, trace: Path) -> None:
         for _ in range(rounds):
             for name, work in ways.items():
                 got[name].append(loop.speed_during(work))
-    print(f"reading a window's trace ({trace.name}), {rounds} alternated rounds")
-    print(f"{'where':28s} {'wall s (median, range)':>26s}   {'loop speed meanwhile':>26s}")
-    for name, values in got.items():
-        walls, speeds = [w for w, _ in values], [s for _, s in values]
-        print(
-            f"{name:28s} {statistics.median(walls):8.2f} ({min(walls):.2f}-{max(walls):.2f})       "
-            f"{statistics.median(speeds):8.2f} ({min(speeds):.2f}-{max(speeds):.2f})"
-        )
+    _table(f"reading a window's trace ({trace.name}), {rounds} alternated rounds", "where", got, 2)
 
 
 START_CHILD = """
@@ -137,14 +141,7 @@ def first_start(rounds: int) -> None:
             )
             for name, value in json.loads(done.stdout.strip().splitlines()[-1]).items():
                 got.setdefault(f"{which}: {name}", []).append(tuple(value))
-    print(f"\na profiler's start in a fresh process, {rounds} processes each, alternated")
-    print(f"{'which':38s} {'wall s (median, range)':>26s}   {'loop speed meanwhile':>22s}")
-    for name, values in got.items():
-        walls, speeds = [w for w, _ in values], [s for _, s in values]
-        print(
-            f"{name:38s} {statistics.median(walls):8.3f} ({min(walls):.3f}-{max(walls):.3f})     "
-            f"{statistics.median(speeds):8.2f} ({min(speeds):.2f}-{max(speeds):.2f})"
-        )
+    _table(f"\na profiler's start in a fresh process, {rounds} processes each, alternated", "which", got, 3)
 
 
 def main() -> None:

@@ -466,42 +466,42 @@ def test_the_agent_reads_the_frontends_stack_itself():
     assert agent.frontend_stack() is None  # the frontend thread has ended
 
 
-def test_a_profiler_window_with_launches_and_no_gpu_op_says_the_records_were_lost(monkeypatch):
-    """Seen on an H100: a window's trace kept 8,545 launch calls and not one kernel."""
+def _window_logs(monkeypatch, *windows, cuda_part: bool = True) -> list[str]:
+    """What the agent logs for profiler windows that ended with ``windows`` (the profiler faked), one
+    window after the other."""
     from torchpar_top.probes.agent import cuda
 
     agent = _agent()
     logs: list[str] = []
     monkeypatch.setattr(agent, "log", logs.append)
-    monkeypatch.setattr(cuda, "profile_queue", lambda seconds, **kw: cuda.ProfileWindow([], 8545))
     try:
-        agent.cuda = object()  # a CUDA part is there (the profiler is faked)
-        agent._profile(0.5)
+        if cuda_part:
+            agent.cuda = object()  # a CUDA part is there
+        for window in windows:
+            monkeypatch.setattr(cuda, "profile_queue", lambda seconds, w=window, **kw: w)
+            agent._profile(0.5)
     finally:
         agent.cuda = None
         agent.close()
-    assert logs == [
+    return logs
+
+
+def test_a_profiler_window_with_launches_and_no_gpu_op_says_the_records_were_lost(monkeypatch):
+    """Seen on an H100: a window's trace kept 8,545 launch calls and not one kernel."""
+    from torchpar_top.probes.agent.cuda import ProfileWindow
+
+    assert _window_logs(monkeypatch, ProfileWindow([], 8545)) == [
         "profiler window (0.5 s): no launch queue to analyse (its trace holds 8545 launch calls but no GPU "
         "op: the profiler lost its GPU records (profile again))"
     ]
 
 
 def test_a_profiler_window_read_in_the_workloads_process_says_so(monkeypatch):
-    from torchpar_top.probes.agent import cuda
+    from torchpar_top.probes.agent.cuda import ProfileWindow
 
-    agent = _agent()
-    logs: list[str] = []
-    monkeypatch.setattr(agent, "log", logs.append)
     line = "cuda:0 stream 7: max depth 3, at the 1024 cap 0.0 ms (0% of 500 ms)"
-    window = cuda.ProfileWindow([line], 12, "FileNotFoundError: no python3")
-    monkeypatch.setattr(cuda, "profile_queue", lambda seconds, **kw: window)
-    try:
-        agent.cuda = object()
-        agent._profile(0.5)
-    finally:
-        agent.cuda = None
-        agent.close()
-    assert logs == [
+    window = ProfileWindow([line], 12, "FileNotFoundError: no python3")
+    assert _window_logs(monkeypatch, window) == [
         "profiler window (0.5 s): its trace was read in the workload's process (no process of its own: "
         "FileNotFoundError: no python3)",
         f"profiler window (0.5 s): {line}",
@@ -509,19 +509,10 @@ def test_a_profiler_window_read_in_the_workloads_process_says_so(monkeypatch):
 
 
 def test_a_profiler_window_that_imported_much_to_start_says_so(monkeypatch):
-    from torchpar_top.probes.agent import cuda
+    from torchpar_top.probes.agent.cuda import ProfileWindow
 
-    agent = _agent()
-    logs: list[str] = []
-    monkeypatch.setattr(agent, "log", logs.append)
-    slow = cuda.ProfileWindow([], 0, None, start_s=2.4, imported=822)
-    monkeypatch.setattr(cuda, "profile_queue", lambda seconds, **kw: slow)
-    try:
-        agent._profile(0.5)
-        monkeypatch.setattr(cuda, "profile_queue", lambda seconds, **kw: slow._replace(imported=3))
-        agent._profile(0.5)
-    finally:
-        agent.close()
+    slow = ProfileWindow([], 0, None, start_s=2.4, imported=822)
+    logs = _window_logs(monkeypatch, slow, slow._replace(imported=3), cuda_part=False)
     said = [line for line in logs if "to start" in line]
     assert said == [
         "profiler window (0.5 s): torch.profiler took 2.4 s to start, importing 822 modules "
