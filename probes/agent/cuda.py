@@ -268,12 +268,17 @@ class _Window:
             self._prof = profile(activities=activities)
             self._prof.start()
             return
-        from torch._C._autograd import _add_metadata_json
-        from torch.autograd import profiler as autograd_profiler
+        try:
+            from torch._C._autograd import _add_metadata_json
+            from torch.autograd import profiler as autograd_profiler
 
-        self._prof = autograd_profiler.profile(
-            use_cpu=True, use_device="cuda" if self.cuda else None, use_kineto=True
-        )
+            self._prof = autograd_profiler.profile(
+                use_cpu=True, use_device="cuda" if self.cuda else None, use_kineto=True
+            )
+        except (ImportError, TypeError):  # a torch whose autograd profiler is made otherwise
+            self._plain = True
+            self.start()
+            return
         self._prof.__enter__()
         info = _distributed_info()
         if info is not None:

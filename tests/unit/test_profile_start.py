@@ -62,3 +62,21 @@ def test_in_a_process_group_the_trace_names_the_rank(tmp_path):
 def test_where_inductor_is_loaded_torch_profilers_own_start_is_used(tmp_path):
     result, trace = _window(tmp_path, "window.json.gz", "import torch._inductor")
     assert result["inductor"] and result["imported"] < 50 and "traceEvents" in trace
+
+
+def test_a_torch_whose_autograd_profiler_is_made_otherwise_gets_torch_profilers_start(monkeypatch):
+    from torch.autograd import profiler as autograd_profiler
+    from torchpar_top.probes.agent import cuda
+
+    real = autograd_profiler.profile
+
+    def other(*args, **kwargs):  # refuses the agent's call; torch.profiler's own (it passes more) goes on
+        if "experimental_config" not in kwargs:
+            raise TypeError("profile() got an unexpected keyword argument 'use_device'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autograd_profiler, "profile", other)
+    window = cuda._Window(cuda=False)
+    window.start()
+    window.stop()
+    assert window._plain
