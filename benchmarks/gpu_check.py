@@ -25,7 +25,9 @@ cut short):
    exported in ASYNC and one in SYNC (the agent's ``h`` window, ``Profile.export_path``); per window the
    live row (outstanding torch calls, sampled) against the trace's queue (kernels: HTA's depth) and the
    lane's busy share, side by side; and the experiment's claim on its scoreboard: ASYNC's throughput at
-   least 1.1 times SYNC's (the item's size fitted to the GPU is in the report).
+   least 1.1 times SYNC's (the item's size fitted to the GPU is in the report). Reported, not judged:
+   the live throughput inside each profiler window and outside it (whether the loop runs faster while
+   torch.profiler holds CUPTI); ``benchmarks/gpu_async_plain.py`` gives the same item without the agent.
 4. ``analysis_vs_hta``: ``torchpar_top.analysis`` against HTA's queue summary on those traces.
 5. ``multi_device`` (2 GPUs or more): the multi-device experiment's live lanes and overlap against a
    profiler trace of the same window.
