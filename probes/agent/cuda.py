@@ -247,9 +247,9 @@ class _Window:
     autograd profiler that it wraps, started the same way (Kineto; CUDA activity where asked).
 
     ``torch.profiler.profile().start()`` reads inductor's cudagraphs setting through ``hasattr(torch,
-    "_inductor")``, which imports inductor where it is not loaded: ~820 modules with torch 2.13, 1.6-2.5 s
-    on this project's 2-core VM with a frontend thread stopped meanwhile (0.02 of its speed,
-    ``benchmarks/bench_profile_window.py``), on the first window of every process. Where inductor is not
+    "_inductor")``, which imports inductor where it is not loaded: ~820 modules with torch 2.13, 1.9 s
+    (1.76-2.22) on this project's 2-core VM with a frontend thread at 0.03 of its speed meanwhile
+    (``benchmarks/bench_profile_window.py``), on the first window of every process. Where inductor is not
     loaded its cudagraphs are not in use, and torch.profiler would change nothing for them (it turns
     CUPTI's teardown off when they are): so the autograd profiler is started directly, and the one
     piece of torch.profiler's metadata a reader of the trace needs, ``distributedInfo`` (the rank), is

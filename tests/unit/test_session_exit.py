@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 from types import SimpleNamespace
 
+from fakes.steps import hello
 from torchpar_top.contract import messages as m
 from torchpar_top.contract.vocab import ChildState, LogSource
 from torchpar_top.sources.live.session import Session
@@ -34,17 +35,7 @@ def test_torchruns_end_settles_the_ranks_that_died_before_it_is_told():
     session = Session("async", interval=0.05)  # never started
     pid = _dead_pid()
     store = session.store
-    hello = m.Hello(
-        pid=pid,
-        experiment="run",
-        torch="2",
-        device="cpu",
-        num_threads=1,
-        interop_threads=1,
-        rank=1,
-        world_size=2,
-    )
-    store.on_message(hello, 1)
+    store.on_message(hello(pid, rank=1), 1)
     store.on_message(m.Exit(status=0, reason=""), 1)  # its code returned, then it aborted at exit
     store.add_log(LogSource.STDERR, f"... failed (exitcode: -6) local_rank: 1 (pid: {pid}) of binary: python")
     launcher = SimpleNamespace(pid=4242)  # torchrun, as _on_exit reads it
