@@ -3,6 +3,7 @@ turns, a second at a time.
 
     python benchmarks/bench_toggled.py [--loop transformer-long] [--blocks 6] [--pairs 20] [--slot 1]
         [--settle 0.3] [--warmup 5] [--cpu N] [--slots FILE] [--only sampler|phases|counter]
+        [--slower S] [--switch ON_US,OFF_US]
 
 Why: :mod:`bench_interleaved` compares two processes, and one process runs a few per cent faster or
 slower than another of the same code for its whole life (where its memory landed): its blocks' ratios
@@ -26,7 +27,10 @@ untimed step's short path), the per-step switch check, the DataLoader wrapper, t
 *on / off* is the cost of the agent's work above that floor, not of the whole agent (what the floor
 costs is ``bench_step_steady.py``'s). ``--only PART`` puts one of the three behind the flag and
 leaves the other two on: what that part costs beside the others. ``--slower S`` replaces *off* with
-the agent sampling every S seconds instead of 0.1, all else on: what the sample rate costs. Each
+the agent sampling every S seconds instead of 0.1, all else on: what the sample rate costs.
+``--switch ON_US,OFF_US``: both states all on, the GIL's switch interval while a sample is made
+``ON_US`` microseconds in the first and ``OFF_US`` in the second (0: the interpreter's own, as the agent
+did before ``SAMPLE_SWITCH_INTERVAL``): what the sampler's hand-off of the GIL saves. Each
 slot starts with ``--settle`` seconds not counted (the sampler sees the flag within 100 ms, the phase
 hooks within a few steps). A pair is one slot of each, ABBA; a block is one process (its pairs'
 geometric mean); the figure is the blocks' geometric mean with a 95 % interval from their spread (as
@@ -71,6 +75,8 @@ ON, OFF = "on", "off"
 SLOWER_ENV = "TPT_BENCH_SLOWER"
 #: Set in the child's environment by ``--only PART``: only that part of the agent's work follows the flag.
 ONLY_ENV = "TPT_BENCH_ONLY"
+#: Set in the child's environment by ``--switch``: the two states' switch intervals, in microseconds.
+SWITCH_ENV = "TPT_BENCH_SWITCH"
 #: The parts ``--only`` can name: the sampler's samples, the phase timing of every step, the op counter.
 PARTS = ("sampler", "phases", "counter")
 
@@ -78,10 +84,17 @@ PARTS = ("sampler", "phases", "counter")
 # -- in the child: the agent with its work behind the flag ---------------------------------------------
 
 
-def _patch(flag: ctypes.c_uint64, slower: float | None = None, only: str = "") -> None:
+def _patch(
+    flag: ctypes.c_uint64,
+    slower: float | None = None,
+    only: str = "",
+    switch: tuple[float, float] | None = None,
+) -> None:
     """Put the agent's sampling, phase timing and op counting behind ``flag`` (non-zero: off), or only
     the one of them ``only`` names (one of :data:`PARTS`; the others stay on); with ``slower``, only
-    the sampler's interval (non-zero: every ``slower`` seconds, all else as usual)."""
+    the sampler's interval (non-zero: every ``slower`` seconds, all else as usual); with ``switch``, only
+    the GIL's switch interval while a sample is made (seconds, zero: the interpreter's own; the first
+    while the flag is zero, the second while not)."""
     from torchpar_top.probes.agent.agent import Agent
     from torchpar_top.probes.agent.usercode_sampling import SampledCounting
     from torchpar_top.probes.agent.usercode_steps import StepClock
@@ -100,6 +113,15 @@ def _patch(flag: ctypes.c_uint64, slower: float | None = None, only: str = "") -
             return sample(self, t0, t1)
 
         Agent.sample = sample_every  # type: ignore[method-assign]
+        return
+
+    if switch is not None:
+
+        def sample_switching(self: Agent, t0: float, t1: float) -> Any:
+            self.switch_interval = switch[1 if flag.value else 0] or None  # from the next sample on
+            return sample(self, t0, t1)
+
+        Agent.sample = sample_switching  # type: ignore[method-assign]
         return
 
     def init(self: StepClock, *args: Any, **kwargs: Any) -> None:
@@ -143,13 +165,22 @@ def inner(flag_path: str, argv: list[str]) -> int:
     """The child: map the flag, patch the agent, run it (``argv`` is the agent's command line)."""
     with open(flag_path, "r+b") as f:
         shared = mmap.mmap(f.fileno(), 8)
-    slower = os.environ.get(SLOWER_ENV)
+    slower, switch = os.environ.get(SLOWER_ENV), os.environ.get(SWITCH_ENV)
     _patch(
-        ctypes.c_uint64.from_buffer(shared), float(slower) if slower else None, os.environ.get(ONLY_ENV, "")
+        ctypes.c_uint64.from_buffer(shared),
+        float(slower) if slower else None,
+        os.environ.get(ONLY_ENV, ""),
+        _intervals(switch) if switch else None,
     )
     from torchpar_top.probes.agent.run import main as run_main
 
     return run_main(argv)
+
+
+def _intervals(text: str) -> tuple[float, float]:
+    """``ON_US,OFF_US`` (``--switch``) as seconds."""
+    on, off = (float(part) * 1e-6 for part in text.split(","))
+    return on, off
 
 
 # -- here: one process per block, its states by turns ---------------------------------------------------
@@ -159,7 +190,14 @@ class Loop:
     """One loop process under the patched agent, its flag and its step counter."""
 
     def __init__(
-        self, loop: str, threads: int, folder: Path, cpu: int | None, slower: float | None, only: str = ""
+        self,
+        loop: str,
+        threads: int,
+        folder: Path,
+        cpu: int | None,
+        slower: float | None,
+        only: str = "",
+        switch: str = "",
     ) -> None:
         self.flag_path, self.count_path = folder / "flag", folder / "counter"
         for path in (self.flag_path, self.count_path):
@@ -181,7 +219,7 @@ class Loop:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             pass_fds=(fd,),
-            env={**os.environ, SLOWER_ENV: str(slower) if slower else "", ONLY_ENV: only},
+            env={**os.environ, SLOWER_ENV: str(slower) if slower else "", ONLY_ENV: only, SWITCH_ENV: switch},
         )
         theirs.close()
 
@@ -250,7 +288,7 @@ def block(
     """One process: warm-up, then ``args.pairs`` ABBA pairs; the pairs' ratios (on's rate over off's).
     Each counted pair's :func:`differences` go to ``diffs``."""
     cpu = None if args.cpu < 0 else args.cpu
-    loop = Loop(args.loop, args.threads, folder, cpu, args.slower, args.only or "")
+    loop = Loop(args.loop, args.threads, folder, cpu, args.slower, args.only or "", args.switch or "")
     ratios: list[float] = []
     try:
         deadline = time.monotonic() + 120
@@ -297,6 +335,11 @@ def main() -> None:
         help="instead of off, the second state samples every SLOWER seconds (all else on)",
     )
     parser.add_argument(
+        "--switch",
+        help="ON_US,OFF_US: both states all on, the GIL switch interval while a sample is made (µs; 0: the"
+        " interpreter's own) in each",
+    )
+    parser.add_argument(
         "--only",
         choices=PARTS,
         help="only this part of the agent's work goes off in the off state (the others stay on)",
@@ -314,10 +357,20 @@ def main() -> None:
         )
     if args.slower is not None and not args.slower > 0:
         raise SystemExit("--slower needs a number of seconds above 0")
-    if args.slower is not None and args.only:
-        raise SystemExit("--only and --slower are two different second states: give one")
+    if sum(x is not None for x in (args.slower, args.only, args.switch)) > 1:
+        raise SystemExit("--only, --slower and --switch are different second states: give one")
+    if args.switch is not None:
+        try:
+            switch = _intervals(args.switch)
+        except ValueError:
+            raise SystemExit("--switch needs two numbers of microseconds: ON_US,OFF_US") from None
+        if min(switch) < 0:
+            raise SystemExit("--switch needs microseconds of 0 or more")
     off = OFF if not args.only else f"{args.only} off"
     label = {ON: ON, OFF: off if args.slower is None else f"every {args.slower:g} s"}
+    if args.switch is not None:
+        on_us, off_us = args.switch.split(",")
+        label = {ON: f"switch {on_us} µs", OFF: f"switch {off_us} µs"}
 
     load = os.getloadavg()[0]
     totals: dict[str, Tally] = {}
@@ -338,7 +391,7 @@ def main() -> None:
             pairs += ratios
             blocks.append(interval(ratios)[0])
             print(
-                f"  block {i + 1}: on / {label[OFF]} {blocks[-1]:.4f} over {len(ratios)} pairs",
+                f"  block {i + 1}: {label[ON]} / {label[OFF]} {blocks[-1]:.4f} over {len(ratios)} pairs",
                 file=sys.stderr,
                 flush=True,
             )
@@ -354,14 +407,14 @@ def main() -> None:
     if len(diffs) > 1:  # by pair: what the same process did a second apart, in each state
         names = ("a step on a core", "waiting for a core", "blocked", "the other threads' CPU")
         units = ("µs", "µs", "µs", "µs a second")
-        print(f"  on - {label[OFF]}, mean of the pairs (95 %):")
+        print(f"  {label[ON]} - {label[OFF]}, mean of the pairs (95 %):")
         for name, unit, column in zip(names, units, zip(*diffs, strict=True), strict=True):
             half = 1.96 * statistics.stdev(column) / math.sqrt(len(column))
             print(f"    {name}: {statistics.fmean(column):+.1f} ± {half:.1f} {unit}")
     mean, lo, hi = interval(blocks)
     print(f"  blocks: {' '.join(f'{r:.4f}' for r in blocks)}")
     print(
-        f"  on / {label[OFF]}: **{mean:.4f}** (95 % {lo:.4f}-{hi:.4f}, from the blocks' spread); "
+        f"  {label[ON]} / {label[OFF]}: **{mean:.4f}** (95 % {lo:.4f}-{hi:.4f}, from the blocks' spread); "
         f"median of all pairs {statistics.median(pairs):.4f}"
     )
 

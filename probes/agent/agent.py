@@ -77,6 +77,13 @@ IDLE_RUN_SHARE = 0.1
 #: frontend thread at 0.03 of its speed meanwhile, ``benchmarks/bench_profile_window.py``); the agent's
 #: window avoids it where inductor is not loaded (``cuda._Window``), and the log says if a start still did.
 IMPORTS_WORTH_SAYING = 50
+#: The interpreter's GIL switch interval (seconds) while the sampler builds and sends a sample. A thread
+#: that wants the GIL waits up to the switch interval (5 ms by default) before it asks the holder to let
+#: go; the user's loop, back from a torch op that ran without the GIL, so waited out the sampler's whole
+#: ~0.6 ms of Python. At this interval it waits at most this long (and the wake-up), takes the GIL for its
+#: next op and lets go of it again, and the sampler's Python runs on another core while the op computes:
+#: a transformer step's time blocked on the GIL fell by a quarter (``benchmarks/bench_toggled.py --switch``).
+SAMPLE_SWITCH_INTERVAL = 50e-6
 
 
 class CountRate:
@@ -129,6 +136,9 @@ class Agent:
         self.description = description
         self.device = device
         self.interval = interval
+        self.switch_interval: float | None = SAMPLE_SWITCH_INTERVAL
+        """The GIL switch interval while a sample is made (:data:`SAMPLE_SWITCH_INTERVAL`); None: the
+        interpreter's own, untouched."""
         self.sync = SyncPolicy(sync, sync_scope)
         """SYNC on or off: synchronize after every op (or every step, see its ``scope``)."""
         self.running = True
@@ -363,7 +373,8 @@ class Agent:
             time.sleep(self.interval)
             now = time.perf_counter()
             try:
-                self.send(self.sample(last_t, now))
+                with _switching_every(self.switch_interval):
+                    self.send(self.sample(last_t, now))
             except OSError:
                 return
             except Exception as exc:  # a part's bug or a value JSON cannot carry: that sample, not sampling
@@ -658,6 +669,23 @@ COMMAND_POLL_MS = 250
 #: Errors that mean our descriptor no longer holds the socket (the workload closed or reused it), as
 #: opposed to torchpar-top having gone away (end of file, a reset connection).
 _DESCRIPTOR_GONE = (errno.EBADF, errno.ENOTSOCK)
+
+
+@contextmanager
+def _switching_every(seconds: float | None) -> Iterator[None]:
+    """The GIL's switch interval at ``seconds`` for the block (None: untouched), then as it was. Where the
+    workload set an interval of its own meanwhile, theirs stays (ours is put back only if still there)."""
+    if seconds is None:
+        yield
+        return
+    usual = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    ours = sys.getswitchinterval()  # as the interpreter keeps it (whole microseconds)
+    try:
+        yield
+    finally:
+        if sys.getswitchinterval() == ours:
+            sys.setswitchinterval(usual)
 
 
 def _identity(fd: int) -> tuple[int, int] | None:

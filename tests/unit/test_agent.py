@@ -1,6 +1,7 @@
 """The agent's executors and control, in this process (no child): counters are exact."""
 
 import socket
+import sys
 import threading
 import time
 
@@ -9,6 +10,7 @@ from pytest import approx
 from torchpar_top.contract import messages as m
 from torchpar_top.contract.codec import LineReader
 from torchpar_top.contract.vocab import SyncScope
+from torchpar_top.probes.agent import agent as agent_module
 from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cputime import Schedstats, ThreadClock
@@ -518,3 +520,49 @@ def test_a_profiler_window_that_imported_much_to_start_says_so(monkeypatch):
         "profiler window (0.5 s): torch.profiler took 2.4 s to start, importing 822 modules "
         "(torch._inductor and what it needs, once a process; the workload's Python was slowed meanwhile)"
     ]
+
+
+def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_back():
+    """While the sampler builds and sends a sample the GIL's switch interval is the agent's short one
+    (the user's loop waits that long for it, not the interpreter's 5 ms); between samples, and after a
+    sample that failed, it is the interpreter's again."""
+    parent, child = socket.socketpair()
+    agent = _agent(child)
+    usual = sys.getswitchinterval()
+    seen = []
+
+    def part(t0, t1):
+        seen.append(sys.getswitchinterval())
+        if len(seen) == 2:
+            raise RuntimeError("a part's bug")
+        return {}
+
+    agent.sample_parts.append(part)
+    agent.start()
+    try:
+        reader, samples = LineReader(), 0
+        parent.settimeout(30)
+        while samples < 3:
+            samples += sum(isinstance(m.decode(line), m.Sample) for line in reader.feed(parent.recv(65536)))
+    finally:
+        parent.close()
+        agent.close()
+    assert seen[:4] == [approx(agent_module.SAMPLE_SWITCH_INTERVAL, abs=1e-6)] * 4
+    assert usual > 10 * agent_module.SAMPLE_SWITCH_INTERVAL
+    assert sys.getswitchinterval() == usual
+
+
+def test_a_switch_interval_the_workload_set_during_a_sample_stays():
+    usual = sys.getswitchinterval()
+    try:
+        with agent_module._switching_every(50e-6):
+            assert sys.getswitchinterval() == approx(50e-6, abs=1e-6)
+        assert sys.getswitchinterval() == usual
+        with agent_module._switching_every(50e-6):
+            sys.setswitchinterval(0.001)  # the user's own thread, meanwhile
+        assert sys.getswitchinterval() == approx(0.001)
+        with agent_module._switching_every(None):
+            assert sys.getswitchinterval() == approx(0.001)
+        assert sys.getswitchinterval() == approx(0.001)
+    finally:
+        sys.setswitchinterval(usual)
