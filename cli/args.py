@@ -359,8 +359,8 @@ def _run(commands: Any) -> Parser:
         "--no-queues",
         action="store_true",
         help="on CUDA, watch no launch queue: neither CUPTI's records nor a Python hook per op slows a "
-        "launch-bound loop (once CUPTI has recorded, such a loop ran at 0.52-0.67x of plain on an "
-        "H200); the GPU panel and the step phases remain",
+        "launch-bound loop (once CUPTI had recorded, such a loop ran at 0.52-0.67x of plain on an "
+        "H200 one day, 0.87x another); the GPU panel and the step phases remain",
     )
     parser.add_argument(
         "--nproc-per-node",

@@ -85,9 +85,10 @@ the records cost at most :data:`CPU_BUDGET` of the wall time; it says so in the 
 note. On an H200 (``gpu_check.py``, 2026-11-26) the governor stretched the cycle to 43-45 and the loop
 still ran at 0.63x of plain: once CUPTI's activity API has been enabled in a process, disabling every
 kind leaves a launch-bound loop at 0.52-0.67x of plain (the callback API alone costs 0-2 %;
-``docs/hardware/h200-2026-11-26-diagnostics.txt``), so the first window leaves most of the cost behind
-whatever the duty. Kineto detaches CUPTI (``cuptiFinalize`` from an API exit callback) for this; not
-tried here. The positional reading is untested on hardware.
+``docs/hardware/h200-2026-11-26-diagnostics.txt``; on 2026-11-27, one process: 0.87x,
+``h200-2026-11-27-diagnostics.txt``), so the first window leaves most of the cost behind whatever the
+duty. Kineto detaches CUPTI (``cuptiFinalize`` from an API exit callback) for this; not tried here. The
+positional reading is untested on hardware.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ OPTIONAL_KINDS = ("MEMCPY", "MEMSET", "DRIVER")
 LAUNCH_BOUND_HINT = (
     "CUDA launch queues: this loop launches many kernels a second; where launching is what limits it, "
     "CUPTI slows it between recording windows too (on an H200 a launch-bound loop ran at 0.52-0.67x of "
-    "plain once CUPTI had recorded): `torchpar-top run --no-queues` leaves the launch queues unwatched"
+    "plain once CUPTI had recorded one day, 0.87x another): `torchpar-top run --no-queues` leaves the "
+    "launch queues unwatched"
 )
 #: Share of sample intervals CUPTI records in by default (``run --cupti-duty``), from the measured Python
 #: cost per recorded launch of the whole monitor (``benchmarks/bench_cupti_records.py``: 3-4.4 µs on this
