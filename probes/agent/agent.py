@@ -77,7 +77,7 @@ IDLE_RUN_SHARE = 0.1
 #: frontend thread at 0.03 of its speed meanwhile, ``benchmarks/bench_profile_window.py``); the agent's
 #: window avoids it where inductor is not loaded (``cuda._Window``), and the log says if a start still did.
 IMPORTS_WORTH_SAYING = 50
-#: The interpreter's GIL switch interval (seconds) while the sampler builds and sends a sample. A thread
+#: The interpreter's GIL switch interval (seconds) while the sampler builds and encodes a sample. A thread
 #: that wants the GIL waits up to the switch interval (5 ms by default) before it asks the holder to let
 #: go; the user's loop, back from a torch op that ran without the GIL, so waited out the sampler's whole
 #: ~0.6 ms of Python. At this interval it waits at most this long (and the wake-up), takes the GIL for its
@@ -139,6 +139,7 @@ class Agent:
         self.switch_interval: float | None = SAMPLE_SWITCH_INTERVAL
         """The GIL switch interval while a sample is made (:data:`SAMPLE_SWITCH_INTERVAL`); None: the
         interpreter's own, untouched."""
+        self._switch = _SwitchInterval()
         self.sync = SyncPolicy(sync, sync_scope)
         """SYNC on or off: synchronize after every op (or every step, see its ``scope``)."""
         self.running = True
@@ -373,8 +374,8 @@ class Agent:
             time.sleep(self.interval)
             now = time.perf_counter()
             try:
-                with _switching_every(self.switch_interval):
-                    self.send(self.sample(last_t, now))
+                self._switch.lower(self.switch_interval)  # back as it was before the socket write (send)
+                self.send(self.sample(last_t, now))
             except OSError:
                 return
             except Exception as exc:  # a part's bug or a value JSON cannot carry: that sample, not sampling
@@ -384,6 +385,8 @@ class Agent:
                         f"agent: a sample could not be made ({type(exc).__name__}: {exc}); the next ones"
                         " are tried (this is said once)"
                     )
+            finally:
+                self._switch.restore()
             last_t = now
 
     def sample(self, t0: float, t1: float) -> Sample:
@@ -634,6 +637,7 @@ class Agent:
         if self._sock is None:
             return
         data = msg.to_json()
+        self._switch.restore()  # a write may block while torchpar-top does not read: the usual interval
         with self._send_lock:
             if self.channel_lost or (self._check_each_send and not self._channel_ok()):
                 raise OSError(errno.EBADF, "the protocol's descriptor was closed by the workload")
@@ -671,21 +675,28 @@ COMMAND_POLL_MS = 250
 _DESCRIPTOR_GONE = (errno.EBADF, errno.ENOTSOCK)
 
 
-@contextmanager
-def _switching_every(seconds: float | None) -> Iterator[None]:
-    """The GIL's switch interval at ``seconds`` for the block (None: untouched), then as it was. Where the
-    workload set an interval of its own meanwhile, theirs stays (ours is put back only if still there)."""
-    if seconds is None:
-        yield
-        return
-    usual = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    ours = sys.getswitchinterval()  # as the interpreter keeps it (whole microseconds)
-    try:
-        yield
-    finally:
-        if sys.getswitchinterval() == ours:
-            sys.setswitchinterval(usual)
+class _SwitchInterval:
+    """The GIL's switch interval lowered while a sample is made and encoded, and put back before its
+    socket write (which can block for as long as torchpar-top does not read). Where the workload set an
+    interval of its own meanwhile, theirs stays: ours is put back only if it is still there."""
+
+    def __init__(self) -> None:
+        self._lowered: tuple[float, float] | None = None
+        """(the interval before, ours) while lowered."""
+
+    def lower(self, seconds: float | None) -> None:
+        """Set the interval to ``seconds`` (None: leave it as it is)."""
+        if seconds is None or self._lowered is not None:
+            return
+        usual = sys.getswitchinterval()
+        sys.setswitchinterval(seconds)
+        self._lowered = (usual, sys.getswitchinterval())  # ours as the interpreter keeps it (whole µs)
+
+    def restore(self) -> None:
+        """The interval as it was before :meth:`lower` (any thread; twice is once)."""
+        lowered, self._lowered = self._lowered, None
+        if lowered is not None and sys.getswitchinterval() == lowered[1]:
+            sys.setswitchinterval(lowered[0])
 
 
 def _identity(fd: int) -> tuple[int, int] | None:

@@ -554,15 +554,66 @@ def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_bac
 
 def test_a_switch_interval_the_workload_set_during_a_sample_stays():
     usual = sys.getswitchinterval()
+    switch = agent_module._SwitchInterval()
     try:
-        with agent_module._switching_every(50e-6):
-            assert sys.getswitchinterval() == approx(50e-6, abs=1e-6)
+        switch.lower(50e-6)
+        assert sys.getswitchinterval() == approx(50e-6, abs=1e-6)
+        switch.restore()
+        switch.restore()  # twice is once
         assert sys.getswitchinterval() == usual
-        with agent_module._switching_every(50e-6):
-            sys.setswitchinterval(0.001)  # the user's own thread, meanwhile
+        switch.lower(50e-6)
+        sys.setswitchinterval(0.001)  # the user's own thread, meanwhile
+        switch.restore()
         assert sys.getswitchinterval() == approx(0.001)
-        with agent_module._switching_every(None):
-            assert sys.getswitchinterval() == approx(0.001)
+        switch.lower(None)
         assert sys.getswitchinterval() == approx(0.001)
     finally:
         sys.setswitchinterval(usual)
+
+
+def test_a_samples_socket_write_happens_at_the_usual_switch_interval():
+    """The write can block for as long as torchpar-top does not read (its terminal suspended): the
+    workload's threads must not take turns every 50 µs meanwhile. The sample is encoded at the low
+    interval, written at the usual one."""
+    parent, child = socket.socketpair()
+    agent = _agent(child)
+    usual = sys.getswitchinterval()
+    at_write, at_encode = [], []
+
+    class Recording:
+        def __init__(self, sock):
+            self._sock = sock
+
+        def sendall(self, data):
+            at_write.append(sys.getswitchinterval())
+            return self._sock.sendall(data)
+
+        def __getattr__(self, name):  # the rest (recv, fileno, close...) as the socket's own
+            return getattr(self._sock, name)
+
+    agent._sock = Recording(agent._sock)
+    sample = agent.sample
+
+    def encoding_recorded(t0, t1):
+        msg = sample(t0, t1)
+        to_json = msg.to_json
+
+        class Encoded:
+            def to_json(self):
+                at_encode.append(sys.getswitchinterval())
+                return to_json()
+
+        return Encoded()
+
+    agent.sample = encoding_recorded
+    agent.start()
+    try:
+        reader, samples = LineReader(), 0
+        parent.settimeout(30)
+        while samples < 2:
+            samples += sum(isinstance(m.decode(line), m.Sample) for line in reader.feed(parent.recv(65536)))
+    finally:
+        parent.close()
+        agent.close()
+    assert at_encode[:2] == [approx(agent_module.SAMPLE_SWITCH_INTERVAL, abs=1e-6)] * 2
+    assert at_write[:2] == [usual, usual]
