@@ -94,6 +94,30 @@ def _drain(sock: socket.socket) -> None:
     sock.close()
 
 
+def run_in_this_process(loop: str, cpu: int, seconds: float) -> None:
+    """``loop`` (``bench_run_steps.py``'s) under the agent in this process for ``seconds``, its socket
+    drained by a thread (no monitor process): for scripts that patch the agent first and report from a
+    thread of their own before the loop ends (they then end the process)."""
+    ours, theirs = socket.socketpair()
+    threading.Thread(target=_drain, args=(ours,), daemon=True).start()
+    from torchpar_top.probes.agent.run import main as run_main
+
+    run_main(
+        [
+            "--fd",
+            str(theirs.fileno()),
+            str(STEPS),
+            "--loop",
+            loop,
+            "--cpu",
+            str(cpu),
+            "--seconds",
+            str(seconds),
+        ]
+    )
+    raise SystemExit("the loop ended before the report")
+
+
 class Variant:
     """One variant's processes and its step counter."""
 

@@ -30,7 +30,6 @@ import argparse
 import itertools
 import math
 import os
-import socket
 import statistics
 import sys
 import threading
@@ -40,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_interleaved import STEPS, _drain
+from bench_interleaved import run_in_this_process
 
 #: Steps left out at the start (warm-up, root discovery).
 SKIP_STEPS = 200
@@ -220,13 +219,7 @@ def main() -> None:
         os._exit(0)
 
     threading.Thread(target=report, daemon=True).start()
-    ours, theirs = socket.socketpair()
-    threading.Thread(target=_drain, args=(ours,), daemon=True).start()
-    from torchpar_top.probes.agent.run import main as run_main
-
-    loop = [str(STEPS), "--loop", args.loop, "--cpu", str(args.cpu), "--seconds", str(args.seconds + 60)]
-    run_main(["--fd", str(theirs.fileno()), *loop])
-    raise SystemExit("the loop ended before the report")
+    run_in_this_process(args.loop, args.cpu, args.seconds + 60)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import socket
 import sys
 import threading
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_interleaved import STEPS, _drain
+from bench_interleaved import run_in_this_process
 
 CPU: collections.Counter[str] = collections.Counter()
 WALL: collections.Counter[str] = collections.Counter()
@@ -113,13 +112,7 @@ def main() -> None:
     switch = agent.SAMPLE_SWITCH_INTERVAL if args.switch_us is None else (args.switch_us * 1e-6 or None)
     wrap(switch)
     threading.Thread(target=report, args=(args.seconds, args.loop), daemon=True).start()
-    ours, theirs = socket.socketpair()
-    threading.Thread(target=_drain, args=(ours,), daemon=True).start()
-    from torchpar_top.probes.agent.run import main as run_main
-
-    loop = [str(STEPS), "--loop", args.loop, "--cpu", str(args.cpu), "--seconds", str(args.seconds + 60)]
-    run_main(["--fd", str(theirs.fileno()), *loop])
-    raise SystemExit("the loop ended before the report")
+    run_in_this_process(args.loop, args.cpu, args.seconds + 60)
 
 
 if __name__ == "__main__":

@@ -522,6 +522,14 @@ def test_a_profiler_window_that_imported_much_to_start_says_so(monkeypatch):
     ]
 
 
+def _read_samples(parent, n):
+    """Read from the agent's socket until ``n`` samples came."""
+    reader, samples = LineReader(), 0
+    parent.settimeout(30)
+    while samples < n:
+        samples += sum(isinstance(m.decode(line), m.Sample) for line in reader.feed(parent.recv(65536)))
+
+
 def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_back():
     """While the sampler builds and sends a sample the GIL's switch interval is the agent's short one
     (the user's loop waits that long for it, not the interpreter's 5 ms); between samples, and after a
@@ -540,10 +548,7 @@ def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_bac
     agent.sample_parts.append(part)
     agent.start()
     try:
-        reader, samples = LineReader(), 0
-        parent.settimeout(30)
-        while samples < 3:
-            samples += sum(isinstance(m.decode(line), m.Sample) for line in reader.feed(parent.recv(65536)))
+        _read_samples(parent, 3)
     finally:
         parent.close()
         agent.close()
@@ -608,10 +613,7 @@ def test_a_samples_socket_write_happens_at_the_usual_switch_interval():
     agent.sample = encoding_recorded
     agent.start()
     try:
-        reader, samples = LineReader(), 0
-        parent.settimeout(30)
-        while samples < 2:
-            samples += sum(isinstance(m.decode(line), m.Sample) for line in reader.feed(parent.recv(65536)))
+        _read_samples(parent, 2)
     finally:
         parent.close()
         agent.close()
