@@ -678,11 +678,13 @@ _DESCRIPTOR_GONE = (errno.EBADF, errno.ENOTSOCK)
 class _SwitchInterval:
     """The GIL's switch interval lowered while a sample is made and encoded, and put back before its
     socket write (which can block for as long as torchpar-top does not read). Where the workload set an
-    interval of its own meanwhile, theirs stays: ours is put back only if it is still there."""
+    interval of its own meanwhile, theirs stays: ours is put back only if it is still there. A process
+    forked meanwhile (a DataLoader worker) has it put back at once: it has no sampler to do it."""
 
     def __init__(self) -> None:
         self._lowered: tuple[float, float] | None = None
         """(the interval before, ours) while lowered."""
+        os.register_at_fork(after_in_child=self.restore)
 
     def lower(self, seconds: float | None) -> None:
         """Set the interval to ``seconds`` (None: leave it as it is)."""

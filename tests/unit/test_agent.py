@@ -1,5 +1,6 @@
 """The agent's executors and control, in this process (no child): counters are exact."""
 
+import os
 import socket
 import sys
 import threading
@@ -619,3 +620,25 @@ def test_a_samples_socket_write_happens_at_the_usual_switch_interval():
         agent.close()
     assert at_encode[:2] == [approx(agent_module.SAMPLE_SWITCH_INTERVAL, abs=1e-6)] * 2
     assert at_write[:2] == [usual, usual]
+
+
+def test_a_process_forked_while_a_sample_is_made_gets_the_usual_switch_interval():
+    """A DataLoader worker forked during a sample has no sampler to put the interval back."""
+    usual = sys.getswitchinterval()
+    switch = agent_module._SwitchInterval()
+    read, write = os.pipe()
+    switch.lower(50e-6)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report its interval, then leave at once
+            os.write(write, repr(sys.getswitchinterval()).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            child = float(f.read())
+        os.waitpid(pid, 0)
+        assert sys.getswitchinterval() == approx(50e-6, abs=1e-6)  # the parent's sample goes on
+    finally:
+        switch.restore()
+    assert child == usual
+    assert sys.getswitchinterval() == usual
