@@ -637,16 +637,19 @@ class Agent:
         if self._sock is None:
             return
         data = msg.to_json()
-        self._switch.restore()  # a write may block while torchpar-top does not read: the usual interval
-        with self._send_lock:
-            if self.channel_lost or (self._check_each_send and not self._channel_ok()):
-                raise OSError(errno.EBADF, "the protocol's descriptor was closed by the workload")
-            try:
-                self._sock.sendall(data)
-            except OSError as exc:
-                if exc.errno in _DESCRIPTOR_GONE:
-                    self._lose_channel()
-                raise
+        resume = self._switch.restore()  # a write may block while torchpar-top does not read
+        try:
+            with self._send_lock:
+                if self.channel_lost or (self._check_each_send and not self._channel_ok()):
+                    raise OSError(errno.EBADF, "the protocol's descriptor was closed by the workload")
+                try:
+                    self._sock.sendall(data)
+                except OSError as exc:
+                    if exc.errno in _DESCRIPTOR_GONE:
+                        self._lose_channel()
+                    raise
+        finally:
+            self._switch.lower(resume)  # sent in the middle of a sample: the rest of it as it was
 
     def _channel_ok(self) -> bool:
         """Whether our descriptor still holds the protocol's socket (not closed, not reused)."""
@@ -676,14 +679,18 @@ _DESCRIPTOR_GONE = (errno.EBADF, errno.ENOTSOCK)
 
 
 class _SwitchInterval:
-    """The GIL's switch interval lowered while a sample is made and encoded, and put back before its
-    socket write (which can block for as long as torchpar-top does not read). Where the workload set an
-    interval of its own meanwhile, theirs stays: ours is put back only if it is still there. A process
-    forked meanwhile (a DataLoader worker) has it put back at once: it has no sampler to do it."""
+    """The GIL's switch interval lowered while a sample is made and encoded. Each socket write (which can
+    block for as long as torchpar-top does not read) happens at the usual interval: a message sent in the
+    middle of a sample (its sync points) has the interval lowered again after it, the sample's own write
+    ends the lowering. Where the workload set an interval of its own meanwhile, theirs stays: ours is put
+    back only if it is still there. A process forked meanwhile (a DataLoader worker) has it put back at
+    once: it has no sampler to do it."""
 
     def __init__(self) -> None:
-        self._lowered: tuple[float, float] | None = None
-        """(the interval before, ours) while lowered."""
+        self._lowered: tuple[float, float, float] | None = None
+        """(the interval before, ours as the interpreter keeps it, ours as asked) while lowered."""
+        self._owner = 0
+        """The thread that lowered it (the sampler)."""
         os.register_at_fork(after_in_child=self.restore)
 
     def lower(self, seconds: float | None) -> None:
@@ -692,13 +699,17 @@ class _SwitchInterval:
             return
         usual = sys.getswitchinterval()
         sys.setswitchinterval(seconds)
-        self._lowered = (usual, sys.getswitchinterval())  # ours as the interpreter keeps it (whole µs)
+        self._lowered = (usual, sys.getswitchinterval(), seconds)  # it keeps whole µs, rounded down
+        self._owner = threading.get_ident()
 
-    def restore(self) -> None:
-        """The interval as it was before :meth:`lower` (any thread; twice is once)."""
+    def restore(self) -> float | None:
+        """The interval as it was before :meth:`lower` (any thread; twice is once). Returns ours where it
+        was in place and this is the thread that lowered it (for :meth:`lower` again after a write)."""
         lowered, self._lowered = self._lowered, None
-        if lowered is not None and sys.getswitchinterval() == lowered[1]:
-            sys.setswitchinterval(lowered[0])
+        if lowered is None or sys.getswitchinterval() != lowered[1]:
+            return None
+        sys.setswitchinterval(lowered[0])
+        return lowered[2] if threading.get_ident() == self._owner else None
 
 
 def _identity(fd: int) -> tuple[int, int] | None:
