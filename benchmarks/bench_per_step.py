@@ -2,6 +2,7 @@
 seconds, hardly from one step to the next, so a step is compared with its neighbours.
 
     python benchmarks/bench_per_step.py overlap [--seconds 60] [--loop transformer-long] [--switch-us A,B]
+        [--pin-sampler CPU]
     python benchmarks/bench_per_step.py alternate phases|clock [--seconds 60] [--loop transformer-long]
 
 The loop (``bench_run_steps.py``'s, pinned to ``--cpu``) runs under the agent in this process, its socket
@@ -13,8 +14,10 @@ during which a sample was made is compared with the steps two before and two aft
 overlapped one): the excess is what one sample costs the loop, in wall time (mostly the GIL: the loop
 waits for the sampler) and in CPU time (on its core). With ``--switch-us A,B`` the samples alternate
 between two GIL switch intervals (``agent.SAMPLE_SWITCH_INTERVAL``; 0: the interpreter's own), each
-reported apart. The per-step average is that excess times the share of steps that overlap a sample
-(all samples' share: what a step pays on average where every sample is made so).
+reported apart. With ``--pin-sampler CPU`` the samples alternate between the sampler thread pinned to
+that core and free to run on any (the agent's own switch interval). The per-step average is that
+excess times the share of steps that overlap a sample (all samples' share: what a step pays on average
+where every sample is made so).
 
 ``alternate PART``: the op counter and the sampler off, every other step has PART on: ``phases`` (the
 phase hooks on and timed, against the hooks off and the step untimed, as between a fast loop's timed
@@ -59,7 +62,7 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), half
 
 
-def _patch_overlap(switches: tuple[float | None, ...]) -> None:
+def _patch_overlap(switches: tuple[float | None, ...], pin: int | None = None) -> None:
     from torchpar_top.probes.agent import agent
     from torchpar_top.probes.agent.usercode_steps import StepClock
 
@@ -70,8 +73,14 @@ def _patch_overlap(switches: tuple[float | None, ...]) -> None:
         STEP_ENDS.append((time.perf_counter(), time.thread_time()))
         return close(self, t)
 
+    anywhere = os.sched_getaffinity(0)
+
     def timed_sample(self: agent.Agent, t0: float, t1: float) -> Any:
-        started["at"] = (time.perf_counter(), len(SAMPLES) % len(switches))
+        kinds = len(switches) if pin is None else 2
+        which = len(SAMPLES) % kinds
+        if pin is not None:  # this thread's own affinity (Linux: per thread), from this sample on
+            os.sched_setaffinity(0, {pin} if which == 0 else anywhere)
+        started["at"] = (time.perf_counter(), which)
         self.switch_interval = switches[(len(SAMPLES) + 1) % len(switches)]  # the next sample's
         return sample(self, t0, t1)
 
@@ -87,7 +96,7 @@ def _patch_overlap(switches: tuple[float | None, ...]) -> None:
     agent.SAMPLE_SWITCH_INTERVAL = switches[0]  # the first sample's
 
 
-def _report_overlap(switches: tuple[float | None, ...]) -> None:
+def _report_overlap(labels: list[str]) -> None:
     ends = STEP_ENDS[SKIP_STEPS:]
     samples = [s for s in SAMPLES if ends and s[0] > ends[0][0]]
     rows: list[tuple[float, float, int | None]] = []  # a step's wall, CPU, and the sample it overlapped
@@ -105,7 +114,7 @@ def _report_overlap(switches: tuple[float | None, ...]) -> None:
         f"{len(rows)} steps ({wall:.0f} µs a step), {len(samples)} samples; {share:.3f} of the steps"
         " overlap one"
     )
-    for which, switch in enumerate(switches):
+    for which, label in enumerate(labels):
         excess: list[tuple[float, float]] = []
         for k in range(2, len(rows) - 2):
             if rows[k][2] == which and all(rows[i][2] is None for i in (k - 2, k - 1, k + 1, k + 2)):
@@ -117,12 +126,11 @@ def _report_overlap(switches: tuple[float | None, ...]) -> None:
                     )
                 )
         if len(excess) < 2:
-            print(f"  switch {switch}: too few overlapped steps")
+            print(f"  {label}: too few overlapped steps")
             continue
         (w, wh), (c, ch) = mean_ci([e[0] for e in excess]), mean_ci([e[1] for e in excess])
-        label = "the interpreter's" if switch is None else f"{switch * 1e6:g} µs"
         print(
-            f"  switch interval {label}: a step that overlaps a sample, against its neighbours: wall"
+            f"  {label}: a step that overlaps a sample, against its neighbours: wall"
             f" {w:+.1f} ± {wh:.1f} µs, CPU {c:+.1f} ± {ch:.1f} µs ({len(excess)} steps); a step on average,"
             f" every sample so (× {share:.3f}): wall {w * share:+.1f}, CPU {c * share:+.1f} µs"
         )
@@ -190,6 +198,9 @@ def main() -> None:
     parser.add_argument("--loop", default="transformer-long")
     parser.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)))
     parser.add_argument("--switch-us", default="", help="overlap: A,B (µs, 0: the interpreter's own)")
+    parser.add_argument(
+        "--pin-sampler", type=int, help="overlap: every other sample, the sampler on this core"
+    )
     args = parser.parse_args()
     if args.what == "alternate" and args.part is None:
         raise SystemExit("alternate needs a part: phases or clock")
@@ -203,8 +214,17 @@ def main() -> None:
             switches = tuple(float(x) * 1e-6 or None for x in args.switch_us.split(","))
         except ValueError:
             raise SystemExit("--switch-us needs numbers of microseconds: A,B") from None
+    if args.pin_sampler is not None and args.switch_us:
+        raise SystemExit("--switch-us and --pin-sampler are two ways to alternate the samples: give one")
+    if args.pin_sampler is not None:
+        labels = [f"the sampler on cpu {args.pin_sampler}", "the sampler on any core"]
+    else:
+        labels = [
+            "switch interval " + ("the interpreter's" if sw is None else f"{sw * 1e6:g} µs")
+            for sw in switches
+        ]
     if args.what == "overlap":
-        _patch_overlap(switches)
+        _patch_overlap(switches, args.pin_sampler)
     else:
         _patch_alternate(args.part)
 
@@ -212,7 +232,7 @@ def main() -> None:
         time.sleep(args.seconds)
         print(f"{args.loop}, loop on cpu {args.cpu}, {args.seconds:g} s:")
         if args.what == "overlap":
-            _report_overlap(switches)
+            _report_overlap(labels)
         else:
             _report_alternate(args.part)
         sys.stdout.flush()
