@@ -532,12 +532,19 @@ def _samplers_stopped():
             assert not thread.is_alive(), "an agent's sampler still runs (an agent left unclosed)"
 
 
-def _read_samples(parent, n):
-    """Read from the agent's socket until ``n`` samples came."""
-    reader, samples = LineReader(), 0
-    parent.settimeout(30)
-    while samples < n:
-        samples += sum(isinstance(m.decode(line), m.Sample) for line in reader.feed(parent.recv(65536)))
+def _run_for_samples(agent, parent, n):
+    """Start ``agent``, read from its socket until ``n`` samples came, close both and wait for its
+    sampler to end."""
+    agent.start()
+    try:
+        reader, samples = LineReader(), 0
+        parent.settimeout(30)
+        while samples < n:
+            samples += sum(isinstance(m.decode(line), m.Sample) for line in reader.feed(parent.recv(65536)))
+    finally:
+        parent.close()
+        agent.close()
+        _samplers_stopped()
 
 
 def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_back():
@@ -557,13 +564,7 @@ def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_bac
         return {}
 
     agent.sample_parts.append(part)
-    agent.start()
-    try:
-        _read_samples(parent, 3)
-    finally:
-        parent.close()
-        agent.close()
-        _samplers_stopped()
+    _run_for_samples(agent, parent, 3)
     assert seen[:4] == [approx(agent_module.SAMPLE_SWITCH_INTERVAL, abs=2e-6)] * 4
     assert usual > 10 * agent_module.SAMPLE_SWITCH_INTERVAL
     assert sys.getswitchinterval() == usual
@@ -625,13 +626,7 @@ def test_a_samples_socket_write_happens_at_the_usual_switch_interval():
         return Encoded()
 
     agent.sample = encoding_recorded
-    agent.start()
-    try:
-        _read_samples(parent, 2)
-    finally:
-        parent.close()
-        agent.close()
-        _samplers_stopped()
+    _run_for_samples(agent, parent, 2)
     assert at_encode[:2] == [approx(agent_module.SAMPLE_SWITCH_INTERVAL, abs=2e-6)] * 2
     assert at_write[:2] == [usual, usual]
 
@@ -674,13 +669,7 @@ def test_a_message_sent_in_the_middle_of_a_sample_is_written_at_the_usual_interv
         return {}
 
     agent.sample_parts.append(part)
-    agent.start()
-    try:
-        _read_samples(parent, 2)
-    finally:
-        parent.close()
-        agent.close()
-        _samplers_stopped()
+    _run_for_samples(agent, parent, 2)
     assert seen[:2] == [approx(agent_module.SAMPLE_SWITCH_INTERVAL, abs=2e-6)] * 2
     assert sys.getswitchinterval() == usual
 
