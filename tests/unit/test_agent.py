@@ -548,7 +548,7 @@ def _run_for_samples(agent, parent, n):
 
 
 def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_back():
-    """While the sampler builds and sends a sample the GIL's switch interval is the agent's short one
+    """While the sampler builds and encodes a sample the GIL's switch interval is the agent's short one
     (the user's loop waits that long for it, not the interpreter's 5 ms); between samples, and after a
     sample that failed, it is the interpreter's again."""
     parent, child = socket.socketpair()
