@@ -64,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -274,6 +275,12 @@ def t975(df: int) -> float:
     """:data:`T975`, and beyond 20 degrees of freedom ``1.96 + 2.4 / df`` (within 0.01 of the exact
     values: 2.04 at 30, 2.02 at 40; the normal's 1.96 alone would narrow the interval)."""
     return T975.get(df, 1.96 + 2.4 / df)
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and its 95 % half-interval (1.96 standard errors; NaN for one value)."""
+    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+    return statistics.fmean(values), half
 
 
 def interval(ratios: list[float]) -> tuple[float, float, float]:

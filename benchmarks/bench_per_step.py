@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_interleaved import run_in_this_process
+from bench_interleaved import mean_ci, run_in_this_process
 
 #: Steps left out at the start (warm-up, root discovery).
 SKIP_STEPS = 200
@@ -54,12 +54,6 @@ SAMPLES: list[tuple[float, float, int]] = []
 STATE = {"on": True}
 PAIRS: list[tuple[bool, float]] = []
 """``(on, CPU seconds)`` of each step for ``alternate``."""
-
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """The mean and its 95 % half-interval."""
-    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-    return statistics.fmean(values), half
 
 
 def _patch_overlap(switches: tuple[float | None, ...], pin: int | None = None) -> None:

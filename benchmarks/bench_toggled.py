@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import math
 import mmap
 import os
 import signal
@@ -65,7 +64,7 @@ from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_interleaved import STEPS, Tally, _drain, interval, process_schedstat
+from bench_interleaved import STEPS, Tally, _drain, interval, mean_ci, process_schedstat
 
 #: While off, a step closed on the full path leaves this many to close untimed (the flag is read on
 #: the full path only: one read in this many steps; back on, the hooks return within as many steps).
@@ -409,8 +408,8 @@ def main() -> None:
         units = ("µs", "µs", "µs", "µs a second")
         print(f"  {label[ON]} - {label[OFF]}, mean of the pairs (95 %):")
         for name, unit, column in zip(names, units, zip(*diffs, strict=True), strict=True):
-            half = 1.96 * statistics.stdev(column) / math.sqrt(len(column))
-            print(f"    {name}: {statistics.fmean(column):+.1f} ± {half:.1f} {unit}")
+            value, half = mean_ci(column)
+            print(f"    {name}: {value:+.1f} ± {half:.1f} {unit}")
     mean, lo, hi = interval(blocks)
     print(f"  blocks: {' '.join(f'{r:.4f}' for r in blocks)}")
     print(

@@ -80,7 +80,7 @@ IMPORTS_WORTH_SAYING = 50
 #: The interpreter's GIL switch interval (seconds) while the sampler builds and encodes a sample. A thread
 #: that wants the GIL waits up to the switch interval (5 ms by default) before it asks the holder to let
 #: go; the user's loop, back from a torch op that ran without the GIL, so waited out the sampler's whole
-#: ~0.6 ms of Python. At this interval it waits at most this long (and the wake-up), takes the GIL for its
+#: ~0.7 ms of Python. At this interval it waits at most this long (and the wake-up), takes the GIL for its
 #: next op and lets go of it again, and the sampler's Python runs on another core while the op computes:
 #: a transformer step's time blocked on the GIL fell by a quarter (``benchmarks/bench_toggled.py --switch``).
 SAMPLE_SWITCH_INTERVAL = 50e-6
