@@ -50,7 +50,7 @@ SKIP_STEPS = 200
 STEP_ENDS: list[tuple[float, float]] = []
 """``(perf_counter, thread_time)`` at each step's end (the loop thread)."""
 SAMPLES: list[tuple[float, float, int]] = []
-"""``(start, end, which)`` of each sample: ``which`` indexes ``--switch-us``."""
+"""``(start, end, which)`` of each sample: ``which`` is its kind (of ``--switch-us`` or ``--pin-sampler``)."""
 STATE = {"on": True}
 PAIRS: list[tuple[bool, float]] = []
 """``(on, CPU seconds)`` of each step for ``alternate``."""

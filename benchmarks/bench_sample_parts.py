@@ -63,7 +63,7 @@ def wrap(switch: float | None) -> None:
     from torchpar_top.probes.agent import agent
     from torchpar_top.probes.agent.cputime import ThreadClock
 
-    sample = agent.Agent.sample
+    sample = timed("sample", agent.Agent.sample)
     wrapped: set[int] = set()
 
     def timed_sample(self: agent.Agent, t0: float, t1: float) -> Any:
@@ -72,7 +72,7 @@ def wrap(switch: float | None) -> None:
             self.sample_parts[:] = [timed("part " + _label(p), p) for p in self.sample_parts]
             self.on_sample[:] = [timed("after " + _label(p), p) for p in self.on_sample]
             self.switch_interval = switch
-        return timed("sample", sample)(self, t0, t1)
+        return sample(self, t0, t1)
 
     agent.Agent.sample = timed_sample  # type: ignore[method-assign]
     agent.Agent.send = timed("send", agent.Agent.send)  # type: ignore[method-assign]
