@@ -84,6 +84,9 @@ IMPORTS_WORTH_SAYING = 50
 #: next op and lets go of it again, and the sampler's Python runs on another core while the op computes:
 #: a transformer step's time blocked on the GIL fell by a quarter (``benchmarks/bench_toggled.py --switch``).
 SAMPLE_SWITCH_INTERVAL = 50e-6
+#: Seconds :meth:`Agent.last_sample` waits for the sampler thread to end (it is woken at once; only a
+#: sample in flight, or a socket write torchpar-top does not read, keeps it).
+LAST_SAMPLE_WAIT = 1.0
 
 
 class CountRate:
@@ -175,6 +178,10 @@ class Agent:
         self._roles_t = float("-inf")
         self._agent_tids: list[int] = []
         self._threads: list[threading.Thread] = []
+        self._stop_sampling = threading.Event()
+        """Set by :meth:`last_sample`: the sampler thread ends (at once, not after its sleep)."""
+        self._sampled_until = time.perf_counter()
+        """The end of the last sample's window: where the next one starts."""
         self._drain_target: dict[int, int] = {}
         """After a switch to SYNC: per executor, the launches made before it (the ASYNC backlog)."""
         self.clock = ThreadClock()
@@ -368,26 +375,47 @@ class Agent:
 
     def _sample_loop(self) -> None:
         self._agent_tids.append(threading.get_native_id())
-        last_t = time.perf_counter()
+        self._sampled_until = time.perf_counter()
         failed = False
         while self.running:
-            time.sleep(self.interval)
+            stopping = self._stop_sampling.wait(self.interval)
+            if stopping:  # last_sample makes the last one, from where this one would have started
+                return
             now = time.perf_counter()
             try:
                 self._switch.lower(self.switch_interval)  # back as it was before the socket write (send)
-                self.send(self.sample(last_t, now))
+                self.send(self.sample(self._sampled_until, now))
             except OSError:
                 return
             except Exception as exc:  # a part's bug or a value JSON cannot carry: that sample, not sampling
                 if not failed:
                     failed = True
-                    self._log_quietly(
-                        f"agent: a sample could not be made ({type(exc).__name__}: {exc}); the next ones"
-                        " are tried (this is said once)"
-                    )
+                    self._log_failed_sample(exc, "the next ones are tried (this is said once)")
             finally:
                 self._switch.restore()
-            last_t = now
+            self._sampled_until = now
+
+    def last_sample(self) -> None:
+        """The workload's code returned: stop the sampler thread and send one last sample, from the end of
+        its last window to now (the steps of the last interval would otherwise never be counted: a run
+        shorter than a second would miss a tenth of them). Nothing when the sampler is stuck in a
+        socket write (torchpar-top does not read) for :data:`LAST_SAMPLE_WAIT`, or already ended."""
+        sampler = next((th for th in self._threads if th.name == "tpt-sampler"), None)
+        if sampler is None or sampler is threading.current_thread() or self._stop_sampling.is_set():
+            return
+        self._stop_sampling.set()
+        sampler.join(LAST_SAMPLE_WAIT)
+        if sampler.is_alive() or self._sock is None:
+            return
+        try:
+            self.send(self.sample(self._sampled_until, time.perf_counter()))
+        except OSError:
+            pass
+        except Exception as exc:  # as in the sampler: a part's bug costs that sample, not the exit
+            self._log_failed_sample(exc, "the run's last interval is not counted")
+
+    def _log_failed_sample(self, exc: Exception, then: str) -> None:
+        self._log_quietly(f"agent: a sample could not be made ({type(exc).__name__}: {exc}); {then}")
 
     def sample(self, t0: float, t1: float) -> Sample:
         """The :class:`Sample` for the window ``[t0, t1]``; then the :attr:`on_sample` hooks run."""

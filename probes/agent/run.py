@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_user_code(opts.target, opts.is_module, opts.args)
             finally:
                 agent.interruptible = False
+                agent.last_sample()  # the steps since the sampler's last window, counted while hooked
     except SystemExit as exc:
         reported = system_exit_status(exc.code)
         raise  # the interpreter turns the code into the exit status, as for python SCRIPT

@@ -187,6 +187,10 @@ class UserCode:
         """Say hello and start the agent's threads."""
         self.agent.start()
 
+    def last_sample(self) -> None:
+        """The user's code returned: one last sample, so that its last interval's steps are counted."""
+        self.agent.last_sample()
+
     def report_exit(self, status: int, reason: str = "") -> None:
         """Tell torchpar-top how the user's code ended."""
         self.agent.report_exit(status, reason)

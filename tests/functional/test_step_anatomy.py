@@ -153,3 +153,18 @@ def test_in_ddp_the_fast_rank_waits_in_comm_for_the_slow_ranks_forward():
         assert steps.source == StepSource.OPTIMIZER and adds_up(steps)
     assert slow["forward"] > fast["forward"] + 0.015  # the 20 ms sleep
     assert fast["comm"] > slow["comm"] + 0.01  # the fast rank waits for it in the all-reduce
+
+
+@pytest.mark.parametrize("seconds", ["0.02", "0.45"])
+def test_the_last_sample_counts_every_step_the_script_made(seconds):
+    """The code returns between two samples (or before the first): one last sample still counts the
+    steps since the sampler's last window, before the exit is said."""
+    child = Child(str(SCRIPTS / "steps_manual_sgd.py"), seconds)
+    child.wait()
+    made = int(next(line for line in child.stdout if line.startswith("steps ")).split()[1])
+    with_steps = [s for s in child.samples() if s.steps is not None]
+    assert with_steps, "no sample carried steps"
+    assert with_steps[-1].steps.count == made
+    last = max(i for i, m in enumerate(child.messages) if isinstance(m, msgs.Sample))
+    exits = [i for i, m in enumerate(child.messages) if isinstance(m, msgs.Exit)]
+    assert exits and exits[0] > last  # the exit is said after the last sample

@@ -691,3 +691,62 @@ def test_a_write_from_another_thread_during_a_sample_leaves_the_interval_usual()
     finally:
         switch.restore()
         sys.setswitchinterval(usual)
+
+
+def _messages(parent):
+    """Every message the agent sent so far (its socket read until nothing more comes)."""
+    reader, out = LineReader(), []
+    parent.settimeout(0.5)
+    try:
+        while data := parent.recv(65536):
+            out += [m.decode(line) for line in reader.feed(data)]
+    except TimeoutError:
+        pass
+    return out
+
+
+def test_the_last_sample_covers_the_time_since_the_samplers_last_window_at_once():
+    """The workload's code returned between two samples: the sampler is woken from its wait (not
+    waited out) and one last sample covers the time since its start; a second call sends nothing."""
+    parent, child = socket.socketpair()
+    agent = Agent(child, experiment="test", description="t", interval=30.0)
+    agent.hard_exit = lambda: None
+    agent.items = 0
+    try:
+        agent.start()
+        time.sleep(0.2)
+        agent.step(7)
+        begun = time.perf_counter()
+        agent.last_sample()
+        took = time.perf_counter() - begun
+        agent.last_sample()
+        samples = [msg for msg in _messages(parent) if isinstance(msg, m.Sample)]
+    finally:
+        parent.close()
+        agent.close()
+    assert took < 5.0  # not the sampler's 30 s sleep
+    assert not [th for th in agent._threads if th.name == "tpt-sampler" and th.is_alive()]
+    assert len(samples) == 1
+    assert samples[0].window >= 0.2 and samples[0].throughput == approx(7 / samples[0].window)
+
+
+def test_a_last_sample_that_cannot_be_made_is_said_and_the_exit_goes_on():
+    parent, child = socket.socketpair()
+    agent = Agent(child, experiment="test", description="t", interval=30.0)
+    agent.hard_exit = lambda: None
+
+    def broken(t0, t1):
+        raise ValueError("a part's bug")
+
+    agent.sample_parts.append(broken)
+    try:
+        agent.start()
+        agent.last_sample()
+        agent.report_exit(0)
+        got = _messages(parent)
+    finally:
+        parent.close()
+        agent.close()
+    logs = [msg.text for msg in got if isinstance(msg, m.Log)]
+    assert any("a part's bug" in text and "last interval is not counted" in text for text in logs)
+    assert isinstance(got[-1], m.Exit)
