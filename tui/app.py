@@ -173,7 +173,10 @@ class TorchparTopApp(App[None]):
 
     def on_mount(self) -> None:
         """Cache the widgets, start the session, draw once, start the render timer."""
-        self._panels = list(self.query(SnapshotPanel))
+        # a panel that shows other panels' figures is updated after them (a stable sort: DOM order else)
+        self._panels = sorted(self.query(SnapshotPanel), key=lambda p: p.follows_timed)
+        steps = self.query_one(StepsPanel)
+        self.query_one(HeaderBar).steps_drawn = lambda: steps.snapshot
         self._rows = list(self.query(PanelRow))
         self._log_panel = self.query_one(LogPanel)
         self._cores = self.query_one(CoresPanel)
@@ -222,6 +225,7 @@ class TorchparTopApp(App[None]):
             panels = [p for p in panels if p.redraw_every and p.snapshot is not snapshot]
             if not panels:
                 return
+            panels += [p for p in self._panels if p.follows_timed]
             with self.batch_update():
                 for panel in panels:
                     panel.update_snapshot(snapshot, timed)

@@ -123,3 +123,55 @@ async def test_short_screens_put_the_panel_aside_the_ranks_keep_the_slowest_phas
         await settle(pilot)
         assert not app.query_one(StepsPanel).display
         assert "fwd 55%" in text_of(app.query_one(RanksPanel))
+
+
+def _rated(snap, per_second: float):
+    """``snap`` with every rank's (and the header's) step rate at ``per_second``."""
+    ranks = tuple(
+        dataclasses.replace(
+            r, throughput=per_second, steps=dataclasses.replace(r.steps, per_second=per_second)
+        )
+        for r in snap.ranks
+    )
+    return dataclasses.replace(
+        snap,
+        ranks=ranks,
+        throughput=per_second,
+        steps=dataclasses.replace(snap.steps, per_second=per_second),
+    )
+
+
+@run_async
+async def test_the_header_shows_the_step_rate_the_steps_panel_shows() -> None:
+    """The steps panel is redrawn twice a second on the timer, the header every frame: the header's step
+    rate is the one the panel shows, not the newest snapshot's (they read 121 and 110 on one screen)."""
+    from torchpar_top.tui.widgets.header import HeaderBar
+
+    now = [100.0]
+    session = FakeSession(_rated(make_steps_snapshot(), 40.0))
+    app = TorchparTopApp(session, render_interval=None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        header, panel = app.query_one(HeaderBar), app.query_one(StepsPanel)
+        panel.clock = app.query_one(RanksPanel).clock = lambda: now[0]
+
+        def rates() -> tuple[str, str]:
+            head = text_of(header).split(" steps/s")[0].split()[-1]
+            r0 = next(line for line in text_of(panel).splitlines() if line.startswith("r0"))
+            return head, r0.split()[-1].removesuffix("/s")
+
+        held = 0
+        for t, rate in ((100.0, 41.0), (100.1, 42.0), (100.3, 43.0), (100.5, 44.0), (100.7, 45.0)):
+            now[0] = t
+            session.snapshot_value = _rated(session.snapshot_value, rate)
+            app.refresh_from_session(timed=True)
+            await pilot.pause()
+            head, shown = rates()
+            assert head == shown, (t, text_of(header))
+            held += shown != f"{rate:.1f}"
+        assert held >= 2  # the panel kept a turn's figure (and the header with it) at least twice
+        assert rates()[0] == "44.0"  # the figure of 100.5's turn at 100.7
+        session.snapshot_value = _rated(session.snapshot_value, 60.0)  # a key's redraw: at once, both
+        app.refresh_from_session()
+        await pilot.pause()
+        assert rates() == ("60.0", "60.0")

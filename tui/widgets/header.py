@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from torchpar_top.contract.snapshot import Snapshot
@@ -81,6 +82,24 @@ class HeaderBar(SnapshotPanel):
         super().__init__(id=id)
         self.title_extra = title_extra
         """Shown after the name (e.g. the script a user runs)."""
+        self.steps_drawn: Callable[[], Snapshot | None] = lambda: None
+        """The snapshot the steps panel shows (the app sets it; :meth:`throughput`)."""
+
+    follows_timed = True
+
+    def throughput(self, snapshot: Snapshot) -> float | None:
+        """The figure shown. A step rate is a mean over the last 2 s, as the steps panel's and the ranks
+        table's, which the render timer redraws twice a second: the header shows the one they show
+        (redrawn every frame from the newest snapshot, it read 121 steps/s on a screen whose steps panel
+        said 110). Other figures (items/s, ops/s) are every frame's."""
+        drawn = self.steps_drawn() if snapshot.steps is not None else None
+        if (
+            drawn is not None
+            and drawn.steps is not None
+            and drawn.throughput_unit == snapshot.throughput_unit
+        ):
+            return drawn.throughput
+        return snapshot.throughput
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The one header row: the fullest form that fits. Words give way first (the app's name, the
@@ -119,7 +138,7 @@ class HeaderBar(SnapshotPanel):
         if snapshot.timing and snapshot.timing[-1] and not snapshot.paused:
             right.add(" timing round ", self.style("header--state")).add("  ")
         if not snapshot.attached and numbers:
-            right.add(render.num(snapshot.throughput), self.style("value"))
+            right.add(render.num(self.throughput(snapshot)), self.style("value"))
             unit = unit_text(snapshot) if numbers == 3 else snapshot.throughput_unit
             right.add(f" {unit}" + ("   " if numbers > 1 else ""), self.style("dim"))
             if numbers > 1:

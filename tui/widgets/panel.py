@@ -186,6 +186,10 @@ class SnapshotPanel(Widget):
         self.clock = time.monotonic
         """Time for :data:`SHRINK_AFTER` (tests replace it)."""
 
+    follows_timed = False
+    """Whether the panel shows figures of the panels that :attr:`redraw_every` (the header's step rate):
+    it is updated after them in a frame, and again whenever one of them takes a snapshot it skipped."""
+
     redraw_every: float = 0.0
     """Seconds between two redraws on the render timer, for a panel whose figures are means over a
     second or more (a redraw per frame would repaint their jitter, not news); 0 redraws every frame.
