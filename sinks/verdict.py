@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.contract.units import seconds
 from torchpar_top.contract.vocab import (
     PHASES,
     ChildState,
@@ -323,10 +324,13 @@ class RunTally:
         depth = steady.mean_depth if steady is not None else None
         if depth is None:
             depth = self.depth.value
+        steps = snap.steps if snap is not None else None
         return {
             "throughput": _round(throughput, 4),
             "throughput_unit": unit,
             "done": _round(done, 1),
+            "steady_seconds": _round(steady.seconds, 3) if steady is not None and steady.seconds else None,
+            "steps": steps.count if steps is not None else None,
             "steps_per_s": _round(throughput, 4) if unit == ThroughputUnit.STEPS else None,
             "data_wait": _round(self.data_wait.value, 4),
             "frontend_busy": _round(self.frontend_busy.value, 4),
@@ -378,12 +382,28 @@ def _ranks(snap: Snapshot | None) -> list[dict[str, Any]]:
             "state": r.state.value,
             "exit_code": r.exit_code,
             "throughput": _round(r.throughput, 4),
+            "steps": r.steps.count if r.steps else None,
             "steps_per_s": _round(1 / r.steps.run_seconds, 4) if r.steps and r.steps.run_seconds else None,
             "step_seconds": _round(r.steps.run_seconds, 6) if r.steps else None,
             "phases": _phases(r.steps.run_phases) if r.steps else None,
         }
         for r in (snap.ranks if snap is not None else ())
     ]
+
+
+def _done(f: Mapping[str, Any]) -> str:
+    """`` (22 steps in 133 s of steady running; 24 in all)``: what the rate is over (the scoreboard's
+    steady windows: the start, mode switches, a SYNC switch's drain and timing rounds left out), and the
+    steps counted over the whole run; `` (N ops in all)`` in a replay (its whole time)."""
+    if f["done"] is None:
+        return ""
+    what = f["throughput_unit"].split("/")[0]
+    steady = f.get("steady_seconds")
+    text = f"{f['done']:g} {what}" + (f" in {seconds(steady)} of steady running" if steady else " in all")
+    total = f.get("steps")
+    if steady and total is not None and f["throughput_unit"] == ThroughputUnit.STEPS:
+        text += f"; {total:g} in all"
+    return f" ({text})"
 
 
 def _contended(straggler: Mapping[str, Any]) -> str:
@@ -580,9 +600,7 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
     for other in v["also"]:
         lines.append(f"  also:    {other['class']}: {other['why']}")
     if f["throughput"] is not None:
-        what = f["throughput_unit"].split("/")[0]
-        done = f" ({f['done']:g} {what} in all)" if f["done"] is not None else ""
-        lines.append(f"  throughput: {f['throughput']:.4g} {f['throughput_unit']}{done}")
+        lines.append(f"  throughput: {f['throughput']:.4g} {f['throughput_unit']}{_done(f)}")
     parts = [
         f"{name} {_pct(f[key])}"
         for name, key in (
@@ -597,13 +615,13 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
         lines.append("  frontend: " + ", ".join(parts))
     if f.get("step_seconds") and f.get("phases"):
         step, ph = f["step_seconds"], f["phases"]
-        parts = [f"{p} {_ms(ph[p])}" for p in PHASES if ph.get(p)]
-        lines.append(f"  step: {_ms(step)} ({', '.join(parts)})")
+        parts = [f"{p} {seconds(ph[p])}" for p in PHASES if ph.get(p)]
+        lines.append(f"  step: {seconds(step)} ({', '.join(parts)})")
     straggler = report.get("straggler")
     if straggler:
         lines.append(
             f"  straggler: rank {straggler['rank']} ({straggler['cause']}), the others wait "
-            f"{_ms(straggler['costs'])} per step" + _contended(straggler)
+            f"{seconds(straggler['costs'])} per step" + _contended(straggler)
         )
     growth = (report.get("memory") or {}).get("rss_growth_bytes_per_min")
     if growth is not None:
@@ -630,10 +648,6 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
     if path:
         lines.append(f"  report: {path}")
     return "\n".join(lines) + "\n"
-
-
-def _ms(seconds: float) -> str:
-    return f"{1000 * seconds:.3g} ms"
 
 
 def write(report: Mapping[str, Any], path: str) -> None:

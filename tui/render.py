@@ -13,6 +13,10 @@ import re
 import textwrap
 from collections.abc import Sequence
 
+from torchpar_top.contract.units import seconds
+
+__all__ = ["seconds"]  # the report writes spans of time as the screen does (contract/units.py)
+
 #: Vertical eighths, index 0 (empty) to 8 (full cell).
 VBLOCKS = " ▁▂▃▄▅▆▇█"
 #: Horizontal eighths, index 0 (empty) to 8 (full cell).
@@ -137,15 +141,6 @@ def duration(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-def seconds(x: float) -> str:
-    """A span of time with three digits and its unit: ``50.0 ms``, ``950 µs``, ``1.23 s``."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if abs(x) >= scale or unit == "µs":
-            value = x / scale
-            return f"{value:.{max(0, 2 - math.floor(math.log10(abs(value)))) if value else 0}f} {unit}"
-    return "—"  # pragma: no cover
 
 
 _INERT = {c: chr(0x2400 + c) for c in range(0x20)} | {0x7F: "\u2421", 0x09: " "}

@@ -78,6 +78,18 @@ def test_report_names_and_the_straggler_verdict():
     assert "rank 1's forward is 4.0× the others'" in why
     text = verdict.render(report)
     assert "straggler: rank 1 (forward)" in text and "step:" in text
+    # the rate is the scoreboard's (its steady windows); the count is every step the clock saw
+    assert f["steps"] == 1200 and [r["steps"] for r in report["ranks"]] == [1200, 1201]
+    assert "throughput: 5.8 steps/s (145 steps in 25.0 s of steady running; 1200 in all)" in text
+
+
+def test_the_report_writes_a_long_step_in_seconds():
+    """A step of several seconds (LBFGS with its closure: 5.67 s) is not written ``5.67e+03 ms``."""
+    snap = make_steps_snapshot()
+    slow = dataclasses.replace(snap.steps, run_seconds=5.67, run_phases=STEP_PHASES[0])
+    report = fed(dataclasses.replace(snap, steps=slow)).report()
+    line = next(x for x in verdict.render(report).splitlines() if x.startswith("  step:"))
+    assert line.startswith("  step: 5.67 s (") and "e+" not in line
 
 
 def test_a_straggler_held_back_by_contention_is_said_so_everywhere():
