@@ -22,7 +22,9 @@ where every sample is made so).
 ``alternate PART``: the op counter and the sampler off, every other step has PART on: ``phases`` (the
 phase hooks on and timed, against the hooks off and the step untimed, as between a fast loop's timed
 steps) or ``clock`` (the hooks stay, only the clock's own bookkeeping on and off). Each pair of adjacent
-steps gives a difference (on less off); the switch itself, done at a step's end, is in neither step.
+steps gives a difference (on less off); the switch itself, done at a step's end, is in neither step: with
+``phases`` its own CPU time is printed apart (what timing only some steps pays per switch, two for
+each timed step).
 
 Printed: the means with 95 % intervals (1.96 standard errors over the steps or pairs).
 """
@@ -54,6 +56,9 @@ SAMPLES: list[tuple[float, float, int]] = []
 STATE = {"on": True}
 PAIRS: list[tuple[bool, float]] = []
 """``(on, CPU seconds)`` of each step for ``alternate``."""
+SWITCHES: list[tuple[bool, float]] = []
+"""``(on, CPU seconds)`` of each switch of the hooks for ``alternate phases`` (``StepClock._set_timing``:
+the hooks put back, or taken off)."""
 
 
 def _patch_overlap(switches: tuple[float | None, ...], pin: int | None = None) -> None:
@@ -155,7 +160,10 @@ def _patch_alternate(part: str) -> None:
         self.sampling = False  # the clock's own choice of timed steps stays out of it
         if part == "phases":
             if self.timing != on:
+                before = time.thread_time()
                 self._set_timing(on, t)
+                if len(STEP_ENDS) > SKIP_STEPS:
+                    SWITCHES.append((on, time.thread_time() - before))
         else:  # the hooks stay installed and called: the clock does its bookkeeping or returns at once
             self.timing = on
             if on:
@@ -182,6 +190,13 @@ def _report_alternate(part: str) -> None:
         f"{part}: {len(on)} steps on, {len(off)} off; CPU a step {statistics.fmean(on):.1f} on,"
         f" {statistics.fmean(off):.1f} off; on less off, adjacent pairs: {d:+.1f} ± {half:.1f} µs"
     )
+    for on, what in ((True, "put back"), (False, "taken off")):
+        cpu = [c * 1e6 for o, c in SWITCHES if o == on]
+        if len(cpu) >= 2:
+            mean, half = mean_ci(cpu)
+            print(
+                f"  the hooks {what} (a switch, at a step's end): {mean:.1f} ± {half:.1f} µs CPU ({len(cpu)})"
+            )
 
 
 def main() -> None:
