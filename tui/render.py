@@ -13,9 +13,8 @@ import re
 import textwrap
 from collections.abc import Sequence
 
-from torchpar_top.contract.units import seconds
-
-__all__ = ["seconds"]  # the report writes spans of time as the screen does (contract/units.py)
+# the report writes spans of time as the screen does: the one way is contract/units.py's
+from torchpar_top.contract.units import seconds as seconds
 
 #: Vertical eighths, index 0 (empty) to 8 (full cell).
 VBLOCKS = " ▁▂▃▄▅▆▇█"
