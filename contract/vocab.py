@@ -124,6 +124,18 @@ class StepSource(Word):
     DATALOADER = "dataloader"
     MODULE = "module"
 
+    @property
+    def words(self) -> str:
+        """What one step of this source is, for people: ``optimizer steps``, ``backward calls``..."""
+        return _STEP_SOURCE_WORDS[self]
+
+
+_STEP_SOURCE_WORDS = {
+    StepSource.OPTIMIZER: "optimizer steps",
+    StepSource.BACKWARD: "backward calls",
+    StepSource.DATALOADER: "DataLoader batches",
+    StepSource.MODULE: "model calls",
+}
 
 #: The phases of a training step, in the order a step goes through them (``StepPhases``' fields).
 PHASES = ("data", "transfer", "forward", "backward", "comm", "optimizer", "sync", "other")

@@ -158,6 +158,7 @@ class UserCode:
         """True while the user's code runs: a stop then interrupts it (KeyboardInterrupt)."""
         self._primary: weakref.ref | None = None
         self._cpu_sync_noted = False
+        self._late_source_said = False
         self._cuda_watched = False
         self._cuda_asked = False
         self._last_covered = 0.0
@@ -405,6 +406,14 @@ class UserCode:
         """Sample part: the steps so far and, every :data:`MEMORY_EVERY`, the process's memory (a sample
         without it leaves torchpar-top's last reading standing)."""
         part: dict[str, Any] = {"steps": self.steps.take()}
+        late = self.steps.late_source
+        source = self.steps.source
+        if late is not None and source is not None and not self._late_source_said:
+            self._late_source_said = True
+            self.agent.log(
+                f"steps: counted from {source.words} from now on; the first {late[1]} steps were "
+                f"{late[0].words}, counted before the first of the {source.words} came (the count goes on)"
+            )
         if self.memory and t1 - self._memory_t >= MEMORY_EVERY:
             self._memory_t = t1
             part["memory"] = read_memory(self.cuda if cuda_in_use() else None)

@@ -127,6 +127,11 @@ class StepClock:
         self._gpu_next: GpuSteps | None = None
         self.on_step: Callable[[], None] | None = None
         """Called on the frontend after each step closes (the agent's per-step work)."""
+        self.late_source: tuple[StepSource, int] | None = None
+        """``(the source before, steps counted by it)`` once a better source showed up after steps had
+        gone out in a sample: the count goes on from there (it never goes back), so its first steps are
+        the other source's (a slow first optimizer step: LBFGS's closure, gradient accumulation). The
+        sampler says so once (:meth:`UserCode._steps_part <.usercode.UserCode._steps_part>`)."""
 
     # -- on the frontend thread ----------------------------------------------------------------------
 
@@ -199,6 +204,8 @@ class StepClock:
         if pref <= self._pref:
             return False
         with self._lock:  # take() sets sent under it: unsent, the sampler's totals are still zero
+            if self.sent and self.source is not None:
+                self.late_source = (self.source, self.count)
             self.source, self._pref = source, pref
             if not self.sent and self.count:
                 cur = self._cur

@@ -81,6 +81,16 @@ def test_a_better_source_after_a_sample_keeps_the_count_growing():
     assert steps.seconds == pytest.approx(0.03)  # the first step starts at the first boundary (t=0.01)
     assert len(steps.ends) == 1  # only the step since the last sample
     assert c.take().ends == ()
+    assert c.late_source == (StepSource.MODULE, 3)  # for the agent to say (the first 3 were model calls)
+
+
+def test_a_better_source_before_any_sample_leaves_nothing_to_say():
+    t = SimClock(0.0)
+    c = StepClock(clock=t)
+    for source in (StepSource.MODULE, StepSource.BACKWARD, StepSource.OPTIMIZER):
+        t.advance(0.01)
+        c.step(source)
+    assert c.take().count == 1 and c.late_source is None  # folded back: the count starts with the optimizer
 
 
 def test_gpu_phases_are_event_time_read_a_step_later_without_waiting():

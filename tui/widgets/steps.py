@@ -24,13 +24,6 @@ SHORT = {
     "sync": "sync",
     "other": "other",
 }
-#: What each step source means, for the title.
-SOURCE = {
-    "optimizer": "optimizer steps",
-    "backward": "backward calls",
-    "dataloader": "DataLoader batches",
-    "module": "model calls",
-}
 #: The bar's glyph (one per cell, in its phase's colour).
 BLOCK = "█"
 
@@ -101,7 +94,7 @@ class StepsPanel(SnapshotPanel):
         if not rows:
             return "steps"
         first = rows[0][1]
-        text = f"steps · from {SOURCE.get(first.source.value, first.source.value)}"
+        text = f"steps · from {first.source.words}"
         text += " · phases per step, GPU time" if first.gpu else " · phases per step"
         every = round(1 / first.timed_share) if first.timed_share else 1
         if every > 1:  # a fast loop's phases are timed in some steps, estimated for the rest
