@@ -58,6 +58,7 @@ from torchpar_top.contract.vocab import (
     Mode,
     Quantity,
     Role,
+    StepSource,
     ThroughputUnit,
 )
 from torchpar_top.model import derive, figures
@@ -426,6 +427,8 @@ class SessionStore:
             self._steps = StepsBook()
             self._recent_tp: deque = deque(maxlen=max(1, round(THROUGHPUT_MEAN_S / self.interval)))
             self._step_count = 0
+            self._step_source: StepSource | None = None
+            """What marks the primary's steps (the scoreboard starts again when it changes)."""
 
     # -- writers ---------------------------------------------------------------------------------
 
@@ -729,7 +732,15 @@ class SessionStore:
                 self._mode = msg.mode
                 self._num_threads = msg.num_threads
                 unit = ThroughputUnit.STEPS if msg.steps is not None else msg.unit
+                source_was = self._step_source
+                if msg.steps is not None:
+                    self._step_source = msg.steps.source
                 if unit != self._unit:
+                    self._new_unit(unit)
+                elif source_was is not None and self._step_source != source_was:
+                    # a better source took over the count (a late first optimizer step): the steps are
+                    # other things from now on; 10 backward calls in 0.2 s had a scoreboard read 5.61
+                    # steps/s beside optimizer steps at 4.50
                     self._new_unit(unit)
                 self._sample_t = msg.t
             if self._paused:
@@ -788,7 +799,8 @@ class SessionStore:
             self._prev_mode = msg.mode
 
     def _new_unit(self, unit: ThroughputUnit) -> None:
-        """The figure changed unit (the workload's first steps after sampled ops/s): the scoreboard, the
+        """The figure changed unit (the workload's first steps after sampled ops/s), or the steps' source
+        (a late first optimizer step after backward calls were counted): the scoreboard, the
         throughput history and its mean start again, in the new unit; the window that changed it counts
         in neither mode (it straddles the two figures). Mixing them had a scoreboard read 1,715 "steps/s"
         beside a header's 45: the ops counted before the first step were still in its sums."""

@@ -52,6 +52,8 @@ class Rank:
         self.total = dict.fromkeys(PHASES, 0.0)
         self.next_end = self.t + step
         self.rng, self.jitter = random.Random(seed), jitter
+        self.source = "backward"
+        """What marks its steps (a test may change it mid-run: the count goes on)."""
 
     def sample(self, unit="steps/s", throughput=0.0, op_coverage=None):
         self.t += self.window
@@ -81,7 +83,7 @@ class Rank:
             steps=None
             if not self.count
             else {
-                "source": "backward",
+                "source": self.source,
                 "count": self.count,
                 "seconds": sum(self.total.values()),
                 "phases": self.total,
