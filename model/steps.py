@@ -281,6 +281,11 @@ class RankSteps:
         self.recent: deque[StepRecord] = deque(maxlen=RECENT_KEEP)
         self.memory: Memory | None = None
         self.rss: list[tuple[float, float]] = []
+        self._run_base: Steps | None = None
+        """The cumulative steps when another source took over the count (a late first optimizer step
+        after backward calls went out): the run's mean step and phases are taken from there on (LBFGS,
+        whose closure's backward calls went out as steps before its first step ended, read a 5.7 s mean
+        "step" for 66.7 s optimizer steps)."""
         self._rss_every = MEMORY_EVERY
 
     def add(
@@ -316,6 +321,8 @@ class RankSteps:
         n = steps.count - (prev.count if prev else 0)
         if n < 0:  # the agent started over (a restart is a new run: the store resets before it)
             prev, n = None, steps.count
+        if prev is not None and steps.source != prev.source:
+            self._run_base = prev  # the run's figures are the new source's steps alone from here
         phases = add_phases(steps.phases, prev.phases, -1.0) if prev else steps.phases
         self.total = steps
         self.counts.append((t, steps.count))
@@ -388,14 +395,19 @@ class RankSteps:
         if self._views[0] == key:  # nothing new since the last snapshot
             return self._views[1]
         seconds, phases = self.window_figures()
+        base = self._run_base
+        run_n, run_s, run_ph = total.count, total.seconds, total.phases
+        if base is not None and total.count > base.count:
+            run_n, run_s = total.count - base.count, total.seconds - base.seconds
+            run_ph = add_phases(total.phases, base.phases, -1.0)
         view = StepsView(
             source=total.source,
             count=total.count,
             per_second=per_second,
             seconds=seconds,
             phases=phases,
-            run_seconds=total.seconds / total.count,
-            run_phases=divide(total.phases, total.count),
+            run_seconds=max(0.0, run_s) / run_n,
+            run_phases=divide(run_ph, run_n),
             gpu=total.gpu,
             timed_share=None if total.timed is None else total.timed / total.count,
             recent=tuple(self.recent),

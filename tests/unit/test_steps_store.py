@@ -238,17 +238,20 @@ def test_the_scoreboard_starts_again_in_steps_when_the_first_step_comes():
     assert snap.throughput == pytest.approx(1 / 0.35, rel=0.2)
 
 
-def test_a_new_step_source_starts_the_scoreboard_again():
+def test_a_new_step_source_starts_the_scoreboard_and_the_runs_mean_step_again():
     """Backward calls counted before a late first optimizer step (gradient accumulation): the count
-    goes on, but the scoreboard's rate is the optimizer's steps' alone from then on."""
+    goes on, but the scoreboard's rate and the run's mean step are the optimizer's steps' alone from
+    then on."""
     st = one_rank()
     r = Rank(step=0.01)
     feed(st, [r], 1.0)  # 100 backward calls a second
     assert st.snapshot().steady.throughput == pytest.approx(100, rel=0.15)
-    r.source, r.step = "optimizer", 0.2
+    r.source, r.step, r.per_step = "optimizer", 0.2, {"forward": 0.2}
     r.next_end = r.t + r.step
     feed(st, [r], 4.0)  # 5 optimizer steps a second
     snap = st.snapshot()
     assert snap.steps.source.value == "optimizer" and snap.steps.count == r.count
     assert snap.steady.throughput == pytest.approx(5, rel=0.15)
     assert snap.steady.seconds < 4.0  # the window of the change counts in neither source's figure
+    assert snap.steps.run_seconds == pytest.approx(0.2, rel=0.1)  # the run's mean step: the new source's
+    assert snap.steps.run_phases.forward == pytest.approx(0.2, rel=0.1)  # not 10 ms backward calls'
