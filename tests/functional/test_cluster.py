@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from prometheus_server import PrometheusServer, free_port, stop
+from torchpar_top.sources.prometheus import LOOKBACK
 from waiting import running, wait_for
 
 CMD = [sys.executable, "-m", "torchpar_top"]
@@ -90,11 +91,18 @@ def _all_running(prom: PrometheusServer, nodes: list[subprocess.Popen], tmp_path
     return len(result) == 4
 
 
+def _all_stepping(prom: PrometheusServer) -> bool:
+    """Every rank's step count rose between two scrapes (the cluster view's steps/s is their ``irate``):
+    ranks of a DDP job start stepping only once all four have joined, later on a loaded machine."""
+    return len(prom.query(f"irate(torchpar_steps_total[{LOOKBACK}]) > 0")) == 4
+
+
 def test_two_nodes_four_ranks_then_one_node_goes(tmp_path):
     prom, nodes, (m0, m1) = _two_nodes(tmp_path, [os.path.join(SCRIPTS, "ddp_gloo.py"), "1000000"])
     try:
         # generous: four ranks import torch on a shared, loaded machine
         wait_for(lambda: _all_running(prom, nodes, tmp_path), timeout=240, every=1.0)
+        wait_for(lambda: _all_stepping(prom), timeout=120, every=1.0)
         report = tmp_path / "cluster.json"
         lines = _cluster(prom, tmp_path, 6, "--report", str(report))
         last = lines[-1]
@@ -143,7 +151,7 @@ def test_the_slow_rank_is_named_straggler(tmp_path):
     prom, nodes, _ = _two_nodes(tmp_path, script)
     try:
         wait_for(lambda: _all_running(prom, nodes, tmp_path), timeout=240, every=1.0)
-        wait_for(lambda: prom.query("torchpar_steps_total"), timeout=60, every=1.0)
+        wait_for(lambda: _all_stepping(prom), timeout=120, every=1.0)
         lines = _cluster(prom, tmp_path, 20)
         last = lines[-1]
         assert last["steps_known"] and last["straggler"] is not None, last
