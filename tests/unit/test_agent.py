@@ -77,8 +77,8 @@ def test_a_failing_op_does_not_kill_the_stream():
         stream.close()
 
 
-def _agent(sock=None, **kw):
-    agent = Agent(sock, experiment="test", description="t", interval=0.05, **kw)
+def _agent(sock=None, interval=0.05, **kw):
+    agent = Agent(sock, experiment="test", description="t", interval=interval, **kw)
     agent.hard_exit = lambda: None
     return agent
 
@@ -709,9 +709,7 @@ def test_the_last_sample_covers_the_time_since_the_samplers_last_window_at_once(
     """The workload's code returned between two samples: the sampler is woken from its wait (not
     waited out) and one last sample covers the time since its start; a second call sends nothing."""
     parent, child = socket.socketpair()
-    agent = Agent(child, experiment="test", description="t", interval=30.0)
-    agent.hard_exit = lambda: None
-    agent.items = 0
+    agent = _agent(child, interval=30.0)
     try:
         agent.start()
         time.sleep(0.2)
@@ -732,8 +730,7 @@ def test_the_last_sample_covers_the_time_since_the_samplers_last_window_at_once(
 
 def test_a_last_sample_that_cannot_be_made_is_said_and_the_exit_goes_on():
     parent, child = socket.socketpair()
-    agent = Agent(child, experiment="test", description="t", interval=30.0)
-    agent.hard_exit = lambda: None
+    agent = _agent(child, interval=30.0)
 
     def broken(t0, t1):
         raise ValueError("a part's bug")
