@@ -512,6 +512,10 @@ class Snapshot:
     ``recent`` is kept)."""
     straggler: Straggler | None = None
     """The rank that holds the others back, over the run so far (``model.steps.find_straggler``)."""
+    straggler_windows: int = 0
+    """How many one-second windows (every rank stepping in each) the straggler was judged over: it is
+    named from ``model.steps.MIN_WINDOWS`` on, so before that a None :attr:`straggler` means "not judged
+    yet", not "none"; 0 with fewer than two ranks stepping."""
     memory: tuple[RankMemory, ...] = ()
     """Each rank's memory at its latest sample."""
     # Derived by torchpar_top.model.snapshot.build from the fields above (every source builds its

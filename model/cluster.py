@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from torchpar_top.contract.messages import StepPhases
 from torchpar_top.contract.snapshot import Straggler
 from torchpar_top.contract.vocab import PHASES
-from torchpar_top.model.steps import Window, find_straggler
+from torchpar_top.model.steps import Window, compared_windows, find_straggler
 
 #: One labelled value from a query.
 Series = tuple[dict[str, str], float]
@@ -103,6 +103,9 @@ class ClusterView:
     steps_known: bool = False
     """The step anatomy's series exist (step time, phases and the straggler can be shown)."""
     straggler: Straggler | None = None
+    straggler_windows: int = 0
+    """How many refreshes (every rank stepping in each) the straggler was judged over: nobody is named
+    before ``model.steps.MIN_WINDOWS``."""
     error: str = ""
     """Why there is nothing (or nothing new) to show: Prometheus unreachable, no series..."""
     query_seconds: float | None = None
@@ -219,7 +222,7 @@ class ClusterModel:
                 )
             )
         rows.sort(key=lambda r: (r.rank is None, r.rank or 0, r.node or 0, r.instance))
-        straggler = self._straggler(rows, totals, phases) if steps_known else None
+        straggler, judged = self._straggler(rows, totals, phases) if steps_known else (None, 0)
 
         nodes: dict[tuple[int | None, str], list[ClusterRank]] = {}
         for r in rows:
@@ -248,6 +251,7 @@ class ClusterModel:
             scrape_age=max(0.0, t - max(scraped)) if scraped else None,
             steps_known=steps_known,
             straggler=straggler,
+            straggler_windows=judged,
             query_seconds=seconds,
         )
 
@@ -256,8 +260,9 @@ class ClusterModel:
         rows: Sequence[ClusterRank],
         totals: Mapping[Key, float],
         phases: Mapping[Key, Mapping[str, float]],
-    ) -> Straggler | None:
-        """Add this refresh's window to each fresh rank's and ask :func:`find_straggler`."""
+    ) -> tuple[Straggler | None, int]:
+        """Add this refresh's window to each fresh rank's and ask :func:`find_straggler`; with how many
+        windows it compared (:func:`compared_windows`)."""
         windows: dict[int, list[Window]] = {}
         waits: dict[int, list[float | None]] = {}
         for r in rows:
@@ -279,4 +284,4 @@ class ClusterModel:
             if r.state == "running":
                 windows[r.rank] = list(steps.windows)
                 waits[r.rank] = list(steps.waits)
-        return find_straggler(windows, waits)
+        return find_straggler(windows, waits), compared_windows(windows)

@@ -78,14 +78,8 @@ def find_straggler(
         The straggler with its cause phase, the ratio of that phase to the other ranks' median, what it
         costs the others per step, and its extra wait for a core where that is the reason.
     """
-    ranks = sorted(r for r, w in windows.items() if any(n > 0 for n, _ in w))
-    if len(ranks) < 2:
-        return None
-    n = min(len(windows[r]) for r in ranks)
-    tail = {r: list(windows[r])[-n:] if n else [] for r in ranks}
-    # windows in which every rank completed a step: the ones the ranks can be compared in
-    shared = [i for i in range(n) if all(tail[r][i][0] > 0 for r in ranks)]
-    if len(shared) < MIN_WINDOWS:
+    ranks, n, tail, shared = _aligned(windows)
+    if len(ranks) < 2 or len(shared) < MIN_WINDOWS:
         return None
     means = {r: mean_per_step([tail[r][i] for i in shared]) for r in ranks}
     each: dict[int, list[dict[str, float]]] = {}  # per window, computed once, when a candidate needs it
@@ -123,6 +117,25 @@ def find_straggler(
         costs=waited if waited > 0 else excess,
         core_wait=contention(rank, means, tail, shared, _tails(waits, windows, n)),
     )
+
+
+def compared_windows(windows: Mapping[int, Sequence[Window]]) -> int:
+    """How many windows :func:`find_straggler` compares the ranks over (0 with fewer than two stepping
+    ranks): it names no one before :data:`MIN_WINDOWS`, so a None from it is "not judged yet" until then."""
+    ranks, _, _, shared = _aligned(windows)
+    return len(shared) if len(ranks) >= 2 else 0
+
+
+def _aligned(
+    windows: Mapping[int, Sequence[Window]],
+) -> tuple[list[int], int, dict[int, list[Window]], list[int]]:
+    """The ranks that stepped, how many windows each is compared over (the fewest any has), each one's
+    last that many windows, and the indexes of those in which every rank completed a step."""
+    ranks = sorted(r for r, w in windows.items() if any(n > 0 for n, _ in w))
+    n = min((len(windows[r]) for r in ranks), default=0)
+    tail = {r: list(windows[r])[-n:] if n else [] for r in ranks}
+    shared = [i for i in range(n) if all(tail[r][i][0] > 0 for r in ranks)]
+    return ranks, n, tail, shared
 
 
 def _tails(
@@ -445,6 +458,8 @@ class StepsBook:
         self.ranks: dict[int, RankSteps] = {}
         self._straggler_key: tuple[object, ...] | None = None
         self._straggler: Straggler | None = None
+        self.judged = 0
+        """How many windows the straggler was last judged over (:func:`compared_windows`)."""
 
     def add(
         self,
@@ -490,6 +505,7 @@ class StepsBook:
         source number → rank number); computed again only when a window completes."""
         stepping = {k: r for k, r in self.ranks.items() if r.windows and k in ranks}
         if len(stepping) < 2:
+            self.judged = 0
             return None
         live = [r.t for k, r in stepping.items() if k in running and r.t is not None]
         last = int(min(live) // STRAGGLER_WINDOW) if live else None  # the window still filling
@@ -497,8 +513,9 @@ class StepsBook:
         if key != self._straggler_key:  # a window completed (once a second): judge again
             self._straggler_key = key
             indexes = sorted({i for r in stepping.values() for i in r.windows if last is None or i < last})
+            windows = {ranks[k]: [r.windows.get(i, (0, ZERO)) for i in indexes] for k, r in stepping.items()}
             self._straggler = find_straggler(
-                {ranks[k]: [r.windows.get(i, (0, ZERO)) for i in indexes] for k, r in stepping.items()},
-                {ranks[k]: [r.waits.get(i) for i in indexes] for k, r in stepping.items()},
+                windows, {ranks[k]: [r.waits.get(i) for i in indexes] for k, r in stepping.items()}
             )
+            self.judged = compared_windows(windows)
         return self._straggler

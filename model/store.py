@@ -873,6 +873,7 @@ class SessionStore:
                 monitor_cpu=self._monitor_cpu,
                 steps=steps,
                 straggler=straggler,
+                straggler_windows=self._steps.judged,
                 memory=memory,
             )
 

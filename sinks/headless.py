@@ -17,7 +17,8 @@ waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu`` (torchpar
 over the last second), ``replay`` {path, position, duration, speed, frame, finished, recorded} or null,
 ``steps`` {source, count, per_second, seconds, phases {data, transfer, forward, backward, comm, optimizer,
 sync, other: seconds per step}, run_seconds, run_phases, gpu} or null (also in each of ``ranks``),
-``straggler`` {rank, cause, ratio, costs, core_wait} or null, ``memory`` [{rank, rss_bytes,
+``straggler`` {rank, cause, ratio, costs, core_wait} or null, ``straggler_windows`` (how many 1 s windows
+it was judged over: null before 5 means not judged yet), ``memory`` [{rank, rss_bytes,
 rss_growth_bytes_per_min, devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}]; derived in
 ``model/`` (``model/figures.py``): ``primary_rank``, ``depth`` {value, capacity} (the header's),
 ``core_load`` (mean over the cores, percent), ``lanes`` {windows, frontend, executors, overlap, overlap_high,
@@ -160,6 +161,7 @@ def to_record(snap: Snapshot, log_after: int = 0) -> dict[str, Any]:
         "replay": to_plain(snap.replay),
         "steps": steps_record(snap.steps),
         "straggler": to_plain(snap.straggler),
+        "straggler_windows": snap.straggler_windows,
         "memory": to_plain(snap.memory),
         "primary_rank": snap.primary_rank,
         "ranks_running": snap.ranks_running,

@@ -25,6 +25,7 @@ from textual.widgets import Footer, Static
 from torchpar_top.contract.snapshot import Straggler
 from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.cluster import ClusterRank, ClusterView
+from torchpar_top.model.steps import MIN_WINDOWS
 from torchpar_top.tui import render
 from torchpar_top.tui.driver import driver_class
 from torchpar_top.tui.screens.help import HelpScreen
@@ -128,7 +129,8 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
             style="dim",
         )
     else:
-        second.append("no straggler", style="dim")
+        pending = render.straggler_pending(view.straggler_windows, MIN_WINDOWS, "refreshes")
+        second.append(pending.removeprefix(" · ") or "no straggler", style="dim")
     return first, second
 
 

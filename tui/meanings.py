@@ -131,7 +131,9 @@ PANELS: tuple[Panel, ...] = (
         "from CUDA events: GPU time, checked on an H100). Ranks' steps/s are counted over the same span "
         "of time, so ranks in lockstep read the same rate. The straggler is judged over the run, on "
         "one-second windows aligned across ranks (`model/steps.py`): a rank is named when one phase other "
-        "than comm is clearly longer than the others' in most windows, never on one step's noise. The wait "
+        "than comm is clearly longer than the others' in most windows, never on one step's noise; until "
+        "five windows with every rank stepping were compared the title says *straggler: judging, 3 of 5 s*, "
+        "not *no straggler* (a DDP job's first seconds go to starting torchrun and the ranks). The wait "
         "for a core is each rank's frontend run-queue delay (`schedstat`), beyond the others' median; it "
         "is named when it is at least half the straggler's extra time.",
     ),

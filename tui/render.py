@@ -203,3 +203,11 @@ def wrap(text: str, width: int) -> list[str]:
     if not text or width <= 0:
         return []
     return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [text[:width]]
+
+
+def straggler_pending(judged: int, needed: int, unit: str) -> str:
+    """`` · straggler: judging, 3 of 5 s`` while fewer windows than ``needed`` were compared (nobody is
+    named before, so "no straggler" would be a claim not yet made); '' once they were."""
+    if judged >= needed:
+        return ""
+    return f" · straggler: judging, {judged} of {needed} {unit}"

@@ -632,6 +632,7 @@ def make_steps_snapshot(*, ranks: int = 2, straggler: bool = True) -> Snapshot:
             steps=dataclasses.replace(views[0].steps, recent=()),
             throughput=views[0].steps.per_second,
             straggler=Straggler(1, "forward", 4.0, 0.0092) if straggler else None,
+            straggler_windows=12 if ranks > 1 else 0,
             memory=tuple(memory),
         )
     )

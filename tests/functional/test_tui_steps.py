@@ -116,6 +116,17 @@ async def test_no_steps_no_panel_and_identical_ranks_say_so() -> None:
 
 
 @run_async
+async def test_before_the_straggler_is_judged_the_title_says_so_not_no_straggler() -> None:
+    snap = make_steps_snapshot(straggler=False)
+    session = FakeSession(dataclasses.replace(snap, straggler_windows=3))
+    app = TorchparTopApp(session, render_interval=None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        title = str(app.query_one(StepsPanel).border_title)
+        assert "straggler: judging, 3 of 5 s" in title and "no straggler" not in title, title
+
+
+@run_async
 async def test_short_screens_put_the_panel_aside_the_ranks_keep_the_slowest_phase() -> None:
     snap = make_steps_snapshot()
     app = TorchparTopApp(FakeSession(dataclasses.replace(snap)), render_interval=None)

@@ -9,6 +9,7 @@ import dataclasses
 from torchpar_top.contract.snapshot import Straggler
 from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.cluster import ClusterModel, ClusterView
+from torchpar_top.model.steps import MIN_WINDOWS
 from torchpar_top.tui.cluster import ClusterApp, header_lines, phases_text, table_lines
 
 
@@ -145,7 +146,12 @@ def test_identical_ranks_have_no_straggler():
     model = ClusterModel()
     for i in range(8):
         view = model.update(100.0 + i, _results(steps=True, count=10.0 * i))
-    assert view.straggler is None
+        said = header_lines(view, "u", None, False)[1].plain
+        if view.straggler_windows < MIN_WINDOWS:  # not judged yet: not "no straggler"
+            assert said == f"straggler: judging, {view.straggler_windows} of {MIN_WINDOWS} refreshes"
+        else:
+            assert said == "no straggler"
+    assert view.straggler is None and view.straggler_windows == 7  # the first refresh is no window
 
 
 class _Source:

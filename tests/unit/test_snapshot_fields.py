@@ -136,6 +136,7 @@ HEADLESS = {
     "starved": "starved",
     "frontend_hot_in_sync": "frontend_hot_in_sync",
     "monitor_cpu": "monitor_cpu",
+    "straggler_windows": "straggler_windows",
     **{f"stack.{k}": f"stack.{k}" for k in ("pid", "thread", "idle", "t", "waiting_in", "source")},
     "stack.frames[].function": "stack.frames[]",  # "function (filename:line)"
     "stack.frames[].filename": "stack.frames[]",
@@ -339,6 +340,8 @@ NOT_IN_PROMETHEUS = {
     "log[].seq": "log lines are not metrics",
     "log_partial[].seq": "log lines are not metrics",
     "sample_t": "the child's clock at its newest sample (latency measurements), not a figure",
+    "straggler_windows": "a count of the windows behind the straggler's judgment; the cluster view counts "
+    "its own from the step series",
     "ranks[].pid": "a process id, not a measurement",
     "ranks[].data_verdict.wait": "the same figure as ranks[].data_wait (torchpar_data_wait_ratio)",
     "data_verdict.wait": "the primary rank's data_wait (torchpar_data_wait_ratio)",

@@ -4,7 +4,7 @@ window vs run phases, the straggler from per-rank windows (none for identical ra
 import pytest
 from fakes.steps import Rank, hello
 from torchpar_top.contract.vocab import PHASES
-from torchpar_top.model.steps import MEMORY_WARMUP_STEPS, RankSteps, slope_per_min
+from torchpar_top.model.steps import MEMORY_WARMUP_STEPS, MIN_WINDOWS, RankSteps, slope_per_min
 from torchpar_top.model.store import SessionStore
 
 
@@ -132,6 +132,23 @@ def test_identical_ranks_have_no_straggler():
     )
     feed(st, ranks, 10)
     assert st.snapshot().straggler is None
+    assert st.snapshot().straggler_windows >= MIN_WINDOWS  # judged: nobody, not "not yet"
+
+
+def test_the_straggler_is_judged_once_enough_windows_were_compared():
+    fast = {"forward": 0.002, "backward": 0.003, "comm": 0.010, "optimizer": 0.001}
+    slow = {"forward": 0.010, "backward": 0.003, "comm": 0.002, "optimizer": 0.001}
+    st, ranks = two_ranks(Rank(step=0.016, seed=1, **fast), Rank(step=0.016, seed=2, **slow))
+    assert st.snapshot().straggler_windows == 0
+    seen = []
+    for _ in range(8):
+        feed(st, ranks, 1)
+        snap = st.snapshot()
+        seen.append((snap.straggler_windows, snap.straggler is not None))
+    counts = [n for n, _ in seen]
+    assert counts == sorted(counts) and counts[-1] > MIN_WINDOWS, seen
+    # named from the MIN_WINDOWS-th compared window on, never before
+    assert all(named == (n >= MIN_WINDOWS) for n, named in seen), seen
 
 
 def test_memory_growth_is_the_slope_of_rss():

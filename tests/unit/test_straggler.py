@@ -4,7 +4,7 @@ import random
 
 import pytest
 from torchpar_top.contract.messages import StepPhases
-from torchpar_top.model.steps import MIN_WINDOWS, find_straggler, mean_per_step
+from torchpar_top.model.steps import MIN_WINDOWS, compared_windows, find_straggler, mean_per_step
 
 
 def window(steps=10, jitter=0.0, rng=None, **per_step):
@@ -55,6 +55,21 @@ def test_one_rank_or_too_few_windows_name_nobody():
     windows = {0: [window(**FAST)] * (MIN_WINDOWS - 1), 1: [window(**SLOW)] * (MIN_WINDOWS - 1)}
     assert find_straggler(windows) is None
     windows = {0: [window(**FAST)] * MIN_WINDOWS, 1: [window(**SLOW)] * MIN_WINDOWS}
+    assert find_straggler(windows).rank == 1
+
+
+def test_the_windows_compared_are_those_every_rank_stepped_in():
+    """What says "not judged yet" apart from "nobody": a None before MIN_WINDOWS compared windows."""
+    idle = (0, StepPhases())
+    assert compared_windows({}) == 0
+    assert compared_windows({0: [window(**FAST)] * 9}) == 0  # one rank: nothing to compare
+    assert compared_windows({0: [window(**FAST)] * 9, 1: [idle] * 9}) == 0  # the other never stepped
+    # rank 1 joined later (its first windows idle) and missed one: the last 6 of each are compared
+    windows = {0: [window(**FAST)] * 9, 1: [idle, idle, window(**SLOW), idle, *[window(**SLOW)] * 2]}
+    assert compared_windows(windows) == 3
+    assert find_straggler(windows) is None
+    windows[1] += [window(**SLOW)] * 2
+    assert compared_windows(windows) == MIN_WINDOWS
     assert find_straggler(windows).rank == 1
 
 

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from torchpar_top.contract.snapshot import RankView, Snapshot, StepsView
 from torchpar_top.contract.vocab import PHASES
+from torchpar_top.model.steps import MIN_WINDOWS
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
@@ -99,8 +100,10 @@ class StepsPanel(SnapshotPanel):
         every = round(1 / first.timed_share) if first.timed_share else 1
         if every > 1:  # a fast loop's phases are timed in some steps, estimated for the rest
             text += f" (timed in 1 step of {every})"
-        if len(rows) > 1:
-            text += "" if snapshot.straggler is not None else " · no straggler"
+        if len(rows) > 1 and snapshot.straggler is None:
+            text += (
+                render.straggler_pending(snapshot.straggler_windows, MIN_WINDOWS, "s") or " · no straggler"
+            )
         return text
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
