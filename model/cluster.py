@@ -8,9 +8,12 @@ queries; this module only reads their labelled values) and builds a frozen :clas
   node's ``run --metrics-port`` puts beside the rank (``sinks/metrics.py``);
 - a rank whose series left the latest scrape (its monitor stopped answering: Prometheus' staleness
   marker) or whose target is down is *stale*: kept, with what it last said;
-- steps/s is ``irate(torchpar_steps_total[...])`` (its last two scrapes) where the step anatomy's
-  series exist, else the rank's throughput when its unit is steps; the job's steps/s is the slowest
-  fresh, running rank's;
+- steps/s is the rank's throughput where its unit is steps (its node's monitor counts step ends over the
+  last 2 s, the same span for every rank of the node, as the live screen does), else
+  ``irate(torchpar_steps_total[...])`` (its last two scrapes: a count that moves once a sample, so two DDP
+  ranks of one node in lockstep read 44 and 45 steps/s there, 42 and 42 from their throughput); the job's
+  steps/s is the slowest fresh, running rank's, and that rank is named only where it is clearly behind
+  the others (:data:`SLOWEST_MARGIN`);
 - step time and phases are ``torchpar_step_seconds`` and ``torchpar_step_phase_seconds{phase}`` (seconds
   per step over the monitor's last window); each refresh adds one window per rank, (steps since the last
   refresh, phases × those steps), and :func:`torchpar_top.model.steps.find_straggler` names the
@@ -20,6 +23,7 @@ queries; this module only reads their labelled values) and builds a frozen :clas
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +35,10 @@ from torchpar_top.model.steps import Window, compared_windows, find_straggler
 
 #: One labelled value from a query.
 Series = tuple[dict[str, str], float]
+#: The slowest rank is named where its steps/s is below the other ranks' median by this share or more.
+#: Two nodes' DDP ranks in lockstep read 39.5 and 39.0 steps/s at one refresh (their monitors' latest
+#: samples end at different times), so the lowest of equal rates would be named at random.
+SLOWEST_MARGIN = 0.05
 #: Windows kept per rank for the straggler (at a 2 s refresh, two minutes).
 WINDOWS = 60
 
@@ -97,7 +105,8 @@ class ClusterView:
     steps_per_s: float | None = None
     """The job's steps/s: its slowest fresh, running rank's."""
     slowest: int | None = None
-    """That rank."""
+    """That rank, where its steps/s is below the others' median by :data:`SLOWEST_MARGIN` or more; None
+    where the ranks go at one pace (data-parallel ranks in lockstep: naming one would name noise)."""
     scrape_age: float | None = None
     """Seconds since the newest scrape of any of the job's targets."""
     steps_known: bool = False
@@ -196,7 +205,7 @@ class ClusterModel:
             value = running.get(key, last)
             state = "exited" if value == 0 else "stale" if stale else "running"
             tp, what = throughput.get(key, (None, "")) if not stale else (None, "")
-            per_s = rate.get(key) if key in totals else (tp if what == "steps" else None)
+            per_s = tp if what == "steps" else rate.get(key) if key in totals else None
             local = _int(labels.get("local_rank"))
             rows.append(
                 ClusterRank(
@@ -240,6 +249,7 @@ class ClusterModel:
         )
         live = [r for r in rows if r.state == "running" and r.steps_per_s is not None]
         slowest = min(live, key=lambda r: r.steps_per_s or 0.0) if live else None
+        behind = slowest is not None and _behind(slowest, [r for r in live if r is not slowest])
         return ClusterView(
             t=t,
             ranks=tuple(rows),
@@ -247,7 +257,7 @@ class ClusterModel:
             targets=len(up),
             expected_nodes=self.expected_nodes if self.expected_nodes is not None else len(up) or None,
             steps_per_s=slowest.steps_per_s if slowest else None,
-            slowest=slowest.rank if slowest else None,
+            slowest=slowest.rank if slowest is not None and behind else None,
             scrape_age=max(0.0, t - max(scraped)) if scraped else None,
             steps_known=steps_known,
             straggler=straggler,
@@ -285,3 +295,12 @@ class ClusterModel:
                 windows[r.rank] = list(steps.windows)
                 waits[r.rank] = list(steps.waits)
         return find_straggler(windows, waits), compared_windows(windows)
+
+
+def _behind(rank: ClusterRank, others: Sequence[ClusterRank]) -> bool:
+    """Whether ``rank`` steps clearly slower than ``others`` (:data:`SLOWEST_MARGIN`); a rank alone is
+    slower than nobody."""
+    rates = [r.steps_per_s for r in others if r.steps_per_s is not None]
+    if not rates or rank.steps_per_s is None:
+        return False
+    return rank.steps_per_s < (1 - SLOWEST_MARGIN) * statistics.median(rates)

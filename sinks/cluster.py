@@ -1,7 +1,8 @@
 """``torchpar-top cluster``'s outputs besides the screen: headless JSON lines and the end-of-run report.
 
 One JSON object per refresh (``--headless``): ``t`` (Prometheus' time), ``url``, ``job``, ``steps_per_s``
-(the job's: its slowest fresh, running rank's), ``slowest``, ``nodes_seen``, ``nodes_fresh``,
+(the job's: its slowest fresh, running rank's), ``slowest`` (that rank where it is clearly behind the
+others, else null), ``nodes_seen``, ``nodes_fresh``,
 ``nodes_expected``, ``targets``, ``scrape_age``, ``steps_known``, ``query_seconds``, ``error`` ('' or
 one line), ``nodes`` [{node, hostname, instance, up, ranks, stale}], ``ranks`` [{node, hostname, rank,
 local_rank, instance, state, steps_per_s, throughput, unit, step_seconds, phases, depth, data_wait,

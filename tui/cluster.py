@@ -50,7 +50,8 @@ The whole job, read from Prometheus: every node runs `torchpar-top run ... --met
 scrapes them (docs/cluster.md), and this screen asks Prometheus for the `torchpar_*` series every interval.
 
 **Header**: the job's steps/s (the slowest running rank's: in data-parallel training the job goes at its
-pace), nodes seen of expected (`--nodes`, else the scrape targets), the age of the newest scrape, and what
+pace; the rank is named where it is 5 % or more behind the others' median, not among ranks in lockstep),
+nodes seen of expected (`--nodes`, else the scrape targets), the age of the newest scrape, and what
 the refresh's queries took.
 
 **A row per rank** (the global rank, with its node, host and local rank): state (`running`, `exited`,
@@ -122,6 +123,10 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
                 f"; it waits for a core {render.seconds(s.core_wait)} a step more: CPU contention",
                 style="yellow",
             )
+    elif not view.steps_known and not any(r.unit == "steps/s" for r in view.ranks if not r.stale):
+        second.append(
+            "no steps yet: the torchpar_step_* series come with the ranks' first steps", style="dim"
+        )
     elif not view.steps_known:
         second.append(
             "steps unknown: no torchpar_step_* series (step time, phases and the straggler need them); "

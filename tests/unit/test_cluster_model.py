@@ -81,6 +81,37 @@ def test_rows_per_node_and_rank_and_the_job_pace():
     assert second.plain.startswith("steps unknown")
 
 
+def test_steps_per_s_is_the_throughput_in_steps_else_the_counters_irate():
+    results = _results(steps=True, count=10.0)
+    view = ClusterModel().update(100.0, results)
+    assert [r.steps_per_s for r in view.ranks] == [10.0] * 4
+    # a rank whose throughput is not in steps (no step found yet on it): its counter's last two scrapes
+    results["throughput"] = [(lab | {"what": "ops (sampled)"}, v) for lab, v in results["throughput"]]
+    view = ClusterModel().update(100.0, results)
+    assert [r.steps_per_s for r in view.ranks] == [5.0] * 4
+
+
+def test_ranks_at_one_pace_name_no_slowest_rank():
+    # two nodes' DDP ranks in lockstep, as read at one refresh (their monitors' spans end apart)
+    view = ClusterModel().update(100.0, _results(rates={0: 39.5, 1: 39.5, 2: 39.0, 3: 39.0}))
+    assert view.steps_per_s == 39.0 and view.slowest is None
+    first = header_lines(view, "u", None, False)[0].plain
+    assert "job 39.0 steps/s " in first and "slowest" not in first
+    # one rank 10 % behind the others' median is named
+    view = ClusterModel().update(100.0, _results(rates={0: 40.0, 1: 40.0, 2: 36.0, 3: 40.5}))
+    assert view.steps_per_s == 36.0 and view.slowest == 2
+
+
+def test_before_the_first_step_the_header_says_no_steps_yet_not_unknown():
+    results = _results()
+    results["throughput"] = [(lab | {"what": "ops (sampled)"}, v) for lab, v in results["throughput"]]
+    view = ClusterModel().update(100.0, results)
+    assert not view.steps_known
+    assert header_lines(view, "u", None, False)[1].plain.startswith("no steps yet")
+    view = ClusterModel().update(100.0, _results())  # steps counted, but the node exports no step series
+    assert header_lines(view, "u", None, False)[1].plain.startswith("steps unknown")
+
+
 def test_a_node_that_stops_answering_is_stale_not_dropped():
     model = ClusterModel(expected_nodes=3)
     view = model.update(100.0, _results(fresh=("a:1",)))
@@ -102,7 +133,7 @@ def test_the_straggler_from_successive_refreshes():
     assert view is not None and view.steps_known
     assert view.straggler is not None and view.straggler.rank == 3 and view.straggler.cause == "forward"
     assert view.ranks[3].phases is not None and view.ranks[3].step_seconds == 0.2
-    assert view.ranks[0].steps_per_s == 5.0  # irate of steps_total, where it exists
+    assert view.ranks[0].steps_per_s == 10.0  # its throughput in steps: step ends over its node's span
     assert "straggler r3: forward" in header_lines(view, "u", None, False)[1].plain
     assert phases_text({"forward": 0.12, "backward": 0.08, "comm": 0.0}, 0.2) == "fwd 60% bwd 40%"
 
