@@ -289,7 +289,8 @@ class RankView:
     """The host it runs on."""
     note: str = ""
     """How it ended when that needs saying: ``rank 1 aborted (SIGABRT) at interpreter exit, after its work
-    had finished`` (a signal after its code had returned, as Gloo's threads can at teardown)."""
+    had finished`` (a signal after its code had returned, as Gloo's threads can at teardown), or ``rank 1
+    failed first: RuntimeError: ...`` (the first rank whose code raised: the others' errors follow)."""
     core_wait: float | None = None
     """Share of the last second its frontend was runnable but waited for a core (its ``schedstat``
     run-queue delay); None where the kernel keeps no schedstat."""

@@ -8,6 +8,7 @@ ranks) is computed here, once, with :mod:`.derive`.
 
 from __future__ import annotations
 
+import itertools
 import re
 import signal
 import statistics
@@ -214,6 +215,14 @@ def exit_note(who: str, reported: tuple[int, str] | None, exit_code: int) -> str
     return f"{who} {how} at interpreter exit, after its work had finished"
 
 
+def failure_note(who: str, reported: tuple[int, str]) -> str:
+    """``rank 1 failed first: RuntimeError: CUDA out of memory...``: the first rank whose code ended
+    with an error, and the exception's last line its agent reported (its peers' errors follow from it:
+    ``Connection closed by peer``)."""
+    status, reason = reported
+    return f"{who} failed first: {reason}" if reason else f"{who} failed first (status {status})"
+
+
 @dataclass
 class _Source:
     """One agent connection: the workload, or one torchrun rank."""
@@ -248,7 +257,10 @@ class _Source:
     signal_code: int | None = None
     """The status torchrun reported for this rank (``-6``: killed by SIGABRT); ranks are not our children."""
     note: str = ""
-    """:func:`exit_note`, once it applies."""
+    """:func:`exit_note`, or :func:`failure_note` for the rank that failed first, once it applies."""
+    failed: int | None = None
+    """The order in which its agent reported a failure (a non-zero status), among all the agents: the
+    first to fail brought the others down (torchrun stops them, or they lose their peer)."""
 
     @property
     def who(self) -> str:
@@ -372,6 +384,8 @@ class SessionStore:
         self._gpus: tuple[GpuView, ...] = ()
         self._gpu_status = ""
         self._version = 0
+        self._failures = itertools.count()
+        """Numbers the agents' failure reports in the order they came (:attr:`_Source.failed`)."""
         self._monitor_cpu: float | None = None
         self.stacks = True
         """Whether the agents' frontend stacks are shown (``--no-stacks`` turns them off)."""
@@ -467,16 +481,28 @@ class SessionStore:
         self._settle_note(src)
 
     def _settle_note(self, src: _Source) -> None:
-        """Say once, in the log and on the rank, that it died of a signal after its code had returned."""
+        """Say once, in the log and on the rank, that it died of a signal after its code had returned; or,
+        on the rank only (its error is in the log already), that its code failed first of all ranks."""
         with self._lock:
-            note = (
-                "" if src.note or src.exit_code is None else exit_note(src.who, src.reported, src.exit_code)
-            )
-            if note:
+            note = failure = ""
+            if not src.note and src.exit_code is not None:
+                note = exit_note(src.who, src.reported, src.exit_code)
+                failure = "" if note else self._first_failure(src)
+            if note or failure:
                 self._version += 1
-                src.note = note
+                src.note = note or failure
         if note:
             self.add_log(LogSource.APP, note)
+
+    def _first_failure(self, src: _Source) -> str:
+        """:func:`failure_note` where ``src`` is a rank whose agent reported a failure before any other
+        agent did and whose process ended with that status; '' otherwise."""
+        reported = src.reported
+        if src.rank is None or src.failed is None or reported is None or src.exit_code != reported[0]:
+            return ""
+        if any(s.failed is not None and s.failed < src.failed for s in self._sources.values()):
+            return ""
+        return failure_note(src.who, reported)
 
     def exit_notes(self) -> list[str]:
         """Every agent's :func:`exit_note` so far (for the workload's status line and the verdict)."""
@@ -595,7 +621,10 @@ class SessionStore:
         elif isinstance(msg, Exit):
             with self._lock:  # a report, not a fact: shown once the process has ended (on_source_closed)
                 self._version += 1
-                self._source(source).reported = (msg.status, msg.reason)
+                src = self._source(source)
+                src.reported = (msg.status, msg.reason)
+                if msg.status != 0 and src.failed is None:
+                    src.failed = next(self._failures)
 
     def _on_hello(self, msg: Hello, source: int) -> None:
         """An agent introduced itself; a second hello on the same connection is ignored."""

@@ -113,8 +113,10 @@ PANELS: tuple[Panel, ...] = (
         "a rank's frontend waited for a core 5 % of the time or more, **waits** gives each rank's share "
         "of time runnable with every core taken (CPU contention), where the panel has room. "
         "Redrawn twice a second, with the steps panel (its rates and step times are means over 2 s).",
-        "A rank's agent reports its exit status with the exception's last line; a rank killed by a signal "
-        "shows just *exited*.",
+        "A rank's agent reports its exit status with the exception's last line (in the log); a rank killed "
+        "by a signal shows just *exited*. The rank whose agent reported an error first is named under the "
+        "table with it, *rank 1 failed first: RuntimeError: ...* (at most three lines): the others' errors, "
+        "as a lost peer, follow from it. The workload's end says it too.",
     ),
     Panel(
         "steps",

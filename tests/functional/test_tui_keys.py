@@ -523,6 +523,24 @@ async def test_torchrun_shows_every_rank_and_the_dead_one() -> None:
 
 
 @run_async
+async def test_the_rank_that_failed_first_is_named_under_the_table_in_three_lines_at_most() -> None:
+    snap = make_torchrun_snapshot()
+    error = "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] " + "peer " * 60
+    ranks = tuple(
+        dataclasses.replace(r, note=f"rank 1 failed first: {error}") if r.rank == 1 else r for r in snap.ranks
+    )
+    app, _ = app_on(dataclasses.replace(snap, ranks=ranks))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        lines = text_of(app.query_one(RanksPanel)).splitlines()
+        first = next(
+            i for i, line in enumerate(lines) if line.startswith("rank 1 failed first: RuntimeError")
+        )
+        note = [line for line in lines[first:] if line.strip()]
+        assert len(note) == 3 and note[-1].endswith("…"), note
+
+
+@run_async
 async def test_four_ranks_of_two_executors_fit_at_120x36() -> None:
     app, _ = app_on(make_torchrun_snapshot(ranks=4))
     async with app.run_test(size=SIZE) as pilot:

@@ -47,3 +47,42 @@ def test_torchruns_end_settles_the_ranks_that_died_before_it_is_told():
     assert (rank.state, rank.exit_code) == (ChildState.EXITED, -6)
     assert rank.note == "rank 1 aborted (SIGABRT) at interpreter exit, after its work had finished"
     assert "rank 1 aborted (SIGABRT)" in snap.child.message  # the workload's end says why
+
+
+def test_the_rank_that_failed_first_is_named_with_its_error():
+    """Rank 1 raised; rank 0 then lost its peer and raised too: rank 1 is named, on its row and in the
+    workload's end, with its own error (rank 0's follows from it and stays in the log)."""
+    session = Session("async", interval=0.05)  # never started
+    store = session.store
+    for rank in (0, 1):
+        store.on_message(hello(_dead_pid(), rank=rank), rank)
+    store.on_message(m.Exit(status=1, reason="RuntimeError: CUDA out of memory"), 1)
+    store.on_message(m.Exit(status=1, reason="RuntimeError: Connection closed by peer"), 0)
+    for rank in (0, 1):  # rank 0's connection closes first: the order of the reports decides
+        store.on_source_closed(rank)
+    launcher = SimpleNamespace(pid=4242)
+    session._child = launcher  # type: ignore[assignment]
+    session._on_exit(launcher, 1)  # type: ignore[arg-type]
+    snap = store.snapshot()
+    notes = {r.rank: r.note for r in snap.ranks}
+    assert notes == {0: "", 1: "rank 1 failed first: RuntimeError: CUDA out of memory"}
+    assert "rank 1 failed first: RuntimeError: CUDA out of memory" in snap.child.message
+    lines = [line.text for line in snap.log]
+    assert "rank 1's code ended with status 1: RuntimeError: CUDA out of memory" in lines
+    assert not any(t.startswith("rank 1 failed first") for t in lines[:-1])  # said once, at the end
+
+
+def test_a_rank_that_returned_or_a_single_workload_is_not_called_failed():
+    store = Session("async", interval=0.05).store
+    store.on_message(hello(_dead_pid(), rank=0), 0)
+    store.on_message(hello(_dead_pid(), rank=1), 1)
+    store.on_message(m.Exit(status=0, reason=""), 0)
+    store.on_message(m.Exit(status=2, reason="SystemExit: 2"), 1)
+    store.on_source_closed(0)
+    store.on_source_closed(1, exit_code=-9)  # its process ended otherwise than it reported: not said
+    assert [r.note for r in store.snapshot().ranks] == ["", ""]
+    single = Session("async", interval=0.05).store
+    single.on_message(hello(_dead_pid()), 0)
+    single.on_message(m.Exit(status=1, reason="ValueError: bad"), 0)
+    single.on_source_closed(0, exit_code=1)
+    assert all(r.note == "" for r in single.snapshot().ranks)

@@ -16,6 +16,9 @@ from torchpar_top.tui.widgets.threads import SHOWN_WAIT_PERCENT
 #: A rank's frontend wait for a core is a column from this share of its time: the threads panel's
 #: ``waits N%`` threshold.
 SHOWN_CORE_WAIT = SHOWN_WAIT_PERCENT / 100
+#: A rank's note takes at most this many lines (the last cut with ``…``): an exception's line can be
+#: long (Gloo's ``Connection closed by peer`` carries a path and an address), and the log has it whole.
+NOTE_LINES = 3
 
 
 def core_wait_shown(waits: Iterable[float | None]) -> bool:
@@ -189,7 +192,11 @@ class RanksPanel(SnapshotPanel):
                 text = f"{SHORT[worst[0]]} {render.pct(worst[1], 0)}" if worst else "—"
                 row.add(("  " + text).ljust(cols["slow"]), self.style("dim" if exited else "label"))
             out.append(row)
-        for r in ranks:  # how a rank ended, when that needs a sentence: a signal after its work had finished
-            for part in textwrap.wrap(r.note, max(10, width)):  # whole, over as many lines as it takes
+        for r in ranks:  # how a rank ended, when that needs a sentence: a signal after its work had
+            # finished, or the error of the rank that failed first (its whole line is in the log)
+            parts = textwrap.wrap(r.note, max(10, width))
+            if len(parts) > NOTE_LINES:
+                parts = [*parts[: NOTE_LINES - 1], render.clip(" ".join(parts[NOTE_LINES - 1 :]), width)]
+            for part in parts:
                 out.append(Row().add(render.clip(part, width), self.style("ranks--dead")))
         return out
