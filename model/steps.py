@@ -358,6 +358,15 @@ class RankSteps:
         self.windows[k] = (had[0] + n, add_phases(had[1], phases))
         _keep_latest(self.windows)
 
+    def stepped_until(self) -> float | None:
+        """Its last step's end, where every step's end came (else its latest sample): a rank that ended
+        is rated up to there, not over what came after (a DDP rank whose peer died waited a second in
+        its all-reduce before it failed too, and read 147 steps/s beside its peer's 312)."""
+        last = self.ends[-1] if self.ends else None
+        if last is None or self.t is None or any(b > last for _, b in self.gaps):
+            return self.t
+        return min(last, self.t)
+
     def count_at(self, x: float) -> float:
         """Steps done by time ``x``, interpolated between samples."""
         pts = self.counts
@@ -479,7 +488,7 @@ class StepsBook:
     def rates(self, running: set[int]) -> dict[int, float | None]:
         """Each rank's steps/s over the same span: the last :data:`RATE_SPAN` seconds ending at the
         newest sample of the rank that is furthest behind (of the running ranks still sampling); a rank
-        that ended is rated over the span ending at its own last sample."""
+        that ended is rated over the span ending at its last step (:meth:`RankSteps.stepped_until`)."""
         stepping = {k: r for k, r in self.ranks.items() if r.total is not None and r.t is not None}
         live = {k: r for k, r in stepping.items() if k in running}
         newest = max((r.t for r in live.values() if r.t is not None), default=None)
@@ -492,7 +501,7 @@ class StepsBook:
         shared = span_for([r for r in sampling], common) if common is not None else RATE_SPAN
         for k, r in stepping.items():
             in_common = common is not None and k in live and r in sampling
-            end = common if in_common else r.t
+            end = common if in_common else r.t if k in live else r.stepped_until()
             start_of = begun if in_common else r.since
             assert end is not None
             span = shared if in_common else span_for([r], end)

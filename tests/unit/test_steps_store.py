@@ -151,6 +151,22 @@ def test_the_straggler_is_judged_once_enough_windows_were_compared():
     assert all(named == (n >= MIN_WINDOWS) for n, named in seen), seen
 
 
+def test_ranks_that_ended_are_rated_up_to_their_last_step():
+    """A DDP rank raised right after a step; its peer waited in the all-reduce for a second, then failed
+    too: both stepped at 100/s until then, and both read it (not 50/s for the one that waited)."""
+    st, ranks = two_ranks(Rank(step=0.01, seed=1), Rank(step=0.01, seed=2))
+    feed(st, ranks, 5)
+    ranks[1].next_end += 1000  # rank 1 raised: no step more
+    st.on_message(ranks[1].sample(), source=1)
+    st.on_source_closed(1)
+    ranks[0].next_end += 1000  # rank 0 blocks in the all-reduce, still sampled
+    for _ in range(10):
+        st.on_message(ranks[0].sample(), source=0)
+    st.on_source_closed(0)
+    rates = [r.steps.per_second for r in st.snapshot().ranks]
+    assert rates == [pytest.approx(100, rel=0.06)] * 2, rates
+
+
 def test_memory_growth_is_the_slope_of_rss():
     st = one_rank()
     r = Rank(leak=1_000_000.0)  # a megabyte a second
