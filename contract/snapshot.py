@@ -248,6 +248,10 @@ class StepsView:
     recent: tuple[StepRecord, ...] = ()
     """The last whole steps (``model.steps.RECENT_KEEP`` at most), oldest first: what a recording keeps
     and the export draws as a slice per phase per step (not in headless JSON)."""
+    stalled: float | None = None
+    """Seconds since its last step, where that is ten of its mean steps and 3 s or more
+    (``model.steps.STALL_STEPS``, ``STALL_MIN``): it has stopped stepping (a hang, a checkpoint, an
+    evaluation); None while it steps or once it ended."""
 
 
 @dataclass(frozen=True)
@@ -294,6 +298,10 @@ class RankView:
     core_wait: float | None = None
     """Share of the last second its frontend was runnable but waited for a core (its ``schedstat``
     run-queue delay); None where the kernel keeps no schedstat."""
+    at: str = ""
+    """Where its frontend was at its latest stack (twice a second): ``sleep at ddp_steps.py:66
+    (forward)``, what it waits in and the innermost line of the user's code (``model.stacks.where``);
+    '' without stacks. Said beside a rank that stopped stepping (:attr:`StepsView.stalled`)."""
 
 
 @dataclass(frozen=True)

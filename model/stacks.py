@@ -78,3 +78,27 @@ def classify_wait(
         if not weak and name == "get" and p.endswith(("/queue.py", "/queues.py")):
             weak = WaitKind.QUEUE
     return weak
+
+
+#: Paths of frames that are not the user's code: torch, installed packages, the standard library, ours.
+_NOT_USER = ("/torch/", "/site-packages/", "/dist-packages/", "/torchpar_top/", "/lib/python3")
+
+
+def where(frames: tuple[StackFrame, ...], wait: WaitKind, idle: bool = False) -> str:
+    """``sleep at ddp_steps.py:66 (forward)``: what the stack waits in (``waits`` where that is not known
+    but the thread is ``idle``: a C++ wait such as DDP's all-reduce inside ``backward``; else ``running``)
+    and the innermost frame of the user's code (not torch, an installed package, the standard library or
+    torchpar-top); '' for an empty stack."""
+    if not frames:
+        return ""
+    paths = [f.filename.replace("\\", "/") for f in frames]
+    user = next(
+        (
+            f
+            for f, p in zip(reversed(frames), reversed(paths), strict=True)
+            if not any(n in p for n in _NOT_USER)
+        ),
+        frames[-1],
+    )
+    name = user.filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{wait.value or ('waits' if idle else 'running')} at {name}:{user.line} ({_short(user.function)})"

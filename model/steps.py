@@ -196,6 +196,11 @@ STRAGGLER_KEEP = 600
 #: Step end times kept per rank (enough for :data:`RATE_SPAN` at 2,000 steps/s; a faster loop's rate
 #: comes from its counts).
 ENDS_KEEP = 4096
+#: A rank that finished no step for this many of its mean steps (over the run) ...
+STALL_STEPS = 10
+#: ... and at least this many seconds has stopped stepping: said with where its frontend is (a hang in a
+#: collective, a rank stuck in its own code, a long checkpoint or evaluation).
+STALL_MIN = 3.0
 #: Whole steps kept per rank for the export (a slice per phase per step).
 RECENT_KEEP = 64
 #: Per-sample differences kept per rank (the window phases).
@@ -358,6 +363,19 @@ class RankSteps:
         self.windows[k] = (had[0] + n, add_phases(had[1], phases))
         _keep_latest(self.windows)
 
+    def stalled(self, run_mean: float | None) -> float | None:
+        """Seconds from its last step to its latest sample, where that is :data:`STALL_STEPS` of its
+        mean step (``run_mean``) and :data:`STALL_MIN` or more; None while it steps."""
+        last = self.stepped_until()
+        if self.t is None or last is None or run_mean is None:
+            return None
+        if last == self.t:  # its last step's end is not known (ends not all sent): when the count last rose
+            pts = self.counts
+            rose = next((pts[i][0] for i in range(len(pts) - 1, 0, -1) if pts[i][1] > pts[i - 1][1]), None)
+            last = rose if rose is not None else last
+        gap = self.t - last
+        return gap if gap >= max(STALL_MIN, STALL_STEPS * run_mean) else None
+
     def stepped_until(self) -> float | None:
         """Its last step's end, where every step's end came (else its latest sample): a rank that ended
         is rated up to there, not over what came after (a DDP rank whose peer died waited a second in
@@ -422,17 +440,19 @@ class RankSteps:
         if base is not None and total.count > base.count:
             run_n, run_s = total.count - base.count, total.seconds - base.seconds
             run_ph = add_phases(total.phases, base.phases, -1.0)
+        run_mean = max(0.0, run_s) / run_n
         view = StepsView(
             source=total.source,
             count=total.count,
             per_second=per_second,
             seconds=seconds,
             phases=phases,
-            run_seconds=max(0.0, run_s) / run_n,
+            run_seconds=run_mean,
             run_phases=divide(run_ph, run_n),
             gpu=total.gpu,
             timed_share=None if total.timed is None else total.timed / total.count,
             recent=tuple(self.recent),
+            stalled=self.stalled(run_mean),
         )
         self._views = (key, view)
         return view

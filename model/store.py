@@ -64,7 +64,7 @@ from torchpar_top.contract.vocab import (
 )
 from torchpar_top.model import derive, figures
 from torchpar_top.model.snapshot import build
-from torchpar_top.model.stacks import classify_wait
+from torchpar_top.model.stacks import classify_wait, where
 from torchpar_top.model.steps import StepsBook
 from torchpar_top.model.threads import group
 
@@ -258,6 +258,8 @@ class _Source:
     """The status torchrun reported for this rank (``-6``: killed by SIGABRT); ranks are not our children."""
     note: str = ""
     """:func:`exit_note`, or :func:`failure_note` for the rank that failed first, once it applies."""
+    at: str = ""
+    """Where its frontend was at its latest stack (:func:`~torchpar_top.model.stacks.where`)."""
     failed: int | None = None
     """The order in which its agent reported a failure (a non-zero status), among all the agents: the
     first to fail brought the others down (torchrun stops them, or they lose their peer)."""
@@ -284,6 +286,7 @@ class _Source:
             hostname=self.where[2],
             note=self.note,
             core_wait=self.core_wait,
+            at=self.at,
         )
 
 
@@ -781,18 +784,15 @@ class SessionStore:
                         row.name, row.kind, row.quantity, row.emulated, src.rank
                     )
                 ex.add(row)
+            stack = msg.stack if self.stacks else None
+            wait = classify_wait(stack.frames) if stack is not None else None
+            if stack is not None and wait is not None:  # every rank's: said where it stopped stepping
+                src.at = where(stack.frames, wait, stack.idle)
             if not primary:
                 return
-            if msg.stack is not None and self.stacks:
-                frames = msg.stack.frames
+            if stack is not None and wait is not None:
                 self._stack = StackView(
-                    src.pid or 0,
-                    "MainThread",
-                    frames,
-                    msg.stack.idle,
-                    msg.t,
-                    classify_wait(frames),
-                    source="agent",
+                    src.pid or 0, "MainThread", stack.frames, stack.idle, msg.t, wait, source="agent"
                 )
             self._timing.append(msg.timing)
             self._frontend_busy.append(msg.frontend.busy)
@@ -923,6 +923,12 @@ class SessionStore:
             view = s.view()
             if book is not None:
                 sv = book.view(rates.get(s.number))
+                if sv is not None and sv.stalled is not None:  # no step for ten of its steps: 0/s now
+                    sv = (
+                        replace(sv, per_second=0.0)
+                        if s.state == ChildState.RUNNING
+                        else replace(sv, stalled=None)
+                    )
                 if sv is not None:
                     view = replace(view, throughput=sv.per_second, unit=ThroughputUnit.STEPS, steps=sv)
                     steps = replace(sv, recent=()) if s.number == primary else steps  # kept in ranks

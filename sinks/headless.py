@@ -11,12 +11,13 @@ blocked, emulated, note}], ``throughput`` {value, unit}, ``num_threads``, ``inte
 round), ``scoreboard`` {async|sync: {seconds, throughput, mean_depth, frontend_wait}}, ``ratio``,
 ``results`` [{label, value, unit, round, median, low, high, rounds}], ``scaling`` [{threads, gflops,
 samples}], ``gpus`` [...], ``gpu_status``, ``ranks`` [{rank, pid, state, throughput, unit, depth, data_wait,
-exit_code, data_verdict, steps, local_rank, node_rank, hostname, note}], ``syncpoints`` [{where, rank, call,
+exit_code, data_verdict, steps, local_rank, node_rank, hostname, note, core_wait, at (where its frontend
+was at its latest stack)}], ``syncpoints`` [{where, rank, call,
 count, per_second, sampled}], ``data_verdict`` {bound, wait} or null, ``stack`` {pid, t, thread, idle,
 waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu`` (torchpar-top's own share of a core
 over the last second), ``replay`` {path, position, duration, speed, frame, finished, recorded} or null,
 ``steps`` {source, count, per_second, seconds, phases {data, transfer, forward, backward, comm, optimizer,
-sync, other: seconds per step}, run_seconds, run_phases, gpu} or null (also in each of ``ranks``),
+sync, other: seconds per step}, run_seconds, run_phases, gpu, timed_share, stalled} or null (also in each of ``ranks``),
 ``straggler`` {rank, cause, ratio, costs, core_wait} or null, ``straggler_windows`` (how many 1 s windows
 it was judged over: null before 5 means not judged yet), ``memory`` [{rank, rss_bytes,
 rss_growth_bytes_per_min, devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}]; derived in

@@ -127,8 +127,13 @@ PANELS: tuple[Panel, ...] = (
         "**straggler** (the rank the others wait for) is marked with the phase that makes it slow, and "
         "with *waits for a core* where its frontend waited for a CPU core (every core it may use taken) "
         "about as long as it is slower: CPU contention, not its code. The title "
-        "says what marks a step (optimizer steps, backward calls, DataLoader batches, model calls). On "
-        "short terminals the panel steps aside (the ranks table keeps the slowest phase).",
+        "says what marks a step (optimizer steps, backward calls, DataLoader batches, model calls). A rank "
+        "that finished no step for ten of its steps and 3 s or more is marked *no step for 15.3 s* with "
+        "where its frontend is, from its latest stack: *sleep at train.py:66 (forward)*, *collective at "
+        "...*, *waits at ...* (idle in a wait Python cannot see, as DDP's all-reduce in `backward`), "
+        "*running at ...*; its steps/s is then 0, and when every rank stopped the title says so: a hung "
+        "job shows which rank waits for its peers and which is stuck in its own code. On short terminals "
+        "the panel steps aside (the ranks table keeps the slowest phase).",
         "Seconds per step over the last 2 s, from a handful of timestamps per step in the workload (on CUDA "
         "from CUDA events: GPU time, checked on an H100). Ranks' steps/s are counted over the same span "
         "of time, so ranks in lockstep read the same rate. The straggler is judged over the run, on "

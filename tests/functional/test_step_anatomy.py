@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from torchpar_top.contract import messages as msgs
 from torchpar_top.contract.vocab import ENV_SOCKET, PHASES, StepSource
+from torchpar_top.model.store import SessionStore
 from torchpar_top.probes.agent.usercode import MEMORY_EVERY
 from torchpar_top.sources.live.child import ChildProcess
 from torchpar_top.sources.live.listener import AgentListener
@@ -183,3 +184,31 @@ def test_a_late_first_optimizer_step_is_said_and_the_count_goes_on():
     assert 0 < before <= 20  # the micro-batches before the first optimizer step (the first group's)
     last = [s.steps for s in child.samples() if s.steps is not None][-1]
     assert last.source == StepSource.OPTIMIZER and last.count == made + before
+
+
+def test_a_rank_that_stops_stepping_is_said_stalled_with_where_it_waits():
+    """The script's forward sleeps 5 s after 1.5 s of steps: fed to the store as they came, the samples
+    say it stalled (seconds since its last step, counting up) and where its frontend waits: the sleep, on
+    the script's own line, in its forward; once it steps again, it is not stalled."""
+    child = Child(str(SCRIPTS / "steps_stall.py"), "1.5", "5", "1")
+    child.wait()
+    assert any(line.startswith("stalled at") for line in child.stdout)
+    store = SessionStore("run", interval=0.1)
+    seen = []
+    for msg in list(child.messages):
+        store.on_message(msg)
+        if isinstance(msg, msgs.Sample):
+            snap = store.snapshot()
+            (rank,) = snap.ranks
+            if snap.steps is not None:
+                seen.append((snap.steps.stalled, rank.at))
+    stalled = [s for s, _ in seen if s is not None]
+    assert stalled and max(stalled) > 3.5, seen  # up to ~5 s, on a loaded machine a little less
+    assert stalled == sorted(stalled), stalled  # counting up, one stall
+    line = next(
+        i
+        for i, text in enumerate((SCRIPTS / "steps_stall.py").read_text().splitlines(), 1)
+        if "# the stall" in text
+    )
+    assert any(at == f"sleep at steps_stall.py:{line} (forward)" for s, at in seen if s is not None), seen
+    assert seen[-1][0] is None  # stepping again

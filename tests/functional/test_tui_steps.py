@@ -116,6 +116,32 @@ async def test_no_steps_no_panel_and_identical_ranks_say_so() -> None:
 
 
 @run_async
+async def test_a_rank_that_stopped_stepping_says_for_how_long_and_where_it_waits() -> None:
+    snap = make_steps_snapshot(straggler=False)
+    ranks = tuple(
+        dataclasses.replace(
+            r,
+            at="sleep at ddp_steps.py:66 (forward)" if r.rank == 1 else "running at ddp_steps.py:91 (main)",
+            steps=dataclasses.replace(r.steps, stalled=12.34 if r.rank == 1 else None),
+        )
+        for r in snap.ranks
+    )
+    app = TorchparTopApp(FakeSession(dataclasses.replace(snap, ranks=ranks)), render_interval=None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        lines = text_of(app.query_one(StepsPanel)).splitlines()
+        r0, r1 = (line for line in lines if line.startswith(("r0", "r1")))
+        assert "◀ no step for 12.3 s: sleep at ddp_steps.py:66 (forward)" in r1, r1
+        assert "◀" not in r0  # it steps: where it is is not said
+        assert "no step for" not in str(app.query_one(StepsPanel).border_title)
+        ranks = tuple(dataclasses.replace(r, steps=dataclasses.replace(r.steps, stalled=15.0)) for r in ranks)
+        app.session.snapshot_value = dataclasses.replace(snap, ranks=ranks)  # type: ignore[attr-defined]
+        app.refresh_from_session()
+        await pilot.pause()
+        assert str(app.query_one(StepsPanel).border_title).endswith("· no step for 15.0 s")
+
+
+@run_async
 async def test_before_the_straggler_is_judged_the_title_says_so_not_no_straggler() -> None:
     snap = make_steps_snapshot(straggler=False)
     session = FakeSession(dataclasses.replace(snap, straggler_windows=3))

@@ -167,7 +167,7 @@ HEADLESS = {
     **{
         f"{where}steps.{k}": f"{where}steps.{k}"
         for where in ("", "ranks[].")
-        for k in ("source", "count", "per_second", "seconds", "run_seconds", "gpu", "timed_share")
+        for k in ("source", "count", "per_second", "seconds", "run_seconds", "gpu", "timed_share", "stalled")
     },
     **{
         f"{where}steps.{part}.{p}": f"{where}steps.{part}.{p}"
@@ -175,7 +175,10 @@ HEADLESS = {
         for part in ("phases", "run_phases")
         for p in PHASES
     },
-    **{f"ranks[].{k}": f"ranks[].{k}" for k in ("local_rank", "node_rank", "hostname", "note", "core_wait")},
+    **{
+        f"ranks[].{k}": f"ranks[].{k}"
+        for k in ("local_rank", "node_rank", "hostname", "note", "core_wait", "at")
+    },
     **{f"straggler.{k}": f"straggler.{k}" for k in ("rank", "cause", "ratio", "costs", "core_wait")},
     **{f"memory[].{k}": f"memory[].{k}" for k in ("rank", "rss_bytes", "rss_growth_bytes_per_min")},
     **{
@@ -311,6 +314,11 @@ NOT_IN_PROMETHEUS = {
         f"{where}steps.{part}": f"over the run: the report's; avg_over_time of the window's series, {PROMQL}"
         for where in ("", "ranks[].")
         for part in ("run_seconds", *(f"run_phases.{p}" for p in PHASES))
+    },
+    **{
+        f"{where}steps.stalled": "the time since the rank's last step: in PromQL, time() less the last "
+        "change of torchpar_steps_total (changes(torchpar_steps_total[1m]) == 0 alerts on a hang)"
+        for where in ("", "ranks[].")
     },
     **{
         f"{where}steps.timed_share": "how the phases were measured (a fast loop's in one step of "

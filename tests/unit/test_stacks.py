@@ -20,7 +20,7 @@ import time
 import pytest
 from torchpar_top.contract.snapshot import StackFrame, StackView
 from torchpar_top.contract.vocab import WaitKind
-from torchpar_top.model.stacks import classify_wait
+from torchpar_top.model.stacks import classify_wait, where
 from torchpar_top.probes.host import stacks as st
 from torchpar_top.probes.host.process import (
     ProcessInfo,
@@ -272,6 +272,26 @@ USER = f("train", "/home/u/train.py", 10)
 def test_wait_rules(inner, text, expected):
     frames = (USER, *inner)
     assert classify_wait(frames, lambda fn, n: text) == expected
+
+
+def test_where_names_the_wait_and_the_users_innermost_line():
+    frames = (
+        f("<module>", "/home/u/train.py", 110),
+        f("Module._call_impl", f"{TORCH}/nn/modules/module.py", 1789),
+        f("Net.forward", "/home/u/train.py", 66),
+    )
+    assert where(frames, WaitKind.SLEEP) == "sleep at train.py:66 (forward)"
+    deep = (*frames[:2], f("all_reduce", f"{TORCH}/distributed/distributed_c10d.py", 2800))
+    assert where(deep, WaitKind.COLLECTIVE) == "collective at train.py:110 (<module>)"  # the user's line
+    # DDP's all-reduce waits in C++ under backward: nothing known to wait in, but the thread is idle
+    backward = (*frames[:1], f("_engine_run_backward", f"{TORCH}/autograd/graph.py", 979))
+    assert where(backward, WaitKind.NONE, idle=True) == "waits at train.py:110 (<module>)"
+    ours = (
+        f("main", "/x/site-packages/torchpar_top/probes/agent/run.py", 9),
+        f("loop", "/usr/lib/python3.11/q.py"),
+    )
+    assert where(ours, WaitKind.NONE) == "running at q.py:1 (loop)"  # nobody's own: the innermost
+    assert where((), WaitKind.NONE) == ""
 
 
 def test_dataloader_wins_over_sleep_in_the_users_dataset():

@@ -167,6 +167,24 @@ def test_ranks_that_ended_are_rated_up_to_their_last_step():
     assert rates == [pytest.approx(100, rel=0.06)] * 2, rates
 
 
+def test_a_rank_is_stalled_after_ten_of_its_steps_and_three_seconds_without_one():
+    fast, slow = Rank(step=0.01, seed=1), Rank(step=0.5, seed=2)
+    st, ranks = two_ranks(fast, slow)
+    feed(st, ranks, 5)
+    assert [r.steps.stalled for r in st.snapshot().ranks] == [None, None]
+    for r in ranks:
+        r.next_end += 1000  # neither steps again; both still sampled
+    feed(st, ranks, 4)
+    fast_view, slow_view = (r.steps for r in st.snapshot().ranks)
+    assert fast_view.stalled == pytest.approx(4.0, abs=0.15)  # 3 s at least
+    assert fast_view.per_second == 0.0  # not the rate of the last 4 steps found further back
+    assert slow_view.stalled is None  # 4 s is 8 of its 0.5 s steps: not yet
+    feed(st, ranks, 1.5)
+    assert st.snapshot().ranks[1].steps.stalled == pytest.approx(5.5, abs=0.55)
+    st.on_source_closed(0)
+    assert st.snapshot().ranks[0].steps.stalled is None  # it ended: not stalled
+
+
 def test_memory_growth_is_the_slope_of_rss():
     st = one_rank()
     r = Rank(leak=1_000_000.0)  # a megabyte a second

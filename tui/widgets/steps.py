@@ -100,6 +100,9 @@ class StepsPanel(SnapshotPanel):
         every = round(1 / first.timed_share) if first.timed_share else 1
         if every > 1:  # a fast loop's phases are timed in some steps, estimated for the rest
             text += f" (timed in 1 step of {every})"
+        stalled = [s.stalled for _, s in rows]
+        if all(s is not None for s in stalled):  # a hang: the rows say where each rank is
+            return text + f" · no step for {render.seconds(min(s or 0.0 for s in stalled))}"
         if len(rows) > 1 and snapshot.straggler is None:
             text += (
                 render.straggler_pending(snapshot.straggler_windows, MIN_WINDOWS, "s") or " · no straggler"
@@ -117,11 +120,17 @@ class StepsPanel(SnapshotPanel):
         straggler = snapshot.straggler
         label_w = max(4, *(len(self._label(r)) + 1 for r, _ in rows))
         figures_w = 18  # " 23.0 ms  43.5/s "
-        mark_w = 0
+        marks = [self._stall(rank, steps, width) for rank, steps in rows]
         if straggler is not None:
-            mark_w = len(self._mark(snapshot, width)) + 1
+            marks = [
+                m or (self._mark(snapshot, width) if r is not None and r.rank == straggler.rank else "")
+                for m, (r, _) in zip(marks, rows, strict=True)
+            ]
+        mark_w = max((len(m) + 1 for m in marks if m), default=0)
         bar_w = max(4, width - label_w - figures_w - mark_w)
-        for rank, steps in rows:
+        if width - label_w - figures_w - mark_w < 4:  # a long stall's place cut to what fits
+            marks = [render.clip(m, max(0, width - label_w - figures_w - 5)) for m in marks]
+        for (rank, steps), mark in zip(rows, marks, strict=True):
             row = Row().add(self._label(rank).ljust(label_w), self.style("label"))
             n = round(bar_w * (steps.seconds or 0.0) / longest)
             for phase, k in cells(shares(steps), n):
@@ -132,8 +141,8 @@ class StepsPanel(SnapshotPanel):
             )
             rate = "—" if steps.per_second is None else f"{render.num(steps.per_second)}/s"
             row.add(rate.rjust(9), self.style("dim"))
-            if straggler is not None and rank is not None and rank.rank == straggler.rank:
-                row.add(" " + self._mark(snapshot, width), self.style("steps--straggler"))
+            if mark:
+                row.add(" " + mark, self.style("steps--straggler"))
             out.append(row)
         return out
 
@@ -152,6 +161,16 @@ class StepsPanel(SnapshotPanel):
                 break
             row.add("■ ", self.style(f"steps--{phase}")).add(name + " ", self.style("dim"))
         return row
+
+    @staticmethod
+    def _stall(rank: RankView | None, steps: StepsView, width: int) -> str:
+        """``◀ no step for 12.3 s: sleep at ddp_steps.py:66 (forward)`` for a rank that stopped stepping
+        (where its frontend is, from its latest stack, where there is one); '' while it steps."""
+        if steps.stalled is None:
+            return ""
+        text = f"◀ no step for {render.seconds(steps.stalled)}"
+        at = rank.at if rank is not None else ""
+        return f"{text}: {at}" if at and width >= 70 else text
 
     @staticmethod
     def _mark(snapshot: Snapshot, width: int) -> str:
