@@ -299,6 +299,9 @@ class RankSteps:
         self.recent: deque[StepRecord] = deque(maxlen=RECENT_KEEP)
         self.memory: Memory | None = None
         self.rss: list[tuple[float, float]] = []
+        self.last_step: float | None = None
+        """When its last step ended (the newest end its samples carried; the sample's time where they
+        carried none)."""
         self._run_base: Steps | None = None
         """The cumulative steps when another source took over the count (a late first optimizer step
         after backward calls went out): the run's mean step and phases are taken from there on (LBFGS,
@@ -355,6 +358,7 @@ class RankSteps:
         self.recent.extend(compact(r) for r in steps.recent if r.end > last)
         if n <= 0:
             return
+        self.last_step = steps.ends[-1] if steps.ends else t
         self.marks.append((t, steps.count, steps.seconds, tuple(getattr(steps.phases, p) for p in PHASES)))
         if len(self.marks) > 2 * DIFFS_KEEP:
             del self.marks[:-DIFFS_KEEP]
@@ -366,14 +370,9 @@ class RankSteps:
     def stalled(self, run_mean: float | None) -> float | None:
         """Seconds from its last step to its latest sample, where that is :data:`STALL_STEPS` of its
         mean step (``run_mean``) and :data:`STALL_MIN` or more; None while it steps."""
-        last = self.stepped_until()
-        if self.t is None or last is None or run_mean is None:
+        if self.t is None or self.last_step is None or run_mean is None:
             return None
-        if last == self.t:  # its last step's end is not known (ends not all sent): when the count last rose
-            pts = self.counts
-            rose = next((pts[i][0] for i in range(len(pts) - 1, 0, -1) if pts[i][1] > pts[i - 1][1]), None)
-            last = rose if rose is not None else last
-        gap = self.t - last
+        gap = self.t - self.last_step
         return gap if gap >= max(STALL_MIN, STALL_STEPS * run_mean) else None
 
     def stepped_until(self) -> float | None:

@@ -17,7 +17,8 @@ count, per_second, sampled}], ``data_verdict`` {bound, wait} or null, ``stack`` 
 waiting_in, source, frames} or null, ``stack_status``, ``monitor_cpu`` (torchpar-top's own share of a core
 over the last second), ``replay`` {path, position, duration, speed, frame, finished, recorded} or null,
 ``steps`` {source, count, per_second, seconds, phases {data, transfer, forward, backward, comm, optimizer,
-sync, other: seconds per step}, run_seconds, run_phases, gpu, timed_share, stalled} or null (also in each of ``ranks``),
+sync, other: seconds per step}, run_seconds, run_phases, gpu, timed_share, stalled} or null (also in each
+of ``ranks``),
 ``straggler`` {rank, cause, ratio, costs, core_wait} or null, ``straggler_windows`` (how many 1 s windows
 it was judged over: null before 5 means not judged yet), ``memory`` [{rank, rss_bytes,
 rss_growth_bytes_per_min, devices [{device, allocated_bytes, reserved_bytes, peak_bytes}]}]; derived in
