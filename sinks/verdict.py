@@ -386,6 +386,8 @@ def _ranks(snap: Snapshot | None) -> list[dict[str, Any]]:
             "steps_per_s": _round(1 / r.steps.run_seconds, 4) if r.steps and r.steps.run_seconds else None,
             "step_seconds": _round(r.steps.run_seconds, 6) if r.steps else None,
             "phases": _phases(r.steps.run_phases) if r.steps else None,
+            "stalled": _round(r.steps.stalled, 3) if r.steps else None,
+            "at": r.at,
         }
         for r in (snap.ranks if snap is not None else ())
     ]
@@ -622,6 +624,12 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
         lines.append(
             f"  straggler: rank {straggler['rank']} ({straggler['cause']}), the others wait "
             f"{seconds(straggler['costs'])} per step" + _contended(straggler)
+        )
+    stalled = [r for r in report["ranks"] if r.get("stalled") is not None]
+    if stalled:
+        where = "; ".join(_stalled_at(r) for r in stalled)
+        lines.append(
+            f"  stalled: no step for {seconds(min(r['stalled'] for r in stalled))} at the end: {where}"
         )
     growth = (report.get("memory") or {}).get("rss_growth_bytes_per_min")
     if growth is not None:
@@ -892,3 +900,9 @@ class TallyWatch:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self.tally.feed(self._snapshot())
+
+
+def _stalled_at(rank: Mapping[str, Any]) -> str:
+    """``rank 1 sleep at hang.py:15 (forward)``: a rank that stopped stepping, and where it was."""
+    who = "the workload" if rank["rank"] is None else f"rank {rank['rank']}"
+    return f"{who} {rank['at']}" if rank["at"] else who

@@ -167,6 +167,25 @@ def test_the_report_is_json_and_renders(tmp_path):
     assert "train.py:57 item() ×1860" in text  # the top sync-point lines, by count
 
 
+def test_a_run_that_ended_stalled_says_where_each_rank_was():
+    from fakes.fake_session import make_steps_snapshot
+
+    snap = make_steps_snapshot(straggler=False)
+    at = {0: "waits at hang.py:21 (<module>)", 1: "sleep at hang.py:15 (forward)"}
+    ranks = tuple(
+        dataclasses.replace(r, at=at[r.rank], steps=dataclasses.replace(r.steps, stalled=40.0 + r.rank))
+        for r in snap.ranks
+    )
+    report = fed(dataclasses.replace(snap, ranks=ranks), seconds=0.5).report()
+    assert [(r["stalled"], r["at"]) for r in report["ranks"]] == [(40.0, at[0]), (41.0, at[1])]
+    text = verdict.render(report)
+    assert (
+        "  stalled: no step for 40.0 s at the end: rank 0 waits at hang.py:21 (<module>); "
+        "rank 1 sleep at hang.py:15 (forward)"
+    ) in text.splitlines()
+    assert "stalled" not in verdict.render(fed(snap, seconds=0.5).report())  # stepping to the end
+
+
 # -- compare -------------------------------------------------------------------------------------------
 
 
