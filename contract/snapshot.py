@@ -251,7 +251,8 @@ class StepsView:
     stalled: float | None = None
     """Seconds since its last step, where that is ten of its mean steps and 3 s or more
     (``model.steps.STALL_STEPS``, ``STALL_MIN``): it has stopped stepping (a hang, a checkpoint, an
-    evaluation); None while it steps or once it ended."""
+    evaluation); None while it steps. A rank that ended keeps what it was when it ended (stopped or
+    killed while stalled), unless its code returned."""
 
 
 @dataclass(frozen=True)

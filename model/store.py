@@ -924,11 +924,10 @@ class SessionStore:
             if book is not None:
                 sv = book.view(rates.get(s.number))
                 if sv is not None and sv.stalled is not None:  # no step for ten of its steps: 0/s now
-                    sv = (
-                        replace(sv, per_second=0.0)
-                        if s.state == ChildState.RUNNING
-                        else replace(sv, stalled=None)
-                    )
+                    if s.state == ChildState.RUNNING:
+                        sv = replace(sv, per_second=0.0)
+                    elif s.reported == (0, ""):  # its code returned: what came after its steps was not a hang
+                        sv = replace(sv, stalled=None)
                 if sv is not None:
                     view = replace(view, throughput=sv.per_second, unit=ThroughputUnit.STEPS, steps=sv)
                     steps = replace(sv, recent=()) if s.number == primary else steps  # kept in ranks

@@ -86,6 +86,7 @@ class Bound(Word):
     STARVED = "CPU-starved"
     COMPUTE_CPU = "compute-bound (CPU)"
     STRAGGLER = "straggler"
+    STALLED = "stalled"
     NONE = "no clear bottleneck"
 
 
@@ -105,6 +106,9 @@ ADVICE: Mapping[Bound, str] = {
     "to the cores), less work per step (a smaller model or batch, torch.compile)",
     Bound.STRAGGLER: "even the ranks out: find why that rank's phase is longer (its data, its share of the "
     "batch, a slower core or device, another process on its cores); the others wait for it every step",
+    Bound.STALLED: "look at what the rank that does not wait for its peers is doing (its line above, or "
+    "py-spy dump --pid); a collective that never matched shows in torch's flight recorder "
+    "(TORCH_FR_BUFFER_SIZE); a long checkpoint or evaluation at the end reads so too",
     Bound.NONE: "nothing dominates: profile a step (key h, torch.profiler) to see where its time goes",
 }
 
@@ -255,7 +259,8 @@ class RunTally:
         with self._lock:
             snap = final or self._last
             figures = self._figures(snap)
-            verdict = classify({**figures, "straggler": _straggler(snap)})
+            stalled = _stalled(snap, self.seconds)
+            verdict = classify({**figures, "straggler": _straggler(snap), "stalled": stalled})
             modes = {}
             if snap is not None:
                 modes = {
@@ -565,6 +570,18 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
             )
         )
     found.sort(key=lambda x: -x[0])
+    stalled = f.get("stalled")
+    if isinstance(stalled, Mapping):  # the run ended hung: whatever else was true before, that first
+        where = "; ".join(_stalled_at(r) for r in stalled["ranks"])
+        found.insert(
+            0,
+            (
+                stalled["share"],
+                Bound.STALLED,
+                f"no step for {seconds(stalled['seconds'])} when the run ended ({_pct(stalled['share'])} "
+                f"of it): {where}",
+            ),
+        )
     if not found:
         return {
             "class": Bound.NONE.value,
@@ -624,12 +641,6 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
         lines.append(
             f"  straggler: rank {straggler['rank']} ({straggler['cause']}), the others wait "
             f"{seconds(straggler['costs'])} per step" + _contended(straggler)
-        )
-    stalled = [r for r in report["ranks"] if r.get("stalled") is not None]
-    if stalled:
-        where = "; ".join(_stalled_at(r) for r in stalled)
-        lines.append(
-            f"  stalled: no step for {seconds(min(r['stalled'] for r in stalled))} at the end: {where}"
         )
     growth = (report.get("memory") or {}).get("rss_growth_bytes_per_min")
     if growth is not None:
@@ -900,6 +911,20 @@ class TallyWatch:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self.tally.feed(self._snapshot())
+
+
+def _stalled(snap: Snapshot | None, run_seconds: float) -> dict[str, Any] | None:
+    """The ranks that had stopped stepping when the run ended (``StepsView.stalled``), where each was,
+    the shortest of their stalls and its share of the run; None where every rank stepped to the end."""
+    ranks = [r for r in (snap.ranks if snap is not None else ()) if r.steps and r.steps.stalled is not None]
+    if not ranks:
+        return None
+    least = min(r.steps.stalled for r in ranks if r.steps and r.steps.stalled is not None)
+    return {
+        "seconds": round(least, 3),
+        "share": round(min(1.0, least / run_seconds), 4) if run_seconds > 0 else 1.0,
+        "ranks": [{"rank": r.rank, "at": r.at} for r in ranks],
+    }
 
 
 def _stalled_at(rank: Mapping[str, Any]) -> str:

@@ -123,3 +123,47 @@ def test_identical_ranks_have_no_straggler_and_read_the_same_rate():
     for r in both:
         a, b = (k["steps"]["per_second"] for k in r["ranks"])
         assert a is not None and b is not None and abs(a - b) <= 0.05 * max(a, b), (a, b)
+
+
+def test_a_hung_rank_is_said_stalled_with_where_each_rank_waits(tmp_path):
+    """Rank 1's forward sleeps for an hour 2 s in; rank 0 waits for it in DDP's all-reduce. Stopped by
+    ``--duration``: both ranks read stalled, rank 1 asleep in its forward, rank 0 on its backward line,
+    and the report's verdict is *stalled*."""
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [
+            *CMD,
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--headless",
+            "--duration",
+            "25",
+            "--report",
+            str(report),
+            str(SCRIPT),
+            "600",
+            "hang",
+            "1",
+            "2",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    live = [r for r in records if len(r["ranks"]) == 2 and all(k["state"] == "running" for k in r["ranks"])]
+    assert live, proc.stderr[-2000:]
+    last = {k["rank"]: k for k in live[-1]["ranks"]}
+    assert all(k["steps"] and k["steps"]["stalled"] and k["steps"]["stalled"] >= 3 for k in last.values()), (
+        last
+    )
+    assert all(k["steps"]["per_second"] == 0 for k in last.values())
+    lines = SCRIPT.read_text().splitlines()
+    hang = next(i for i, text in enumerate(lines, 1) if "# the hang" in text)
+    assert last[1]["at"] == f"sleep at ddp_steps.py:{hang} (forward)", last[1]["at"]
+    backward = next(i for i, text in enumerate(lines, 1) if "loss.backward()" in text)
+    assert last[0]["at"].endswith(f"at ddp_steps.py:{backward} (main)"), last[0]["at"]
+    verdict = json.loads(report.read_text())["verdict"]
+    assert verdict["class"] == "stalled" and "rank 1 sleep at ddp_steps.py" in verdict["why"], verdict

@@ -1,13 +1,14 @@
 """DDP (Gloo, CPU) with a DataLoader, for torchrun: one rank can be made slow in its forward or its data.
 
-    torchrun --standalone --nproc-per-node=2 ddp_steps.py SECONDS [forward|data|crowd RANK|all [N]]
+    torchrun --standalone --nproc-per-node=2 ddp_steps.py SECONDS [forward|data|crowd|hang RANK|all [N]]
 
 Every step: a batch from a DataLoader (main process), the model's forward, backward (DDP all-reduces the
 gradients), an optimizer step. ``forward RANK MS``: that rank's forward sleeps MS ms more (default 12);
 ``data RANK MS``: its batches take MS ms more to load; ``crowd RANK N``: that rank is pinned to one core
 with N processes that spin there (default 2), so it waits for the core: slower in all its work, for a
-reason outside its code; ``all`` for RANK: every rank does. Runs for SECONDS, then every rank stops
-together.
+reason outside its code; ``hang RANK N``: after N seconds (default 3) that rank's forward sleeps for
+an hour (a hang: the others wait in the all-reduce; stop the job from outside); ``all`` for RANK: every
+rank does. Runs for SECONDS, then every rank stops together.
 """
 
 import os
@@ -56,14 +57,17 @@ class Items(Dataset):
 
 
 class Net(nn.Module):
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, hang_after: float | None = None) -> None:
         super().__init__()
         self.body = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 1))
         self.delay = delay
+        self.hang_at = None if hang_after is None else time.monotonic() + hang_after
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.delay:
             time.sleep(self.delay)
+        if self.hang_at is not None and time.monotonic() >= self.hang_at:
+            time.sleep(3600)  # the hang
         return self.body(x)
 
 
@@ -80,7 +84,8 @@ def main() -> None:
     torch.manual_seed(rank)
     batch = 4
     data = DataLoader(Items(ms / 1000 / batch if mine and what == "data" else 0.0), batch_size=batch)
-    model = DDP(Net(ms / 1000 if mine and what == "forward" else 0.0))
+    hang = (float(sys.argv[4]) if len(sys.argv) > 4 else 3.0) if mine and what == "hang" else None
+    model = DDP(Net(ms / 1000 if mine and what == "forward" else 0.0, hang))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     end = time.monotonic() + seconds
     going = torch.ones(1)

@@ -3,6 +3,7 @@ window vs run phases, the straggler from per-rank windows (none for identical ra
 
 import pytest
 from fakes.steps import Rank, hello
+from torchpar_top.contract import messages as m
 from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.steps import MEMORY_WARMUP_STEPS, MIN_WINDOWS, RankSteps, slope_per_min
 from torchpar_top.model.store import SessionStore
@@ -181,8 +182,11 @@ def test_a_rank_is_stalled_after_ten_of_its_steps_and_three_seconds_without_one(
     assert slow_view.stalled is None  # 4 s is 8 of its 0.5 s steps: not yet
     feed(st, ranks, 1.5)
     assert st.snapshot().ranks[1].steps.stalled == pytest.approx(5.5, abs=0.55)
+    st.on_source_closed(1)  # stopped while stalled (by torchpar-top, a signal): said as it ended
+    assert st.snapshot().ranks[1].steps.stalled == pytest.approx(5.5, abs=0.55)
+    st.on_message(m.Exit(status=0, reason=""), source=0)  # its code returned: its tail was no hang
     st.on_source_closed(0)
-    assert st.snapshot().ranks[0].steps.stalled is None  # it ended: not stalled
+    assert st.snapshot().ranks[0].steps.stalled is None
 
 
 def test_memory_growth_is_the_slope_of_rss():

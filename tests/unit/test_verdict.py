@@ -178,10 +178,12 @@ def test_a_run_that_ended_stalled_says_where_each_rank_was():
     )
     report = fed(dataclasses.replace(snap, ranks=ranks), seconds=0.5).report()
     assert [(r["stalled"], r["at"]) for r in report["ranks"]] == [(40.0, at[0]), (41.0, at[1])]
+    # the run ended hung: that is the verdict, whatever else passed its threshold before
+    assert report["verdict"]["class"] == "stalled" and report["verdict"]["share"] == 1.0
     text = verdict.render(report)
     assert (
-        "  stalled: no step for 40.0 s at the end: rank 0 waits at hang.py:21 (<module>); "
-        "rank 1 sleep at hang.py:15 (forward)"
+        "  verdict: stalled: no step for 40.0 s when the run ended (100 % of it): rank 0 waits at "
+        "hang.py:21 (<module>); rank 1 sleep at hang.py:15 (forward)"
     ) in text.splitlines()
     assert "stalled" not in verdict.render(fed(snap, seconds=0.5).report())  # stepping to the end
 
