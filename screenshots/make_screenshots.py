@@ -38,6 +38,8 @@ SHOTS = {
     # two DDP ranks whose rank 1 is pinned to one core with two processes spinning there: the same code,
     # a third of a core; the straggler marked "waits for a core", the ranks table's waits column
     "run-ddp-contention": ("run-ddp-crowd", [((), 25.0)], (160, 40)),
+    # two DDP ranks whose rank 1's forward sleeps for an hour 4 s in: a hang, each rank said where it waits
+    "run-ddp-hang": ("run-ddp-hang", [((), 28.0)], (120, 40)),
     "async-80x24": ("async", [((), 8.0)], (80, 24)),
     # replays, at a moment chosen in the analysis whatever the load time: pause at once, go to the trace's
     # start, seek with the right arrow (5 % of the trace each), then step back frame by frame (1 ms each).
@@ -70,6 +72,9 @@ def _session(target: str):
     elif target == "run-ddp":
         script = os.path.relpath(SCRIPTS / "ddp_steps.py")
         target = ScriptTarget(script, ("120", "forward", "1", "12"), nproc=2)
+    elif target == "run-ddp-hang":
+        script = os.path.relpath(SCRIPTS / "ddp_steps.py")
+        target = ScriptTarget(script, ("600", "hang", "1", "4"), nproc=2)
     elif target == "run-ddp-crowd":
         script = os.path.relpath(SCRIPTS / "ddp_steps.py")
         target = ScriptTarget(script, ("120", "crowd", "1", "2"), nproc=2)
