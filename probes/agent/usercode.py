@@ -42,7 +42,14 @@ from torchpar_top.probes.agent.usercode_sampling import (
     SampledCounting,
     SwitchSignal,
 )
-from torchpar_top.probes.agent.usercode_steps import OPTIMIZER, SYNC, GpuSteps, StepClock, read_memory
+from torchpar_top.probes.agent.usercode_steps import (
+    HOLD_S,
+    OPTIMIZER,
+    SYNC,
+    GpuSteps,
+    StepClock,
+    read_memory,
+)
 
 CPU_SYNC_NOTE = (
     "SYNC on the CPU: eager CPU ops are already synchronous, there is no queue to drain; "
@@ -144,7 +151,9 @@ class UserCode:
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
         self.data.also_wait = agent.frontend_wait
-        self.steps = StepClock()
+        self.steps = StepClock(hold=HOLD_S)
+        self._final = False
+        """The user's code returned: the next sample is the last (its steps go out, held or not)."""
         """The training steps and their phases (:mod:`.usercode_steps`)."""
         self.steps.on_step = self._on_step
         self.phases = PhaseHooks(self.steps, threading.get_ident())
@@ -190,6 +199,7 @@ class UserCode:
 
     def last_sample(self) -> None:
         """The user's code returned: one last sample, so that its last interval's steps are counted."""
+        self._final = True
         self.agent.last_sample()
 
     def report_exit(self, status: int, reason: str = "") -> None:
@@ -405,7 +415,7 @@ class UserCode:
     def _steps_part(self, t0: float, t1: float) -> dict[str, Any]:
         """Sample part: the steps so far and, every :data:`MEMORY_EVERY`, the process's memory (a sample
         without it leaves torchpar-top's last reading standing)."""
-        part: dict[str, Any] = {"steps": self.steps.take()}
+        part: dict[str, Any] = {"steps": self.steps.take(final=self._final)}
         late = self.steps.late_source
         source = self.steps.source
         if late is not None and source is not None and not self._late_source_said:

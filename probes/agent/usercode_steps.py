@@ -49,6 +49,12 @@ from torchpar_top.probes.agent.cputime import ProcFile
 DATA, TRANSFER, FORWARD, BACKWARD, COMM, OPTIMIZER, SYNC, OTHER = range(len(PHASES))
 #: Preference of each step source (higher wins).
 PREFERENCE = {StepSource.MODULE: 1, StepSource.DATALOADER: 2, StepSource.BACKWARD: 3, StepSource.OPTIMIZER: 4}
+#: Seconds from the first step of a source that may yet be replaced (anything but optimizer steps) during
+#: which its steps are not sent, so that a better source seen meanwhile takes the count over from the
+#: start: a DDP job's first optimizer step (Gloo, 2 ranks) came after 2 backward calls had gone out in a
+#: sample, and every such job said "the first 2 steps were backward calls" and started its scoreboard
+#: again. A loop with no better source shows its steps this much later; its last sample sends them all.
+HOLD_S = 1.0
 #: Steps the GPU may be behind the frontend before a step goes untimed on the GPU (its CPU phases count).
 MAX_PENDING = 64
 #: Finished steps the frontend keeps for the sampler before it merges them into one (nobody sampling).
@@ -89,8 +95,10 @@ class StepClock:
     of timed steps goes out with them (``Steps.timed``). Phases on the GPU are never sampled.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, hold: float = 0.0) -> None:
         self._clock = clock
+        self.hold = hold
+        """Seconds a replaceable source's first steps are held back (:data:`HOLD_S` in the agent)."""
         self.source: StepSource | None = None
         self._pref = 0
         self.phase = OTHER
@@ -321,12 +329,22 @@ class StepClock:
 
     # -- on the sampler thread ------------------------------------------------------------------------
 
-    def take(self, wall: Callable[[], float] = time.time) -> Steps | None:
-        """The ``steps`` of a sample: cumulative totals, the ends and whole steps since the last call.
+    def take(self, wall: Callable[[], float] = time.time, final: bool = False) -> Steps | None:
+        """The ``steps`` of a sample: cumulative totals, the ends and whole steps since the last call;
+        None before the first step, and for :attr:`hold` seconds from the first step of a source a
+        better one may still replace (unless ``final``: the run's last sample sends what there is).
 
         Ten times a second beside the user's loop, over ~100 records a sample for a 1 ms step: the
         records are walked by builtins (``zip``, ``sum``, ``compress``, ``map``), not Python loops."""
         with self._lock:
+            if (
+                not final
+                and not self.sent
+                and self._pref < PREFERENCE[StepSource.OPTIMIZER]
+                and self._start is not None
+                and self._clock() - self._first < self.hold
+            ):
+                return None
             records = self._drain()
             if records:
                 columns = _columns(records)

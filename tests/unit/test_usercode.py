@@ -37,6 +37,7 @@ class RecordingUser(UserCode):
 
     def __init__(self, **kw):
         super().__init__(None, target="test", **kw)
+        self.steps.hold = 0.0  # the first steps go out at once (the hold: test_usercode_steps.py)
         self.sent = []
         self.agent.send = lambda msg: self.sent.append(m.decode(msg.to_json()))
 

@@ -17,6 +17,7 @@ from torchpar_top.probes.agent.usercode_steps import (
     COMM,
     DATA,
     FORWARD,
+    HOLD_S,
     OPTIMIZER,
     TRANSFER,
     GpuSteps,
@@ -91,6 +92,41 @@ def test_a_better_source_before_any_sample_leaves_nothing_to_say():
         t.advance(0.01)
         c.step(source)
     assert c.take().count == 1 and c.late_source is None  # folded back: the count starts with the optimizer
+
+
+def test_a_replaceable_sources_first_steps_are_held_so_a_better_one_takes_them_over():
+    """DDP's first optimizer step came after backward calls had gone out: held for HOLD_S from the first
+    step, the backward calls are folded into the optimizer's first step and nothing needs saying."""
+    t = SimClock(0.0)
+    c = StepClock(clock=t, hold=HOLD_S)
+    for _ in range(3):
+        t.advance(0.1)
+        c.step(StepSource.BACKWARD)
+    assert c.take() is None and not c.sent  # held: 0.2 s from its first step
+    t.advance(0.3)
+    c.step(StepSource.OPTIMIZER)
+    steps = c.take()  # optimizer steps are never held: nothing can replace them
+    assert steps.source == StepSource.OPTIMIZER and steps.count == 1 and c.late_source is None
+
+
+def test_a_held_source_goes_out_after_the_hold_or_in_the_last_sample():
+    t = SimClock(0.0)
+    c = StepClock(clock=t, hold=HOLD_S)
+    for _ in range(4):
+        t.advance(0.1)
+        c.step(StepSource.BACKWARD)
+    assert c.take() is None
+    assert c.take(final=True).count == 4  # the run's last sample: what there is
+    c = StepClock(clock=t, hold=HOLD_S)
+    for _ in range(4):
+        t.advance(0.1)
+        c.step(StepSource.BACKWARD)
+    t.advance(HOLD_S)
+    c.step(StepSource.BACKWARD)
+    assert c.take().count == 5  # a loop with no optimizer: its steps, a second late
+    t.advance(0.1)
+    c.step(StepSource.OPTIMIZER)  # later than the hold: the count goes on, and it is said
+    assert c.take().count == 6 and c.late_source == (StepSource.BACKWARD, 5)
 
 
 def test_gpu_phases_are_event_time_read_a_step_later_without_waiting():
@@ -175,6 +211,7 @@ class RecordingUser(UserCode):
     def __init__(self, **kw):
         super().__init__(None, target="test", **kw)
         self.agent.send = lambda msg: None
+        self.steps.hold = 0.0  # the first steps go out at once here (the hold has tests of its own)
 
 
 def test_roots_are_found_then_hooked_alone_and_everything_is_put_back(monkeypatch):
