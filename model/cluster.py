@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from torchpar_top.contract.messages import StepPhases
 from torchpar_top.contract.snapshot import Straggler
 from torchpar_top.contract.vocab import PHASES
-from torchpar_top.model.steps import Window, compared_windows, find_straggler
+from torchpar_top.model.steps import STALL_MIN, STALL_STEPS, Window, compared_windows, find_straggler
 
 #: One labelled value from a query.
 Series = tuple[dict[str, str], float]
@@ -74,6 +74,9 @@ class ClusterRank:
     """Bytes used on that GPU (by every process on it, as NVML counts)."""
     core_wait: float | None = None
     """Share of its node monitor's last second its frontend waited for a core (None: not exported)."""
+    stalled: float | None = None
+    """Seconds since its step count last rose (as this screen saw it), where that is ten of its steps
+    and 3 s or more (``model.steps.STALL_STEPS``, ``STALL_MIN``): a hang; None while it steps."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,9 @@ class _Steps:
     windows: deque[Window] = field(default_factory=lambda: deque(maxlen=WINDOWS))
     waits: deque[float | None] = field(default_factory=lambda: deque(maxlen=WINDOWS))
     """Per window, seconds its frontend waited for a core (None where ``core_wait`` was not exported)."""
+    top: float | None = None
+    """The highest count seen, and when it was first seen (Prometheus' time): a stall is timed from it."""
+    rose_at: float = 0.0
 
 
 class ClusterModel:
@@ -196,6 +202,7 @@ class ClusterModel:
             (labels.get("instance", ""), labels.get("gpu", "")): value for labels, value in get("gpu_memory")
         }
         steps_known = bool(totals or step_s or phases)
+        stalled = self._stalls(t, totals, step_s)
 
         rows: list[ClusterRank] = []
         for labels, last in seen:
@@ -228,6 +235,7 @@ class ClusterModel:
                     if stale
                     else gpu_mem.get((instance, "" if local is None else str(local))),
                     core_wait=None if stale else core.get(key),
+                    stalled=stalled.get(key) if state == "running" else None,
                 )
             )
         rows.sort(key=lambda r: (r.rank is None, r.rank or 0, r.node or 0, r.instance))
@@ -264,6 +272,19 @@ class ClusterModel:
             straggler_windows=judged,
             query_seconds=seconds,
         )
+
+    def _stalls(self, t: float, totals: Mapping[Key, float], step_s: Mapping[Key, float]) -> dict[Key, float]:
+        """Each rank whose count has not risen for ten of its steps and 3 s (its stall in seconds)."""
+        out: dict[Key, float] = {}
+        for key, count in totals.items():
+            steps = self._steps.setdefault(key, _Steps())
+            if steps.top is None or count != steps.top:  # rose (or started over: its monitor restarted)
+                steps.top, steps.rose_at = count, t
+                continue
+            step, gap = step_s.get(key), t - steps.rose_at
+            if step is not None and math.isfinite(step) and gap >= max(STALL_MIN, STALL_STEPS * step):
+                out[key] = gap
+        return out
 
     def _straggler(
         self,

@@ -66,6 +66,10 @@ local rank.
 core* where most of its extra time was spent waiting for a CPU core (contention on its node, not its
 code).
 
+**Stalled**: a rank whose step count has not risen for ten of its steps and 3 s is marked *no step for
+N s*; when every running rank is, the header says so (a hang). Where each rank waits is on its node's own
+screen (`torchpar-top run`: its steps panel), which reads the ranks' stacks; Prometheus has no text.
+
 Keys: `p` pause (stop asking Prometheus), `?` this help, `q` quit.
 """
 
@@ -112,8 +116,13 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
     first.append(f"  {url}{f' job={job}' if job else ''}", style="dim")
     first.no_wrap, first.overflow = True, "ellipsis"
     second = Text()
+    live = [r for r in view.ranks if r.state == "running" and not r.stale]
     if view.error:
         second.append(view.error, style="bold red")
+    elif live and all(r.stalled is not None for r in live):
+        least = min(r.stalled or 0.0 for r in live)
+        second.append(f"no step on any rank for {render.seconds(least)}: a hang?", style="bold yellow")
+        second.append(" (torchpar-top run on a node shows where each of its ranks waits)", style="dim")
     elif view.straggler is not None:
         s = view.straggler
         second.append(f"straggler r{s.rank}: ", style="bold yellow")
@@ -167,7 +176,9 @@ def _cause(s: Straggler, short: bool = False) -> str:
 def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
     node = "?" if r.node is None else str(r.node)
     note = ""
-    if straggler is not None and r.rank == straggler.rank:
+    if r.stalled is not None:
+        note = f"◀ no step for {render.seconds(r.stalled)}"
+    elif straggler is not None and r.rank == straggler.rank:
         note = f"◀ straggler: {_cause(straggler, short=True)}"
         note += ", waits for a core" if straggler.core_wait is not None else ""
     elif r.stale:

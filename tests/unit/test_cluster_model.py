@@ -112,6 +112,19 @@ def test_before_the_first_step_the_header_says_no_steps_yet_not_unknown():
     assert header_lines(view, "u", None, False)[1].plain.startswith("steps unknown")
 
 
+def test_ranks_whose_count_stops_rising_are_said_stalled():
+    model = ClusterModel()
+    views = [model.update(100.0 + i, _results(steps=True, count=min(10.0 * i, 30.0))) for i in range(9)]
+    # step 0.2 s: stalled from 3 s (ten steps are 2 s) without a rise, timed from when 30 was first seen
+    assert [v.ranks[0].stalled for v in views] == [None] * 6 + [3.0, 4.0, 5.0]
+    header = header_lines(views[-1], "u", None, False)[1].plain
+    assert header.startswith("no step on any rank for 5.00 s: a hang?"), header
+    assert "◀ no step for 5.00 s" in [t.plain for t in table_lines(views[-1], 200)][1]
+    view = model.update(109.0, _results(steps=True, count=31.0))
+    assert all(r.stalled is None for r in view.ranks)  # stepping again
+    assert not header_lines(view, "u", None, False)[1].plain.startswith("no step")
+
+
 def test_a_node_that_stops_answering_is_stale_not_dropped():
     model = ClusterModel(expected_nodes=3)
     view = model.update(100.0, _results(fresh=("a:1",)))
