@@ -28,8 +28,12 @@ def _gloo() -> bool:
     return dist.is_available() and dist.is_gloo_available()
 
 
-def headless(*script_args: str) -> list[dict]:
-    """The headless objects of a 2-rank run of ``ddp_steps.py``."""
+def headless(
+    *script_args: str, seconds: float = SECONDS, duration: float | None = None, options=()
+) -> list[dict]:
+    """The headless objects of a 2-rank run of ``ddp_steps.py SECONDS *script_args`` (``--duration``:
+    ``SECONDS + 60`` unless given; ``options``: more of ``run``'s own)."""
+    duration = seconds + 60 if duration is None else duration
     proc = subprocess.run(
         [
             *CMD,
@@ -38,15 +42,16 @@ def headless(*script_args: str) -> list[dict]:
             "2",
             "--headless",
             "--duration",
-            str(SECONDS + 60),
+            str(duration),
+            *options,
             str(SCRIPT),
-            str(SECONDS),
+            str(seconds),
             *script_args,
         ],
         check=False,
         capture_output=True,
         text=True,
-        timeout=SECONDS + 180,
+        timeout=duration + 120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -130,31 +135,9 @@ def test_a_hung_rank_is_said_stalled_with_where_each_rank_waits(tmp_path):
     ``--duration``: both ranks read stalled, rank 1 asleep in its forward, rank 0 on its backward line,
     and the report's verdict is *stalled*."""
     report = tmp_path / "r.json"
-    proc = subprocess.run(
-        [
-            *CMD,
-            "run",
-            "--nproc-per-node",
-            "2",
-            "--headless",
-            "--duration",
-            "25",
-            "--report",
-            str(report),
-            str(SCRIPT),
-            "600",
-            "hang",
-            "1",
-            "2",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    records = headless("hang", "1", "2", seconds=600, duration=25, options=("--report", str(report)))
     live = [r for r in records if len(r["ranks"]) == 2 and all(k["state"] == "running" for k in r["ranks"])]
-    assert live, proc.stderr[-2000:]
+    assert live, records[-1:]
     last = {k["rank"]: k for k in live[-1]["ranks"]}
     assert all(k["steps"] and k["steps"]["stalled"] and k["steps"]["stalled"] >= 3 for k in last.values()), (
         last
