@@ -161,7 +161,8 @@ class _Steps:
     waits: deque[float | None] = field(default_factory=lambda: deque(maxlen=WINDOWS))
     """Per window, seconds its frontend waited for a core (None where ``core_wait`` was not exported)."""
     top: float | None = None
-    """The highest count seen, and when it was first seen (Prometheus' time): a stall is timed from it."""
+    """Its count as it last changed, and when (Prometheus' time): a stall is timed from then (kept apart
+    from :attr:`count`, which only the straggler's ranks move on)."""
     rose_at: float = 0.0
 
 

@@ -144,7 +144,7 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
         )
     else:
         pending = render.straggler_pending(view.straggler_windows, MIN_WINDOWS, "refreshes")
-        second.append(pending.removeprefix(" · ") or "no straggler", style="dim")
+        second.append(pending or "no straggler", style="dim")
     return first, second
 
 

@@ -206,8 +206,8 @@ def wrap(text: str, width: int) -> list[str]:
 
 
 def straggler_pending(judged: int, needed: int, unit: str) -> str:
-    """`` · straggler: judging, 3 of 5 s`` while fewer windows than ``needed`` were compared (nobody is
+    """``straggler: judging, 3 of 5 s`` while fewer windows than ``needed`` were compared (nobody is
     named before, so "no straggler" would be a claim not yet made); '' once they were."""
     if judged >= needed:
         return ""
-    return f" · straggler: judging, {judged} of {needed} {unit}"
+    return f"straggler: judging, {judged} of {needed} {unit}"

@@ -104,9 +104,8 @@ class StepsPanel(SnapshotPanel):
         if all(s is not None for s in stalled):  # a hang: the rows say where each rank is
             return text + f" · no step for {render.seconds(min(s or 0.0 for s in stalled))}"
         if len(rows) > 1 and snapshot.straggler is None:
-            text += (
-                render.straggler_pending(snapshot.straggler_windows, MIN_WINDOWS, "s") or " · no straggler"
-            )
+            pending = render.straggler_pending(snapshot.straggler_windows, MIN_WINDOWS, "s")
+            text += f" · {pending or 'no straggler'}"
         return text
 
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
