@@ -76,7 +76,12 @@ class ClusterRank:
     """Share of its node monitor's last second its frontend waited for a core (None: not exported)."""
     stalled: float | None = None
     """Seconds since its step count last rose (as this screen saw it), where that is ten of its steps
-    and 3 s or more (``model.steps.STALL_STEPS``, ``STALL_MIN``): a hang; None while it steps."""
+    and 3 s or more (``model.steps.STALL_STEPS``, ``STALL_MIN``), or its node's monitor's own figure
+    (``torchpar_step_stalled_seconds``, timed from its step ends) where that is longer: a hang; None while
+    it steps."""
+    at: str = ""
+    """Where a stalled rank's frontend is (``sleep at train.py:66 (forward)``), as its node's monitor read
+    it from the rank's stack (``torchpar_rank_stalled_at_info``); '' while it steps or where not said."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,10 @@ class ClusterModel:
         }
         steps_known = bool(totals or step_s or phases)
         stalled = self._stalls(t, totals, step_s)
+        for key, gap in _by_key(get("stalled")).items():
+            if math.isfinite(gap) and gap > stalled.get(key, 0.0):
+                stalled[key] = gap
+        at = {_key(labels): labels.get("at", "") for labels, _ in get("stalled_at")}
 
         rows: list[ClusterRank] = []
         for labels, last in seen:
@@ -237,6 +246,7 @@ class ClusterModel:
                     else gpu_mem.get((instance, "" if local is None else str(local))),
                     core_wait=None if stale else core.get(key),
                     stalled=stalled.get(key) if state == "running" else None,
+                    at=at.get(key, "") if state == "running" and key in stalled else "",
                 )
             )
         rows.sort(key=lambda r: (r.rank is None, r.rank or 0, r.node or 0, r.instance))

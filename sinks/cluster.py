@@ -6,7 +6,7 @@ others, else null), ``nodes_seen``, ``nodes_fresh``,
 ``nodes_expected``, ``targets``, ``scrape_age``, ``steps_known``, ``query_seconds``, ``error`` ('' or
 one line), ``nodes`` [{node, hostname, instance, up, ranks, stale}], ``ranks`` [{node, hostname, rank,
 local_rank, instance, state, steps_per_s, throughput, unit, step_seconds, phases, depth, data_wait,
-gpu_util, gpu_memory, stale, core_wait, stalled}], ``straggler`` {rank, cause, ratio, costs, core_wait} or
+gpu_util, gpu_memory, stale, core_wait, stalled, at}], ``straggler`` {rank, cause, ratio, costs, core_wait} or
 null. Every figure is a :class:`~torchpar_top.model.cluster.ClusterView` field, itself read from Prometheus'
 series.
 """

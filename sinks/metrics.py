@@ -28,6 +28,8 @@ from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.contract.vocab import PHASES, ChildState, ExecutorKind, Mode
 
 PREFIX = "torchpar_"
+#: A stalled rank's ``at`` label is cut to this many characters (a label value is kept per series).
+AT_CHARS = 160
 
 
 def _rank(rank: int | None) -> str:
@@ -492,10 +494,27 @@ class SnapshotCollector:
             labels=[*names, "phase"],
             unit="seconds",
         )
+        stalled = GaugeMetricFamily(
+            PREFIX + "step_stalled_seconds",
+            "Seconds since a rank's last step, while that is ten of its mean steps and 3 s or more: it has "
+            "stopped stepping (absent while it steps)",
+            labels=names,
+            unit="seconds",
+        )
+        at = InfoMetricFamily(
+            PREFIX + "rank_stalled_at",
+            "Where a rank that stopped stepping is, from its frontend's latest stack: what it waits in and "
+            "the innermost line of the user's code (absent while it steps)",
+            labels=names,
+        )
         for r in snap.ranks:
             if r.steps is None:
                 continue
             labels = [host, _rank(r.rank)]
+            if r.steps.stalled is not None:
+                stalled.add_metric(labels, r.steps.stalled)
+                if r.at:
+                    at.add_metric(labels, {"at": r.at[:AT_CHARS]})
             total.add_metric(labels, r.steps.count)
             if r.steps.per_second is not None:
                 rate.add_metric(labels, r.steps.per_second)
@@ -555,7 +574,8 @@ class SnapshotCollector:
                 allocated.add_metric([*labels, d.device], d.allocated_bytes)
                 reserved.add_metric([*labels, d.device], d.reserved_bytes)
                 peak.add_metric([*labels, d.device], d.peak_bytes)
-        yield from (total, rate, step, phase, straggler, contended, rss, growth, allocated, reserved, peak)
+        yield from (total, rate, step, phase, stalled, at, straggler, contended, rss, growth)
+        yield from (allocated, reserved, peak)
 
     def _syncpoints(self, snap: Snapshot, host: str) -> Iterator[Metric]:
         sites = CounterMetricFamily(

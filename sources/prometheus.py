@@ -59,6 +59,9 @@ def queries(job: str | None) -> dict[str, str]:
         "steps_rate": f"irate(torchpar_steps_total{j}[{LOOKBACK}])",
         "step_seconds": f"torchpar_step_seconds{j}",
         "phase_seconds": f"torchpar_step_phase_seconds{j}",
+        # a rank that stopped stepping, as its node's monitor judged it, and where its frontend is then
+        "stalled": f"torchpar_step_stalled_seconds{j}",
+        "stalled_at": f"torchpar_rank_stalled_at_info{j}",
         # the scrape targets of the job: expected nodes, which answered, how old the newest scrape is
         "up": f"up{j}",
         "scraped": f"timestamp(up{j})",

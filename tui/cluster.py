@@ -23,7 +23,7 @@ from textual.containers import VerticalScroll
 from textual.driver import Driver
 from textual.widgets import Footer, Static
 from torchpar_top.contract.snapshot import Straggler
-from torchpar_top.contract.vocab import PHASES
+from torchpar_top.contract.vocab import PHASES, WaitKind
 from torchpar_top.model.cluster import ClusterRank, ClusterView
 from torchpar_top.model.steps import MIN_WINDOWS
 from torchpar_top.tui import render
@@ -67,8 +67,10 @@ core* where most of its extra time was spent waiting for a CPU core (contention 
 code).
 
 **Stalled**: a rank whose step count has not risen for ten of its steps and 3 s is marked *no step for
-N s*; when every running rank is, the header says so (a hang). Where each rank waits is on its node's own
-screen (`torchpar-top run`: its steps panel), which reads the ranks' stacks; Prometheus has no text.
+N s*, with where its frontend is as its node's monitor read it from the rank's stack (*sleep at
+train.py:66 (forward)*, *collective at ...*, *waits at ...*: idle in a wait Python cannot see, as DDP's
+all-reduce); when every running rank is, the header says so (a hang) and names the ranks that are not
+waiting for their peers (not in a collective or such a wait): where the others' wait comes from.
 
 Keys: `p` pause (stop asking Prometheus), `?` this help, `q` quit.
 """
@@ -122,7 +124,12 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
     elif live and all(r.stalled is not None for r in live):
         least = min(r.stalled or 0.0 for r in live)
         second.append(f"no step on any rank for {render.seconds(least)}: a hang?", style="bold yellow")
-        second.append(" (torchpar-top run on a node shows where each of its ranks waits)", style="dim")
+        own = [r for r in live if r.at and not r.at.startswith(PEER_WAITS)]
+        if own:  # the ranks not waiting for their peers: where the others' wait comes from
+            second.append(" not waiting for peers: ")
+            second.append("; ".join(f"r{r.rank} {r.at}" for r in own))
+        elif not any(r.at for r in live):
+            second.append(" (torchpar-top run on a node shows where each of its ranks waits)", style="dim")
     elif view.straggler is not None:
         s = view.straggler
         second.append(f"straggler r{s.rank}: ", style="bold yellow")
@@ -165,6 +172,11 @@ COLUMNS = (
 )
 
 
+#: A stalled rank whose ``at`` starts so waits for its peers: in a collective, or idle in a wait Python
+#: cannot see (``model.stacks.where``'s *waits*: DDP's all-reduce inside ``backward``).
+PEER_WAITS = (f"{WaitKind.COLLECTIVE.value} at ", "waits at ")
+
+
 def _cause(s: Straggler, short: bool = False) -> str:
     """``forward 4.0× the others'`` (``short``: ``forward 4.0×``; one decimal, as the live screen says
     it), or ``forward (none on the others)`` where they spend no time in it (no ratio)."""
@@ -177,7 +189,7 @@ def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
     node = "?" if r.node is None else str(r.node)
     note = ""
     if r.stalled is not None:
-        note = f"◀ no step for {render.seconds(r.stalled)}"
+        note = f"◀ no step for {render.seconds(r.stalled)}" + (f": {r.at}" if r.at else "")
     elif straggler is not None and r.rank == straggler.rank:
         note = f"◀ straggler: {_cause(straggler, short=True)}"
         note += ", waits for a core" if straggler.core_wait is not None else ""
@@ -201,7 +213,10 @@ def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
 
 
 def table_lines(view: ClusterView, width: int) -> list[Text]:
-    """The table: a header line and a line per rank, cut to ``width``. The ``waits`` column (each rank's
+    """The table: a header line and a line per rank, cut to ``width`` (the last column, the note, takes
+    what the others leave; a stalled rank's place goes on a line of its own below where it does not fit,
+    under the note or as far left as it needs).
+    The ``waits`` column (each rank's
     frontend waiting for a core: CPU contention) is there only where a rank waited enough to say, as in
     the live screen's ranks table."""
     straggler = view.straggler.rank if view.straggler else None
@@ -209,20 +224,32 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
     shown = [i for i, c in enumerate(COLUMNS) if waited or c[0] != "waits"]
     columns = [COLUMNS[i] for i in shown]
 
+    room = max(columns[-1][1] - 1, width - sum(c[1] for c in columns[:-1]))  # the note: what is left
+
     def line(all_cells: list[str], style: str = "") -> Text:
         text = Text(style=style)
         cells = [all_cells[i] for i in shown]
         for i, ((_, w, align), raw) in enumerate(zip(columns, cells, strict=True)):
-            cell = render.clip(render.inert(raw), w - 1)
             last = i == len(columns) - 1
+            cell = render.clip(render.inert(raw), room if last else w - 1)
             text.append((cell.rjust(w - 1) + " ") if align == "r" else cell if last else cell.ljust(w))
         text.truncate(width)
         return text
 
     out = [line([c[0] for c in COLUMNS], "dim")]
+    indent = " " * (sum(c[1] for c in columns[:-1]) + 2)
     for r in view.ranks:
         style = "dim" if r.stale or r.state == "exited" else "bold yellow" if r.rank == straggler else ""
-        out.append(line(_cells(r, view.straggler), style))
+        cells = _cells(r, view.straggler)
+        head, colon, rest = cells[-1].partition(": ")
+        if len(cells[-1]) > room and rest and len(head) < room:  # a stalled rank's place: on a line below
+            cells[-1] = head + colon.rstrip()
+            start = max(0, min(len(indent), width - len(rest)))  # left of the note where it must be
+            below = Text(indent[:start] + render.clip(render.inert(rest), width - start), style=style)
+            below.truncate(width)
+            out += [line(cells, style), below]
+        else:
+            out.append(line(cells, style))
     return out
 
 

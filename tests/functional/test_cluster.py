@@ -162,6 +162,26 @@ def test_the_slow_rank_is_named_straggler(tmp_path):
         prom.close()
 
 
+def test_a_hung_job_says_which_rank_is_not_waiting_for_its_peers(tmp_path):
+    """Rank 3 sleeps in its forward after 6 s; the other three then wait in DDP's all-reduce. Each node's
+    monitor reads its ranks' stacks and exports where a stalled rank is; the cluster view shows it."""
+    prom, nodes, _ = _two_nodes(tmp_path, [os.path.join(SCRIPTS, "ddp_steps.py"), "600", "hang", "3", "6"])
+    try:
+        wait_for(lambda: _all_running(prom, nodes, tmp_path), timeout=240, every=1.0)
+        wait_for(lambda: len(prom.query("torchpar_rank_stalled_at_info")) == 4, timeout=180, every=1.0)
+        last = _cluster(prom, tmp_path, 3)[-1]
+        ranks = {r["rank"]: r for r in last["ranks"]}
+        assert all(r["stalled"] is not None and r["stalled"] >= 3.0 for r in ranks.values()), ranks
+        assert ranks[3]["at"].startswith("sleep at ddp_steps.py:") and ranks[3]["at"].endswith("(forward)")
+        for r in (0, 1, 2):  # in backward, where DDP waits for the all-reduce (a wait Python cannot see)
+            assert ranks[r]["at"].startswith(("waits at ddp_steps.py:", "collective at ")), ranks[r]
+    finally:
+        for node in nodes:
+            stop(node, signal.SIGTERM)
+        prom.close()
+    assert not any(running(p.pid) for p in (*nodes, prom.proc))
+
+
 def test_unreachable_prometheus_is_one_line_and_status_2(tmp_path):
     port = free_port()
     proc = subprocess.run(

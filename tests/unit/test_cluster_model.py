@@ -125,6 +125,50 @@ def test_ranks_whose_count_stops_rising_are_said_stalled():
     assert not header_lines(view, "u", None, False)[1].plain.startswith("no step")
 
 
+def test_where_each_stalled_rank_is_comes_from_its_nodes_monitor():
+    model = ClusterModel()
+    results = _results(steps=True, count=30.0)
+    # the nodes' monitors judged every rank stalled (from their step ends) and read where each one is
+    places = {
+        0: "waits at t.py:21 (<module>)",
+        1: "waits at t.py:21 (<module>)",
+        2: "",
+        3: "sleep at t.py:15 (forward)",
+    }
+    results["stalled"] = [(_labels(*r), 12.0) for r in RANKS]
+    results["stalled_at"] = [(_labels(*r) | {"at": places[r[2]]}, 1.0) for r in RANKS if places[r[2]]]
+    view = model.update(100.0, results)  # this screen's first refresh: its own timing has not started
+    assert [(r.stalled, r.at) for r in view.ranks] == [(12.0, places[r]) for r in range(4)]
+    rows = [t.plain for t in table_lines(view, 200)]
+    assert "◀ no step for 12.0 s: sleep at t.py:15 (forward)" in rows[4]
+    assert rows[3].rstrip().endswith("◀ no step for 12.0 s")  # rank 2: its node said no place
+    # where the place does not fit beside the row, it goes on a line of its own under the note
+    narrow = [t.plain for t in table_lines(view, 120)]
+    r3 = next(i for i, t in enumerate(narrow) if " r3 " in t)
+    assert narrow[r3].endswith("◀ no step for 12.0 s:") and len(narrow) == 8  # rank 2's note fits
+    assert narrow[r3 + 1].strip() == "sleep at t.py:15 (forward)"
+    assert narrow[r3 + 1].index("sleep") == 120 - len("sleep at t.py:15 (forward)")  # as far left as needed
+    wide = [t.plain for t in table_lines(view, 140)]
+    r3 = next(i for i, t in enumerate(wide) if " r3 " in t)
+    assert wide[r3].endswith("◀ no step for 12.0 s:") and wide[r3 + 1].index("sleep") == wide[r3].index(
+        "no step"
+    )
+    header = header_lines(view, "u", None, False)[1].plain
+    # the rank that is not waiting for its peers is named: where their wait comes from
+    assert (
+        header
+        == "no step on any rank for 12.0 s: a hang? not waiting for peers: r3 sleep at t.py:15 (forward)"
+    )
+    # where every place is a wait for peers, the rows say it and the header names nobody
+    results["stalled_at"] = [(_labels(*r) | {"at": "waits at t.py:21 (<module>)"}, 1.0) for r in RANKS]
+    header = header_lines(model.update(101.0, results), "u", None, False)[1].plain
+    assert header == "no step on any rank for 12.0 s: a hang?"
+    # stepping again: the place goes with the stall, whatever a late series still says
+    results = _results(steps=True, count=31.0) | {"stalled_at": results["stalled_at"]}
+    view = model.update(102.0, results)
+    assert all(r.stalled is None and r.at == "" for r in view.ranks)
+
+
 def test_a_node_that_stops_answering_is_stale_not_dropped():
     model = ClusterModel(expected_nodes=3)
     view = model.update(100.0, _results(fresh=("a:1",)))

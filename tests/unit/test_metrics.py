@@ -11,7 +11,13 @@ import sys
 import urllib.request
 
 import pytest
-from fakes.fake_session import FakeSession, make_run_snapshot, make_snapshot, make_torchrun_snapshot
+from fakes.fake_session import (
+    FakeSession,
+    make_run_snapshot,
+    make_snapshot,
+    make_steps_snapshot,
+    make_torchrun_snapshot,
+)
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from torchpar_top.contract.vocab import ExecutorKind
@@ -117,6 +123,26 @@ def test_torchrun_ranks_are_labelled():
     assert {dict(k)["rank"]: v for k, v in running.items()} == {"0": 1.0, "1": 0.0}
     depth_ranks = {s.labels["rank"] for s in fams["torchpar_queue_depth"].samples}
     assert depth_ranks == {"0", "1"}
+
+
+def test_a_stalled_rank_exports_its_stall_and_where_it_is():
+    snap = make_steps_snapshot()
+    hung = dataclasses.replace(
+        snap.ranks[1],
+        steps=dataclasses.replace(snap.ranks[1].steps, stalled=14.5),
+        at="sleep at t.py:7 (forward)",
+    )
+    stepping = dataclasses.replace(snap.ranks[0], at="running at t.py:9 (<module>)")  # stepping: not said
+    fams = scrape(dataclasses.replace(snap, ranks=(stepping, hung)))
+    assert samples(fams, "torchpar_step_stalled_seconds") == {(("Hostname", "node-7"), ("rank", "1")): 14.5}
+    (info,) = fams["torchpar_rank_stalled_at_info"].samples  # an info series (a gauge at 1 in this format)
+    assert info.value == 1.0
+    assert info.labels == {"Hostname": "node-7", "rank": "1", "at": "sleep at t.py:7 (forward)"}
+    fams = scrape(snap)  # every rank stepping: neither series
+    assert (
+        not fams["torchpar_step_stalled_seconds"].samples
+        and not fams["torchpar_rank_stalled_at_info"].samples
+    )
 
 
 def test_the_server_serves_and_stops():

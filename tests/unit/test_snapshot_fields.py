@@ -290,6 +290,7 @@ PROMETHEUS = {
         for p in PHASES
     },
     "ranks[].core_wait": "torchpar_rank_core_wait_ratio",
+    "ranks[].steps.stalled": "torchpar_step_stalled_seconds",
     "ranks[].local_rank": "torchpar_rank_running",  # its label
     "ranks[].node_rank": "torchpar_rank_running",  # its label
     "straggler.rank": "torchpar_straggler_ratio",  # its label
@@ -315,11 +316,8 @@ NOT_IN_PROMETHEUS = {
         for where in ("", "ranks[].")
         for part in ("run_seconds", *(f"run_phases.{p}" for p in PHASES))
     },
-    **{
-        f"{where}steps.stalled": "the time since the rank's last step: in PromQL, time() less the last "
-        "change of torchpar_steps_total (changes(torchpar_steps_total[1m]) == 0 alerts on a hang)"
-        for where in ("", "ranks[].")
-    },
+    "steps.stalled": "the primary rank's: ranks[].steps.stalled is exported per rank "
+    "(torchpar_step_stalled_seconds)",
     **{
         f"{where}steps.timed_share": "how the phases were measured (a fast loop's in one step of "
         "several), not a figure of the workload: headless and the steps panel's title say it"
