@@ -252,7 +252,8 @@ class StepsView:
     """Seconds since its last step, where that is ten of its mean steps and 3 s or more
     (``model.steps.STALL_STEPS``, ``STALL_MIN``): it has stopped stepping (a hang, a checkpoint, an
     evaluation); None while it steps. A rank that ended keeps what it was when it ended (stopped or
-    killed while stalled), unless its code returned."""
+    killed while stalled), unless its code returned; one whose last step closed alone after a stall (a
+    stop ended the hang: its peer killed, its all-reduce returned) is stalled for that step's length."""
 
 
 @dataclass(frozen=True)

@@ -308,6 +308,11 @@ class RankSteps:
         whose closure's backward calls went out as steps before its first step ended, read a 5.7 s mean
         "step" for 66.7 s optimizer steps)."""
         self._rss_every = MEMORY_EVERY
+        self.closed_stall: float | None = None
+        """How long its newest step took, where it closed alone after a stall (ten of the mean step before
+        it and 3 s or more): a hang a stop ended (its all-reduce returned once its peer was killed, and
+        the stop took it at its next step); None where its newest step was like the others, or others
+        followed it. The store keeps such a rank stalled once it ended."""
 
     def add(
         self,
@@ -358,7 +363,12 @@ class RankSteps:
         self.recent.extend(compact(r) for r in steps.recent if r.end > last)
         if n <= 0:
             return
+        before, mean = self.last_step, self._run_mean(prev)
         self.last_step = steps.ends[-1] if steps.ends else t
+        self.closed_stall = None
+        if n == 1 and before is not None and mean is not None:  # one step, after a stall or not?
+            length = self.last_step - before
+            self.closed_stall = length if length >= max(STALL_MIN, STALL_STEPS * mean) else None
         self.marks.append((t, steps.count, steps.seconds, tuple(getattr(steps.phases, p) for p in PHASES)))
         if len(self.marks) > 2 * DIFFS_KEEP:
             del self.marks[:-DIFFS_KEEP]
@@ -366,6 +376,16 @@ class RankSteps:
         had = self.windows.get(k, (0, ZERO))
         self.windows[k] = (had[0] + n, add_phases(had[1], phases))
         _keep_latest(self.windows)
+
+    def _run_mean(self, total: Steps | None) -> float | None:
+        """The mean step of ``total`` (cumulative), from where its source took over the count."""
+        if total is None:
+            return None
+        base = self._run_base
+        n, seconds = total.count, total.seconds
+        if base is not None and total.count > base.count:
+            n, seconds = total.count - base.count, total.seconds - base.seconds
+        return max(0.0, seconds) / n if n > 0 else None
 
     def stalled(self, run_mean: float | None) -> float | None:
         """Seconds from its last step to its latest sample, where that is :data:`STALL_STEPS` of its
@@ -435,11 +455,11 @@ class RankSteps:
             return self._views[1]
         seconds, phases = self.window_figures()
         base = self._run_base
-        run_n, run_s, run_ph = total.count, total.seconds, total.phases
+        run_n, run_ph = total.count, total.phases
         if base is not None and total.count > base.count:
-            run_n, run_s = total.count - base.count, total.seconds - base.seconds
+            run_n = total.count - base.count
             run_ph = add_phases(total.phases, base.phases, -1.0)
-        run_mean = max(0.0, run_s) / run_n
+        run_mean = self._run_mean(total) or 0.0
         view = StepsView(
             source=total.source,
             count=total.count,

@@ -260,6 +260,8 @@ class _Source:
     """:func:`exit_note`, or :func:`failure_note` for the rank that failed first, once it applies."""
     at: str = ""
     """Where its frontend was at its latest stack (:func:`~torchpar_top.model.stacks.where`)."""
+    stalled_at: str = ""
+    """Its :attr:`at` as last seen while it was stalled (said where a stop ended its stall)."""
     failed: int | None = None
     """The order in which its agent reported a failure (a non-zero status), among all the agents: the
     first to fail brought the others down (torchrun stops them, or they lose their peer)."""
@@ -923,9 +925,19 @@ class SessionStore:
             view = s.view()
             if book is not None:
                 sv = book.view(rates.get(s.number))
+                if (
+                    sv is not None
+                    and sv.stalled is None
+                    and s.state != ChildState.RUNNING
+                    and s.reported != (0, "")
+                    and book.closed_stall is not None
+                ):  # its last step closed only as the run was stopped, after a stall: still a hang
+                    sv = replace(sv, stalled=book.closed_stall)
+                    view = replace(view, at=s.stalled_at or view.at)
                 if sv is not None and sv.stalled is not None:  # no step for ten of its steps: 0/s now
                     if s.state == ChildState.RUNNING:
                         sv = replace(sv, per_second=0.0)
+                        s.stalled_at = view.at
                     elif s.reported == (0, ""):  # its code returned: what came after its steps was not a hang
                         sv = replace(sv, stalled=None)
                 if sv is not None:

@@ -189,6 +189,43 @@ def test_a_rank_is_stalled_after_ten_of_its_steps_and_three_seconds_without_one(
     assert st.snapshot().ranks[0].steps.stalled is None
 
 
+def test_a_stall_that_a_stop_ended_is_still_said_once_the_rank_ended():
+    """A DDP job hung after a few steps. The stop killed the sleeper, so the waiting rank's all-reduce
+    returned and closed one 8 s step before the stop took it at its next step: that rank's run mean became
+    seconds, its last step no stall by it, and the run read *no clear bottleneck*. It was a hang."""
+    st, ranks = two_ranks(Rank(step=0.02, seed=1), Rank(step=0.02, seed=2))
+    feed(st, ranks, 0.5)  # a few steps
+    for r in ranks:
+        r.next_end += 1000
+    feed(st, ranks, 8)
+    assert all(r.steps.stalled == pytest.approx(8.0, abs=0.15) for r in st.snapshot().ranks)
+    for r in ranks:  # the stop: one last step closes on each
+        r.next_end = r.t + 0.09  # the next would be past the sample: one step
+    feed(st, ranks, 0.1)
+    for r in ranks:
+        r.next_end += 1000
+    assert all(
+        r.steps.stalled is None for r in st.snapshot().ranks
+    )  # running: it stepped, as after a checkpoint
+    st.on_message(m.Exit(status=0, reason="stopped by torchpar-top"), source=0)
+    st.on_source_closed(0)
+    st.on_message(m.Exit(status=0, reason=""), source=1)  # its code returned: not a hang
+    st.on_source_closed(1)
+    stopped, returned = (r.steps for r in st.snapshot().ranks)
+    assert stopped.stalled == pytest.approx(8.09, abs=0.15) and returned.stalled is None
+
+
+def test_a_long_step_among_others_is_no_stall():
+    """A step of 5 s (a checkpoint) followed by ordinary ones: once it ended, nothing is said."""
+    st, ranks = two_ranks(Rank(step=0.02, seed=1), Rank(step=0.02, seed=2))
+    feed(st, ranks, 1)
+    ranks[0].next_end += 5
+    feed(st, ranks, 6)
+    st.on_message(m.Exit(status=0, reason="stopped by torchpar-top"), source=0)
+    st.on_source_closed(0)
+    assert st.snapshot().ranks[0].steps.stalled is None
+
+
 def test_memory_growth_is_the_slope_of_rss():
     st = one_rank()
     r = Rank(leak=1_000_000.0)  # a megabyte a second
