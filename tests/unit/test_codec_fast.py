@@ -285,3 +285,29 @@ def test_a_nan_anywhere_a_float_can_be_is_found_by_the_checks_made_from_type_hin
     assert not finite(_Loose(anything={"k": [1.0, nan]})) and finite(
         _Loose(anything={"k": [1.0]}, count=10**400)
     )
+
+
+def test_the_flat_check_gives_way_to_the_exact_one_where_its_sum_cannot_say():
+    """The check adds every float of a sample into one sum: a sum that overflows from finite numbers, an
+    int past a float, an object not of its hint's type, are looked at again one by one, exactly."""
+    s = sample(streams=1)
+    big = dataclasses.replace(s, t=1e308, throughput=1e308)  # each finite, their sum is not
+    assert finite(big) and big.to_json()
+    huge = dataclasses.replace(s, throughput=10**400)  # adding it to a float overflows
+    assert finite(huge)
+
+    @dataclasses.dataclass(frozen=True)
+    class OtherPhases:  # not the StepPhases the hint names: a float the flat check does not know of
+        data: float = 0.0
+        extra: float = float("nan")
+
+    steps = m.Steps(source=m.StepSource.OPTIMIZER, count=1, seconds=0.5, phases=OtherPhases())  # type: ignore[arg-type]
+    assert not finite(dataclasses.replace(s, steps=steps))
+    listed = m.Steps(
+        source=m.StepSource.OPTIMIZER,
+        count=1,
+        seconds=0.5,
+        phases=m.StepPhases(),
+        ends=[1.0, float("inf")],  # type: ignore[arg-type]  # a list where the hint says a tuple
+    )
+    assert not finite(dataclasses.replace(s, steps=listed))
