@@ -9,7 +9,7 @@ A Prometheus (the Debian package) scrapes all of them; then ``ClusterSource.refr
 instant queries and the model), and the screen's build (``header_lines`` + ``table_lines``, then Rich
 rendering the lines at 160 columns, what the Textual ``Static`` does with them) per refresh.
 
-    python benchmarks/bench_cluster.py [--nodes 64] [--ranks 8] [--refreshes 10] [--scrape 2]
+    python benchmarks/bench_cluster.py [--nodes 64] [--ranks 8] [--refreshes 10] [--scrape 2] [--hung]
     python benchmarks/bench_cluster.py --nodes 4 --ranks 2 --keep 600   # leave it up to look at the TUI
 
 Prints one JSON object (figures in docs/cluster.md and docs/benchmarks.md). Loopback only; everything it
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from torchpar_top.contract.vocab import PHASES
@@ -43,9 +43,11 @@ SHARE = {"data": 0.05, "transfer": 0.02, "forward": 0.25, "backward": 0.4, "comm
 class SyntheticNode:
     """One node's ``torchpar_*`` per-rank series, made up from the clock at each scrape."""
 
-    def __init__(self, node: int, ranks: int, slow: int | None, started: float) -> None:
+    def __init__(self, node: int, ranks: int, slow: int | None, started: float, hung: bool = False) -> None:
         self.node, self.ranks, self.slow, self.started = node, ranks, slow, started
         self.host = f"node{node:03d}"
+        self.hung = hung
+        """Every rank stopped stepping: its count frozen, its stall and where it is exported."""
 
     def collect(self):
         now = time.time()
@@ -63,6 +65,10 @@ class SyntheticNode:
         gpu_labels = ["Hostname", "gpu", "UUID", "device", "modelName"]
         gpu = GaugeMetricFamily("torchpar_gpu_utilization_ratio", "GPU", labels=gpu_labels)
         gpu_mem = GaugeMetricFamily("torchpar_gpu_memory_used_bytes", "GPU memory", labels=gpu_labels)
+        stalled = GaugeMetricFamily(
+            "torchpar_step_stalled_seconds", "seconds since its last step", labels=names
+        )
+        at = InfoMetricFamily("torchpar_rank_stalled_at", "where a stalled rank is", labels=names)
         for local in range(self.ranks):
             rank = self.node * self.ranks + local
             labels = [self.host, str(rank), str(self.node), self.host, str(local)]
@@ -75,14 +81,20 @@ class SyntheticNode:
             tp.add_metric([*labels, "steps"], 1 / seconds)
             depth.add_metric(labels, rand.randrange(0, 40))
             data.add_metric(labels, share["data"])
-            steps.add_metric(labels, (now - self.started) / 0.2)
+            steps.add_metric(labels, 100.0 if self.hung else (now - self.started) / 0.2)
+            if self.hung:
+                stalled.add_metric(labels, now - self.started)
+                place = (
+                    "sleep at train.py:70 (forward)" if rank == self.slow else "waits at train.py:96 (main)"
+                )
+                at.add_metric(labels, {"at": place})
             step_s.add_metric(labels, seconds)
             for p in PHASES:
                 phase.add_metric([*labels, p], share.get(p, 0.0) * seconds)
             gpu_row = [self.host, str(local), f"GPU-{rank:08d}", f"nvidia{local}", "synthetic"]
             gpu.add_metric(gpu_row, 0.8)
             gpu_mem.add_metric(gpu_row, 40e9)
-        yield from (up, tp, depth, data, steps, step_s, phase, gpu, gpu_mem)
+        yield from (up, tp, depth, data, steps, step_s, phase, gpu, gpu_mem, stalled, at)
 
 
 def main() -> int:
@@ -94,6 +106,12 @@ def main() -> int:
     parser.add_argument("--slow", type=int, default=77, help="the slow rank (straggler)")
     parser.add_argument(
         "--keep", type=float, default=0, help="stay up this many seconds (to look at the TUI)"
+    )
+    parser.add_argument(
+        "--hung",
+        action="store_true",
+        help="a hung job: no rank steps, each exports its stall and where it is (the slow rank asleep in its"
+        " forward, the others waiting for it)",
     )
     args = parser.parse_args()
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -108,7 +126,7 @@ def main() -> int:
     servers, targets = [], []
     for node in range(args.nodes):
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(SyntheticNode(node, args.ranks, args.slow, started))
+        registry.register(SyntheticNode(node, args.ranks, args.slow, started, args.hung))
         server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
         servers.append((server, thread))
         targets.append(f"127.0.0.1:{server.server_port}")
@@ -191,6 +209,12 @@ def main() -> int:
             "ranks_seen": len(view.ranks),
             "nodes_seen": len(view.nodes),
             "queries_per_refresh": len(QUERIES) + 1,  # and time()
+            "hung": args.hung,
+            "ranks_stalled": sum(r.stalled is not None for r in view.ranks),
+            "ranks_not_waiting_for_peers": [
+                r.rank for r in view.ranks if r.at and not r.at.startswith(("waits at ", "collective at "))
+            ],
+            "header": second.plain,
             "straggler": None if view.straggler is None else view.straggler.rank,
             "straggler_cause": None if view.straggler is None else view.straggler.cause,
             "refresh (queries + model)": summary(refresh_s),

@@ -127,7 +127,9 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
         own = [r for r in live if r.at and not r.at.startswith(PEER_WAITS)]
         if own:  # the ranks not waiting for their peers: where the others' wait comes from
             second.append(" not waiting for peers: ")
-            second.append("; ".join(f"r{r.rank} {r.at}" for r in own))
+            second.append("; ".join(f"r{r.rank} {r.at}" for r in own[:NAMED]))
+            if len(own) > NAMED:
+                second.append(f"; {len(own) - NAMED} more", style="dim")
         elif not any(r.at for r in live):
             second.append(" (torchpar-top run on a node shows where each of its ranks waits)", style="dim")
     elif view.straggler is not None:
@@ -175,6 +177,9 @@ COLUMNS = (
 #: A stalled rank whose ``at`` starts so waits for its peers: in a collective, or idle in a wait Python
 #: cannot see (``model.stacks.where``'s *waits*: DDP's all-reduce inside ``backward``).
 PEER_WAITS = (f"{WaitKind.COLLECTIVE.value} at ", "waits at ")
+#: The header names this many of a hung job's ranks that are not waiting for their peers (the rows say
+#: where every rank is).
+NAMED = 3
 
 
 def _cause(s: Straggler, short: bool = False) -> str:

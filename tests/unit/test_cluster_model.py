@@ -159,6 +159,14 @@ def test_where_each_stalled_rank_is_comes_from_its_nodes_monitor():
         header
         == "no step on any rank for 12.0 s: a hang? not waiting for peers: r3 sleep at t.py:15 (forward)"
     )
+    # many ranks in their own code: three named, the rest counted
+    many = dict(results) | {
+        "stalled_at": [(_labels(*r) | {"at": f"sleep at t.py:{r[2]} (forward)"}, 1.0) for r in RANKS]
+    }
+    header = header_lines(model.update(100.5, many), "u", None, False)[1].plain
+    assert header.endswith(
+        "r0 sleep at t.py:0 (forward); r1 sleep at t.py:1 (forward); r2 sleep at t.py:2 (forward); 1 more"
+    )
     # where every place is a wait for peers, the rows say it and the header names nobody
     results["stalled_at"] = [(_labels(*r) | {"at": "waits at t.py:21 (<module>)"}, 1.0) for r in RANKS]
     header = header_lines(model.update(101.0, results), "u", None, False)[1].plain
