@@ -17,6 +17,7 @@ import asyncio
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,10 @@ SHOTS = {
     "run-ddp-contention": ("run-ddp-crowd", [((), 25.0)], (160, 40)),
     # two DDP ranks whose rank 1's forward sleeps for an hour 4 s in: a hang, each rank said where it waits
     "run-ddp-hang": ("run-ddp-hang", [((), 28.0)], (120, 40)),
+    # two "nodes" on loopback (two `run --nnodes 2`, 2 Gloo ranks each) whose rank 3 sleeps in its forward
+    # 6 s in, scraped by a real Prometheus, read back by `torchpar-top cluster`: a hung job, where each
+    # rank is, and the one not waiting for its peers
+    "cluster-hang": ("cluster-hang", [((), 5.0)], (140, 20)),
     "async-80x24": ("async", [((), 8.0)], (80, 24)),
     # replays, at a moment chosen in the analysis whatever the load time: pause at once, go to the trace's
     # start, seek with the right arrow (5 % of the trace each), then step back frame by frame (1 ms each).
@@ -98,6 +103,82 @@ async def _shoot(name: str, target: str, steps, size) -> pathlib.Path:
     return svg
 
 
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _shoot_cluster(name: str, steps, size) -> pathlib.Path:
+    """The cluster view of a hung two-node job: Prometheus and both nodes started here, stopped after."""
+    import httpx
+    from torchpar_top.sources.prometheus import ClusterSource
+    from torchpar_top.tui.cluster import ClusterApp
+
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="cluster-shot."))
+    rdzv, prom_port, metrics = _port(), _port(), (_port(), _port())
+    (folder / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: ddp\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{metrics[0]}', '127.0.0.1:{metrics[1]}']\n"
+    )
+    prom = subprocess.Popen(
+        [
+            shutil.which("prometheus") or "/usr/bin/prometheus",
+            f"--config.file={folder / 'prometheus.yml'}",
+            f"--storage.tsdb.path={folder / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    script = os.path.relpath(SCRIPTS / "ddp_steps.py")
+    nodes = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "-m", "torchpar_top", "run", "--nnodes", "2", f"--node-rank={r}"),
+                *("--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--nproc-per-node", "2", "--headless"),
+                *("--duration", "300", "--interval", "0.5", "--metrics-port", str(metrics[r])),
+                *(script, "600", "hang", "3", "6"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for r in (0, 1)
+    ]
+    url = f"http://127.0.0.1:{prom_port}"
+    svg = HERE / f"{name}.svg"
+    try:
+        for _ in range(240):  # every rank stalled, each with where it is
+            await asyncio.sleep(1.0)
+            try:
+                got = httpx.get(f"{url}/api/v1/query", params={"query": "torchpar_rank_stalled_at_info"})
+                if len(got.json()["data"]["result"]) == 4:
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                continue
+        else:
+            raise SystemExit("cluster-hang: the four ranks never read stalled")
+        source = ClusterSource(url, "ddp", 2)
+        app = ClusterApp(source, 1.0, url, "ddp")
+        async with app.run_test(size=size) as pilot:
+            for _keys, wait in steps:
+                await asyncio.sleep(wait)
+            await pilot.pause()
+            app.save_screenshot(filename=svg.name, path=str(HERE))
+        source.close()
+    finally:
+        for proc in (*nodes, prom):
+            proc.terminate()
+        for proc in (*nodes, prom):
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+    return svg
+
+
 def to_png(svg: pathlib.Path, size) -> pathlib.Path | None:
     """Render the SVG with headless Chromium; None when Chromium is not installed."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -138,7 +219,10 @@ def main() -> int:
     args = parser.parse_args()
     for name in args.only or SHOTS:
         target, steps, size = SHOTS[name]
-        svg = asyncio.run(_shoot(name, target, steps, size))
+        if target == "cluster-hang":
+            svg = asyncio.run(_shoot_cluster(name, steps, size))
+        else:
+            svg = asyncio.run(_shoot(name, target, steps, size))
         png = None if args.no_png else to_png(svg, size)
         print(f"{svg.relative_to(HERE.parent)}" + (f", {png.relative_to(HERE.parent)}" if png else ""))
     return 0
