@@ -118,6 +118,7 @@ def main() -> int:
     if not os.path.exists(binary):
         print("prometheus is not installed (apt-get install prometheus)", file=sys.stderr)
         return 2
+    from torchpar_top.model.stacks import waits_for_peers
     from torchpar_top.sources.prometheus import QUERIES, ClusterSource
     from torchpar_top.tui.cluster import header_lines, table_lines
 
@@ -211,9 +212,7 @@ def main() -> int:
             "queries_per_refresh": len(QUERIES) + 1,  # and time()
             "hung": args.hung,
             "ranks_stalled": sum(r.stalled is not None for r in view.ranks),
-            "ranks_not_waiting_for_peers": [
-                r.rank for r in view.ranks if r.at and not r.at.startswith(("waits at ", "collective at "))
-            ],
+            "ranks_not_waiting_for_peers": [r.rank for r in view.ranks if r.at and not waits_for_peers(r.at)],
             "header": second.plain,
             "straggler": None if view.straggler is None else view.straggler.rank,
             "straggler_cause": None if view.straggler is None else view.straggler.cause,

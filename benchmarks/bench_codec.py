@@ -124,18 +124,20 @@ def checks(sample: object, repeats: int) -> None:
 
     print(f"| a {len(sample.to_json())}-byte sample's NaN check | exact | flat | ratio |")  # type: ignore[attr-defined]
     print("|---|---|---|---|")
-    for temp in ("warm", "cold"):
-        times: dict[str, list[float]] = {"exact": [], "flat": []}
-        for _ in range(7):
-            for name in times:
-                check = prepared(name)
-                times[name].append(
-                    per_call(check, sample, repeats) if temp == "warm" else cold_call(check, sample)
-                )
-        a, b = statistics.median(times["exact"]), statistics.median(times["flat"])
-        print(f"| {temp} | {a:.1f} µs | {b:.1f} µs | {b / a:.2f}× |")
-    codec._flat_finite_check = makers["flat"]  # type: ignore[assignment]
-    codec._FINITE_CHECKS.clear()
+    try:
+        for temp in ("warm", "cold"):
+            times: dict[str, list[float]] = {"exact": [], "flat": []}
+            for _ in range(7):
+                for name in times:
+                    check = prepared(name)
+                    times[name].append(
+                        per_call(check, sample, repeats) if temp == "warm" else cold_call(check, sample)
+                    )
+            a, b = statistics.median(times["exact"]), statistics.median(times["flat"])
+            print(f"| {temp} | {a:.1f} µs | {b:.1f} µs | {b / a:.2f}× |")
+    finally:  # the codec as it was
+        codec._flat_finite_check = makers["flat"]  # type: ignore[assignment]
+        codec._FINITE_CHECKS.clear()
 
 
 if __name__ == "__main__":

@@ -84,6 +84,19 @@ def classify_wait(
 _NOT_USER = ("/torch/", "/site-packages/", "/dist-packages/", "/torchpar_top/", "/lib/python3")
 
 
+#: What :func:`where` says of an idle thread in a wait Python cannot see, and of a running one.
+IDLE_WAIT, RUNNING = "waits", "running"
+#: The waits of :func:`where` that are waits for other ranks: a collective, or an idle wait (DDP's
+#: all-reduce inside ``backward`` is one).
+PEER_WAITS = (WaitKind.COLLECTIVE.value, IDLE_WAIT)
+
+
+def waits_for_peers(at: str) -> bool:
+    """Whether a place :func:`where` wrote is a wait for other ranks (a hung job's ranks that are not are
+    where the others' wait comes from)."""
+    return at.startswith(tuple(f"{w} at " for w in PEER_WAITS))
+
+
 def where(frames: tuple[StackFrame, ...], wait: WaitKind, idle: bool = False) -> str:
     """``sleep at ddp_steps.py:66 (forward)``: what the stack waits in (``waits`` where that is not known
     but the thread is ``idle``: a C++ wait such as DDP's all-reduce inside ``backward``; else ``running``)
@@ -101,4 +114,4 @@ def where(frames: tuple[StackFrame, ...], wait: WaitKind, idle: bool = False) ->
         frames[-1],
     )
     name = user.filename.replace("\\", "/").rsplit("/", 1)[-1]
-    return f"{wait.value or ('waits' if idle else 'running')} at {name}:{user.line} ({_short(user.function)})"
+    return f"{wait.value or (IDLE_WAIT if idle else RUNNING)} at {name}:{user.line} ({_short(user.function)})"

@@ -377,13 +377,19 @@ class RankSteps:
         self.windows[k] = (had[0] + n, add_phases(had[1], phases))
         _keep_latest(self.windows)
 
+    def _base(self, total: Steps) -> Steps | None:
+        """Where the run's figures of ``total`` (cumulative) start from: the count when its source took
+        over (:attr:`_run_base`), None where they are the whole of it."""
+        base = self._run_base
+        return base if base is not None and total.count > base.count else None
+
     def _run_mean(self, total: Steps | None) -> float | None:
         """The mean step of ``total`` (cumulative), from where its source took over the count."""
         if total is None:
             return None
-        base = self._run_base
+        base = self._base(total)
         n, seconds = total.count, total.seconds
-        if base is not None and total.count > base.count:
+        if base is not None:
             n, seconds = total.count - base.count, total.seconds - base.seconds
         return max(0.0, seconds) / n if n > 0 else None
 
@@ -454,9 +460,9 @@ class RankSteps:
         if self._views[0] == key:  # nothing new since the last snapshot
             return self._views[1]
         seconds, phases = self.window_figures()
-        base = self._run_base
+        base = self._base(total)
         run_n, run_ph = total.count, total.phases
-        if base is not None and total.count > base.count:
+        if base is not None:
             run_n = total.count - base.count
             run_ph = add_phases(total.phases, base.phases, -1.0)
         run_mean = self._run_mean(total) or 0.0

@@ -23,8 +23,9 @@ from textual.containers import VerticalScroll
 from textual.driver import Driver
 from textual.widgets import Footer, Static
 from torchpar_top.contract.snapshot import Straggler
-from torchpar_top.contract.vocab import PHASES, WaitKind
+from torchpar_top.contract.vocab import PHASES
 from torchpar_top.model.cluster import ClusterRank, ClusterView
+from torchpar_top.model.stacks import waits_for_peers
 from torchpar_top.model.steps import MIN_WINDOWS
 from torchpar_top.tui import render
 from torchpar_top.tui.driver import driver_class
@@ -124,7 +125,7 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
     elif live and all(r.stalled is not None for r in live):
         least = min(r.stalled or 0.0 for r in live)
         second.append(f"no step on any rank for {render.seconds(least)}: a hang?", style="bold yellow")
-        own = [r for r in live if r.at and not r.at.startswith(PEER_WAITS)]
+        own = [r for r in live if r.at and not waits_for_peers(r.at)]
         if own:  # the ranks not waiting for their peers: where the others' wait comes from
             second.append(" not waiting for peers: ")
             second.append("; ".join(f"r{r.rank} {r.at}" for r in own[:NAMED]))
@@ -174,9 +175,6 @@ COLUMNS = (
 )
 
 
-#: A stalled rank whose ``at`` starts so waits for its peers: in a collective, or idle in a wait Python
-#: cannot see (``model.stacks.where``'s *waits*: DDP's all-reduce inside ``backward``).
-PEER_WAITS = (f"{WaitKind.COLLECTIVE.value} at ", "waits at ")
 #: The header names this many of a hung job's ranks that are not waiting for their peers (the rows say
 #: where every rank is).
 NAMED = 3
@@ -229,7 +227,8 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
     shown = [i for i, c in enumerate(COLUMNS) if waited or c[0] != "waits"]
     columns = [COLUMNS[i] for i in shown]
 
-    room = max(columns[-1][1] - 1, width - sum(c[1] for c in columns[:-1]))  # the note: what is left
+    left = sum(c[1] for c in columns[:-1])  # where the note starts
+    room = max(columns[-1][1] - 1, width - left)  # the note: what is left
 
     def line(all_cells: list[str], style: str = "") -> Text:
         text = Text(style=style)
@@ -242,7 +241,7 @@ def table_lines(view: ClusterView, width: int) -> list[Text]:
         return text
 
     out = [line([c[0] for c in COLUMNS], "dim")]
-    indent = " " * (sum(c[1] for c in columns[:-1]) + 2)
+    indent = " " * (left + 2)
     for r in view.ranks:
         style = "dim" if r.stale or r.state == "exited" else "bold yellow" if r.rank == straggler else ""
         cells = _cells(r, view.straggler)

@@ -20,7 +20,7 @@ import time
 import pytest
 from torchpar_top.contract.snapshot import StackFrame, StackView
 from torchpar_top.contract.vocab import WaitKind
-from torchpar_top.model.stacks import classify_wait, where
+from torchpar_top.model.stacks import classify_wait, waits_for_peers, where
 from torchpar_top.probes.host import stacks as st
 from torchpar_top.probes.host.process import (
     ProcessInfo,
@@ -292,6 +292,10 @@ def test_where_names_the_wait_and_the_users_innermost_line():
     )
     assert where(ours, WaitKind.NONE) == "running at q.py:1 (loop)"  # nobody's own: the innermost
     assert where((), WaitKind.NONE) == ""
+    # a hung job's ranks that wait for their peers: in a collective, or idle in such a wait
+    peers = [where(deep, WaitKind.COLLECTIVE), where(backward, WaitKind.NONE, idle=True)]
+    own = [where(frames, WaitKind.SLEEP), where(ours, WaitKind.NONE), where(frames, WaitKind.SYNC)]
+    assert [waits_for_peers(a) for a in peers + own] == [True, True, False, False, False]
 
 
 def test_dataloader_wins_over_sleep_in_the_users_dataset():
