@@ -128,7 +128,7 @@ def header_lines(view: ClusterView, url: str, job: str | None, paused: bool) -> 
         own = [r for r in live if r.at and not waits_for_peers(r.at)]
         if own:  # the ranks not waiting for their peers: where the others' wait comes from
             second.append(" not waiting for peers: ")
-            second.append("; ".join(f"r{r.rank} {r.at}" for r in own[:NAMED]))
+            second.append(render.inert("; ".join(f"r{r.rank} {r.at}" for r in own[:NAMED])))
             if len(own) > NAMED:
                 second.append(f"; {len(own) - NAMED} more", style="dim")
         elif not any(r.at for r in live):

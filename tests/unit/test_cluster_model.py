@@ -167,6 +167,10 @@ def test_where_each_stalled_rank_is_comes_from_its_nodes_monitor():
     assert header.endswith(
         "r0 sleep at t.py:0 (forward); r1 sleep at t.py:1 (forward); r2 sleep at t.py:2 (forward); 1 more"
     )
+    # a place with a control character in it (a file's name) stays on the header's line, made visible
+    odd = dict(results) | {"stalled_at": [(_labels(*RANKS[3]) | {"at": "sleep at a\nb.py:1 (f)"}, 1.0)]}
+    header = header_lines(model.update(100.7, odd), "u", None, False)[1].plain
+    assert "\n" not in header and header.endswith("r3 sleep at a␊b.py:1 (f)")
     # where every place is a wait for peers, the rows say it and the header names nobody
     results["stalled_at"] = [(_labels(*r) | {"at": "waits at t.py:21 (<module>)"}, 1.0) for r in RANKS]
     header = header_lines(model.update(101.0, results), "u", None, False)[1].plain
