@@ -188,6 +188,17 @@ def _cause(s: Straggler, short: bool = False) -> str:
     return f"{s.cause} {s.ratio:.1f}×" + ("" if short else " the others'")
 
 
+#: Put before a stalled rank's phases: they are its node's last window's, from before the stall.
+BEFORE = "before: "
+
+
+def _phases_cell(r: ClusterRank, width: int = 24) -> str:
+    """:func:`phases_text`; a stalled rank's said to be from before its stall (``before: comm 85%``)."""
+    if r.stalled is None or not r.phases:
+        return phases_text(r.phases, r.step_seconds, width)
+    return BEFORE + phases_text(r.phases, r.step_seconds, width - len(BEFORE))
+
+
 def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
     node = "?" if r.node is None else str(r.node)
     note = ""
@@ -205,7 +216,7 @@ def _cells(r: ClusterRank, straggler: Straggler | None) -> list[str]:
         r.state,
         render.num(r.steps_per_s),
         "—" if r.step_seconds is None else render.seconds(r.step_seconds),
-        phases_text(r.phases, r.step_seconds),
+        _phases_cell(r),
         "—" if r.depth is None else f"{r.depth:.0f}",
         render.pct(r.data_wait),
         render.pct(r.core_wait),

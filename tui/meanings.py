@@ -131,7 +131,9 @@ PANELS: tuple[Panel, ...] = (
         "that finished no step for ten of its steps and 3 s or more is marked *no step for 15.3 s* with "
         "where its frontend is, from its latest stack: *sleep at train.py:66 (forward)*, *collective at "
         "...*, *waits at ...* (idle in a wait Python cannot see, as DDP's all-reduce in `backward`), "
-        "*running at ...*; its steps/s is then 0, and when every rank stopped the title says so: a hung "
+        "*running at ...*; its steps/s is then 0, its bar is drawn faded (░: its steps' shares before the "
+        "stall) and the ranks table's slowest phase reads *stalled*; when every rank stopped the title says "
+        "so: a hung "
         "job shows which rank waits for its peers and which is stuck in its own code. On short terminals "
         "the panel steps aside (the ranks table keeps the slowest phase).",
         "Seconds per step over the last 2 s, from a handful of timestamps per step in the workload (on CUDA "

@@ -133,6 +133,11 @@ async def test_a_rank_that_stopped_stepping_says_for_how_long_and_where_it_waits
         r0, r1 = (line for line in lines if line.startswith(("r0", "r1")))
         assert "◀ no step for 12.3 s: sleep at ddp_steps.py:66 (forward)" in r1, r1
         assert "◀" not in r0  # it steps: where it is is not said
+        # its bar is its steps' before the stall: drawn faded, the stepping rank's solid
+        assert "░" in r1 and "█" not in r1 and "█" in r0 and "░" not in r0
+        table = text_of(app.query_one(RanksPanel)).splitlines()
+        t0, t1 = (line for line in table if line.startswith(("r0", "r1")))
+        assert "stalled" in t1 and "stalled" not in t0  # not its slowest phase before the stall
         assert "no step for" not in str(app.query_one(StepsPanel).border_title)
         ranks = tuple(dataclasses.replace(r, steps=dataclasses.replace(r.steps, stalled=15.0)) for r in ranks)
         app.session.snapshot_value = dataclasses.replace(snap, ranks=ranks)  # type: ignore[attr-defined]

@@ -141,6 +141,8 @@ def test_where_each_stalled_rank_is_comes_from_its_nodes_monitor():
     assert [(r.stalled, r.at) for r in view.ranks] == [(12.0, places[r]) for r in range(4)]
     rows = [t.plain for t in table_lines(view, 200)]
     assert "◀ no step for 12.0 s: sleep at t.py:15 (forward)" in rows[4]
+    # the phases are the node's last window's, from before the stall, and say so
+    assert all(" before: bwd 40% fwd 30% " in row for row in rows[1:])
     assert rows[3].rstrip().endswith("◀ no step for 12.0 s")  # rank 2: its node said no place
     # where the place does not fit beside the row, it goes on a line of its own under the note
     narrow = [t.plain for t in table_lines(view, 120)]
@@ -179,6 +181,7 @@ def test_where_each_stalled_rank_is_comes_from_its_nodes_monitor():
     results = _results(steps=True, count=31.0) | {"stalled_at": results["stalled_at"]}
     view = model.update(102.0, results)
     assert all(r.stalled is None and r.at == "" for r in view.ranks)
+    assert not any("before:" in t.plain for t in table_lines(view, 200))
 
 
 def test_a_node_that_stops_answering_is_stale_not_dropped():

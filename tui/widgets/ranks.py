@@ -184,13 +184,18 @@ class RanksPanel(SnapshotPanel):
             if "core" in cols:
                 waits = r.core_wait is not None and r.core_wait >= SHOWN_CORE_WAIT and not exited
                 row.add(render.pct(r.core_wait, cols["core"]), self.style("warn") if waits else number)
+            stalled = r.steps is not None and r.steps.stalled is not None  # its figures: before the stall
             if "step" in cols:
                 step = r.steps.seconds if r.steps is not None else None
-                row.add((render.seconds(step) if step else "—").rjust(cols["step"]), number)
+                text = render.seconds(step) if step else "—"
+                row.add(text.rjust(cols["step"]), self.style("dim") if stalled else number)
             if "slow" in cols:
                 worst = slowest(r.steps) if r.steps is not None else None
-                text = f"{SHORT[worst[0]]} {render.pct(worst[1], 0)}" if worst else "—"
-                row.add(("  " + text).ljust(cols["slow"]), self.style("dim" if exited else "label"))
+                text = (
+                    "stalled" if stalled else f"{SHORT[worst[0]]} {render.pct(worst[1], 0)}" if worst else "—"
+                )
+                look = "warn" if stalled else "dim" if exited else "label"
+                row.add(("  " + text).ljust(cols["slow"]), self.style(look))
             out.append(row)
         for r in ranks:  # how a rank ended, when that needs a sentence: a signal after its work had
             # finished, or the error of the rank that failed first (its whole line is in the log)

@@ -27,6 +27,8 @@ SHORT = {
 }
 #: The bar's glyph (one per cell, in its phase's colour).
 BLOCK = "█"
+#: The glyph of a stalled rank's bar: its shares are those of its steps before the stall, drawn faded.
+FADED = "░"
 
 
 def stepping(snapshot: Snapshot) -> list[tuple[RankView | None, StepsView]]:
@@ -132,11 +134,13 @@ class StepsPanel(SnapshotPanel):
         for (rank, steps), mark in zip(rows, marks, strict=True):
             row = Row().add(self._label(rank).ljust(label_w), self.style("label"))
             n = round(bar_w * (steps.seconds or 0.0) / longest)
+            stalled = steps.stalled is not None  # its bar and figures are from before the stall: faded
             for phase, k in cells(shares(steps), n):
-                row.add(BLOCK * k, self.style(f"steps--{phase}"))
+                row.add((FADED if stalled else BLOCK) * k, self.style(f"steps--{phase}"))
             row.to(label_w + bar_w)
             row.add(
-                render.seconds(steps.seconds).rjust(9) if steps.seconds else "—".rjust(9), self.style("value")
+                render.seconds(steps.seconds).rjust(9) if steps.seconds else "—".rjust(9),
+                self.style("dim" if stalled else "value"),
             )
             rate = "—" if steps.per_second is None else f"{render.num(steps.per_second)}/s"
             row.add(rate.rjust(9), self.style("dim"))
