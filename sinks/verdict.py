@@ -87,6 +87,7 @@ class Bound(Word):
     COMPUTE_CPU = "compute-bound (CPU)"
     STRAGGLER = "straggler"
     STALLED = "stalled"
+    FAILED = "failed"
     NONE = "no clear bottleneck"
 
 
@@ -109,6 +110,8 @@ ADVICE: Mapping[Bound, str] = {
     Bound.STALLED: "look at what the rank that does not wait for its peers is doing (its line above, or "
     "py-spy dump --pid); a collective that never matched shows in torch's flight recorder "
     "(TORCH_FR_BUFFER_SIZE); a long checkpoint or evaluation at the end reads so too",
+    Bound.FAILED: "fix what ended it first: its traceback is in the log (stderr; a torchrun rank's error "
+    "in its note); a kill by signal 9 is often the kernel's out-of-memory killer (dmesg)",
     Bound.NONE: "nothing dominates: profile a step (key h, torch.profiler) to see where its time goes",
 }
 
@@ -260,7 +263,9 @@ class RunTally:
             snap = final or self._last
             figures = self._figures(snap)
             stalled = _stalled(snap, self.seconds)
-            verdict = classify({**figures, "straggler": _straggler(snap), "stalled": stalled})
+            verdict = classify(
+                {**figures, "straggler": _straggler(snap), "stalled": stalled, "failed": _failed(snap)}
+            )
             modes = {}
             if snap is not None:
                 modes = {
@@ -467,7 +472,7 @@ def _round(value: float | None, digits: int) -> float | None:
 def classify(f: Mapping[str, Any]) -> dict[str, Any]:
     """The verdict from a report's figures: each class whose figure passes its threshold is a candidate,
     scored by the share of the run it accounts for; the highest wins, the others are listed as ``also``."""
-    found: list[tuple[float, Bound, str]] = []
+    found: list[tuple[float | None, Bound, str]] = []  # share None: failed (a share of nothing)
     data = f.get("data_wait")
     step, phases = f.get("step_seconds"), f.get("phases")
     measured = bool(step and isinstance(phases, Mapping))
@@ -569,7 +574,7 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
                 + _contended(straggler),
             )
         )
-    found.sort(key=lambda x: -x[0])
+    found.sort(key=lambda x: -(x[0] or 0.0))
     stalled = f.get("stalled")
     if isinstance(stalled, Mapping):  # the run ended hung: whatever else was true before, that first
         where = "; ".join(_stalled_at(r) for r in stalled["ranks"])
@@ -582,6 +587,9 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
                 f"of it): {where}",
             ),
         )
+    failed = f.get("failed")
+    if isinstance(failed, str) and failed:  # it ended on its own, in error: that before any bottleneck
+        found.insert(1 if isinstance(stalled, Mapping) else 0, (None, Bound.FAILED, failed))
     if not found:
         return {
             "class": Bound.NONE.value,
@@ -594,7 +602,7 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "class": bound.value,
         "why": why,
-        "share": round(share, 4),
+        "share": None if share is None else round(share, 4),
         "next": ADVICE[bound],
         "also": [{"class": b.value, "why": w} for _, b, w in found[1:]],
     }
@@ -925,6 +933,19 @@ def _stalled(snap: Snapshot | None, run_seconds: float) -> dict[str, Any] | None
         "share": round(min(1.0, least / run_seconds), 4) if run_seconds > 0 else 1.0,
         "ranks": [{"rank": r.rank, "at": r.at} for r in ranks],
     }
+
+
+def _failed(snap: Snapshot | None) -> str | None:
+    """How the workload ended where it ended on its own in error (a non-zero status, a signal, or it
+    could not start): ``the workload exited with status 1; rank 0 failed first: ...``; None otherwise (a
+    stop of ours is no failure: the session reports no status for it)."""
+    if snap is None or snap.child.state not in (ChildState.EXITED, ChildState.FAILED):
+        return None
+    code = snap.child.exit_code
+    if snap.child.state == ChildState.EXITED and not code:
+        return None
+    text = snap.child.message or (f"exited with status {code}" if code is not None else "could not start")
+    return "the " + text if text.startswith("workload ") else f"the workload: {text}"
 
 
 def _stalled_at(rank: Mapping[str, Any]) -> str:

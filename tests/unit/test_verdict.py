@@ -186,6 +186,47 @@ def test_a_run_that_ended_stalled_says_where_each_rank_was():
         "hang.py:21 (<module>); rank 1 sleep at hang.py:15 (forward)"
     ) in text.splitlines()
     assert "stalled" not in verdict.render(fed(snap, seconds=0.5).report())  # stepping to the end
+    # a hang that ended in an error (a collective's timeout): where each rank was first, the error next
+    hung = dataclasses.replace(snap, ranks=ranks)
+    timed_out = dataclasses.replace(
+        hung,
+        child=dataclasses.replace(
+            hung.child, state="exited", exit_code=1, message="workload exited with status 1"
+        ),
+    )
+    v = fed(hung, seconds=0.5).report(final=timed_out)["verdict"]
+    assert v["class"] == "stalled" and v["also"][0] == {
+        "class": "failed",
+        "why": "the workload exited with status 1",
+    }
+
+
+def test_a_run_that_failed_says_so_before_any_bottleneck():
+    snap = calm(make_run_snapshot(), busy=0.3, wait=0.65)  # input-bound while it ran
+    tally = fed(snap, seconds=1.0)
+    message = "workload exited with status 1; rank 0 failed first: AttributeError: no _cuda_setDevice"
+    ended = dataclasses.replace(
+        snap, child=dataclasses.replace(snap.child, state="exited", exit_code=1, message=message)
+    )
+    v = tally.report(final=ended)["verdict"]
+    assert v["class"] == Bound.FAILED and v["share"] is None
+    assert v["why"] == "the " + message and "traceback is in the log" in v["next"]
+    assert [a["class"] for a in v["also"]] == [Bound.INPUT]  # what bounded it while it ran, still said
+    assert "  verdict: failed: the workload exited with status 1; rank 0 failed first" in verdict.render(
+        tally.report(final=ended)
+    )
+    # a code that returned, or a stop of ours (the session gives no status for it), is no failure
+    done = dataclasses.replace(snap, child=dataclasses.replace(snap.child, state="exited", exit_code=0))
+    assert tally.report(final=done)["verdict"]["class"] == Bound.INPUT
+    assert tally.report(final=snap)["verdict"]["class"] == Bound.INPUT
+    killed = dataclasses.replace(
+        snap,
+        child=dataclasses.replace(
+            snap.child, state="exited", exit_code=-9, message="workload killed by signal 9"
+        ),
+    )
+    v = tally.report(final=killed)["verdict"]
+    assert v["class"] == Bound.FAILED and "signal 9" in v["why"] and "out-of-memory" in v["next"]
 
 
 # -- compare -------------------------------------------------------------------------------------------
