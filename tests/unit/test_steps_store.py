@@ -347,3 +347,25 @@ def test_a_new_step_source_starts_the_scoreboard_and_the_runs_mean_step_again():
     assert snap.steady.seconds < 4.0  # the window of the change counts in neither source's figure
     assert snap.steps.run_seconds == pytest.approx(0.2, rel=0.1)  # the run's mean step: the new source's
     assert snap.steps.run_phases.forward == pytest.approx(0.2, rel=0.1)  # not 10 ms backward calls'
+
+
+def test_steps_the_agent_held_back_are_not_counted_again_when_it_sends_them():
+    """A source that may still be replaced (backward calls) is held back for a second: the agent's
+    samples carry its rate in steps/s but no steps; the sample that releases them carries the count so
+    far. A short run (600 steps in 0.24 s) had its one steady window credited with every step, 864 steps
+    in 0.15 s: more than the run did."""
+    import dataclasses
+
+    st = one_rank()
+    r = Rank(step=0.001, forward=0.001)  # 100 steps a window
+    held = 0
+    for _ in range(3):
+        msg = r.sample()
+        rate = (r.count - held) / msg.window
+        held = r.count
+        st.on_message(dataclasses.replace(msg, steps=None, unit="steps/s", throughput=rate))
+    feed(st, [r], 1.0)
+    snap = st.snapshot()
+    assert snap.steps.count == r.count == 1300
+    assert snap.steady.done <= r.count
+    assert snap.steady.throughput == pytest.approx(1000, rel=0.05)
