@@ -220,7 +220,13 @@ def failure_note(who: str, reported: tuple[int, str]) -> str:
     with an error, and the exception's last line its agent reported (its peers' errors follow from it:
     ``Connection closed by peer``)."""
     status, reason = reported
-    return f"{who} failed first: {reason}" if reason else f"{who} failed first (status {status})"
+    return f"{who} failed first: {first_line(reason)}" if reason else f"{who} failed first (status {status})"
+
+
+def first_line(reason: str) -> str:
+    """The first line of an exception's text (torch's are often several, the rest is in the log)."""
+    lines = reason.strip().splitlines()
+    return lines[0] if lines else ""
 
 
 @dataclass
@@ -501,10 +507,13 @@ class SessionStore:
 
     def _first_failure(self, src: _Source) -> str:
         """:func:`failure_note` where ``src`` is a rank whose agent reported a failure before any other
-        agent did and whose process ended with that status; '' otherwise."""
+        agent did and whose process ended with that status; the exception's line where ``src`` is the one
+        workload (``_pickle.UnpicklingError: Weights only load failed...``); '' otherwise."""
         reported = src.reported
-        if src.rank is None or src.failed is None or reported is None or src.exit_code != reported[0]:
+        if src.failed is None or reported is None or src.exit_code != reported[0]:
             return ""
+        if src.rank is None:  # the one workload: its exception's line, for the status line and the report
+            return first_line(reported[1])
         if any(s.failed is not None and s.failed < src.failed for s in self._sources.values()):
             return ""
         return failure_note(src.who, reported)

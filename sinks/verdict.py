@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchpar_top.contract.snapshot import Snapshot
-from torchpar_top.contract.units import seconds
+from torchpar_top.contract.units import inert, seconds
 from torchpar_top.contract.vocab import (
     PHASES,
     ChildState,
@@ -674,7 +674,8 @@ def render(report: Mapping[str, Any], path: str | None = None) -> str:
         lines.append(f"  sync points: {sites}")
     if path:
         lines.append(f"  report: {path}")
-    return "\n".join(lines) + "\n"
+    # the workload's own text (its target, an exception's line, a file's name) reaches the terminal inert
+    return "\n".join(map(inert, lines)) + "\n"
 
 
 def write(report: Mapping[str, Any], path: str) -> None:

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 
 # the report writes spans of time as the screen does: the one way is contract/units.py's
+from torchpar_top.contract.units import inert as inert
 from torchpar_top.contract.units import seconds as seconds
 
 #: Vertical eighths, index 0 (empty) to 8 (full cell).
@@ -140,18 +141,6 @@ def duration(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-_INERT = {c: chr(0x2400 + c) for c in range(0x20)} | {0x7F: "\u2421", 0x09: " "}
-_INERT |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
-
-
-def inert(text: str) -> str:
-    """Text made harmless for a terminal: control characters (ESC, BEL, CR, backspace...) become visible
-    symbols (``␛``), so an escape sequence in a workload's text (printed, or in a script argument, a
-    thread, function or file name, a label sent over the protocol) cannot retitle the terminal, leave
-    the alternate screen or move the cursor over the panels; a tab becomes one space (one cell)."""
-    return text.translate(_INERT)
 
 
 def clip(text: str, width: int) -> str:

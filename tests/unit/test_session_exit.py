@@ -85,4 +85,36 @@ def test_a_rank_that_returned_or_a_single_workload_is_not_called_failed():
     single.on_message(hello(_dead_pid()), 0)
     single.on_message(m.Exit(status=1, reason="ValueError: bad"), 0)
     single.on_source_closed(0, exit_code=1)
-    assert all(r.note == "" for r in single.snapshot().ranks)
+    assert [r.note for r in single.snapshot().ranks] == ["ValueError: bad"]  # its error, not "failed first"
+
+
+def test_a_single_workloads_end_says_its_error():
+    """One process (no torchrun) whose code raised: the workload's end (the status line, the report's
+    first line and its verdict) says the exception's first line; the rest of it and the traceback are in
+    the log. It read only *exited with status 1* (pytorch/examples' time_sequence_prediction, whose
+    ``torch.load`` torch 2.6's ``weights_only`` refuses with a message of five lines)."""
+    session = Session("async", interval=0.05)  # never started
+    store = session.store
+    store.on_message(hello(_dead_pid()), 0)
+    first = "_pickle.UnpicklingError: Weights only load failed. \x1b[1mdo those steps\x1b[0m"
+    reason = f"{first}\n\t(1) In PyTorch 2.6"
+    store.on_message(m.Exit(status=1, reason=reason), 0)
+    launcher = SimpleNamespace(pid=4242)
+    session._child = launcher  # type: ignore[assignment]
+    session._on_exit(launcher, 1)  # type: ignore[arg-type]
+    snap = store.snapshot()
+    assert snap.child.message == f"workload exited with status 1; {first}"
+    from torchpar_top.sinks.verdict import RunTally, render
+
+    text = render(RunTally().report(final=snap))
+    assert (
+        "\x1b" not in text
+        and "verdict: failed: the workload exited with status 1; _pickle.Unpickling" in text
+    )
+    assert "failed. ␛[1mdo those steps" in text  # the escape made visible, not obeyed
+    # a stop of ours: no error said (the agent reports 0, "stopped by torchpar-top")
+    quiet = Session("async", interval=0.05).store
+    quiet.on_message(hello(_dead_pid()), 0)
+    quiet.on_message(m.Exit(status=0, reason="stopped by torchpar-top"), 0)
+    quiet.on_source_closed(0, exit_code=0)
+    assert quiet.exit_notes() == []
