@@ -303,8 +303,9 @@ class RankSteps:
         """When its last step ended (the newest end its samples carried; the sample's time where they
         carried none)."""
         self._run_base: Steps | None = None
-        """The cumulative steps when another source took over the count (a late first optimizer step
-        after backward calls went out): the run's mean step and phases are taken from there on (LBFGS,
+        """The cumulative steps in the sample where another source took over the count (a late first
+        optimizer step after backward calls went out): the run's mean step and phases are taken from
+        the steps after it, once there are any (LBFGS,
         whose closure's backward calls went out as steps before its first step ended, read a 5.7 s mean
         "step" for 66.7 s optimizer steps)."""
         self._rss_every = MEMORY_EVERY
@@ -348,7 +349,10 @@ class RankSteps:
         if n < 0:  # the agent started over (a restart is a new run: the store resets before it)
             prev, n = None, steps.count
         if prev is not None and steps.source != prev.source:
-            self._run_base = prev  # the run's figures are the new source's steps alone from here
+            # the run's figures are the new source's steps alone from after this sample: its first step
+            # began where the old source's last one ended (LBFGS: its last closure's backward), not at
+            # a step of its own (three LBFGS steps of ~55 s read a mean of 18.6 s)
+            self._run_base = steps
         phases = add_phases(steps.phases, prev.phases, -1.0) if prev else steps.phases
         self.total = steps
         self.counts.append((t, steps.count))

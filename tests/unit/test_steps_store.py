@@ -369,3 +369,22 @@ def test_steps_the_agent_held_back_are_not_counted_again_when_it_sends_them():
     assert snap.steps.count == r.count == 1300
     assert snap.steady.done <= r.count
     assert snap.steady.throughput == pytest.approx(1000, rel=0.05)
+
+
+def test_the_first_step_of_a_source_that_took_over_is_not_in_the_runs_mean():
+    """LBFGS: its closure's backward calls went out as steps before its first optimizer step ended; that
+    first optimizer step began at the last closure's backward end, not at a step of its own, so it is
+    short (its optimizer part alone). Three ~55 s steps read a mean of 18.6 s with it."""
+    st = one_rank()
+    r = Rank(step=0.05, forward=0.05)
+    feed(st, [r], 1.0)  # 20 backward calls
+    r.source, r.per_step = "optimizer", {"optimizer": 0.01}
+    r.next_end = r.t + 0.01  # the first optimizer step ends just after the last backward call
+    st.on_message(r.sample(), source=0)
+    r.step, r.per_step = 1.0, {"forward": 0.5, "backward": 0.49, "optimizer": 0.01}
+    r.next_end += 1.0 - 0.05  # then a whole step a second after it
+    feed(st, [r], 5.0)
+    snap = st.snapshot()
+    assert snap.steps.source.value == "optimizer"
+    assert snap.steps.run_seconds == pytest.approx(1.0, rel=0.02)
+    assert snap.steps.run_phases.forward == pytest.approx(0.5, rel=0.02)
