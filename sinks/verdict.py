@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -111,9 +112,14 @@ ADVICE: Mapping[Bound, str] = {
     "py-spy dump --pid); a collective that never matched shows in torch's flight recorder "
     "(TORCH_FR_BUFFER_SIZE); a long checkpoint or evaluation at the end reads so too",
     Bound.FAILED: "fix what ended it first: its traceback is in the log (stderr; a torchrun rank's error "
-    "in its note); a kill by signal 9 is often the kernel's out-of-memory killer (dmesg)",
+    "in its note), then run it again",
     Bound.NONE: "nothing dominates: profile a step (key h, torch.profiler) to see where its time goes",
 }
+#: The advice for a workload a signal ended (no traceback to read).
+KILLED_ADVICE = (
+    "find what sent the signal: a SIGKILL (signal 9) is often the kernel's out-of-memory killer (dmesg; "
+    "the resident set below), a SIGTERM a scheduler's time limit"
+)
 
 
 @dataclass
@@ -603,7 +609,7 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
         "class": bound.value,
         "why": why,
         "share": None if share is None else round(share, 4),
-        "next": ADVICE[bound],
+        "next": KILLED_ADVICE if bound == Bound.FAILED and _KILLED.search(why) else ADVICE[bound],
         "also": [{"class": b.value, "why": w} for _, b, w in found[1:]],
     }
 
@@ -934,6 +940,11 @@ def _stalled(snap: Snapshot | None, run_seconds: float) -> dict[str, Any] | None
         "share": round(min(1.0, least / run_seconds), 4) if run_seconds > 0 else 1.0,
         "ranks": [{"rank": r.rank, "at": r.at} for r in ranks],
     }
+
+
+#: How a workload's end reads where a signal ended it (the session's ``killed by signal 9``, a rank's
+#: ``was ended by SIGKILL``).
+_KILLED = re.compile(r"killed by signal|ended by SIG")
 
 
 def _failed(snap: Snapshot | None) -> str | None:

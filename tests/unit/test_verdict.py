@@ -227,6 +227,7 @@ def test_a_run_that_failed_says_so_before_any_bottleneck():
     )
     v = tally.report(final=killed)["verdict"]
     assert v["class"] == Bound.FAILED and "signal 9" in v["why"] and "out-of-memory" in v["next"]
+    assert "out-of-memory" not in tally.report(final=ended)["verdict"]["next"]  # a traceback to read there
 
 
 # -- compare -------------------------------------------------------------------------------------------
