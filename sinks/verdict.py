@@ -89,6 +89,7 @@ class Bound(Word):
     STRAGGLER = "straggler"
     STALLED = "stalled"
     FAILED = "failed"
+    NO_WORK = "no work seen"
     NONE = "no clear bottleneck"
 
 
@@ -113,6 +114,8 @@ ADVICE: Mapping[Bound, str] = {
     "(TORCH_FR_BUFFER_SIZE); a long checkpoint or evaluation at the end reads so too",
     Bound.FAILED: "fix what ended it first: its traceback is in the log (stderr; a torchrun rank's error "
     "in its note), then run it again",
+    Bound.NO_WORK: "nothing to judge yet: its output (in the log) says whether it reached its loop; run it "
+    "longer (--duration), or with the work it is meant to do",
     Bound.NONE: "nothing dominates: profile a step (key h, torch.profiler) to see where its time goes",
 }
 #: The advice for a workload a signal ended (no traceback to read).
@@ -596,6 +599,13 @@ def classify(f: Mapping[str, Any]) -> dict[str, Any]:
     failed = f.get("failed")
     if isinstance(failed, str) and failed:  # it ended on its own, in error: that before any bottleneck
         found.insert(1 if isinstance(stalled, Mapping) else 0, (None, Bound.FAILED, failed))
+    if f.get("steps") is None and not f.get("done"):  # nothing ran that a class could judge: set-up
+        busy = f.get("frontend_busy")
+        why = "no training step and no torch op were seen in the run"
+        if busy:
+            why += f" (its frontend was busy {_pct(busy)} of it: importing, setting up)"
+        # what the frontend's busy time or the CPU would say is about the set-up, not a loop
+        found = [x for x in found if x[1] == Bound.FAILED] + [(None, Bound.NO_WORK, why)]
     if not found:
         return {
             "class": Bound.NONE.value,

@@ -230,6 +230,32 @@ def test_a_run_that_failed_says_so_before_any_bottleneck():
     assert "out-of-memory" not in tally.report(final=ended)["verdict"]["next"]  # a traceback to read there
 
 
+def test_a_run_that_did_no_work_says_so_not_what_its_set_up_looked_like():
+    """pytorch/examples' FSDP2 example on a CPU machine printed that it found no GPUs and returned: 8 s of
+    importing torch read *compute-bound (CPU): eager CPU ops run on the frontend thread, busy 97 %*."""
+    snap = calm(make_run_snapshot(), busy=0.97, wait=0.0)
+    idle = dataclasses.replace(snap, throughput=0.0, throughput_unit="ops/s", steps=None, steady=None)
+    idle = dataclasses.replace(idle, ranks=tuple(dataclasses.replace(r, steps=None) for r in idle.ranks))
+    v = verdict_of(fed(idle))
+    assert v["class"] == Bound.NO_WORK and v["also"] == []
+    assert (
+        v["why"]
+        == "no training step and no torch op were seen in the run (its frontend was busy 97 % of it: "
+        "importing, setting up)"
+    )
+    ended = dataclasses.replace(
+        idle,
+        child=dataclasses.replace(
+            idle.child, state="exited", exit_code=2, message="workload exited with status 2"
+        ),
+    )
+    v = fed(idle).report(final=ended)["verdict"]
+    assert v["class"] == Bound.FAILED and [a["class"] for a in v["also"]] == [Bound.NO_WORK]
+    # one op counted is work: judged as before
+    busy = dataclasses.replace(idle, throughput=50.0)
+    assert verdict_of(fed(busy))["class"] == Bound.COMPUTE_CPU
+
+
 # -- compare -------------------------------------------------------------------------------------------
 
 
