@@ -255,6 +255,12 @@ class OpCounter(TorchFunctionMode):
         self.call_soon: Callable[[], None] | None = None
         """Run once on the frontend thread at the next op (e.g. start watching CUDA streams)."""
         self._kinds: dict[Any, Any] = {}
+        self._depth = 0
+
+    @property
+    def dispatching(self) -> bool:
+        """Whether one of its calls is running (torch takes the mode off the stack meanwhile)."""
+        return self._depth > 0
 
     def run_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the frontend thread at its next op (any thread may ask)."""
@@ -262,34 +268,41 @@ class OpCounter(TorchFunctionMode):
         self.call_soon = fn if prev is None else (lambda: None)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        """Count and time one torch call made on the frontend thread."""
-        if _dynamo_compiling():  # torch.compile traces modes: give it a plain call, no graph break
-            return func(*args, **kwargs) if kwargs else func(*args)
-        kind = self._kinds.get(func)
-        if kind is None:
-            kind = self._kinds[func] = _classify(func)
-        if kind is _META or not self.active:
-            return func(*args, **kwargs) if kwargs else func(*args)
-        if kind is not _OP and (kind.__class__ is not _Masked or (len(args) > 1 and _has_bool_mask(args[1]))):
-            self.syncpoints.hit(kind, func, args, kwargs)
-        if self.call_soon is not None:
-            call, self.call_soon = self.call_soon, None
-            call()
-        rec = self.device.activity
-        t0 = _clock()
-        if t0 - rec.run_end > MERGE_GAP:  # a gap: close the run, start another
-            if rec.run_end > rec.run_start:
-                rec.add(rec.run_start, rec.run_end)
-            rec.run_start = t0
-        rec.op_since = t0
+        """Count and time one torch call made on the frontend thread (:attr:`dispatching` meanwhile;
+        one frame, so that a sync point's caller stays where :meth:`SyncCounter.hit` looks)."""
+        self._depth += 1
         try:
-            return func(*args, **kwargs) if kwargs else func(*args)
+            if _dynamo_compiling():  # torch.compile traces modes: give it a plain call, no graph break
+                return func(*args, **kwargs) if kwargs else func(*args)
+            kind = self._kinds.get(func)
+            if kind is None:
+                kind = self._kinds[func] = _classify(func)
+            if kind is _META or not self.active:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            if kind is not _OP and (
+                kind.__class__ is not _Masked or (len(args) > 1 and _has_bool_mask(args[1]))
+            ):
+                self.syncpoints.hit(kind, func, args, kwargs)
+            if self.call_soon is not None:
+                call, self.call_soon = self.call_soon, None
+                call()
+            rec = self.device.activity
+            t0 = _clock()
+            if t0 - rec.run_end > MERGE_GAP:  # a gap: close the run, start another
+                if rec.run_end > rec.run_start:
+                    rec.add(rec.run_start, rec.run_end)
+                rec.run_start = t0
+            rec.op_since = t0
+            try:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            finally:
+                rec.run_end = _clock()
+                rec.op_since = 0.0
+                self.device.n += 1
+                if self.after_op is not None:
+                    self.after_op()
         finally:
-            rec.run_end = _clock()
-            rec.op_since = 0.0
-            self.device.n += 1
-            if self.after_op is not None:
-                self.after_op()
+            self._depth -= 1
 
 
 def _has_bool_mask(index: Any) -> bool:

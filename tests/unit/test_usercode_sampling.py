@@ -204,3 +204,92 @@ def test_an_error_of_ours_never_reaches_the_users_code(rig, monkeypatch):
     clock.now += 100
     counting.tick()
     assert not counting.on  # slicing has stopped
+
+
+class _Node(torch.autograd.Function):
+    """A custom Function whose backward runs ``hook`` (as FSDP's hooks run user-visible Python inside
+    the autograd engine, where the sampler's signal may land)."""
+
+    hook = staticmethod(lambda: None)
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        _Node.hook()
+        return grad * 2
+
+
+def _backward_running(hook) -> None:
+    _Node.hook = staticmethod(hook)
+    try:
+        x = torch.ones(3, requires_grad=True)
+        _Node.apply(x).sum().backward()
+    finally:
+        _Node.hook = staticmethod(lambda: None)
+
+
+def test_it_never_switches_on_inside_a_backward_node(rig):
+    """The autograd engine puts the thread's state back after each node, mode stack included: a mode
+    pushed inside one is gone when it returns (pytorch/examples' FSDP2: every later tick, and a profile
+    hook on every Python call, then waited for a switch off that could never happen)."""
+    clock, _mode, counting = rig
+    states = []
+    _backward_running(lambda: (counting.tick(), states.append((counting.on, _stack()))))
+    assert states == [(False, 0)] and counting.stood_aside == 1
+    assert not counting.on and _stack() == 0
+    clock.now += 1.0  # its next slice, as after standing aside for a mode
+    counting.tick()
+    assert counting.on and _stack() == 1  # outside backward: on as usual
+
+
+def test_a_mode_that_something_took_off_the_stack_is_taken_as_off(rig, monkeypatch):
+    clock, mode, counting = rig
+    mode.dispatching = False  # as the real counter says outside its own calls
+    monkeypatch.setattr("torchpar_top.probes.agent.usercode_sampling._current_node", lambda: None)
+    _backward_running(counting.tick)  # pushed inside a node (as a torch without the node check would)
+    assert counting.on and _stack() == 0  # the engine put its state back: ours is gone
+    clock.now += 1
+    counting.tick()
+    assert not counting.on and counting.dropped == 1 and counting.covered == 0.0  # off, nothing claimed
+    assert not counting.off_due()
+    mode.dispatching = True  # inside its own call the stack is short too: then it waits, as before
+    clock.now += 100
+    counting.tick()
+    assert counting.on and _stack() == 1
+    mode.__exit__(None, None, None)  # (the call's own pop, as torch does for a dispatch)
+    clock.now += 1
+    counting.tick()
+    assert counting.on and counting.dropped == 1
+    mode.__enter__()  # the call returned: ours is back on top, and goes off at the next tick
+    counting.tick()
+    assert not counting.on and _stack() == 0
+
+
+def test_a_mode_found_back_on_top_is_adopted(rig):
+    clock, mode, counting = rig
+    mode.__enter__()  # on the stack, though the counter took it for off (a drop judged wrongly)
+    clock.now += 100
+    counting.tick()
+    assert counting.on and counting.stood_aside == 0 and _stack() == 1
+    clock.now += 1
+    counting.tick()
+    assert not counting.on and _stack() == 0
+
+
+def test_a_slice_running_into_backward_ends_after_it(rig):
+    """Inside a node the engine runs with a mode stack of its own (empty, whatever the thread's): a switch
+    off there would take ours for dropped; it waits until backward returned, where ours is on top."""
+    clock, mode, counting = rig
+    mode.dispatching = False
+    counting.tick()
+    assert counting.on and _stack() == 1
+    clock.now += 1
+    inside = []
+    _backward_running(lambda: (counting.tick(), inside.append((counting.on, _stack()))))
+    assert inside == [(True, 0)] and counting.dropped == 0
+    assert counting.on and _stack() == 1  # back on the thread's stack
+    counting.tick()
+    assert not counting.on and _stack() == 0 and counting.covered == pytest.approx(1.0)
