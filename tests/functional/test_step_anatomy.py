@@ -212,3 +212,17 @@ def test_a_rank_that_stops_stepping_is_said_stalled_with_where_it_waits():
     )
     assert any(at == f"sleep at steps_stall.py:{line} (forward)" for s, at in seen if s is not None), seen
     assert seen[-1][0] is None  # stepping again
+
+
+def test_the_op_counter_keeps_its_duty_when_switches_fall_in_a_custom_backward():
+    """The agent's switch signal lands in a custom autograd Function's backward, where the autograd engine
+    runs with a mode stack of its own: the counter must not be switched there (a mode pushed inside a node
+    is gone when it returns, and the counter then waited for it forever: 100 % "on", a profile hook on
+    every Python call; pytorch/examples' FSDP2 took 3.3× as long in Adam's step)."""
+    child = Child(str(SCRIPTS / "custom_backward.py"), "6")
+    child.wait()
+    samples = [s for s in child.samples() if s.steps is not None and s.op_coverage is not None]
+    assert len(samples) > 20, len(samples)
+    window = sum(s.window for s in samples)
+    covered = sum(s.op_coverage * s.window for s in samples)
+    assert covered / window < 0.25, (covered / window, [s.op_coverage for s in samples])
