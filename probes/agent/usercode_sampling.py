@@ -48,6 +48,8 @@ STEPS_DUTY = 0.01
 STEPS_SLICE = 0.025
 #: A switch this late (seconds) without a step or batch to do it asks the sampler for a signal.
 LATE = 0.1
+#: Events the one-shot profile hook waits through for a switch off before it gives up (until the next tick).
+HOOK_EVENTS = 10_000
 #: The signal used where a loop has no step or batch boundary (real-time, unused by torch and Python).
 SIGNAL = getattr(signal, "SIGRTMIN", 34) + 5
 
@@ -95,6 +97,8 @@ class SampledCounting:
         a node on this thread)."""
         self.dropped = 0
         """Slices whose mode something took off the stack (a restored thread-local state)."""
+        self._absent = False
+        """A tick found the mode neither on the stack nor in its own call (dropped if the next does too)."""
         self.frozen = False
         """Compiled code was seen: the counter keeps its state (on or off) from then on."""
         self.failed = ""
@@ -183,19 +187,26 @@ class SampledCounting:
         """Whether the running slice should end now."""
         return self.on and not (self.pinned or self.frozen) and self._clock() - self._on_since >= self.slice
 
-    def _switch_off(self, now: float) -> bool:
+    def _switch_off(self, now: float, may_drop: bool = True) -> bool:
         if _current_node() is not None:
             return False  # the engine runs its nodes with a mode stack of its own: after backward
         n = _stack_len()
         if not n and not getattr(self.mode, "dispatching", True):
             # ours is not on the stack and not inside its own call: something that keeps the thread's
-            # state put it back as it was (the autograd engine after a node), taking ours off with it.
-            # Off since then, unknown when: its slice is not counted as covered. Left as it was, every
-            # tick and a profile hook on every Python call waited for it forever (pytorch/examples' FSDP2
-            # on a CPU: Adam's step 3.3x slower, the op counter 100 % "on")
-            self.dropped += 1
-            self._off(now, covered=0.0)
-            return True
+            # state put it back as it was (the autograd engine after a node), taking ours off with it;
+            # or its call has just returned and torch has not put it back yet (a profile hook's return
+            # event, a signal between two bytecodes there). Judged dropped at the second tick that finds
+            # it so (never from the profile hook, whose next event may well be that moment): off since
+            # then, unknown when, its slice not counted as covered. Left as it was, every tick and a
+            # profile hook on every Python call waited for it forever (pytorch/examples' FSDP2 on a CPU:
+            # Adam's step 3.3x slower, the op counter 100 % "on")
+            if may_drop and self._absent:
+                self.dropped += 1
+                self._off(now, covered=0.0)
+                return True
+            self._absent = self._absent or may_drop
+            return False
+        self._absent = False
         if not n or torch._C._get_function_stack_at(n - 1) is not self.mode:
             return False  # something was pushed above ours (or we are inside our own dispatch): later
         self.mode.__exit__(None, None, None)
@@ -207,7 +218,7 @@ class SampledCounting:
         next one."""
         length = now - self._on_since
         self.covered += covered
-        self.on = False
+        self.on = self._absent = False
         self._next_on = now + length * (1.0 - self.duty) / self.duty  # keeps the long-run duty
         self._set_due()
 
@@ -219,8 +230,9 @@ class SampledCounting:
         self._set_due()
 
     def tick_off(self) -> bool:
-        """Switch off now if the mode can be taken off the stack here; True when it is off."""
-        return self._switch_off(self._clock()) if self.on else True
+        """Switch off now if the mode can be taken off the stack here; True when it is off. Never judges
+        the mode dropped (see :meth:`_switch_off`): the profile hook calls it at any event."""
+        return self._switch_off(self._clock(), may_drop=False) if self.on else True
 
     def stop(self) -> None:
         """Take the mode off for good (the user's code ended); on the frontend thread."""
@@ -263,6 +275,7 @@ class SwitchSignal:
         self.counting = counting
         self.installed = False
         self._main = threading.main_thread().ident
+        self._events = 0
 
     def install(self) -> bool:
         """Install the handler (on the main thread), unless the signal is taken; True when installed."""
@@ -285,13 +298,17 @@ class SwitchSignal:
         outside it (the one-shot profile hook)."""
         with contextlib.suppress(Exception):
             if self.counting.off_due() and sys.getprofile() is None:
+                self._events = 0
                 sys.setprofile(self._finish_off)
 
     def _finish_off(self, frame: Any, event: str, arg: Any) -> None:
-        """One-shot profile hook on the main thread: switch off at the first event outside a dispatch."""
+        """One-shot profile hook on the main thread: switch off at the first event outside a dispatch;
+        given up after :data:`HOOK_EVENTS` events that could not (the next tick tries again), so that a
+        mode that never comes back on top cannot keep it on every Python call."""
         counting = self.counting
+        self._events += 1
         try:
-            done = not counting.off_due() or counting.tick_off()
+            done = not counting.off_due() or counting.tick_off() or self._events >= HOOK_EVENTS
         except Exception:
             done = True
         if done:

@@ -3,6 +3,7 @@ for other function modes, and what it covered accounted exactly."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -252,8 +253,13 @@ def test_a_mode_that_something_took_off_the_stack_is_taken_as_off(rig, monkeypat
     _backward_running(counting.tick)  # pushed inside a node (as a torch without the node check would)
     assert counting.on and _stack() == 0  # the engine put its state back: ours is gone
     clock.now += 1
+    assert not counting.tick_off() and counting.dropped == 0  # the profile hook never judges it dropped
     counting.tick()
-    assert not counting.on and counting.dropped == 1 and counting.covered == 0.0  # off, nothing claimed
+    assert counting.on and counting.dropped == 0  # once absent: it may be between its call and the push
+    counting.tick()
+    assert (
+        not counting.on and counting.dropped == 1 and counting.covered == 0.0
+    )  # twice: off, nothing claimed
     assert not counting.off_due()
     mode.dispatching = True  # inside its own call the stack is short too: then it waits, as before
     clock.now += 100
@@ -293,3 +299,22 @@ def test_a_slice_running_into_backward_ends_after_it(rig):
     assert counting.on and _stack() == 1  # back on the thread's stack
     counting.tick()
     assert not counting.on and _stack() == 0 and counting.covered == pytest.approx(1.0)
+
+
+def test_the_profile_hook_gives_up_on_a_mode_that_never_comes_back_on_top(rig, monkeypatch):
+    clock, _mode, counting = rig
+    monkeypatch.setattr("torchpar_top.probes.agent.usercode_sampling.HOOK_EVENTS", 50)
+    counting.tick()
+    other = Counter()
+    other.__enter__()  # the user's mode above ours for long: the switch off waits for it
+    try:
+        clock.now += 1
+        switch = SwitchSignal(counting)
+        switch.finish_off_soon()
+        assert sys.getprofile() == switch._finish_off
+        for _ in range(100):
+            _stack()  # Python events for the hook (each call and return)
+        assert sys.getprofile() is None and counting.on  # given up, not on every call for good
+    finally:
+        sys.setprofile(None)
+        other.__exit__(None, None, None)
