@@ -382,8 +382,8 @@ class RankSteps:
         _keep_latest(self.windows)
 
     def _base(self, total: Steps) -> Steps | None:
-        """Where the run's figures of ``total`` (cumulative) start from: the count when its source took
-        over (:attr:`_run_base`), None where they are the whole of it."""
+        """Where the run's figures of ``total`` (cumulative) start from: the count in the sample where its
+        source took over (:attr:`_run_base`), once steps followed it; None where they are the whole of it."""
         base = self._run_base
         return base if base is not None and total.count > base.count else None
 

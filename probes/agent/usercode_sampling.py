@@ -167,14 +167,15 @@ class SampledCounting:
             self.due = _NEVER if self.frozen else self._next_on
 
     def _switch_on(self, now: float) -> None:
+        n = _stack_len()
+        if n and torch._C._get_function_stack_at(n - 1) is self.mode:
+            # ours is on after all (judged dropped, then its state was put back with it): adopt it
+            self.on, self._on_since = True, now
+            self._set_due()
+            return
         # another mode is on (or we are inside a dispatch), or the autograd engine runs a node here (a
         # custom Function's backward, FSDP's hooks: a tick from the signal or a step closed in backward),
         # whose thread-local state it puts back when the node returns, mode stack included: not now
-        n = _stack_len()
-        if n and torch._C._get_function_stack_at(n - 1) is self.mode:  # ours is on after all: its state
-            self.on, self._on_since = True, now  # was put back with ours in it (judged dropped): adopt it
-            self._set_due()
-            return
         if n != 0 or _current_node() is not None:
             self.stood_aside += 1
             self._next_on = now + self.slice / self.duty
@@ -204,7 +205,8 @@ class SampledCounting:
                 self.dropped += 1
                 self._off(now, covered=0.0)
                 return True
-            self._absent = self._absent or may_drop
+            if may_drop:
+                self._absent = True  # the first tick to find it so: dropped if the next one does too
             return False
         self._absent = False
         if not n or torch._C._get_function_stack_at(n - 1) is not self.mode:
