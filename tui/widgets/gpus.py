@@ -45,6 +45,11 @@ class GpusPanel(SnapshotPanel):
         )
         return f"GPU  {n} device{'s' if n != 1 else ''} ({source})" if n else "GPU"
 
+    def drawn_key(self, snapshot: Snapshot, width: int) -> object:
+        """Without a GPU, the reason there is none (the line stays the same all run); with GPUs, built
+        every time (their readings move)."""
+        return None if snapshot.gpus else (width, snapshot.gpu_status)
+
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """One row per GPU, or the reason there is none."""
         gpus = snapshot.gpus

@@ -101,6 +101,28 @@ class HeaderBar(SnapshotPanel):
             return drawn.throughput
         return snapshot.throughput
 
+    def drawn_key(self, snapshot: Snapshot, width: int) -> object:
+        """Everything :meth:`build` reads, the figures as they are written (a rate whose digits did not
+        change draws the same row)."""
+        child = snapshot.child
+        return (
+            width,
+            self.title_extra,
+            target_text(snapshot),
+            snapshot.description,
+            snapshot.mode,
+            snapshot.attached,
+            child.state,
+            child.exit_code,
+            snapshot.paused,
+            bool(snapshot.timing and snapshot.timing[-1]),
+            render.num(self.throughput(snapshot)),
+            unit_text(snapshot),
+            snapshot.throughput_unit,
+            depth_text(snapshot),
+            None if snapshot.monitor_cpu is None else render.pct(snapshot.monitor_cpu, 0),
+        )
+
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """The one header row: the fullest form that fits. Words give way first (the app's name, the
         target shrinks, ``depth``'s label), then whole numbers, never part of one; ``monitor N%`` (the app's

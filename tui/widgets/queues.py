@@ -155,6 +155,37 @@ class QueuesPanel(SnapshotPanel):
         """The panel's title."""
         return "launch queue (frontend → backend)"
 
+    def drawn_key(self, snapshot: Snapshot, width: int) -> object:
+        """The notice, and per row what it shows: the counters an executor also carries (launched,
+        completed, busy...) move every sample while its row stays the same (a DataLoader kept full)."""
+        rows = executor_rows(snapshot.executors)
+        return (
+            width,
+            snapshot.notice,
+            snapshot.replay is None,
+            tuple(
+                (
+                    label,
+                    e.rank,
+                    e.kind,
+                    e.emulated,
+                    e.counts,
+                    e.quantity,
+                    e.value,
+                    e.capacity,
+                    e.note,
+                    e.blocked is None or (e.blocked >= 0.005, render.pct(e.blocked, 0)),
+                    e.history[-width:],
+                    history_scale(e),
+                    data_text(snapshot, e, False),
+                    data_text(snapshot, e, True),
+                    self._data_style(snapshot, e),
+                )
+                for label, e in rows
+            ),
+            exited_ranks(snapshot),
+        )
+
     def build(self, snapshot: Snapshot, width: int) -> list[Row]:
         """A row per executor, then the session's notice (wrapped); in a replay the notice, where it
         stands, comes first (a short panel cuts its last rows)."""
