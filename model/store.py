@@ -201,6 +201,15 @@ class _Rounds:
 TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: \d+ \(pid: (?P<pid>\d+)\)")
 
 
+KILLED_BY = "killed by signal"
+"""How the workload's status line says that a signal ended it (``workload killed by signal 9``; written by
+the live session, read by the verdict, which then advises looking for what sent it)."""
+
+ENDED_BY = "was ended by"
+"""How a rank's :func:`exit_note` says that a signal other than SIGABRT ended it (``rank 1 was ended by
+SIGKILL at interpreter exit``); the verdict reads it as :data:`KILLED_BY`."""
+
+
 def exit_note(who: str, reported: tuple[int, str] | None, exit_code: int) -> str:
     """``rank 1 aborted (SIGABRT) at interpreter exit, after its work had finished``: the process died of
     a signal after its agent reported that the user's code returned with 0 (Gloo's threads outliving the
@@ -211,7 +220,7 @@ def exit_note(who: str, reported: tuple[int, str] | None, exit_code: int) -> str
         name = signal.Signals(-exit_code).name
     except ValueError:
         name = f"signal {-exit_code}"
-    how = f"aborted ({name})" if name == "SIGABRT" else f"was ended by {name}"
+    how = f"aborted ({name})" if name == "SIGABRT" else f"{ENDED_BY} {name}"
     return f"{who} {how} at interpreter exit, after its work had finished"
 
 

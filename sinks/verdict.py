@@ -36,6 +36,7 @@ from torchpar_top.contract.vocab import (
     Word,
 )
 from torchpar_top.model import derive
+from torchpar_top.model.store import ENDED_BY, KILLED_BY
 
 #: The version of the report's JSON layout (``compare`` refuses another).
 REPORT_VERSION = 1
@@ -952,9 +953,9 @@ def _stalled(snap: Snapshot | None, run_seconds: float) -> dict[str, Any] | None
     }
 
 
-#: How a workload's end reads where a signal ended it (the session's ``killed by signal 9``, a rank's
-#: ``was ended by SIGKILL``).
-_KILLED = re.compile(r"killed by signal|ended by SIG")
+#: How a workload's end reads where a signal ended it: the words its writers use (the session's ``killed
+#: by signal 9``, a rank's ``was ended by SIGKILL``), defined beside ``model.store.exit_note``.
+_KILLED = re.compile(f"{re.escape(KILLED_BY)}|{re.escape(ENDED_BY)} SIG")
 
 
 def _failed(snap: Snapshot | None) -> str | None:

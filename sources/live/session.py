@@ -34,7 +34,7 @@ from torchpar_top.contract.snapshot import (
     ThreadInfo,
 )
 from torchpar_top.contract.vocab import ENV_SOCKET, PARENT_STOP_GRACE, ChildState, LogSource, Role
-from torchpar_top.model.store import SessionStore, thread_every
+from torchpar_top.model.store import KILLED_BY, SessionStore, thread_every
 from torchpar_top.probes.host.cores import CoreSampler
 from torchpar_top.probes.host.threads import ThreadSampler
 from torchpar_top.sources.live.child import ChildProcess
@@ -373,7 +373,7 @@ class Session:
             # the headless loop's last record: a CI run's read rank 1 with no status and no note.
             listener.pull()
             self._resolve_closing()
-        message = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        message = f"{KILLED_BY} {-code}" if code < 0 else f"exited with status {code}"
         self.store.on_source_closed(0, code)
         message = "; ".join([message, *self.store.exit_notes()])  # torchrun's status, and why
         self.store.on_child(ChildStatus(child.pid, ChildState.EXITED, code, f"workload {message}"))

@@ -10,6 +10,7 @@ import pytest
 from fakes.fake_session import make_run_snapshot, make_snapshot
 from torchpar_top.contract.snapshot import DataVerdict
 from torchpar_top.contract.vocab import DataBound
+from torchpar_top.model.store import exit_note
 from torchpar_top.sinks import verdict
 from torchpar_top.sinks.verdict import Bound, RunTally
 
@@ -228,6 +229,17 @@ def test_a_run_that_failed_says_so_before_any_bottleneck():
     v = tally.report(final=killed)["verdict"]
     assert v["class"] == Bound.FAILED and "signal 9" in v["why"] and "out-of-memory" in v["next"]
     assert "out-of-memory" not in tally.report(final=ended)["verdict"]["next"]  # a traceback to read there
+    # a rank's exit note, in the words model.store writes it: a signal other than SIGABRT is read as one
+    for code, signalled in ((-9, True), (-15, True), (-6, False)):
+        note = exit_note("rank 1", (0, ""), code)
+        ranked = dataclasses.replace(
+            snap,
+            child=dataclasses.replace(
+                snap.child, state="exited", exit_code=1, message=f"workload exited with status 1; {note}"
+            ),
+        )
+        v = tally.report(final=ranked)["verdict"]
+        assert v["class"] == Bound.FAILED and ("out-of-memory" in v["next"]) == signalled, note
 
 
 def test_a_run_that_did_no_work_says_so_not_what_its_set_up_looked_like():
