@@ -13,6 +13,8 @@ derives again.
 from __future__ import annotations
 
 import dataclasses
+from collections import ChainMap
+from collections.abc import Mapping
 from typing import Any
 
 from torchpar_top.contract.snapshot import DERIVED, ChildStatus, Snapshot
@@ -50,7 +52,9 @@ def build(
         measured["log"] = tuple(measured["log"])[-SHOWN_LOG:]
     if "syncpoints" in measured:
         measured["syncpoints"] = tuple(sorted(measured["syncpoints"], key=figures.sync_order))
-    base = Snapshot(
+    values = ChainMap(measured, _DEFAULTS)
+    # derived from what was given, then built once (a second, derived copy cost a third of deriving)
+    return Snapshot(
         t=t,
         experiment=experiment,
         description=description,
@@ -59,8 +63,8 @@ def build(
         interval=interval,
         child=child,
         **measured,
+        **_derived(values, interval),
     )
-    return _derive(base)
 
 
 def rebuild(snap: Snapshot, **changes: Any) -> Snapshot:
@@ -71,23 +75,29 @@ def rebuild(snap: Snapshot, **changes: Any) -> Snapshot:
     return build(**fields)
 
 
-def _derive(s: Snapshot) -> Snapshot:
-    return dataclasses.replace(
-        s,
-        primary_rank=figures.primary_rank(r.rank for r in s.ranks),
-        depth=figures.queue_depth(s.executors),
-        core_load=figures.core_load(s.cores),
-        lanes=figures.lanes(
-            s.executors,
-            s.frontend_busy,
-            s.frontend_wait,
-            s.frontend_core_wait,
-            s.overlap,
-            s.overlap_high,
-            s.overlap_in_progress,
-            s.interval,
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(Snapshot) if f.default is not dataclasses.MISSING
+}
+"""Every snapshot field's default (none has a factory): what a field that a source did not give holds."""
+
+
+def _derived(s: Mapping[str, Any], interval: float) -> dict[str, Any]:
+    """The :data:`DERIVED` figures of a snapshot whose measured fields are ``s``."""
+    return {
+        "primary_rank": figures.primary_rank(r.rank for r in s["ranks"]),
+        "depth": figures.queue_depth(s["executors"]),
+        "core_load": figures.core_load(s["cores"]),
+        "lanes": figures.lanes(
+            s["executors"],
+            s["frontend_busy"],
+            s["frontend_wait"],
+            s["frontend_core_wait"],
+            s["overlap"],
+            s["overlap_high"],
+            s["overlap_in_progress"],
+            interval,
         ),
-        steady=figures.steady(s.scoreboard),
-        ratio=figures.ratio(s.scoreboard),
-        ranks_running=figures.ranks_running(s.ranks),
-    )
+        "steady": figures.steady(s["scoreboard"]),
+        "ratio": figures.ratio(s["scoreboard"]),
+        "ranks_running": figures.ranks_running(s["ranks"]),
+    }
