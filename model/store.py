@@ -280,20 +280,23 @@ class _Source:
     failed: int | None = None
     """The order in which its agent reported a failure (a non-zero status), among all the agents: the
     first to fail brought the others down (torchrun stops them, or they lose their peer)."""
+    _without_recent: tuple[StepsView, StepsView] | None = field(default=None, repr=False)
+    """The last :meth:`without_recent`: the steps view it was given, and what it gave."""
 
     @property
     def who(self) -> str:
         """``the workload`` or ``rank N``, for log lines."""
         return "the workload" if self.rank is None else f"rank {self.rank}"
 
-    def view(self) -> RankView:
-        """This agent as the rank table shows it, with its DataLoader verdict."""
+    def view(self, steps: StepsView | None = None, at: str | None = None) -> RankView:
+        """This agent as the rank table shows it, with its DataLoader verdict; with its ``steps`` (then its
+        throughput is their rate) and where it is ``at`` when the caller knows better."""
         return RankView(
             self.rank,
             self.pid or 0,
             self.state,
-            self.throughput,
-            self.unit,
+            self.throughput if steps is None else steps.per_second,
+            self.unit if steps is None else ThroughputUnit.STEPS,
             self.depth,
             self.data_wait,
             self.exit_code,
@@ -303,8 +306,17 @@ class _Source:
             hostname=self.where[2],
             note=self.note,
             core_wait=self.core_wait,
-            at=self.at,
+            at=self.at if at is None else at,
+            steps=steps,
         )
+
+    def without_recent(self, steps: StepsView) -> StepsView:
+        """``steps`` without its recent steps (the snapshot's own ``steps``: the ranks keep them), the same
+        object while ``steps`` is (a steps view is kept until something new comes)."""
+        kept = self._without_recent
+        if kept is None or kept[0] is not steps:
+            kept = self._without_recent = (steps, replace(steps, recent=()))
+        return kept[1]
 
 
 @dataclass
@@ -945,7 +957,7 @@ class SessionStore:
         steps: StepsView | None = None
         for s in live:
             book = self._steps.ranks.get(s.number)
-            view = s.view()
+            sv, at = None, s.at
             if book is not None:
                 sv = book.view(rates.get(s.number))
                 if (
@@ -956,20 +968,19 @@ class SessionStore:
                     and book.closed_stall is not None
                 ):  # its last step closed only as the run was stopped, after a stall: still a hang
                     sv = replace(sv, stalled=book.closed_stall)
-                    view = replace(view, at=s.stalled_at or view.at)
+                    at = s.stalled_at or at
                 if sv is not None and sv.stalled is not None:  # no step for ten of its steps: 0/s now
                     if s.state == ChildState.RUNNING:
                         sv = replace(sv, per_second=0.0)
-                        s.stalled_at = view.at
+                        s.stalled_at = at
                     elif s.reported == (0, ""):  # its code returned: what came after its steps was not a hang
                         sv = replace(sv, stalled=None)
-                if sv is not None:
-                    view = replace(view, throughput=sv.per_second, unit=ThroughputUnit.STEPS, steps=sv)
-                    steps = replace(sv, recent=()) if s.number == primary else steps  # kept in ranks
+                if sv is not None and s.number == primary:
+                    steps = s.without_recent(sv)  # the ranks keep them
                 mem = book.memory_view(s.rank)
                 if mem is not None:
                     memory.append(mem)
-            ranks.append(view)
+            ranks.append(s.view(sv, at))
         numbers = {s.number: s.rank if s.rank is not None else s.number for s in live}
         return tuple(ranks), steps, self._steps.straggler(numbers, running), tuple(memory)
 
