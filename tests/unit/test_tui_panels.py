@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 from fakes.fake_session import make_attach_snapshot, make_run_snapshot, make_snapshot, make_torchrun_snapshot
 from torchpar_top.contract.snapshot import ChildStatus, RankView, StackFrame, SyncSite
 from torchpar_top.contract.vocab import ChildState, Counted, ExecutorKind
 from torchpar_top.model.snapshot import rebuild
+from torchpar_top.tui.render import fit
 from torchpar_top.tui.widgets.cores import CoresPanel
 from torchpar_top.tui.widgets.header import child_failed, child_text, depth_text, target_text
-from torchpar_top.tui.widgets.lanes import executor_lane, frontend_lane, overlap_text
+from torchpar_top.tui.widgets.lanes import _frontend_cells, executor_lane, frontend_lane, overlap_text
 from torchpar_top.tui.widgets.log import inert, status_lines
 from torchpar_top.tui.widgets.queues import blocked_text, data_text, history_scale, kind_tag, status_text
 from torchpar_top.tui.widgets.ranks import (
@@ -187,6 +189,20 @@ def test_a_log_line_of_a_megabyte_is_kept_cut() -> None:
 
     pieces = pieces_of(LogLine(1, LogSource.STDOUT, "x" * 1_000_000))
     assert sum(len(text) for text, _ in pieces) <= LOG_LINE_MAX + 6  # the tag, then the text
+
+
+def test_a_frontend_lane_of_fewer_values_than_cells_is_drawn_as_the_values_stretched_cell_by_cell() -> None:
+    """Fewer values than cells: a glyph per value, repeated, must draw what a glyph per stretched cell
+    draws (render.fit repeats each value over whole cells)."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        n, width = rng.randint(1, 60), rng.randint(1, 120)
+        pick = [0.0, 0.0, 1.0, 0.5, 0.25]
+        busy = [rng.choice([*pick, rng.random()]) for _ in range(n)]
+        wait = [rng.choice([*pick, rng.random() / 2]) for _ in range(n)]
+        core = [rng.choice([*pick, rng.random() / 4]) for _ in range(n)] if rng.random() < 0.5 else []
+        cells = _frontend_cells(fit(busy, width), fit(wait, width), fit(core, width) if core else [])
+        assert frontend_lane(busy, wait, width, core) == "".join(cells) + " " * (width - len(cells))
 
 
 def test_frontend_lane_says_idle_blocked_and_waiting_for_a_core() -> None:

@@ -26,8 +26,20 @@ def frontend_lane(
 ) -> str:
     """One glyph per cell for what the frontend mostly did there: ``▌`` ran, ``·`` was blocked, ``░``
     waited for a core, blank was idle (the rest of the window: sleeping, reading a file) or unknown."""
-    b, w = render.fit(busy, width), render.fit(wait, width)
-    c = render.fit(core_wait, width) if core_wait else []
+    n = len(busy)
+    if 0 < n < width and len(wait) == n and len(core_wait) in (0, n):
+        # fewer values than cells: each value spans whole cells (render.fit repeats it), so one glyph
+        # per value, repeated, draws the same lane
+        glyphs = _frontend_cells(busy, wait, core_wait)
+        return "".join([glyphs[(i * n) // width] for i in range(width)])
+    cells = _frontend_cells(
+        render.fit(busy, width), render.fit(wait, width), render.fit(core_wait, width) if core_wait else []
+    )
+    return "".join(cells) + " " * (width - len(cells))
+
+
+def _frontend_cells(b: Sequence[float], w: Sequence[float], c: Sequence[float]) -> list[str]:
+    """:func:`frontend_lane`'s glyph for each position of ``b`` (``w`` and ``c`` may be shorter: 0)."""
     cells = []
     for i in range(len(b)):
         wi = w[i] if i < len(w) else 0.0
@@ -38,7 +50,7 @@ def frontend_lane(
             cells.append(" ")
         else:
             cells.append(LAUNCH if b[i] == top else WAIT if wi == top else CORE)
-    return "".join(cells) + " " * (width - len(cells))
+    return cells
 
 
 def executor_lane(running: Sequence[float], core_wait: Sequence[float], width: int) -> str:
