@@ -212,6 +212,10 @@ class Steps:
     """How many of the ``count`` steps had their phases timed; None: all of them. A fast loop's phases
     are timed in one step of several (``probes/agent/usercode_steps.py``, "Sampled phases"): the others'
     are estimated, the timed steps' phases scaled to the sample's step time."""
+    before: int = bounded(default=0, lo=0)
+    """Of ``count``, the steps another source marked before ``source`` took over (backward calls before
+    LBFGS's first optimizer step ended): they had gone out in a sample, and the count never goes back.
+    0 where ``source`` marked them all."""
 
 
 #: The most step end times one sample carries (a faster loop's rate still comes from ``count``).

@@ -228,7 +228,8 @@ class StepsView:
     source: StepSource
     """What marks a step: optimizer steps, backward calls, DataLoader batches or module calls."""
     count: int
-    """Steps completed since the run started."""
+    """Steps of ``source`` completed since the run started (where another source marked steps before it
+    took over, those are not in it: ``Steps.before``)."""
     per_second: float | None
     """Steps per second over the last window (ranks' rates over the same span of time)."""
     seconds: float | None

@@ -472,7 +472,7 @@ class RankSteps:
         run_mean = self._run_mean(total) or 0.0
         view = StepsView(
             source=total.source,
-            count=total.count,
+            count=total.count - total.before,
             per_second=per_second,
             seconds=seconds,
             phases=phases,

@@ -380,6 +380,7 @@ class StepClock:
             recent=tuple(StepRecord(end=end + offset, phases=_phases(p)) for end, p in recent),
             gpu=gpu is not None and gpu.timed > 0,
             timed=None if timed == count else timed,
+            before=min(late[1], count) if (late := self.late_source) is not None else 0,
         )
 
 

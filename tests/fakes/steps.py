@@ -54,6 +54,9 @@ class Rank:
         self.rng, self.jitter = random.Random(seed), jitter
         self.source = "backward"
         """What marks its steps (a test may change it mid-run: the count goes on)."""
+        self.before = 0
+        """Of the count, the steps another source marked before this one took over (as the agent says)."""
+        self._sent: str | None = None
 
     def sample(self, unit="steps/s", throughput=0.0, op_coverage=None):
         self.t += self.window
@@ -68,6 +71,10 @@ class Rank:
             self.count += 1
             self.next_end += self.step
         self.rss += self.leak * self.window
+        if self._sent is not None and self.source != self._sent:
+            self.before = self._sent_count  # the agent's count of the source before: what it had sent
+        if self.count:
+            self._sent, self._sent_count = self.source, self.count
         return wire(
             type="sample",
             t=self.t,
@@ -89,7 +96,8 @@ class Rank:
                 "phases": self.total,
                 "ends": ends[-m.MAX_STEP_ENDS :],
                 "recent": recent[-m.MAX_STEP_RECORDS :],
-            },
+            }
+            | ({"before": self.before} if self.before else {}),
             memory={"rss_bytes": int(self.rss)},
             op_coverage=op_coverage,
         )

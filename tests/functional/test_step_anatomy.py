@@ -173,7 +173,8 @@ def test_the_last_sample_counts_every_step_the_script_made(seconds):
 
 def test_a_late_first_optimizer_step_is_said_and_the_count_goes_on():
     """Backward calls went out as steps before the first optimizer step (gradient accumulation): the log
-    says how many, and the count goes on from them (it never goes back)."""
+    says how many, and the agent's count goes on from them (it never goes back); the sample says how many
+    were the backward calls', so the steps shown are the optimizer's alone."""
     child = Child(str(SCRIPTS / "steps_accumulate.py"), "2.5", "80")  # 1.6 s a step: past HOLD_S
     child.wait()
     made = int(next(line for line in child.stdout if line.startswith("optimizer steps ")).split()[2])
@@ -184,6 +185,12 @@ def test_a_late_first_optimizer_step_is_said_and_the_count_goes_on():
     assert 0 < before <= 80  # the micro-batches before the first optimizer step (the first group's)
     last = [s.steps for s in child.samples() if s.steps is not None][-1]
     assert last.source == StepSource.OPTIMIZER and last.count == made + before
+    assert last.before == before  # carried in the sample: the monitor counts the optimizer's steps alone
+    store = SessionStore("run", interval=0.1)
+    for msg in list(child.messages):
+        store.on_message(msg)
+    steps = store.snapshot().steps
+    assert steps is not None and steps.count == made
 
 
 def test_a_rank_that_stops_stepping_is_said_stalled_with_where_it_waits():

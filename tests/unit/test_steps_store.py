@@ -331,9 +331,9 @@ def test_the_scoreboard_starts_again_in_steps_when_the_first_step_comes():
 
 
 def test_a_new_step_source_starts_the_scoreboard_and_the_runs_mean_step_again():
-    """Backward calls counted before a late first optimizer step (gradient accumulation): the count
-    goes on, but the scoreboard's rate and the run's mean step are the optimizer's steps' alone from
-    then on."""
+    """Backward calls counted before a late first optimizer step (gradient accumulation): the agent's
+    count goes on, but the steps counted, the scoreboard's rate and the run's mean step are the optimizer's
+    steps' alone from then on."""
     st = one_rank()
     r = Rank(step=0.01)
     feed(st, [r], 1.0)  # 100 backward calls a second
@@ -342,7 +342,8 @@ def test_a_new_step_source_starts_the_scoreboard_and_the_runs_mean_step_again():
     r.next_end = r.t + r.step
     feed(st, [r], 4.0)  # 5 optimizer steps a second
     snap = st.snapshot()
-    assert snap.steps.source.value == "optimizer" and snap.steps.count == r.count
+    assert snap.steps.source.value == "optimizer" and r.before == 100  # the backward calls
+    assert snap.steps.count == r.count - 100 == 19  # 0.2 s steps over ~4 s
     assert snap.steady.throughput == pytest.approx(5, rel=0.15)
     assert snap.steady.seconds < 4.0  # the window of the change counts in neither source's figure
     assert snap.steps.run_seconds == pytest.approx(0.2, rel=0.1)  # the run's mean step: the new source's
@@ -386,5 +387,7 @@ def test_the_first_step_of_a_source_that_took_over_is_not_in_the_runs_mean():
     feed(st, [r], 5.0)
     snap = st.snapshot()
     assert snap.steps.source.value == "optimizer"
+    # the 20 backward calls are not optimizer steps: the count is the optimizer's alone (25 before)
+    assert snap.steps.count == r.count - 20 and r.before == 20
     assert snap.steps.run_seconds == pytest.approx(1.0, rel=0.02)
     assert snap.steps.run_phases.forward == pytest.approx(0.5, rel=0.02)

@@ -78,7 +78,7 @@ def test_a_better_source_after_a_sample_keeps_the_count_growing():
     c.step(StepSource.BACKWARD)
     assert not c.step(StepSource.MODULE)  # a lower source no longer marks steps
     steps = c.take()
-    assert steps.source == StepSource.BACKWARD and steps.count == 4
+    assert steps.source == StepSource.BACKWARD and steps.count == 4 and steps.before == 3
     assert steps.seconds == pytest.approx(0.03)  # the first step starts at the first boundary (t=0.01)
     assert len(steps.ends) == 1  # only the step since the last sample
     assert c.take().ends == ()
@@ -106,7 +106,8 @@ def test_a_replaceable_sources_first_steps_are_held_so_a_better_one_takes_them_o
     t.advance(0.3)
     c.step(StepSource.OPTIMIZER)
     steps = c.take()  # optimizer steps are never held: nothing can replace them
-    assert steps.source == StepSource.OPTIMIZER and steps.count == 1 and c.late_source is None
+    assert steps.source == StepSource.OPTIMIZER and steps.count == 1 and steps.before == 0
+    assert c.late_source is None
 
 
 def test_a_held_source_goes_out_after_the_hold_or_in_the_last_sample():
@@ -126,7 +127,8 @@ def test_a_held_source_goes_out_after_the_hold_or_in_the_last_sample():
     assert c.take().count == 5  # a loop with no optimizer: its steps, a second late
     t.advance(0.1)
     c.step(StepSource.OPTIMIZER)  # later than the hold: the count goes on, and it is said
-    assert c.take().count == 6 and c.late_source == (StepSource.BACKWARD, 5)
+    steps = c.take()
+    assert steps.count == 6 and steps.before == 5 and c.late_source == (StepSource.BACKWARD, 5)
 
 
 def test_gpu_phases_are_event_time_read_a_step_later_without_waiting():
