@@ -18,6 +18,7 @@ from torchpar_top.tui.app import TorchparTopApp
 from torchpar_top.tui.compositor import LineCompositor, LineScreen
 from torchpar_top.tui.widgets.cores import CoresPanel
 from torchpar_top.tui.widgets.panel import SHRINK_AFTER, Pad, SnapshotPanel
+from torchpar_top.tui.widgets.queues import QueuesPanel
 from torchpar_top.tui.widgets.threads import ThreadsPanel
 
 SIZE = (120, 36)
@@ -216,6 +217,33 @@ def test_a_line_that_comes_and_goes_keeps_the_panel_tall_for_a_while():
             session.snapshot_value = dataclasses.replace(calm)  # the next sample, the same figures
             app.refresh_from_session()
             assert threads.rows_at(threads.size.width) == tall - 1  # shrinks once it has lasted
+
+    asyncio.run(body())
+
+
+def test_a_panel_that_skipped_its_builds_still_keeps_its_height_for_a_while():
+    """The launch queue builds nothing while its figures stay the same (drawn_key); the height it keeps
+    when a line goes is counted from the last frame that still needed it, not from its last build."""
+
+    async def body() -> None:
+        noted = dataclasses.replace(make_run_snapshot(), notice="a notice: one more line")
+        session = FakeSession(noted)
+        app = TorchparTopApp(session, render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            queues = app.query_one(QueuesPanel)
+            now = [10.0]
+            queues.clock = lambda: now[0]
+            await settle(pilot)
+            tall = queues.rows_at(queues.size.width)
+            for _ in range(10):  # ten seconds of the same figures: nothing built
+                now[0] += 1.0
+                session.snapshot_value = dataclasses.replace(noted)
+                app.refresh_from_session()
+            session.snapshot_value = dataclasses.replace(noted, notice="")
+            now[0] += 1.0
+            app.refresh_from_session()
+            rows = queues._rows_cache[1]
+            assert len(rows) == tall and isinstance(rows[-1], Pad)  # kept: no relayout
 
     asyncio.run(body())
 
