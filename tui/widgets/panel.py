@@ -247,8 +247,7 @@ class SnapshotPanel(Widget):
         cached = self._rows_cache
         here = (self._generation, width)
         if key is not None and cached is not None and cached[0] == here and self._drawn_key == (here, key):
-            if len(cached[1]) >= self._tall:  # as keep_height would: the height is still needed
-                self._tall_t = self.clock()
+            self.keep_height(cached[1])  # the height they need is still needed now, as after a build
             return  # drawn from the same figures: the same rows, not built again
         rows = self.keep_height(self.build(snapshot, width))
         if cached is not None and cached[0][1] == width and same_rows(rows, cached[1]):
