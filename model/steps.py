@@ -472,7 +472,7 @@ class RankSteps:
         run_mean = self._run_mean(total) or 0.0
         view = StepsView(
             source=total.source,
-            count=total.count - total.before,
+            count=max(0, total.count - total.before),  # a malformed "before" above the count reads 0
             per_second=per_second,
             seconds=seconds,
             phases=phases,

@@ -1,6 +1,8 @@
 """The store's step figures from synthetic samples: rates over a common span (lockstep ranks agree),
 window vs run phases, the straggler from per-rank windows (none for identical ranks), memory growth."""
 
+import dataclasses
+
 import pytest
 from fakes.steps import Rank, hello
 from torchpar_top.contract import messages as m
@@ -391,3 +393,16 @@ def test_the_first_step_of_a_source_that_took_over_is_not_in_the_runs_mean():
     assert snap.steps.count == r.count - 20 and r.before == 20
     assert snap.steps.run_seconds == pytest.approx(1.0, rel=0.02)
     assert snap.steps.run_phases.forward == pytest.approx(0.5, rel=0.02)
+
+
+def test_a_before_above_the_count_reads_no_steps_not_a_negative_count():
+    """A malformed sample (``Steps.before`` above ``count``: no agent sends it) cannot make the steps
+    counted negative."""
+    st = one_rank()
+    r = Rank(step=0.05)
+    for _ in range(20):
+        msg = r.sample()
+        if msg.steps is not None:
+            msg = dataclasses.replace(msg, steps=dataclasses.replace(msg.steps, before=10**9))
+        st.on_message(msg, source=0)
+    assert st.snapshot().steps.count == 0
