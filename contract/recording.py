@@ -164,10 +164,21 @@ def machine_info(snap: Snapshot | None) -> Machine:
 # -- the line format ------------------------------------------------------------------------------
 
 
-def delta(prev: Sequence[Any], cur: Sequence[Any]) -> tuple[int, tuple[Any, ...]]:
-    """``(keep, new)`` with ``cur == prev[len(prev) - keep:] + new``: the fewest new values (up to
-    :data:`MAX_NEW`) that rebuild ``cur`` from ``prev``; ``(0, cur)`` when none do."""
+def delta(prev: Sequence[Any], cur: Sequence[Any], added: int | None = None) -> tuple[int, tuple[Any, ...]]:
+    """``(keep, new)`` with ``cur == prev[len(prev) - keep:] + new``: the ``added`` values appended since
+    ``prev`` where that count is known (:attr:`Snapshot.samples` and the like) and agrees with the
+    values, else the fewest new values (up to :data:`MAX_NEW`) that rebuild ``cur`` from ``prev``;
+    ``(0, cur)`` when none do.
+
+    Why the count: a history that keeps a fixed number of values and repeats one (a stream busy 100 %
+    of every window) reads the same after a new value as before it, so the fewest new values is none:
+    a recording of such a run gave its reader no new window once the history was full (600 of 800
+    samples, before the counts)."""
     n, p = len(cur), len(prev)
+    if added is not None and added >= 0:
+        keep = n - min(added, n)
+        if keep <= p and prev[p - keep :] == cur[:keep]:
+            return keep, tuple(cur[keep:])
     if not p:
         return 0, tuple(cur)
     last = prev[-1]
@@ -210,6 +221,34 @@ def _histories(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, ...]]]:
     for i, r in enumerate(snap.ranks):
         if r.steps is not None:
             yield f"ranks.{i}.steps.recent", r.steps.recent
+
+
+def _counts(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, int]]]:
+    """The counted histories of a snapshot: path → (what the count belongs to, values appended so far);
+    a count of 0 is not counted. A path names a place (the 3rd executor), so the count is compared only
+    where the same executor (GPU, set of cores) is there in both snapshots."""
+    if snap.samples:
+        for name in SNAPSHOT_HISTORIES:
+            if name != "log":  # its lines are numbered: no two read the same
+                yield name, ((), snap.samples)
+    if snap.host_samples:
+        for i in range(len(snap.core_history)):
+            yield f"core_history.{i}", (len(snap.core_history), snap.host_samples)
+    for i, e in enumerate(snap.executors):
+        if e.samples:
+            for name in EXECUTOR_HISTORIES:
+                yield history_path("executors", i, name), ((e.name, e.rank), e.samples)
+    for i, g in enumerate(snap.gpus):
+        if g.samples:
+            for name in GPU_HISTORIES:
+                yield history_path("gpus", i, name), ((g.index, g.uuid), g.samples)
+
+
+def _added(prev: tuple[Any, int] | None, cur: tuple[Any, int] | None) -> int | None:
+    """Values appended between two counts of :func:`_counts` (None: not known)."""
+    if prev is None or cur is None or prev[0] != cur[0] or cur[1] < prev[1]:
+        return None
+    return cur[1] - prev[1]
 
 
 def _with_histories(snap: Snapshot, values: dict[str, Any]) -> Snapshot:
@@ -266,9 +305,13 @@ class Encoder:
         keep: dict[str, int] = {}
         new: dict[str, tuple[Any, ...]] = {}
         current: dict[str, Any] = {}
+        counts = dict(_counts(snap))
         for path, values in _histories(snap):
             current[path] = values
-            k, added = delta(prev.get(path, ()), values)
+            count = counts.get(path)
+            if count is not None:
+                current["#" + path] = count
+            k, added = delta(prev.get(path, ()), values, _added(prev.get("#" + path), count))
             if k:
                 keep[path] = k
             new[path] = added

@@ -119,6 +119,10 @@ class ExecutorView:
     :attr:`running`."""
     note: str | None = None
     """The last row's note: figures standing aside (a CUDA stream while ``torch.profiler`` holds CUPTI)."""
+    samples: int = 0
+    """Rows appended to its histories so far (``history``, ``busy``, ``running``, ``core_wait`` gain one
+    each per row): how many values they gained between two snapshots, exactly where the values repeat
+    (a stream busy 100 % of every window); 0 where not counted."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,8 @@ class GpuView:
     lost: bool = False
     uuid: str = ""
     """NVML's UUID (``GPU-...``), as dcgm-exporter labels the GPU; '' where unknown."""
+    samples: int = 0
+    """Values appended to ``util_history`` so far (as :attr:`ExecutorView.samples`); 0 where not counted."""
 
 
 @dataclass(frozen=True)
@@ -530,6 +536,15 @@ class Snapshot:
     yet", not "none"; 0 with fewer than two ranks stepping."""
     memory: tuple[RankMemory, ...] = ()
     """Each rank's memory at its latest sample."""
+    samples: int = 0
+    """The primary agent's samples appended to the series above so far (``frontend_busy``,
+    ``frontend_wait``, ``frontend_core_wait``, ``overlap``, ``overlap_high``, ``overlap_in_progress``,
+    ``timing`` and ``throughput_history`` gain one value each per sample): how many values they gained
+    between two snapshots, exactly where the values repeat, as a history that keeps a fixed number of
+    values cannot say (a recording's lines carry only the new values: ``contract.recording.delta``);
+    0 where not counted."""
+    host_samples: int = 0
+    """Host readings appended to ``core_history`` so far (as :attr:`samples`); 0 where not counted."""
     # Derived by torchpar_top.model.snapshot.build from the fields above (every source builds its
     # snapshot there): readers read them, never compute them again. ``DERIVED`` names them.
     primary_rank: int | None = None

@@ -63,15 +63,16 @@ from torchpar_top.contract.vocab import (
     ThroughputUnit,
 )
 from torchpar_top.model import derive, figures
-from torchpar_top.model.snapshot import build
+from torchpar_top.model.snapshot import SHOWN_LOG, build
 from torchpar_top.model.stacks import classify_wait, where
 from torchpar_top.model.steps import StepsBook
 from torchpar_top.model.threads import group
 
-#: Samples kept per series (60 s at the default 10 Hz).
+#: Samples kept of each executor's queue value (60 s at the default 10 Hz): the launch queue's strip
+#: shows one per cell, as wide as the terminal lets it.
 HISTORY = 600
-#: Samples kept per core (the core panel shows a short history; 256 cores must stay cheap to copy).
-CORE_HISTORY = 120
+#: Samples kept per core: the widest history the cores panel draws (256 cores must stay cheap to copy).
+CORE_HISTORY = 30
 #: Log lines kept.
 LOG_LINES = 500
 #: stderr lines kept to show when the child dies.
@@ -100,6 +101,20 @@ THROUGHPUT_MEAN_S = 10.0
 RATE_MEAN_S = 2.0
 
 
+def series_length(interval: float) -> int:
+    """Samples kept of each series read over the lanes' window (the frontend's, the overlaps, the
+    timing flags, the throughput, each executor's busy, running and waiting shares): twice that window
+    (:data:`~torchpar_top.model.figures.LANES_SECONDS`), 100 at the default 10 Hz.
+
+    Why not more: every frame's snapshot copies every series whole, and each value copied is a float
+    object touched (its reference count) in memory that other processes evicted since the last frame
+    (measured, ``docs/benchmarks.md`` session 28: 15 series of 600 values cost 106 µs a frame warm and
+    600 µs cold). Nothing reads further back than the window: the screen's lanes and rates read it, the
+    headless object and the metrics the last value, a recording's line the few values new since the
+    line before (its reader rebuilds the whole run from those)."""
+    return 2 * figures.windows(interval)
+
+
 def thread_every(interval: float) -> int:
     """Read the threads once every this many host samples (at least once per sample)."""
     return max(1, round(THREAD_SAMPLE_S / interval))
@@ -120,19 +135,27 @@ class _Executor:
     counts: Counted = Counted.ITEMS
     ready: int | None = None
     note: str | None = None
+    keep: int = HISTORY
+    """Samples kept of ``busy``, ``running`` and ``core_wait`` (:func:`series_length`)."""
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
-    busy: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
-    running: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
-    core_wait: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    busy: deque = field(init=False)
+    running: deque = field(init=False)
+    core_wait: deque = field(init=False)
     splits: bool = False
     """Whether any row split ``busy`` into running and waiting for a core (then ``running`` and
     ``core_wait`` are shown; a window without the split, such as the first, counts as all running)."""
+    samples: int = 0
+    """Rows added (:attr:`ExecutorView.samples`)."""
+
+    def __post_init__(self) -> None:
+        self.busy, self.running, self.core_wait = (deque(maxlen=self.keep) for _ in range(3))
 
     def add(self, row: ExecutorRow) -> None:
         """One sample's row of this executor."""
         self.capacity, self.value, self.counts, self.ready = row.capacity, row.value, row.counts, row.ready
         self.launched, self.completed, self.blocked = row.launched, row.completed, row.blocked
         self.note = row.note
+        self.samples += 1
         self.history.append(row.value)
         self.busy.append(row.busy)
         self.splits = self.splits or row.running is not None
@@ -159,6 +182,7 @@ class _Executor:
             running=tuple(self.running) if self.splits else (),
             core_wait=tuple(self.core_wait) if self.splits else (),
             note=self.note,
+            samples=self.samples,
         )
 
 
@@ -409,9 +433,17 @@ class SessionStore:
         self._log: deque[LogLine] = deque(maxlen=LOG_LINES)
         self._partial: dict[LogSource, LogLine] = {}
         self._seq = 0
+        self._log_view: tuple[int, tuple[LogLine, ...]] = (0, ())
+        """The log as the last snapshot carried it, with the :attr:`_seq` it was copied at: a steady run
+        adds no line for many frames, and a frame's copy of up to ``SHOWN_LOG`` lines touches each."""
         self._paused = False
         self._cores: tuple[float, ...] = ()
         self._core_history: list[deque] = []
+        self._host_samples = 0
+        """Host readings appended to the core histories (:attr:`Snapshot.host_samples`)."""
+        self._samples = 0
+        """Primary samples appended to the top-level series (:attr:`Snapshot.samples`): counted on across
+        a reset, which empties the series (a count that only grows says how many values are new)."""
         self._threads: tuple = ()
         self._gpus: tuple[GpuView, ...] = ()
         self._gpu_status = ""
@@ -435,15 +467,16 @@ class SessionStore:
             self.experiment, self.description = experiment, description
             self._roles: dict[int, ThreadRole] = {}
             self._executors: dict[tuple[int, str], _Executor] = {}  # (rank or -1, name)
-            self._frontend_busy: deque = deque(maxlen=HISTORY)
-            self._frontend_wait: deque = deque(maxlen=HISTORY)
-            self._frontend_core_wait: deque = deque(maxlen=HISTORY)
+            keep = self._series = series_length(self.interval)
+            self._frontend_busy: deque = deque(maxlen=keep)
+            self._frontend_wait: deque = deque(maxlen=keep)
+            self._frontend_core_wait: deque = deque(maxlen=keep)
             self._frontend_split = False
-            self._overlap: deque = deque(maxlen=HISTORY)
-            self._overlap_in_progress: deque = deque(maxlen=HISTORY)
-            self._overlap_high: deque = deque(maxlen=HISTORY)
-            self._timing: deque = deque(maxlen=HISTORY)
-            self._throughput: deque = deque(maxlen=HISTORY)
+            self._overlap: deque = deque(maxlen=keep)
+            self._overlap_in_progress: deque = deque(maxlen=keep)
+            self._overlap_high: deque = deque(maxlen=keep)
+            self._timing: deque = deque(maxlen=keep)
+            self._throughput: deque = deque(maxlen=keep)
             self._unit = ThroughputUnit.ITEMS
             self._last_throughput: float | None = None
             self._mode = Mode.ASYNC
@@ -595,6 +628,7 @@ class SessionStore:
                 self._core_history = [deque(maxlen=CORE_HISTORY) for _ in sample.cores]
             for hist, load in zip(self._core_history, sample.cores, strict=True):
                 hist.append(load)
+            self._host_samples += 1
             self._cores = sample.cores
             if sample.threads is not None:
                 self._thread_window.append(
@@ -818,7 +852,7 @@ class SessionStore:
                 ex = self._executors.get(key)
                 if ex is None:
                     ex = self._executors[key] = _Executor(
-                        row.name, row.kind, row.quantity, row.emulated, src.rank
+                        row.name, row.kind, row.quantity, row.emulated, src.rank, keep=self._series
                     )
                 ex.add(row)
             stack = msg.stack if self.stacks else None
@@ -831,6 +865,7 @@ class SessionStore:
                 self._stack = StackView(
                     src.pid or 0, "MainThread", stack.frames, stack.idle, msg.t, wait, source="agent"
                 )
+            self._samples += 1
             self._timing.append(msg.timing)
             self._frontend_busy.append(msg.frontend.busy)
             self._frontend_wait.append(msg.frontend.wait)
@@ -923,7 +958,7 @@ class SessionStore:
                 scaling=tuple(sorted(self._scaling.values(), key=lambda p: p.threads)),
                 gpus=self._gpus,
                 gpu_status=self._gpu_status,
-                log=tuple(self._log),
+                log=self._log_lines(),
                 log_partial=tuple(self._partial.values()),
                 sample_t=self._sample_t,
                 target=self._target,
@@ -941,7 +976,16 @@ class SessionStore:
                 straggler=straggler,
                 straggler_windows=self._steps.judged,
                 memory=memory,
+                samples=self._samples,
+                host_samples=self._host_samples,
             )
+
+    def _log_lines(self) -> tuple[LogLine, ...]:
+        """The log's last lines as a snapshot carries them (``SHOWN_LOG``), copied again only after a
+        line was added (:attr:`_log_view`)."""
+        if self._log_view[0] != self._seq:
+            self._log_view = (self._seq, tuple(self._log)[-SHOWN_LOG:])
+        return self._log_view[1]
 
     def _step_views(self) -> tuple[tuple[RankView, ...], StepsView | None, Straggler | None, tuple]:
         """The ranks (each with its steps, rated over the same span as the others'), the primary's

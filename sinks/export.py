@@ -113,12 +113,17 @@ def samples_of(
                 j = prev_at.get(key, -1)
                 n = known.get(history_path("executors", i, "busy")) if j == i else None
                 if n is None:
-                    n = len(delta(prev.executors[j].busy if j >= 0 else (), e.busy)[1])
+                    was = prev.executors[j] if j >= 0 else None
+                    counted = (
+                        e.samples - was.samples if was is not None and was.samples and e.samples else None
+                    )
+                    n = len(delta(was.busy if was is not None else (), e.busy, counted)[1])
                 new[_busy_key(key)] = n
             n = known.get("frontend_busy")
-            new["frontend_busy"] = (
-                n if n is not None else len(delta(prev.frontend_busy, snap.frontend_busy)[1])
-            )
+            if n is None:
+                counted = snap.samples - prev.samples if prev.samples and snap.samples else None
+                n = len(delta(prev.frontend_busy, snap.frontend_busy, counted)[1])
+            new["frontend_busy"] = n
         yield TimedSnapshot(t, snap, new, keys)
         prev, prev_at = snap, {key: i for i, key in enumerate(keys)}
 
@@ -393,6 +398,8 @@ PERFETTO_READS = (
     "gpus",
     "executors.rank",
     "executors.counts",
+    "executors.samples",
+    "samples",
     "throughput",
     "throughput_unit",
     "frontend_busy",

@@ -85,6 +85,8 @@ class _Gpu:
     """NVML refused the handle (NO_PERMISSION): no values, not lost."""
     off: set[str] = field(default_factory=set)
     history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    added: int = 0
+    """Values appended to ``history`` so far (:attr:`GpuView.samples`)."""
     util: float | None = None
     samples_ts: int = 0
     samples_t: float = float("-inf")
@@ -257,6 +259,7 @@ class NvmlProbe:
             name=gpu.name,
             util_percent=None if lost else gpu.util,
             util_history=tuple(gpu.history),
+            samples=gpu.added,
             mem_used=None if mem is None else int(mem.used),
             mem_total=None if mem is None else int(mem.total),
             power_w=None if power is None else power / 1000.0,
@@ -297,6 +300,7 @@ class NvmlProbe:
             values = self._fresh_samples(gpu, *got)
             if values:
                 gpu.history.extend(values)
+                gpu.added += len(values)
                 gpu.util, gpu.samples_t = sum(values) / len(values), now
                 return
         elif got is None and "samples" not in gpu.off:
@@ -323,6 +327,7 @@ class NvmlProbe:
             gpu.util = value
             if history:
                 gpu.history.append(value)
+                gpu.added += 1
         elif "rates" in gpu.off and "samples" in gpu.off:
             gpu.util = None
 

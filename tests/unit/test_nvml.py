@@ -95,6 +95,8 @@ def test_sample_timeline_uses_last_seen_timestamp() -> None:
     (third,), _ = probe.sample()  # no time passed: NOT_FOUND, the driver's current average instead
     assert third.util_history == second.util_history
     assert third.util_percent == util(new[-1] / 1e6)
+    # what tells a recording's reader how many values are new: every value appended, counted
+    assert (first.samples, second.samples, third.samples) == (100, 103, 103)
 
 
 def test_driver_without_sample_buffer_falls_back_to_utilization_rates() -> None:
@@ -103,7 +105,7 @@ def test_driver_without_sample_buffer_falls_back_to_utilization_rates() -> None:
     for _ in range(4):
         (view,), _ = probe.sample()
         fake.advance(0.1)
-    assert view.util_percent == 42.0 and view.util_history == (42.0,) * 4
+    assert view.util_percent == 42.0 and view.util_history == (42.0,) * 4 and view.samples == 4
     assert fake.calls[("nvmlDeviceGetSamples", 0)] == 0  # the entry point is missing: FUNCTION_NOT_FOUND
     assert view.power_limit_w == 400.0  # enforced limit missing too: management limit instead
     assert view.process_util_percent is None

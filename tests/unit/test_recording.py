@@ -41,6 +41,35 @@ def test_delta_finds_the_new_values_and_rebuilds_exactly():
     assert delta((5, 6), (1, 2)) == (0, (1, 2))  # nothing in common: written whole
     assert delta((), (1,)) == (0, (1,))
     assert delta((7, 7, 7), (7, 7, 7)) == (3, ())  # a constant series: the same values, none new
+    # ...unless the snapshot counted the values appended: a full history of a repeated value
+    assert delta((7, 7, 7), (7, 7, 7), added=1) == (2, (7,))
+    assert delta((7, 7, 7), (7, 7, 7), added=5) == (0, (7, 7, 7))  # more than it keeps: written whole
+    assert delta((1, 2, 3), (2, 3, 4), added=1) == (2, (4,))
+    assert delta((1, 2, 3), (5, 6, 7), added=1) == (0, (5, 6, 7))  # a count the values refute is not taken
+
+
+def test_a_run_of_repeated_values_gives_the_reader_every_new_value_after_the_histories_fill():
+    """A stream busy 100 % of every window: the histories read the same after each sample once full, so
+    only the snapshots' counts say that a value came (before them, the reader got 600 of 800 samples)."""
+    from fakes.recordings import sample
+    from torchpar_top.contract.snapshot import ChildStatus, HostSample
+    from torchpar_top.model.store import SessionStore, series_length
+
+    st = SessionStore("async")
+    st.on_child(ChildStatus(42, ChildState.RUNNING))
+    encoder, decoder = Encoder(keyframe=0), Decoder()
+    n = HISTORY + 3 * series_length(st.interval)
+    got: dict[str, int] = {}
+    for i in range(n):
+        st.on_message(sample("async", depth=5, throughput=50.0, wait=0.0))
+        st.on_host(HostSample(float(i), (100.0, 100.0), ()))
+        snap = st.snapshot()
+        back = decoder.decode(json.loads(encoder.line(snap)))
+        assert back == snap
+        for path in ("frontend_busy", "timing", "executors.0.busy", "executors.0.history", "core_history.1"):
+            got[path] = got.get(path, 0) + decoder.added.get(path, 1 if i == 0 else 0)
+    assert len(set(snap.frontend_busy)) == len(set(snap.executors[0].history)) == 1  # repeated values
+    assert got == dict.fromkeys(got, n)
 
 
 def test_every_line_decodes_back_to_the_exact_snapshot(snaps):

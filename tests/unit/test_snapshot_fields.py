@@ -31,6 +31,11 @@ HISTORY = (
     "recording keeps it whole"
 )
 
+COUNTED = (
+    "how many values the histories gained so far: what tells a recording's lines how many are new where "
+    "the values repeat (contract.recording.delta), not a figure"
+)
+
 RECENT = "whole recent steps: the recording and the Perfetto export draw them; the window's phases are here"
 
 #: Leaf path in the snapshot (``[]``: each item of a tuple) -> where it is in the headless record
@@ -212,6 +217,7 @@ NOT_IN_HEADLESS = {
     "throughput_history": HISTORY,
     "gpus[].util_history": HISTORY,
     "log[].seq": "the lines come in order; a gap is the dropped marker",
+    **{k: COUNTED for k in ("samples", "host_samples", "executors[].samples", "gpus[].samples")},
     "stack.python_tids": "the threads panel's naming of py-spy's threads when attached, not a figure",
 }
 
@@ -344,6 +350,7 @@ NOT_IN_PROMETHEUS = {
     "scaling[].samples": "how many timings the GFLOP/s is the mean of, not a figure",
     "gpus[].util_history": HISTORY,
     "log[].seq": "log lines are not metrics",
+    **{k: COUNTED for k in ("samples", "host_samples", "executors[].samples", "gpus[].samples")},
     "log_partial[].seq": "log lines are not metrics",
     "sample_t": "the child's clock at its newest sample (latency measurements), not a figure",
     "straggler_windows": "a count of the windows behind the straggler's judgment; the cluster view counts "

@@ -6,6 +6,7 @@ from pytest import approx
 from torchpar_top.contract import messages as m
 from torchpar_top.contract.snapshot import ChildStatus, HostSample, ThreadInfo
 from torchpar_top.contract.vocab import ChildState, DataBound, Role
+from torchpar_top.model import figures
 from torchpar_top.model import store as store_mod
 from torchpar_top.model.store import SessionStore, thread_every
 
@@ -94,6 +95,36 @@ def test_buffers_are_bounded():
     assert snap.executors[0].history[-1] == store_mod.HISTORY + 49
     assert all(len(h) == store_mod.CORE_HISTORY for h in snap.core_history)
     assert len(snap.log) <= 200 and snap.log[-1].text == f"line {store_mod.HISTORY + 49}"
+    # the series read over the lanes' window keep twice that window: 100 samples at 10 Hz
+    keep = store_mod.series_length(st.interval)
+    assert keep == 100
+    for series in (snap.frontend_busy, snap.overlap, snap.timing, snap.executors[0].busy):
+        assert len(series) == keep
+    assert snap.samples == store_mod.HISTORY + 50 and snap.host_samples == store_mod.HISTORY + 50
+    assert snap.executors[0].samples == store_mod.HISTORY + 50
+
+
+def test_the_series_kept_cover_the_lanes_window_at_every_interval():
+    for interval in (0.02, 0.05, 0.1, 0.5, 1.0, 60.0):
+        st = SessionStore("async", interval=interval)
+        for _ in range(3 * store_mod.series_length(interval) + 5):
+            st.on_message(sample(depth=3))
+        snap = st.snapshot()
+        window = figures.windows(interval)
+        assert len(snap.frontend_busy) == len(snap.executors[0].busy) == 2 * window
+        assert snap.lanes is not None and snap.lanes.windows == window  # the lanes read a full window
+
+
+def test_the_log_is_copied_again_only_after_a_line_came():
+    st = SessionStore("async")
+    st.add_log("stdout", "one")
+    first = st.snapshot().log
+    st.on_message(sample(depth=2))
+    assert st.snapshot().log is first  # no new line: the same tuple, not a copy
+    st.add_log("stdout", "two")
+    assert [line.text for line in st.snapshot().log] == ["one", "two"]
+    st.add_log("stdout", "three", partial=True)  # a partial line is not in the log
+    assert [line.text for line in st.snapshot().log] == ["one", "two"]
 
 
 def test_pause_freezes_samples_but_keeps_the_log():

@@ -13,6 +13,7 @@ from rich.color import Color as RichColor
 from rich.style import Style
 from textual.color import Color
 from torchpar_top.contract.snapshot import Snapshot
+from torchpar_top.model.store import CORE_HISTORY
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row, SnapshotPanel
 
@@ -78,7 +79,7 @@ class CoresPanel(SnapshotPanel):
         hist_w = 0
         if history:
             longest = max((len(h) for h in snapshot.core_history), default=0)
-            hist_w = max(6, min(flex // 2, 30, longest))
+            hist_w = max(6, min(flex // 2, CORE_HISTORY, longest))
             flex -= hist_w + 1
         bar_w = max(1, flex)
         out = []
