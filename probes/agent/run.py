@@ -49,6 +49,7 @@ class Options:
     every_op: bool = False
     cupti_duty: float | None = None
     queues: bool = True
+    step_records: bool = True
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -85,6 +86,8 @@ def parse_args(argv: list[str]) -> Options:
             opts.every_op = True
         elif arg == "--no-queues":
             opts.queues = False
+        elif arg == "--no-step-records":
+            opts.step_records = False
         elif arg.startswith("-m"):
             module = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
             if not module:
@@ -168,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         every_op=opts.every_op,
         cupti_duty=opts.cupti_duty,
         watch_queues=opts.queues,
+        step_records=opts.step_records,
     )
     agent.start()
     status: int | None = 0  # None: die of SIGINT, as python does after an uncaught KeyboardInterrupt

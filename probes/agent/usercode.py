@@ -126,6 +126,7 @@ class UserCode:
         every_op: bool = False,
         cupti_duty: float | None = None,
         watch_queues: bool = True,
+        step_records: bool = True,
     ) -> None:
         agent = self.agent = Agent(
             sock,
@@ -152,6 +153,7 @@ class UserCode:
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
         self.data.also_wait = agent.frontend_wait
         self.steps = StepClock(hold=HOLD_S)
+        self.steps.records = step_records
         self._final = False
         """The user's code returned: the next sample is the last (its steps go out, held or not)."""
         """The training steps and their phases (:mod:`.usercode_steps`)."""

@@ -99,6 +99,9 @@ class StepClock:
         self._clock = clock
         self.hold = hold
         """Seconds a replaceable source's first steps are held back (:data:`HOLD_S` in the agent)."""
+        self.records = True
+        """Whether :meth:`take` sends the latest steps whole (``Steps.recent``); False
+        (``--no-step-records``) where nothing records them."""
         self.source: StepSource | None = None
         self._pref = 0
         self.phase = OTHER
@@ -365,11 +368,14 @@ class StepClock:
             times, _, all_phases, _, _ = columns
             if n == len(records):  # every record one whole step (none merged by _compact): the usual case
                 ends = list(map(offset.__add__, times[-MAX_STEP_ENDS:]))
-                timed_ones = compress(zip(times, all_phases, strict=True), all_phases)  # phases not None
-                recent = cast(list[tuple[float, Sequence[float]]], list(timed_ones))[-MAX_STEP_RECORDS:]
+                if self.records:
+                    timed_ones = compress(zip(times, all_phases, strict=True), all_phases)  # phases not None
+                    recent = cast(list[tuple[float, Sequence[float]]], list(timed_ones))[-MAX_STEP_RECORDS:]
             else:
                 ends = [r[0] + offset for r in records[-MAX_STEP_ENDS:] if r[3] == 1]
-                recent = [(r[0], r[2]) for r in records if r[3] == 1 and r[2] is not None][-MAX_STEP_RECORDS:]
+                if self.records:
+                    recent = [(r[0], r[2]) for r in records if r[3] == 1 and r[2] is not None]
+                    recent = recent[-MAX_STEP_RECORDS:]
         gpu = self.gpu
         return Steps(
             source=source,

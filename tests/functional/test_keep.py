@@ -165,6 +165,8 @@ def test_a_torchrun_job_is_recorded_with_its_ranks_and_exports_per_rank(tmp_path
     snaps = list(read_recording(str(path)).snapshots())
     assert any(sorted(r.rank for r in s.ranks) == [0, 1] for s in snaps)
     assert {(e.rank, e.name) for s in snaps for e in s.executors} >= {(0, "cpu (eager)"), (1, "cpu (eager)")}
+    # recorded, the ranks send each step whole (--no-step-records only where nothing records)
+    assert {r.rank for s in snaps for r in s.ranks if r.steps is not None and r.steps.recent} == {0, 1}
     out = tmp_path / "ddp.csv"
     assert run("export", path, "--csv", out).returncode == 0
     with open(out, newline="") as f:

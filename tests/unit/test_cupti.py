@@ -8,6 +8,7 @@ Untested on hardware.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import subprocess
@@ -30,6 +31,7 @@ from torchpar_top.probes.agent.usercode import UserCode
 from torchpar_top.probes.agent.usercode_ops import SyncCounter
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 TRACES = [
     "a100_event_sync_3_streams.json.gz",
     "a100_alexnet_2_streams.json.gz",
@@ -443,6 +445,22 @@ def test_no_queues_goes_from_the_command_line_to_the_agent() -> None:
     assert "--no-queues" in cmd and not parse_args(cmd[cmd.index("--fd") :]).queues
     assert "--no-queues" not in ScriptTarget("x.py").command(3, 0.1, False)
     assert parse_args(["x.py", "--no-queues"]).queues  # after the script: the script's own argument
+
+
+def test_step_records_go_to_the_agent_only_when_the_run_is_recorded() -> None:
+    """A run's ranks send each step whole (``Steps.recent``) only under ``--record``: nothing else
+    reads them."""
+    from torchpar_top.args import parse
+    from torchpar_top.main import _run_target
+    from torchpar_top.probes.agent.run import parse_args
+
+    script = str(SCRIPTS / "steps_phases.py")
+    for argv, records in (([script], False), (["--record", "run.jsonl", script], True)):
+        target = _run_target(parse(["run", *argv]))
+        for fd, nproc in ((3, None), (None, 2)):
+            cmd = dataclasses.replace(target, nproc=nproc).command(fd, 0.1, False)
+            agent = parse_args(cmd[cmd.index("torchpar_top.probes.agent.run") + 1 :])
+            assert agent.step_records is records and agent.target == script
 
 
 def test_load_cupti_without_the_package_is_a_clear_one_line_reason(monkeypatch) -> None:

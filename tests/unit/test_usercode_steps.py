@@ -1,5 +1,6 @@
 """The step clock, its phase hooks and the GPU phases (on the fake CUDA), in this process."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -65,6 +66,27 @@ def test_phases_nest_and_add_up_to_the_step_time_exactly():
     assert len(steps.ends) == 1 and len(steps.recent) == 1
     assert steps.ends[0] == pytest.approx(1000.0)  # wall clock: the step ended "now"
     assert m.decode(m.Log(text="x").to_json())  # the codec takes the message (Sample: test_usercode.py)
+
+
+def test_without_step_records_the_steps_go_out_the_same_less_each_step_whole():
+    """``--no-step-records`` (nothing records the run): the count, ends and phases as with them, no
+    ``recent`` (a recording's export is their only reader)."""
+
+    def three_steps(records):
+        t = SimClock(0.0)
+        c = StepClock(clock=t)
+        c.records = records
+        for _ in range(3):
+            c.enter(FORWARD)
+            t.advance(0.004)
+            c.exit(FORWARD)
+            t.advance(0.001)
+            c.step(StepSource.OPTIMIZER)
+        return c.take(wall=lambda: 1000.0)
+
+    with_records, without = three_steps(True), three_steps(False)
+    assert len(with_records.recent) == 3 and without.recent == ()
+    assert without == dataclasses.replace(with_records, recent=())
 
 
 def test_a_better_source_after_a_sample_keeps_the_count_growing():
