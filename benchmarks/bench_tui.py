@@ -421,8 +421,11 @@ def _base_env(base: Path) -> dict[str, str]:
     return base_env(base)
 
 
-def footprint_round(variant: str, seconds: float, workdir: Path, base: Path | None = None) -> dict[str, Any]:
-    """One measurement of ``variant`` in a 120x36 tmux pane: % of a core, and GFLOP/s for the mm loops."""
+def footprint_round(
+    variant: str, seconds: float, workdir: Path, base: Path | None = None, warmup: float = FOOTPRINT_WARMUP
+) -> dict[str, Any]:
+    """One measurement of ``variant`` in a 120x36 tmux pane after ``warmup`` seconds: % of a core, and
+    GFLOP/s for the mm loops."""
     out = workdir / f"mm-{time.monotonic_ns()}.json"
     mm = Path(__file__).with_name("mm_loop.py")
     run_s = MM_SECONDS if variant.startswith("mm") else seconds
@@ -468,7 +471,7 @@ def footprint_round(variant: str, seconds: float, workdir: Path, base: Path | No
                 time.sleep(0.5)
             result = json.loads(out.read_text())
             return {"variant": variant, "gflops": result["gflops"], "threads": result["threads"]}
-        time.sleep(FOOTPRINT_WARMUP)
+        time.sleep(warmup)
         c0, t0 = _proc_cpu(pid), time.perf_counter()
         time.sleep(seconds)
         c1, t1 = _proc_cpu(pid), time.perf_counter()
@@ -483,7 +486,12 @@ def footprint_round(variant: str, seconds: float, workdir: Path, base: Path | No
 
 
 def footprint(
-    variants: list[str], rounds: int, seconds: float, log: Callable[[str], None], base: Path | None = None
+    variants: list[str],
+    rounds: int,
+    seconds: float,
+    log: Callable[[str], None],
+    base: Path | None = None,
+    warmup: float = FOOTPRINT_WARMUP,
 ) -> dict[str, Any]:
     """``rounds`` rounds of every variant, the order rotated each round; medians and every round."""
     per: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
@@ -491,7 +499,7 @@ def footprint(
         for r in range(rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for variant in order:
-                row = footprint_round(variant, seconds, Path(tmp), base)
+                row = footprint_round(variant, seconds, Path(tmp), base, warmup)
                 log(f"round {r + 1} {variant}: {row}")
                 per[variant].append(row)
     summary: dict[str, Any] = {}
@@ -538,6 +546,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=5, help="with --footprint: rounds (default 5)")
     parser.add_argument(
+        "--warmup",
+        type=float,
+        default=FOOTPRINT_WARMUP,
+        help=f"with --footprint: seconds before the window (default {FOOTPRINT_WARMUP:g}; past 60 a run's "
+        "histories are as full as a long run's)",
+    )
+    parser.add_argument(
         "--base",
         type=Path,
         help="with --footprint: another checkout, run by the variants named NAME (base), e.g. 'app (base)'",
@@ -564,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(
                 f"unknown variants {unknown}: choose from {', '.join(VARIANTS)} (or NAME{BASE_SUFFIX})"
             )
-        summary = footprint(variants, args.rounds, args.seconds, log0, args.base)
+        summary = footprint(variants, args.rounds, args.seconds, log0, args.base, args.warmup)
         if args.json:
             print(json.dumps(summary, indent=2))
         else:
