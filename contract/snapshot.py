@@ -98,7 +98,9 @@ class ExecutorView:
     completed: int
     emulated: bool
     history: tuple[float, ...]
-    """``value`` per sample, oldest first."""
+    """``value`` per sample, oldest first; kept longer than the other series (the launch queue's strip
+    draws one per cell, as wide as the terminal): its newest values line up with :attr:`busy`'s and the
+    snapshot's own series (one value each per sample)."""
     busy: tuple[float, ...]
     """Fraction of each sample window this executor had an item in progress, 0..1, oldest first."""
     blocked: float | None

@@ -49,18 +49,19 @@ def test_async_fills_the_queue_and_sync_collapses_it(session_factory):
     s.toggle_sync()
     wait_for(lambda: s.snapshot().mode == "sync")
     # after the queue drains, every sample in SYNC reads 0 or 1
-    n0 = len(s.snapshot().executors[0].history)
-    wait_for(lambda: len(s.snapshot().executors[0].history) >= n0 + 15 and depths(s)[0] <= 1, timeout=90)
-    n1 = len(s.snapshot().executors[0].history)
+    n0 = s.snapshot().executors[0].samples
+    wait_for(lambda: s.snapshot().executors[0].samples >= n0 + 15 and depths(s)[0] <= 1, timeout=90)
+    n1 = s.snapshot().executors[0].samples
 
     def steady(snap):
-        """Depths after n1 outside the text's timing rounds (they launch 10 items at once whatever the
-        mode, and say so)."""
-        return [
-            d
-            for d, timing in zip(snap.executors[0].history[n1:], snap.timing[n1:], strict=False)
-            if not timing
-        ]
+        """Depths of the samples after n1 outside the text's timing rounds (they launch 10 items at once
+        whatever the mode, and say so). The series keep different lengths (the queue's values 600, the
+        timing flags twice the lanes' window): each gains one value a sample, so the newest k line up."""
+        k = min(snap.executors[0].samples - n1, len(snap.timing), len(snap.executors[0].history))
+        if k <= 0:
+            return []
+        history, timing = snap.executors[0].history[-k:], snap.timing[-k:]
+        return [d for d, t in zip(history, timing, strict=True) if not t]
 
     later = wait_for(lambda: (d := steady(s.snapshot())) and len(d) >= 10 and d, timeout=90)
     assert max(later) <= 1
