@@ -218,7 +218,7 @@ def _run_target(args: argparse.Namespace) -> Any:
         every_op=args.every_op,
         cupti_duty=args.cupti_duty,
         queues=not args.no_queues,
-        step_records=getattr(args, "record", None) is not None,  # only a recording's export draws them
+        step_records=args.record is not None,  # only a recording's export draws them
         nodes=Nodes(**nodes, standalone=args.standalone),
     )
 

@@ -244,11 +244,17 @@ def _counts(snap: Snapshot) -> Iterator[tuple[str, tuple[Any, int]]]:
                 yield history_path("gpus", i, name), ((g.index, g.uuid), g.samples)
 
 
+def counted_between(before: int, after: int) -> int | None:
+    """Values appended to a history between two of its counts (:attr:`Snapshot.samples` and the like),
+    for :func:`delta`; None where either is 0 (not counted) or the count went back (another store)."""
+    return after - before if before and after >= before else None
+
+
 def _added(prev: tuple[Any, int] | None, cur: tuple[Any, int] | None) -> int | None:
-    """Values appended between two counts of :func:`_counts` (None: not known)."""
-    if prev is None or cur is None or prev[0] != cur[0] or cur[1] < prev[1]:
+    """Values appended between two counts of :func:`_counts` (None: not known, or another history)."""
+    if prev is None or cur is None or prev[0] != cur[0]:
         return None
-    return cur[1] - prev[1]
+    return counted_between(prev[1], cur[1])
 
 
 def _with_histories(snap: Snapshot, values: dict[str, Any]) -> Snapshot:

@@ -45,6 +45,7 @@ from torchpar_top.contract.recording import (
     Recording,
     RecordingError,
     RecordingReader,
+    counted_between,
     delta,
     headless_output,
     history_path,
@@ -114,14 +115,12 @@ def samples_of(
                 n = known.get(history_path("executors", i, "busy")) if j == i else None
                 if n is None:
                     was = prev.executors[j] if j >= 0 else None
-                    counted = (
-                        e.samples - was.samples if was is not None and was.samples and e.samples else None
-                    )
+                    counted = counted_between(was.samples, e.samples) if was is not None else None
                     n = len(delta(was.busy if was is not None else (), e.busy, counted)[1])
                 new[_busy_key(key)] = n
             n = known.get("frontend_busy")
             if n is None:
-                counted = snap.samples - prev.samples if prev.samples and snap.samples else None
+                counted = counted_between(prev.samples, snap.samples)
                 n = len(delta(prev.frontend_busy, snap.frontend_busy, counted)[1])
             new["frontend_busy"] = n
         yield TimedSnapshot(t, snap, new, keys)

@@ -152,8 +152,7 @@ class UserCode:
         self.eager: EagerOps = agent.add(EagerOps("cpu (eager)"))
         self.data = DataLoaderWatch(agent.add, threading.get_ident())
         self.data.also_wait = agent.frontend_wait
-        self.steps = StepClock(hold=HOLD_S)
-        self.steps.records = step_records
+        self.steps = StepClock(hold=HOLD_S, records=step_records)
         self._final = False
         """The user's code returned: the next sample is the last (its steps go out, held or not)."""
         """The training steps and their phases (:mod:`.usercode_steps`)."""

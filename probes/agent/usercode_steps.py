@@ -95,11 +95,13 @@ class StepClock:
     of timed steps goes out with them (``Steps.timed``). Phases on the GPU are never sampled.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter, hold: float = 0.0) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, hold: float = 0.0, records: bool = True
+    ) -> None:
         self._clock = clock
         self.hold = hold
         """Seconds a replaceable source's first steps are held back (:data:`HOLD_S` in the agent)."""
-        self.records = True
+        self.records = records
         """Whether :meth:`take` sends the latest steps whole (``Steps.recent``); False
         (``--no-step-records``) where nothing records them."""
         self.source: StepSource | None = None

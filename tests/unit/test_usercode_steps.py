@@ -74,8 +74,7 @@ def test_without_step_records_the_steps_go_out_the_same_less_each_step_whole():
 
     def three_steps(records):
         t = SimClock(0.0)
-        c = StepClock(clock=t)
-        c.records = records
+        c = StepClock(clock=t, records=records)
         for _ in range(3):
             c.enter(FORWARD)
             t.advance(0.004)
