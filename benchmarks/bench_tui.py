@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import platform
 import shlex
@@ -525,6 +526,22 @@ def footprint(
     return summary
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: seconds, a finite number >= 0."""
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def _rounds(text: str) -> int:
+    """An argparse type: a count of rounds >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least one round")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments; run the inner measurement, or all of them and report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -544,10 +561,10 @@ def main(argv: list[str] | None = None) -> int:
         default="app,btop,mm alone,mm under run",
         help=f"with --footprint: which of {', '.join(VARIANTS)}",
     )
-    parser.add_argument("--rounds", type=int, default=5, help="with --footprint: rounds (default 5)")
+    parser.add_argument("--rounds", type=_rounds, default=5, help="with --footprint: rounds (default 5)")
     parser.add_argument(
         "--warmup",
-        type=float,
+        type=_seconds,
         default=FOOTPRINT_WARMUP,
         help=f"with --footprint: seconds before the window (default {FOOTPRINT_WARMUP:g}; past 60 a run's "
         "histories are as full as a long run's)",
