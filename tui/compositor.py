@@ -25,7 +25,8 @@ differently; and under any other version :func:`screen_class` falls back to Text
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -153,6 +154,35 @@ class LineScreen(Screen[Any]):
         super().__init__(name=name, id=id, classes=classes)
         self._compositor = LineCompositor()
         self._compose_timer: ComposeTimer | None = None
+        self._in_frame = False
+        """Inside :meth:`frame`: repaints wait for the frame's end rather than resume the timer."""
+        self._framed = False
+        """A repaint came inside the current :meth:`frame`."""
+
+    @contextmanager
+    def frame(self) -> Iterator[None]:
+        """Compose what the block repaints (:meth:`repaint`) at its end, in the same turn of the event loop.
+
+        Why: a repaint resumed the update timer, whose task then woke in a turn of its own to compose: at
+        10 Hz, 300 wake-ups in 30 s, each a turn of the loop (a poll of the selector, the task's step,
+        Textual's ``invoke`` of the callback) for nothing a synchronous call cannot do. The compose is
+        the timer's own callback (``Screen._on_timer_update``); where it cannot compose (this screen is not
+        the current one, or an app batch is open) the dirty widgets stay and the timer is resumed, as a
+        repaint outside a frame would. Nested frames compose once, at the outer end.
+        """
+        if self._in_frame:
+            yield
+            return
+        self._in_frame = True
+        try:
+            yield
+        finally:
+            self._in_frame = False
+            if self._framed:
+                self._framed = False
+                self._on_timer_update()
+                if self._dirty_widgets:
+                    self._update_timer.resume()
 
     def repaint(self, widget: Widget, regions: Sequence[Region]) -> None:
         """Draw ``regions`` of ``widget`` (content cells; its size and layout unchanged) in the next compose.
@@ -169,7 +199,10 @@ class LineScreen(Screen[Any]):
         """
         widget._set_dirty(*regions)
         self._dirty_widgets.add(widget)
-        self._update_timer.resume()
+        if self._in_frame:  # composed at the frame's end
+            self._framed = True
+        else:
+            self._update_timer.resume()
 
     @property
     def _update_timer(self) -> Timer:

@@ -66,6 +66,9 @@ def _drawn(output: str) -> str:
 
 
 def test_a_partial_update_writes_what_textuals_own_would():
+    """Each frame's compose (at the end of refresh_from_session) is also rendered by Textual's own
+    partial update from the same changed regions: the same spans, the same bytes."""
+
     async def body() -> None:
         base = make_snapshot(executors=2)
         session = FakeSession(base)
@@ -75,29 +78,38 @@ def test_a_partial_update_writes_what_textuals_own_would():
             screen = app.screen
             comp = screen._compositor
             assert isinstance(comp, LineCompositor)
-            for k in (1, 2, 3):
-                session.snapshot_value = _moved(base, k)
-                app.refresh_from_session()  # no await: the screen's own update cannot run in between
-                comp.update_widgets({w for w in screen.walk_children(with_self=True) if w._repaint_regions})
+            pairs = []
+
+            def both():
                 dirty = set(comp._dirty_regions)
-                assert dirty, "nothing changed"
-                ours = comp.render_partial_update()
+                ours = LineCompositor.render_partial_update(comp)
                 comp._dirty_regions.update(dirty)
                 theirs = Compositor.render_partial_update(comp)  # Textual's, rendering every line
+                pairs.append((dirty, ours, theirs))
+                return ours
+
+            comp.render_partial_update = both
+            for k in (1, 2, 3):
+                session.snapshot_value = _moved(base, k)
+                pairs.clear()
+                app.refresh_from_session()  # composes before it returns
+                assert len(pairs) == 1, "not one compose in the frame"
+                dirty, ours, theirs = pairs[0]
+                assert dirty, "nothing changed"
                 assert ours is not None and theirs is not None
                 assert ours.spans == theirs.spans
                 assert _drawn(ours.render_segments(app.console)) == _drawn(
                     theirs.render_segments(app.console)
                 )
-                screen._dirty_widgets.clear()
                 await pilot.pause()
 
     asyncio.run(body())
 
 
 def test_a_changed_line_is_composed_without_a_message_to_its_panel():
-    """LineScreen.repaint: the panels whose lines changed go straight to the screen's next compose (no
-    Prompt to their own tasks, no Update to the screen's), and the compose writes exactly those lines."""
+    """LineScreen.repaint and frame: the panels whose lines changed go straight to the compose at the end of
+    the frame (no Prompt to their own tasks, no Update to the screen's, no wake-up of the update timer),
+    and the compose writes exactly those lines."""
 
     async def body() -> None:
         base = make_snapshot(executors=2)
@@ -122,15 +134,53 @@ def test_a_changed_line_is_composed_without_a_message_to_its_panel():
                     await pilot.pause()
                     posted.clear()
                     updates.clear()
-            assert cores in screen._dirty_widgets and screen._update_timer._active.is_set()
+            # composed in the frame itself: nothing left dirty, the update timer not woken for it
+            assert updates, "nothing composed"
+            assert not screen._dirty_widgets and not screen._update_timer._active.is_set()
             await pilot.pause()
             assert not [m for m in posted if isinstance(m, (messages.Prompt, messages.Update))]
-            assert updates, "nothing composed"
             drawn = {y for update in updates for y, _, _ in update.spans}
             top, bottom = cores.content_region.y, cores.content_region.bottom
             assert drawn and drawn <= set(range(top, bottom)), (drawn, top, bottom)
             text = "\n".join(cores.render_line(y).text for y in range(cores.size.height))
             assert f"{(base.cores[0] + 37) % 100:.0f}%" in text
+
+    asyncio.run(body())
+
+
+def test_a_frame_that_cannot_compose_leaves_its_lines_to_the_update_timer():
+    """Inside an app batch (Textual composes nothing until it ends) the frame's compose does nothing: the
+    changed lines stay dirty, the update timer is resumed, and they are written after the batch."""
+
+    async def body() -> None:
+        base = make_snapshot(executors=2)
+        session = FakeSession(base)
+        app = TorchparTopApp(session, render_interval=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            screen = app.screen
+            cores = app.query_one(CoresPanel)
+            updates: list[object] = []
+            display = app._display
+            app._display = lambda s, update: (updates.append(update), display(s, update))[1]
+            for step in (11, 41):  # the first change after start may relayout (the panel learns its rows)
+                session.snapshot_value = dataclasses.replace(
+                    base, cores=tuple((c + step) % 100 for c in base.cores)
+                )
+                if step == 11:
+                    app.refresh_from_session()
+                    await settle(pilot)
+                    continue
+                updates.clear()
+                with app.batch_update():
+                    app.refresh_from_session()
+                    assert not updates
+                    assert cores in screen._dirty_widgets and screen._update_timer._active.is_set()
+            await pilot.pause()
+            assert updates, "nothing composed after the batch"
+            assert not screen._dirty_widgets
+            drawn = {y for update in updates for y, _, _ in update.spans}
+            assert drawn & set(range(cores.content_region.y, cores.content_region.bottom))
 
     asyncio.run(body())
 
