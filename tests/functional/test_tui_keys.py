@@ -384,6 +384,51 @@ async def test_log_appends_new_lines_and_child_exit() -> None:
 
 
 @run_async
+async def test_an_exit_does_not_repeat_the_traceback_the_log_just_showed() -> None:
+    """The exit's status line carries the child's last stderr lines for when they were not seen; a
+    traceback the log just showed is not printed a second time under it."""
+    traceback = ("Traceback (most recent call last):", '  File "t.py", line 9', "ValueError: bad value 42")
+    app, session = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = app.query_one(LogPanel)
+        snap = make_snapshot(child_state="exited", exit_code=1)
+        child = dataclasses.replace(snap.child, last_stderr=traceback)
+        lines = tuple(LogLine(10 + i, "stderr", text) for i, text in enumerate(traceback))
+        session.snapshot_value = dataclasses.replace(snap, child=child, log=(*snap.log, *lines))
+        app.refresh_from_session()
+        await pilot.pause()
+        text = log_text(log)
+        assert "child exited with code 1" in text
+        assert text.count("ValueError: bad value 42") == 1 and text.count("Traceback") == 1
+    # a log that never showed them (the fake's crash: its traceback's first line is not in the log)
+    app, session = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = app.query_one(LogPanel)
+        session.snapshot_value = make_snapshot(child_state="exited", exit_code=1)
+        app.refresh_from_session()
+        await pilot.pause()
+        text = log_text(log)
+        assert text.endswith("  Traceback (most recent call last):\n  RuntimeError: out of memory")
+
+
+@run_async
+async def test_an_exited_workloads_stack_says_it_is_the_last_one_seen() -> None:
+    app, session = app_on(make_run_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        stack = app.query_one(StackPanel)
+        assert "exited" not in text_of(stack)
+        session.snapshot_value = make_run_snapshot(child_state="exited", exit_code=1)
+        app.refresh_from_session()
+        await settle(pilot)
+        text = text_of(stack)
+        assert "exited · last seen waiting in: DataLoader" in text
+        assert text.rstrip().splitlines()[-1].lstrip().startswith("▶ select")  # its frames kept
+
+
+@run_async
 async def test_render_timer_runs_and_close_is_called_once() -> None:
     session = FakeSession(make_snapshot())
     app = TorchparTopApp(session, render_interval=0.05)

@@ -31,6 +31,9 @@ SOURCE_TAGS = {
 inert = render.inert
 """The log's name for :func:`render.inert` (every panel's rows go through it, see ``Row.add``)."""
 
+STDERR_SEEN = 64
+"""Newest stderr lines remembered to find a child's last ones in the pane (the store keeps fewer)."""
+
 MAX_LINES = 1000
 """Lines kept for scrolling back (each at most :data:`LOG_LINE_MAX` characters: bounded in bytes too)."""
 
@@ -93,6 +96,8 @@ class LogPanel(Widget):
         self._appended = 0
         self._tail: tuple[tuple[Piece, ...], ...] = ()
         """Lines still being written (a progress bar's latest state), shown after the newest line."""
+        self._stderr: deque[tuple[str, int]] = deque(maxlen=STDERR_SEEN)
+        """The newest stderr lines appended: (text, :attr:`_appended` after it)."""
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Append new log lines, and the child's status once when it exits or fails."""
@@ -101,18 +106,34 @@ class LogPanel(Widget):
             if line.seq > self.last_seq:
                 self._append(pieces_of(line))
                 self.last_seq = line.seq
+                if line.source == LogSource.STDERR:
+                    self._stderr.append((line.text, self._appended))
         child = snapshot.child
         key = (child.pid, child.state, child.exit_code)
         lines = status_lines(child)
         if lines and key != self._reported:
             self._reported = key
             self._append(((lines[0], "log--status"),))
-            for extra in lines[1:]:
-                self._append(((extra, "log--stderr"),))
+            if not self._shown_last(child.last_stderr):
+                for extra in lines[1:]:
+                    self._append(((extra, "log--stderr"),))
         tail = tuple(pieces_of(line) for line in snapshot.log_partial)
         if self._appended != before or tail != self._tail:
             self._tail = tail
             self.refresh()
+
+    def _shown_last(self, stderr: tuple[str, ...]) -> bool:
+        """Whether ``stderr`` (a child's last stderr lines, said again when it exits) are the newest stderr
+        lines in the pane, all still kept: then the exit's status line does not repeat them (a traceback
+        read twice in a row). Lines the pane never had (more came in a frame than a snapshot's log holds)
+        or no longer keeps are repeated."""
+        if not stderr or len(stderr) > len(self._stderr):
+            return False
+        newest = list(self._stderr)[-len(stderr) :]
+        return (
+            all(self._appended - at < MAX_LINES for _, at in newest)
+            and tuple(text for text, _ in newest) == stderr
+        )
 
     def plain_lines(self) -> list[str]:
         """Every line kept, as plain text, oldest first (lines still being written last)."""
