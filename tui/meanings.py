@@ -167,12 +167,14 @@ PANELS: tuple[Panel, ...] = (
         "With the agent (experiments, `run`) the workload reads it itself (`sys._current_frames()`, a few "
         "microseconds: no process per dump, no ptrace); attached to a process without the agent, "
         "`py-spy dump --json --nonblocking` reads it (blocking mode would stop every thread of a torch "
-        "process). The title says which. `--no-stacks` turns stacks off.",
+        "process). The title says which. Once the workload has exited, its last stack stays, headed "
+        "*exited · last seen ...* with its age. `--no-stacks` turns stacks off.",
     ),
     Panel(
         "log",
-        "the workload's stdout and stderr, agent messages, and the child's exit status and last error "
-        "lines when it ends; the mouse wheel scrolls back.",
+        "the workload's stdout and stderr, agent messages, and the child's exit status when it ends, "
+        "with its last error lines when the pane does not already show them (a traceback is not printed "
+        "twice); the mouse wheel scrolls back.",
         "A separate pipe from the protocol, so prints never corrupt it; escape sequences the workload "
         "prints are shown as symbols (`␛`), never sent to the terminal.",
     ),

@@ -35,6 +35,7 @@ RELIED_ON = {
     "Widget._check_refresh": (Widget._check_refresh, "ad1c8196be9747bf"),
     "Screen._on_update": (Screen._on_update, "8d962c0761ddb02e"),
     "Screen._on_idle": (Screen._on_idle, "05781131b10da971"),
+    # LineScreen.frame composes by calling the update timer's callback itself
     "Screen._on_timer_update": (Screen._on_timer_update, "421401660de142c5"),
     # HangUpSafeLinuxDriver.run_input_thread is Textual's loop with another wait; the exit wakes it by
     # the exit event that disable_input sets, and the Escape's wait is the parser's _timeout_time
@@ -45,7 +46,7 @@ RELIED_ON = {
 }
 
 WHAT_TO_DO = (
-    "tui/compositor.py (LineCompositor, ComposeTimer, LineScreen.repaint) and tui/driver.py "
+    "tui/compositor.py (LineCompositor, ComposeTimer, LineScreen.repaint and frame) and tui/driver.py "
     "(run_input_thread) override it: "
     "read the new code, check that LineCompositor still writes what Textual's own compositor writes "
     "(tests/functional/test_tui_frames.py) and that the overrides still do what Textual's do, then set "
