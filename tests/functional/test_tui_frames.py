@@ -65,6 +65,14 @@ def _drawn(output: str) -> str:
     return _IDLE_MOVE.sub("", output)
 
 
+def _composed(app: TorchparTopApp) -> list:
+    """The updates ``app`` writes to the terminal from now on (each compose's), as a list kept current."""
+    updates: list = []
+    display = app._display
+    app._display = lambda screen, update: (updates.append(update), display(screen, update))[1]
+    return updates
+
+
 def test_a_partial_update_writes_what_textuals_own_would():
     """Each frame's compose (at the end of refresh_from_session) is also rendered by Textual's own
     partial update from the same changed regions: the same spans, the same bytes."""
@@ -123,9 +131,7 @@ def test_a_changed_line_is_composed_without_a_message_to_its_panel():
             posted: list[object] = []
             for widget in (*app.query(SnapshotPanel), screen):
                 widget.post_message = lambda m, post=widget.post_message: (posted.append(m), post(m))[1]
-            updates: list[object] = []
-            display = app._display
-            app._display = lambda s, update: (updates.append(update), display(s, update))[1]
+            updates = _composed(app)
             for step in (11, 37):  # the first change after start may relayout (the panel learns its rows)
                 moved = dataclasses.replace(base, cores=tuple((c + step) % 100 for c in base.cores))
                 session.snapshot_value = moved
@@ -160,9 +166,7 @@ def test_a_frame_that_cannot_compose_leaves_its_lines_to_the_update_timer():
             await settle(pilot)
             screen = app.screen
             cores = app.query_one(CoresPanel)
-            updates: list[object] = []
-            display = app._display
-            app._display = lambda s, update: (updates.append(update), display(s, update))[1]
+            updates = _composed(app)
             for step in (11, 41):  # the first change after start may relayout (the panel learns its rows)
                 session.snapshot_value = dataclasses.replace(
                     base, cores=tuple((c + step) % 100 for c in base.cores)
