@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from torchpar_top import __version__
 from torchpar_top.args import fail
 from torchpar_top.contract.snapshot import Snapshot
-from torchpar_top.contract.vocab import ChildState
+from torchpar_top.contract.vocab import CHILD_ENDED, ChildState
 
 
 class Outputs:
@@ -115,7 +115,7 @@ def _ended_by(final: Snapshot, quit_by: str, received: int | None, duration: flo
     if state == ChildState.FINISHED:
         recorded = final.replay is not None and final.replay.recorded
         return f"the replay reached the {'recording' if recorded else 'trace'}'s end"
-    if state in (ChildState.EXITED, ChildState.FAILED) and final.child.message:
+    if state in CHILD_ENDED and final.child.message:
         return final.child.message
     if received is not None:
         return f"ended by {signal.Signals(received).name}"

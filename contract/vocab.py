@@ -77,6 +77,11 @@ class ChildState(Word):
     """A replayed trace reached its end (``replay``): no process ran, none exited."""
 
 
+CHILD_ENDED = (ChildState.EXITED, ChildState.FAILED)
+"""The states of a process that is gone: it exited, or could not be started (a replay's end is not one).
+A tuple, tested with ``in``: a state read back as its plain string compares equal to its word."""
+
+
 class Role(Word):
     """What a thread of the watched process does for PyTorch (the threads panel's groups, shown in the
     order defined here)."""

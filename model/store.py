@@ -50,6 +50,7 @@ from torchpar_top.contract.snapshot import (
     ThreadInfo,
 )
 from torchpar_top.contract.vocab import (
+    CHILD_ENDED,
     LOG_LINE_KEEP,
     LOG_LINE_MAX,
     ChildState,
@@ -653,7 +654,7 @@ class SessionStore:
         """The child's state changed."""
         with self._lock:
             self._version += 1
-            if child.state in (ChildState.EXITED, ChildState.FAILED) and not child.last_stderr:
+            if child.state in CHILD_ENDED and not child.last_stderr:
                 child = ChildStatus(
                     child.pid, child.state, child.exit_code, child.message, tuple(self._stderr)
                 )

@@ -27,6 +27,7 @@ from typing import Any
 from torchpar_top.contract.snapshot import Snapshot
 from torchpar_top.contract.units import inert, seconds
 from torchpar_top.contract.vocab import (
+    CHILD_ENDED,
     PHASES,
     ChildState,
     DataBound,
@@ -962,7 +963,7 @@ def _failed(snap: Snapshot | None) -> str | None:
     """How the workload ended where it ended on its own in error (a non-zero status, a signal, or it
     could not start): ``the workload exited with status 1; rank 0 failed first: ...``; None otherwise (a
     stop of ours is no failure: the session reports no status for it)."""
-    if snap is None or snap.child.state not in (ChildState.EXITED, ChildState.FAILED):
+    if snap is None or snap.child.state not in CHILD_ENDED:
         return None
     code = snap.child.exit_code
     if snap.child.state == ChildState.EXITED and not code:

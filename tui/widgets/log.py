@@ -15,7 +15,7 @@ from textual import events
 from textual.strip import Strip
 from textual.widget import Widget
 from torchpar_top.contract.snapshot import ChildStatus, LogLine, Snapshot
-from torchpar_top.contract.vocab import LOG_LINE_MAX, ChildState, LogSource
+from torchpar_top.contract.vocab import CHILD_ENDED, LOG_LINE_MAX, ChildState, LogSource
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Row
 
@@ -43,7 +43,7 @@ Piece = tuple[str, str]
 
 def status_lines(child: ChildStatus) -> list[str]:
     """What to say when the child exited or could not start: the code, the message, its last stderr."""
-    if child.state not in (ChildState.EXITED, ChildState.FAILED):
+    if child.state not in CHILD_ENDED:
         return []
     if child.state == ChildState.FAILED:
         head = "child failed to start"

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from torchpar_top.contract.messages import StackFrame
 from torchpar_top.contract.snapshot import Snapshot, StackView
-from torchpar_top.contract.vocab import ChildState
+from torchpar_top.contract.vocab import CHILD_ENDED
 from torchpar_top.tui import render
 from torchpar_top.tui.widgets.panel import Pad, Row, SnapshotPanel
 
@@ -40,11 +40,6 @@ def verdict(stack: StackView) -> str:
     if stack.waiting_in:
         return f"waiting in: {stack.waiting_in}"
     return "idle (the thread waits)" if stack.idle else "running Python"
-
-
-def ended(snapshot: Snapshot) -> bool:
-    """Whether the workload whose stack is shown has exited (or never started)."""
-    return snapshot.child.state in (ChildState.EXITED, ChildState.FAILED)
 
 
 class StackPanel(SnapshotPanel):
@@ -90,7 +85,9 @@ class StackPanel(SnapshotPanel):
             return [Row().add(line, self.style("note")) for line in lines]
         head = verdict(stack)
         waiting = bool(stack.waiting_in) or stack.idle
-        if ended(snapshot):  # the last stack read, not what the process does now: it does nothing
+        if (
+            snapshot.child.state in CHILD_ENDED
+        ):  # the last stack read, not what the process does now: it does nothing
             row = Row().add(render.clip(f"exited · last seen {head}", width), self.style("note"))
         else:
             row = Row().add(
