@@ -130,10 +130,8 @@ class LogPanel(Widget):
         if not stderr or len(stderr) > len(self._stderr):
             return False
         newest = list(self._stderr)[-len(stderr) :]
-        return (
-            all(self._appended - at < MAX_LINES for _, at in newest)
-            and tuple(text for text, _ in newest) == stderr
-        )
+        kept = self._appended - newest[0][1] < MAX_LINES  # the oldest of them is still in the pane
+        return kept and tuple(text for text, _ in newest) == stderr
 
     def plain_lines(self) -> list[str]:
         """Every line kept, as plain text, oldest first (lines still being written last)."""
