@@ -730,7 +730,8 @@ class SessionStore:
         ``exit_code`` is the process's status where we know it (our own child, from ``wait``): it wins
         over any report. A torchrun rank is not our child, so its status is the one its agent reported
         in an ``exit`` message, if it got to send one (a rank killed by a signal cannot) and did not run
-        on after its connection closed. The log says how the code ended when the report agrees."""
+        on after its connection closed. The log says how a rank's code ended when the report agrees (our own
+        child's exit is said by the session, with the report's reason: once, not twice)."""
         with self._lock:
             self._version += 1
             src = self._sources.get(source)
@@ -744,7 +745,7 @@ class SessionStore:
             if src.lost and source == 0:
                 self._notice = ""  # it no longer runs on
             who = src.who
-        if reported is not None and reported[0] == src.exit_code:
+        if reported is not None and reported[0] == src.exit_code and exit_code is None:
             reason = f": {reported[1]}" if reported[1] else ""
             self.add_log(LogSource.CHILD, f"{who}'s code ended with status {reported[0]}{reason}")
         self._settle_note(src)

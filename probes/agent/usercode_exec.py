@@ -60,14 +60,27 @@ WRAPPERS = tuple(
 )
 
 
+#: The agent's files that call into the code it runs (the user's script, an experiment): a frame outside
+#: the agent called from another of its files is the agent at work (its start-up calling ``warnings``).
+ENTRIES = tuple(AGENT_DIR + name for name in ("run.py", "usercode_exec.py", "bootstrap.py"))
+
+
+def _entry(filename: str) -> bool:
+    return filename.startswith(ENTRIES) or (_starter(filename) and not filename.startswith(AGENT_DIR))
+
+
 def user_frames(frames: list[F]) -> list[F]:
     """``frames`` (outermost first) from the user's code on: the agent's and runpy's frames that start it
     (``run.py``, ``usercode_exec.py`` above the script's ``<module>``) are an implementation detail, and so
     are the agent's wrappers inside it (``WRAPPERS``: ``Tensor.backward`` then torch's ``backward``, not
-    the phase clock's wrapper between them). A stack with nothing below them (the agent's own threads) is
-    kept whole."""
+    the phase clock's wrapper between them). A stack with nothing below them (the agent's own threads),
+    or whose first frame outside them was called by the agent's own work rather than by what starts the
+    code (the instrumentation's install calling ``warnings.filterwarnings``, before the user's code
+    began: a fast crash's last stack read as the user's), is kept whole."""
     for i, frame in enumerate(frames):
         if not _starter(frame.filename):
+            if i and not _entry(frames[i - 1].filename):
+                return frames
             user = [f for f in frames[i:] if not f.filename.startswith(WRAPPERS)]
             return user or frames[i:]
     return frames

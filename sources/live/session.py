@@ -375,14 +375,16 @@ class Session:
             self._resolve_closing()
         message = f"{KILLED_BY} {-code}" if code < 0 else f"exited with status {code}"
         self.store.on_source_closed(0, code)
-        message = "; ".join([message, *self.store.exit_notes()])  # torchrun's status, and why
-        self.store.on_child(ChildStatus(child.pid, ChildState.EXITED, code, f"workload {message}"))
+        message = "workload " + "; ".join([message, *self.store.exit_notes()])  # torchrun's status, and why
         key = (
             "r to run it again, w for an experiment"
             if isinstance(self.target, ScriptTarget)
             else "w to start an experiment"
         )
-        self.store.add_log(LogSource.APP, f"workload pid {child.pid} {message}; press {key}")
+        # the line first: a snapshot that has the exit has the line that says it (the log panel shows
+        # that line as the exit's status line rather than say it twice)
+        self.store.add_log(LogSource.APP, f"pid {child.pid}: {message}; press {key}")
+        self.store.on_child(ChildStatus(child.pid, ChildState.EXITED, code, message))
 
     def _on_child_message(self, msg: Message, number: int = 0) -> None:
         if isinstance(msg, Sample) and msg.cuda_uuids and self._gpu_probe is not None:

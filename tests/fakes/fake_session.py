@@ -437,7 +437,7 @@ def make_run_snapshot(
     )
     if child_state == "exited":
         log += (
-            LogLine(6, "app", f"workload pid 4242 exited with status {exit_code}; press r to run it again"),
+            LogLine(6, "app", f"pid 4242: workload exited with status {exit_code}; press r to run it again"),
         )
     return typed(
         dataclasses.replace(

@@ -116,11 +116,22 @@ def test_torchrun_ranks_are_shown_and_a_dead_rank_is_marked(run_session):
     wait_for(lambda: not running(survivor) and not running(launcher), timeout=15)
 
 
+def _wait_in_loop(s):
+    """Both ranks of ``ranks_clean_up.py`` known by pid and inside their ``try`` block (each said so):
+    stopped earlier, a rank still starting has no ``finally`` to run (a CI run on a slow VM stopped rank 0
+    between its hello and its loop). Returns the ranks."""
+    ranks = wait_for(
+        lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.pid for x in r) and r, timeout=120
+    )
+    wait_for(lambda: sum("in its loop" in line.text for line in s.snapshot().log) == 2, timeout=120)
+    return ranks
+
+
 def test_stopping_torchrun_lets_every_rank_clean_up(run_session, tmp_path):
     """Closing a torchrun session sends each rank's agent the stop first (as Ctrl-C would), so the
     ranks' finally blocks run before anything is signalled."""
     s = run_session("ranks_clean_up.py", str(tmp_path), nproc=2)
-    wait_for(lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.pid for x in r), timeout=120)
+    _wait_in_loop(s)
     s.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0", "rank1"]
 
@@ -129,9 +140,7 @@ def test_a_hang_up_stops_the_ranks_at_once_as_it_would_without_torchpar_top(run_
     """After SIGHUP (the terminal closed) the close sends SIGTERM at once: the ranks' finally blocks do
     not run (SIGTERM's default, as SIGHUP's would have been in that terminal), and nothing is left."""
     s = run_session("ranks_clean_up.py", str(tmp_path), nproc=2)
-    ranks = wait_for(
-        lambda: (r := s.snapshot().ranks) and len(r) == 2 and all(x.pid for x in r) and r, timeout=120
-    )
+    ranks = _wait_in_loop(s)
     launcher = s.snapshot().child.pid
     s.hang_up()
     s.close()

@@ -413,6 +413,61 @@ async def test_an_exit_does_not_repeat_the_traceback_the_log_just_showed() -> No
         assert text.endswith("  Traceback (most recent call last):\n  RuntimeError: out of memory")
 
 
+def _styled_bold(log: LogPanel, needle: str) -> list[bool]:
+    """For each shown line that contains ``needle``: whether its text is drawn bold (the status style)."""
+    found = []
+    for y in range(log.size.height):
+        segments = list(log.render_line(y))
+        if needle in "".join(seg.text for seg in segments):
+            found.append(any(needle in seg.text and bool(seg.style and seg.style.bold) for seg in segments))
+    return found
+
+
+@run_async
+async def test_an_exit_is_said_once_by_the_sessions_line_in_the_status_style() -> None:
+    """The session logs the exit with its hint (``pid N: workload exited ...; press r``) and the child's
+    status carries the same message: the pane shows that line once, in the status style, rather than
+    follow it with ``child exited with code 1: workload exited ...`` -- whether the line came in the
+    frame of the exit or a frame before it."""
+    message = "workload exited with status 1; ValueError: bad value 42"
+    said = f"pid 4242: {message}; press r to run it again, w for an experiment"
+    for early in (False, True):
+        app, session = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            log = app.query_one(LogPanel)
+            running = make_snapshot()
+            line = LogLine(50, "app", said)
+            if early:  # the line, then the exit in the next frame
+                session.snapshot_value = dataclasses.replace(running, log=(*running.log, line))
+                app.refresh_from_session()
+                await pilot.pause()
+                assert _styled_bold(log, "ValueError: bad value 42") == [False]
+            snap = make_snapshot(child_state="exited", exit_code=1)
+            child = dataclasses.replace(snap.child, message=message)
+            session.snapshot_value = dataclasses.replace(snap, child=child, log=(*running.log, line))
+            app.refresh_from_session()
+            await pilot.pause()
+            text = log_text(log)
+            assert "child exited with code" not in text, early
+            assert text.count("ValueError: bad value 42") == 1
+            assert _styled_bold(log, "ValueError: bad value 42") == [True], early
+    # a status nobody logged (the line is another's): the status line says it, as before
+    app, session = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = app.query_one(LogPanel)
+        snap = make_snapshot(child_state="exited", exit_code=1)
+        child = dataclasses.replace(snap.child, message=message)
+        other = LogLine(50, "app", "pid 7: workload exited with status 3; press r to run it again")
+        session.snapshot_value = dataclasses.replace(snap, child=child, log=(*snap.log, other))
+        app.refresh_from_session()
+        await pilot.pause()
+        assert f"child exited with code 1: {message}" in log_text(log)
+        assert _styled_bold(log, "child exited with code 1") == [True]
+        assert _styled_bold(log, "pid 7:") == [False]
+
+
 @run_async
 async def test_an_exited_workloads_stack_says_it_is_the_last_one_seen() -> None:
     app, session = app_on(make_run_snapshot())

@@ -35,3 +35,32 @@ def test_the_emulated_stream_the_experiments_wait_in_is_kept():
 def test_a_stack_of_the_agent_alone_is_kept_whole():
     stack = frames(AGENT_DIR + "run.py", AGENT_DIR + "agent.py")
     assert user_frames(stack) == stack
+
+
+def test_the_agents_own_work_calling_the_standard_library_is_kept_whole():
+    """Before the user's code starts, the instrumentation's install calls ``warnings.filterwarnings``: that
+    is the agent at work, not the user's code (a script that crashed at once had this as its last stack)."""
+    stack = frames(
+        "<frozen runpy>",
+        AGENT_DIR + "run.py",
+        AGENT_DIR + "usercode_install.py",
+        AGENT_DIR + "usercode_phases.py",
+        "/usr/lib/python3.11/warnings.py",
+        "/usr/lib/python3.11/re/__init__.py",
+    )
+    assert user_frames(stack) == stack
+
+
+def test_a_module_run_with_minus_m_starts_at_its_own_frame():
+    stack = frames(
+        AGENT_DIR + "run.py",
+        AGENT_DIR + "usercode_exec.py",
+        "<frozen runpy>",
+        "<frozen runpy>",
+        "/home/me/pkg/train.py",
+        "/venv/torch/nn/modules/module.py",
+    )
+    assert [f.filename for f in user_frames(stack)] == [
+        "/home/me/pkg/train.py",
+        "/venv/torch/nn/modules/module.py",
+    ]

@@ -34,6 +34,10 @@ inert = render.inert
 STDERR_SEEN = 64
 """Newest stderr lines remembered to find a child's last ones in the pane (the store keeps fewer)."""
 
+APP_SEEN = 8
+"""Newest app lines remembered to find the one that said the child's exit (the session logs it as the
+exit happens, so it is among the newest)."""
+
 MAX_LINES = 1000
 """Lines kept for scrolling back (each at most :data:`LOG_LINE_MAX` characters: bounded in bytes too)."""
 
@@ -98,6 +102,8 @@ class LogPanel(Widget):
         """Lines still being written (a progress bar's latest state), shown after the newest line."""
         self._stderr: deque[tuple[str, int]] = deque(maxlen=STDERR_SEEN)
         """The newest stderr lines appended: (text, :attr:`_appended` after it)."""
+        self._app: deque[tuple[str, int]] = deque(maxlen=APP_SEEN)
+        """The newest app lines appended, the same way."""
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Append new log lines, and the child's status once when it exits or fails."""
@@ -108,19 +114,39 @@ class LogPanel(Widget):
                 self.last_seq = line.seq
                 if line.source == LogSource.STDERR:
                     self._stderr.append((line.text, self._appended))
+                elif line.source == LogSource.APP:
+                    self._app.append((line.text, self._appended))
         child = snapshot.child
         key = (child.pid, child.state, child.exit_code)
         lines = status_lines(child)
+        restyled = False
         if lines and key != self._reported:
             self._reported = key
-            self._append(((lines[0], "log--status"),))
+            restyled = self._restyle_said(child.message)
+            if not restyled:
+                self._append(((lines[0], "log--status"),))
             if not self._shown_last(child.last_stderr):
                 for extra in lines[1:]:
                     self._append(((extra, "log--stderr"),))
         tail = tuple(pieces_of(line) for line in snapshot.log_partial)
-        if self._appended != before or tail != self._tail:
+        if self._appended != before or restyled or tail != self._tail:
             self._tail = tail
             self.refresh()
+
+    def _restyle_said(self, message: str) -> bool:
+        """Where one of the newest app lines, still in the pane, says the child's exit (contains its status
+        ``message``: the session's line, ``pid N: workload exited with status 1; ValueError: ...; press
+        r...``), that line is shown in the status line's style and True is returned: the exit is said once,
+        with the session's hint, not followed by a status line that repeats it."""
+        if not message:
+            return False
+        for text, appended in reversed(self._app):
+            back = self._appended - appended  # lines appended after it
+            if message in text and back < len(self._lines):
+                tag, (body, _) = self._lines[-1 - back]
+                self._lines[-1 - back] = (tag, (body, "log--status"))
+                return True
+        return False
 
     def _shown_last(self, stderr: tuple[str, ...]) -> bool:
         """Whether ``stderr`` (a child's last stderr lines, said again when it exits) are the newest stderr
