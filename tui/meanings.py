@@ -172,9 +172,10 @@ PANELS: tuple[Panel, ...] = (
     ),
     Panel(
         "log",
-        "the workload's stdout and stderr, agent messages, and the child's exit status when it ends, "
-        "with its last error lines when the pane does not already show them (a traceback is not printed "
-        "twice); the mouse wheel scrolls back.",
+        "the workload's stdout and stderr, agent messages, and the child's exit status when it ends "
+        "(one bold line: `pid N: workload exited with status 1; ValueError: ...; press r to run it "
+        "again`), with its last error lines when the pane does not already show them (a traceback is not "
+        "printed twice); the mouse wheel scrolls back.",
         "A separate pipe from the protocol, so prints never corrupt it; escape sequences the workload "
         "prints are shown as symbols (`␛`), never sent to the terminal.",
     ),
