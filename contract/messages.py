@@ -292,7 +292,9 @@ class Sample(Message):
     """Share of the window with two or more executors holding an item in progress (running or not)."""
     executors: tuple[ExecutorRow, ...] = ()
     roles: tuple[ThreadRole, ...] = ()
-    """Threads the agent knows (all of them: roles of threads born since hello included)."""
+    """Threads the agent knows (all of them: roles of threads born since hello included), sent where they
+    differ from what the agent's last hello or sample said; empty when unchanged (the reader keeps the
+    roles said before: a thread's role never goes out with a sample that does not carry it)."""
     draining: bool = False
     """True while the ASYNC backlog completes after a switch to SYNC (neither mode's steady state)."""
     data_wait: float | None = bounded(default=None, lo=0.0, hi=1.0)

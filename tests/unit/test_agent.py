@@ -126,9 +126,9 @@ def test_sample_message_is_valid_and_measures_busy_time():
 
 
 def test_a_samples_thread_roles_are_rebuilt_when_a_count_changes_or_a_second_passed(monkeypatch):
-    """Roles go out with every sample but are built again only when the threads' counts change (a
-    thread started or ended) or after ROLES_EVERY: a thread that took another's place is named within
-    that second."""
+    """Roles are built again only when the threads' counts change (a thread started or ended) or after
+    ROLES_EVERY: a thread that took another's place is named within that second. A sample carries them
+    only where they differ from what the agent said last (hello, or an earlier sample)."""
     from torchpar_top.probes.agent import agent as agent_module
 
     agent = _agent()
@@ -136,21 +136,48 @@ def test_a_samples_thread_roles_are_rebuilt_when_a_count_changes_or_a_second_pas
     real = agent.roles
     monkeypatch.setattr(agent, "roles", lambda: built.append(1) or real())
     gate = threading.Event()
+    worker = threading.Thread(target=gate.wait, name="user-worker")
     try:
         t = time.perf_counter()
         first = agent.sample(t - 0.1, t).roles
+        assert first and first[0].tid == threading.get_native_id()
         again = agent.sample(t, t + 0.1).roles
-        assert len(built) == 1 and again == first
-        worker = threading.Thread(target=gate.wait, name="user-worker")
+        assert len(built) == 1 and again == ()  # not built, not said again
         worker.start()
         third = agent.sample(t + 0.1, t + 0.2).roles
         assert len(built) == 2 and worker.native_id in {r.tid for r in third}
+        assert {r.tid for r in first} < {r.tid for r in third}  # said whole, not as a difference
         later = t + 0.2 + agent_module.ROLES_EVERY
-        agent.sample(later - 0.1, later)
-        assert len(built) == 3  # unchanged counts, but a second old
+        assert agent.sample(later - 0.1, later).roles == ()  # built again (a second old): the same
+        assert len(built) == 3
+        gate.set()
+        worker.join()
+        gone = later + 0.1
+        assert worker.native_id not in {r.tid for r in agent.sample(later, gone).roles}  # changed: said
+        assert len(built) == 4
     finally:
         gate.set()
         agent.close()
+
+
+def test_the_roles_said_in_hello_are_not_said_again_by_the_first_sample():
+    parent, child = socket.socketpair()
+    agent = _agent(child)
+    reader = parent.makefile("rb")
+    try:
+        agent.start()
+        hello = m.decode(reader.readline())
+        assert isinstance(hello, m.Hello) and hello.roles
+        t = time.perf_counter()
+        sample = agent.sample(t - 0.1, t)
+        # the sampler thread started after hello: its role is new, and the roles are said whole
+        assert {r.tid for r in hello.roles} <= {r.tid for r in sample.roles}
+        assert agent.sample(t, t + 0.1).roles == ()
+    finally:
+        agent.close()
+        reader.close()
+        parent.close()
+        _samplers_stopped()
 
 
 def test_commands_over_the_socket_change_mode_and_threads():
