@@ -141,12 +141,18 @@ class LogPanel(Widget):
         if not message:
             return False
         for text, appended in reversed(self._app):
-            back = self._appended - appended  # lines appended after it
-            if message in text and back < len(self._lines):
-                tag, (body, _) = self._lines[-1 - back]
-                self._lines[-1 - back] = (tag, (body, "log--status"))
+            at = self._kept(appended)
+            if message in text and at is not None:
+                tag, (body, _) = self._lines[at]
+                self._lines[at] = (tag, (body, "log--status"))
                 return True
         return False
+
+    def _kept(self, appended: int) -> int | None:
+        """Where the line that :attr:`_appended` counted as ``appended`` is in :attr:`_lines` (an index from
+        the end), or None once the pane no longer keeps it (:data:`MAX_LINES` newer ones came)."""
+        back = self._appended - appended  # lines appended after it
+        return -1 - back if back < len(self._lines) else None
 
     def _shown_last(self, stderr: tuple[str, ...]) -> bool:
         """Whether ``stderr`` (a child's last stderr lines, said again when it exits) are the newest stderr
@@ -156,7 +162,7 @@ class LogPanel(Widget):
         if not stderr or len(stderr) > len(self._stderr):
             return False
         newest = list(self._stderr)[-len(stderr) :]
-        kept = self._appended - newest[0][1] < MAX_LINES  # the oldest of them is still in the pane
+        kept = self._kept(newest[0][1]) is not None  # the oldest of them is still in the pane
         return kept and tuple(text for text, _ in newest) == stderr
 
     def plain_lines(self) -> list[str]:
