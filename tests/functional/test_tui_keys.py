@@ -73,6 +73,13 @@ def app_on(snapshot: Snapshot) -> tuple[TorchparTopApp, FakeSession]:
     return TorchparTopApp(session, render_interval=None), session
 
 
+async def draw(pilot: Pilot, session: FakeSession, snapshot: Snapshot) -> None:
+    """The app's next frame draws ``snapshot`` (the fake session's snapshot from now on)."""
+    session.snapshot_value = snapshot
+    pilot.app.refresh_from_session()  # type: ignore[attr-defined]
+    await pilot.pause()
+
+
 def on_screen(widget: Widget) -> bool:
     """Whether the widget is shown and lies wholly inside the screen."""
     screen = widget.screen.region
@@ -372,9 +379,7 @@ async def test_log_appends_new_lines_and_child_exit() -> None:
         await pilot.pause()
         assert log_text(log).count("TypedStorage") == 1
         snap = make_snapshot(child_state="exited", exit_code=1)
-        session.snapshot_value = dataclasses.replace(snap, log=(*snap.log, LogLine(6, "stdout", "bye")))
-        app.refresh_from_session()
-        await pilot.pause()
+        await draw(pilot, session, dataclasses.replace(snap, log=(*snap.log, LogLine(6, "stdout", "bye"))))
         text = log_text(log)
         assert "bye" in text and "child exited with code 1" in text and "RuntimeError: out of memory" in text
         assert "exited 1" in header(app)
@@ -395,9 +400,7 @@ async def test_an_exit_does_not_repeat_the_traceback_the_log_just_showed() -> No
         snap = make_snapshot(child_state="exited", exit_code=1)
         child = dataclasses.replace(snap.child, last_stderr=traceback)
         lines = tuple(LogLine(10 + i, "stderr", text) for i, text in enumerate(traceback))
-        session.snapshot_value = dataclasses.replace(snap, child=child, log=(*snap.log, *lines))
-        app.refresh_from_session()
-        await pilot.pause()
+        await draw(pilot, session, dataclasses.replace(snap, child=child, log=(*snap.log, *lines)))
         text = log_text(log)
         assert "child exited with code 1" in text
         assert text.count("ValueError: bad value 42") == 1 and text.count("Traceback") == 1
@@ -406,9 +409,7 @@ async def test_an_exit_does_not_repeat_the_traceback_the_log_just_showed() -> No
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         log = app.query_one(LogPanel)
-        session.snapshot_value = make_snapshot(child_state="exited", exit_code=1)
-        app.refresh_from_session()
-        await pilot.pause()
+        await draw(pilot, session, make_snapshot(child_state="exited", exit_code=1))
         text = log_text(log)
         assert text.endswith("  Traceback (most recent call last):\n  RuntimeError: out of memory")
 
@@ -439,15 +440,11 @@ async def test_an_exit_is_said_once_by_the_sessions_line_in_the_status_style() -
             running = make_snapshot()
             line = LogLine(50, "app", said)
             if early:  # the line, then the exit in the next frame
-                session.snapshot_value = dataclasses.replace(running, log=(*running.log, line))
-                app.refresh_from_session()
-                await pilot.pause()
+                await draw(pilot, session, dataclasses.replace(running, log=(*running.log, line)))
                 assert _styled_bold(log, "ValueError: bad value 42") == [False]
             snap = make_snapshot(child_state="exited", exit_code=1)
             child = dataclasses.replace(snap.child, message=message)
-            session.snapshot_value = dataclasses.replace(snap, child=child, log=(*running.log, line))
-            app.refresh_from_session()
-            await pilot.pause()
+            await draw(pilot, session, dataclasses.replace(snap, child=child, log=(*running.log, line)))
             text = log_text(log)
             assert "child exited with code" not in text, early
             assert text.count("ValueError: bad value 42") == 1
@@ -460,9 +457,7 @@ async def test_an_exit_is_said_once_by_the_sessions_line_in_the_status_style() -
         snap = make_snapshot(child_state="exited", exit_code=1)
         child = dataclasses.replace(snap.child, message=message)
         other = LogLine(50, "app", "pid 7: workload exited with status 3; press r to run it again")
-        session.snapshot_value = dataclasses.replace(snap, child=child, log=(*snap.log, other))
-        app.refresh_from_session()
-        await pilot.pause()
+        await draw(pilot, session, dataclasses.replace(snap, child=child, log=(*snap.log, other)))
         assert f"child exited with code 1: {message}" in log_text(log)
         assert _styled_bold(log, "child exited with code 1") == [True]
         assert _styled_bold(log, "pid 7:") == [False]
