@@ -168,14 +168,15 @@ PANELS: tuple[Panel, ...] = (
         "microseconds: no process per dump, no ptrace); attached to a process without the agent, "
         "`py-spy dump --json --nonblocking` reads it (blocking mode would stop every thread of a torch "
         "process). The title says which. Once the workload has exited, its last stack stays, headed "
-        "*exited · last seen ...* with its age. `--no-stacks` turns stacks off.",
+        "*exited · last seen ...* with its age (the last one read while its code ran: a workload that "
+        "crashed before its first reading shows none). `--no-stacks` turns stacks off.",
     ),
     Panel(
         "log",
         "the workload's stdout and stderr, agent messages, and the child's exit status when it ends "
         "(one bold line: `pid N: workload exited with status 1; ValueError: ...; press r to run it "
         "again`), with its last error lines when the pane does not already show them (a traceback is not "
-        "printed twice); the mouse wheel scrolls back.",
+        "printed twice); a line wider than the pane wraps under its text; the mouse wheel scrolls back.",
         "A separate pipe from the protocol, so prints never corrupt it; escape sequences the workload "
         "prints are shown as symbols (`␛`), never sent to the terminal.",
     ),

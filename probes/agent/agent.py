@@ -451,7 +451,9 @@ class Agent:
         wait = min(1.0, busy_time(self.frontend_wait.intervals(t0, t1)) / window)
         frontend = self._frontend(wait, window)
         stack = None
-        if t1 - self._stack_t >= STACK_EVERY:
+        # made on the frontend thread itself (the last sample, after the user's code returned), its stack
+        # would be this agent's own calls: the last one sampled while the user's code ran stays the one shown
+        if t1 - self._stack_t >= STACK_EVERY and threading.get_ident() != self.frontend_ident:
             self._stack_t = t1
             stack = self.frontend_stack(
                 idle=frontend.core_wait is not None and frontend.busy < IDLE_RUN_SHARE

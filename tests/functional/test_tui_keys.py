@@ -39,7 +39,7 @@ from torchpar_top.tui.widgets.cores import CoresPanel
 from torchpar_top.tui.widgets.gpus import GpusPanel
 from torchpar_top.tui.widgets.header import HeaderBar
 from torchpar_top.tui.widgets.lanes import LanesPanel
-from torchpar_top.tui.widgets.log import LogPanel
+from torchpar_top.tui.widgets.log import WRAP_MIN, LogPanel
 from torchpar_top.tui.widgets.panel import SnapshotPanel
 from torchpar_top.tui.widgets.queues import QueuesPanel
 from torchpar_top.tui.widgets.ranks import RanksPanel
@@ -751,6 +751,50 @@ async def test_log_follows_the_tail_and_scrolls_back_with_the_wheel() -> None:
             log.post_message(events.MouseScrollDown(*wheel))
         await pilot.pause()
         assert log.scroll_back == 0 and "line 61" in text_of(log) and not log.border_subtitle
+
+
+@run_async
+async def test_a_line_wider_than_the_log_wraps_under_its_text_and_scrolling_back_reaches_the_oldest() -> None:
+    """A traceback's long path is not cut off: its text goes on in rows of its own, under the text (not
+    the tag); the line after it is still the newest row; the wheel scrolls back to the very first line."""
+    snap = make_snapshot()
+    path = "/home/someone/.venv/lib/python3.11/site-packages/" + "deeply/nested/" * 8 + "module.py"
+    long = f'File "{path}", line 4242, in forward'
+    lines = (
+        *(LogLine(i, "stdout", f"line {i}") for i in range(1, 41)),
+        LogLine(41, "stderr", long),
+        LogLine(42, "stdout", "after it"),
+    )
+    app, _ = app_on(dataclasses.replace(snap, log=lines))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        log = app.query_one(LogPanel)
+        rows = text_of(log).split("\n")
+        width = log.size.width
+        at = next(i for i, row in enumerate(rows) if 'File "/home' in row)
+        tag = rows[at].index("File")
+        after = next(i for i, row in enumerate(rows) if row.strip() == "out after it")
+        continued = rows[at + 1 : after]
+        assert len(continued) >= 1 and all(len(row.rstrip()) <= width for row in rows)
+        assert all(row[:tag].strip() == "" for row in continued)  # under the text, not the tag
+        assert "".join(row[tag:].rstrip() for row in [rows[at], *continued]) == long
+        wheel = (log, 1, 1, 0, 0, 0, False, False, False)
+        for _ in range(30):
+            log.post_message(events.MouseScrollUp(*wheel))
+        await pilot.pause()
+        assert text_of(log).split("\n")[0].strip() == "out line 1"  # the oldest line at the top
+
+
+@run_async
+async def test_a_long_line_in_a_narrow_log_is_clipped_not_wrapped_into_slivers() -> None:
+    snap = make_snapshot()
+    app, _ = app_on(dataclasses.replace(snap, log=(LogLine(1, "stdout", "x" * 300),)))
+    async with app.run_test(size=(14, 30)) as pilot:
+        await settle(pilot)
+        log = app.query_one(LogPanel)
+        assert 0 < log.size.width - len("  out ") < WRAP_MIN  # too narrow to wrap into
+        rows = [row for row in text_of(log).split("\n") if row.strip()]
+        assert len(rows) == 1
 
 
 @run_async

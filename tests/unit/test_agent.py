@@ -755,6 +755,28 @@ def test_the_last_sample_covers_the_time_since_the_samplers_last_window_at_once(
     assert samples[0].window >= 0.2 and samples[0].throughput == approx(7 / samples[0].window)
 
 
+def test_the_last_sample_made_on_the_frontend_thread_carries_no_stack_of_the_agents_own_calls():
+    """After the user's code returned, the frontend thread makes the last sample itself: a stack read
+    then would be the agent's calls (``last_sample``, ``sample``...), shown as where the workload was.
+    It carries none; a sample the sampler thread makes carries the frontend's stack."""
+    parent, child = socket.socketpair()
+    agent = _agent(child, interval=30.0)
+    try:
+        agent.start()
+        agent.last_sample()
+        last = [msg for msg in _messages(parent) if isinstance(msg, m.Sample)]
+        from_the_sampler: list = []
+        sampler = threading.Thread(target=lambda: from_the_sampler.append(agent.sample(0.0, 1.0)))
+        sampler.start()
+        sampler.join()
+    finally:
+        parent.close()
+        agent.close()
+    assert len(last) == 1 and last[0].stack is None
+    stack = from_the_sampler[0].stack
+    assert stack is not None and stack.frames  # the frontend (this test's thread) as it waits in join
+
+
 def test_a_last_sample_that_cannot_be_made_is_said_and_the_exit_goes_on():
     parent, child = socket.socketpair()
     agent = _agent(child, interval=30.0)

@@ -191,6 +191,31 @@ def test_a_log_line_of_a_megabyte_is_kept_cut() -> None:
     assert sum(len(text) for text, _ in pieces) <= LOG_LINE_MAX + 6  # the tag, then the text
 
 
+def test_a_wrapped_log_line_breaks_between_words_keeps_every_character_and_fits() -> None:
+    """Rows break after a space where one is in the row's second half, mid-word only where there is
+    none (a path); wide characters count two cells; together the rows are the line, each within width."""
+    from rich.cells import cell_len
+    from torchpar_top.tui.widgets.log import WRAP_INDENT, wrapped
+
+    said = "pid 9: workload exited with status 1; ValueError: bad value 42; press r to run it again"
+    rows = wrapped((("  app ", "log--tag"), (said, "log--status")), 40)
+    assert [row[0][0] for row in rows] == ["  app "] + [" " * 6] * (len(rows) - 1)
+    assert "".join(row[1][0] for row in rows) == said
+    assert all(cell_len("".join(text for text, _ in row)) <= 40 for row in rows)
+    assert all(row[1][0].endswith(" ") for row in rows[:-1])  # words whole
+    assert all(row[1][1] == "log--status" for row in rows)  # the continuation keeps the line's colour
+    path = "/x" * 60 + " 語" * 30
+    rows = wrapped(((path, "log--status"),), 30)
+    assert "".join(row[-1][0] for row in rows) == path and all(
+        row[0][0] == " " * WRAP_INDENT for row in rows[1:]
+    )
+    assert all(cell_len("".join(text for text, _ in row)) <= 30 for row in rows)
+    assert rows[0] == ((path[:30], "log--status"),)  # no space in the row: cut at the width
+    assert wrapped((("  out ", "log--tag"), ("short", "log--stdout")), 40) == [
+        (("  out ", "log--tag"), ("short", "log--stdout"))
+    ]
+
+
 def test_a_frontend_lane_of_fewer_values_than_cells_is_drawn_as_the_values_stretched_cell_by_cell() -> None:
     """Fewer values than cells: a glyph per value, repeated, must draw what a glyph per stretched cell
     draws (render.fit repeats each value over whole cells)."""

@@ -2,7 +2,8 @@
 
 A Line API widget like the panels: appending lines only repaints it (a ``RichLog`` grows its virtual
 size on every write, which relayouts the whole screen: a script printing every step would cost a
-layout per frame). It shows the newest lines; the mouse wheel scrolls back.
+layout per frame). It shows the newest lines; the mouse wheel scrolls back. A line wider than the pane
+wraps, its text continuing under itself (a traceback's long path keeps its line number).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import ClassVar
 
+from rich.cells import cell_len, chop_cells
 from rich.style import Style
 from textual import events
 from textual.strip import Strip
@@ -43,6 +45,43 @@ MAX_LINES = 1000
 
 Piece = tuple[str, str]
 """Some text and the component class that colours it."""
+
+WRAP_INDENT = 2
+"""Cells a wrapped line of one piece (a status line) is indented by after its first row; a tagged line's
+rows continue under its text."""
+
+WRAP_MIN = 12
+"""Below this many cells for the continued text, a long line is clipped instead (a tiny pane)."""
+
+
+def wrapped(pieces: tuple[Piece, ...], width: int) -> list[tuple[Piece, ...]]:
+    """The rows ``pieces`` take in ``width`` cells: one where it fits; otherwise its last piece (the text)
+    goes on in rows of its own, indented by the pieces before it (the tag) or :data:`WRAP_INDENT`."""
+    *head, (text, name) = pieces
+    used = sum(cell_len(part) for part, _ in head)
+    if used + cell_len(text) <= width:
+        return [pieces]
+    indent = used if head else WRAP_INDENT
+    if width - indent < WRAP_MIN or width - used < 1:
+        return [pieces]  # clipped where drawn
+    first = _row_of(text, width - used)
+    rows: list[tuple[Piece, ...]] = [(*head, (first, name))]
+    rest = text[len(first) :]
+    while rest:
+        row = _row_of(rest, width - indent)
+        rows.append(((" " * indent, name), (row, name)))
+        rest = rest[len(row) :]
+    return rows
+
+
+def _row_of(text: str, width: int) -> str:
+    """As much of ``text`` as one row of ``width`` cells takes: up to its last space where that is in the
+    row's second half (words stay whole), else cut at the width (a path has no spaces to break at)."""
+    if cell_len(text) <= width:
+        return text
+    row = chop_cells(text, width)[0]
+    space = row.rfind(" ")
+    return row[: space + 1] if space >= len(row) // 2 else row
 
 
 def status_lines(child: ChildStatus) -> list[str]:
@@ -104,6 +143,10 @@ class LogPanel(Widget):
         """The newest stderr lines appended: (text, :attr:`_appended` after it)."""
         self._app: deque[tuple[str, int]] = deque(maxlen=APP_SEEN)
         """The newest app lines appended, the same way."""
+        self._version = 0
+        """Counts changes to what is shown (lines, their styles, the tail, the scroll)."""
+        self._rows: tuple[tuple[int, int, int], list[tuple[Piece, ...]]] = ((-1, -1, -1), [])
+        """The rows on screen, wrapped, for (width, height, :attr:`_version`)."""
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Append new log lines, and the child's status once when it exits or fails."""
@@ -131,6 +174,7 @@ class LogPanel(Widget):
         tail = tuple(pieces_of(line) for line in snapshot.log_partial)
         if self._appended != before or restyled or tail != self._tail:
             self._tail = tail
+            self._version += 1
             self.refresh()
 
     def _restyle_said(self, message: str) -> bool:
@@ -145,6 +189,7 @@ class LogPanel(Widget):
             if message in text and at is not None:
                 tag, (body, _) = self._lines[at]
                 self._lines[at] = (tag, (body, "log--status"))
+                self._version += 1
                 return True
         return False
 
@@ -173,23 +218,41 @@ class LogPanel(Widget):
         """Add a line; a view scrolled back stays on the lines it shows."""
         self._lines.append(pieces)
         self._appended += 1
+        self._version += 1
         if self.scroll_back:
             self.scroll_back = min(self.scroll_back + 1, self._max_scroll())
             self._show_scroll()
 
     def render_line(self, y: int) -> Strip:
-        """Line ``y``: the newest lines fill the pane from the bottom up (less what is scrolled back)."""
+        """Row ``y``: the newest lines fill the pane from the bottom up (less what is scrolled back)."""
         width, height = self.size
         base = self.rich_style
-        end = len(self._lines) + len(self._tail) - self.scroll_back  # one past the newest line shown
-        index = max(0, end - height) + y
-        if index >= end:
+        rows = self._rows_shown(width, height)
+        if y >= len(rows):
             return Strip.blank(width, base)
         row = Row()
-        pieces = self._lines[index] if index < len(self._lines) else self._tail[index - len(self._lines)]
-        for text, name in pieces:
+        for text, name in rows[y]:
             row.add(text, self._style(name))
         return row.strip(width, base)
+
+    def _line(self, index: int) -> tuple[Piece, ...]:
+        """Line ``index`` of the lines kept and then those still being written."""
+        return self._lines[index] if index < len(self._lines) else self._tail[index - len(self._lines)]
+
+    def _rows_shown(self, width: int, height: int) -> list[tuple[Piece, ...]]:
+        """The rows the pane shows, top first: the lines up to the newest shown (less what is scrolled
+        back), wrapped, as many as fit from the bottom up; fewer lines than rows fill it from the top."""
+        key = (width, height, self._version)
+        if self._rows[0] == key:
+            return self._rows[1]
+        rows: list[tuple[Piece, ...]] = []
+        index = len(self._lines) + len(self._tail) - self.scroll_back - 1  # the newest line shown
+        while index >= 0 and len(rows) < height:
+            rows[:0] = wrapped(self._line(index), width)
+            index -= 1
+        rows = rows[max(0, len(rows) - height) :]
+        self._rows = (key, rows)
+        return rows
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         """Scroll back through older lines."""
@@ -210,11 +273,22 @@ class LogPanel(Widget):
         back = max(0, min(back, self._max_scroll()))
         if back != self.scroll_back:
             self.scroll_back = back
+            self._version += 1
             self._show_scroll()
             self.refresh()
 
     def _max_scroll(self) -> int:
-        return max(0, len(self._lines) + len(self._tail) - max(1, self.size.height))
+        """Lines back from the newest to where the oldest line is at the top: the lines that fit in the
+        pane from the oldest on, wrapped, stay on screen."""
+        width, height = self.size.width, max(1, self.size.height)
+        total = len(self._lines) + len(self._tail)
+        fit = rows = 0
+        while fit < total:
+            rows += len(wrapped(self._line(fit), width))
+            if rows > height:
+                break
+            fit += 1
+        return max(0, total - max(1, fit))
 
     def _show_scroll(self) -> None:
         """The border says when the view is not following the newest line."""
