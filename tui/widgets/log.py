@@ -76,10 +76,13 @@ def wrapped(pieces: tuple[Piece, ...], width: int) -> list[tuple[Piece, ...]]:
 
 def _row_of(text: str, width: int) -> str:
     """As much of ``text`` as one row of ``width`` cells takes: up to its last space where that is in the
-    row's second half (words stay whole), else cut at the width (a path has no spaces to break at)."""
-    if cell_len(text) <= width:
+    row's second half (words stay whole), else cut at the width (a path has no spaces to break at). Only
+    the text's first ``2 * width`` characters are measured (a character takes at most two cells): a long
+    line's rows cost what they show, not its whole length each."""
+    head = text[: 2 * width]
+    if len(head) == len(text) and cell_len(text) <= width:
         return text
-    row = chop_cells(text, width)[0]
+    row = chop_cells(head, width)[0]
     space = row.rfind(" ")
     return row[: space + 1] if space >= len(row) // 2 else row
 
