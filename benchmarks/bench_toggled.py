@@ -2,7 +2,7 @@
 turns, a second at a time.
 
     python benchmarks/bench_toggled.py [--loop transformer-long] [--blocks 6] [--pairs 20] [--slot 1]
-        [--settle 0.3] [--warmup 5] [--cpu N] [--slots FILE] [--only sampler|phases|counter]
+        [--settle 0.3] [--warmup 5] [--cpu N] [--slots FILE] [--only sampler|phases|counter | --rotate]
         [--slower S] [--switch ON_US,OFF_US]
 
 Why: :mod:`bench_interleaved` compares two processes, and one process runs a few per cent faster or
@@ -26,8 +26,12 @@ What stays on in an off slot is the agent's floor: the optimizer step hook that 
 untimed step's short path), the per-step switch check, the DataLoader wrapper, the flag's reads; so
 *on / off* is the cost of the agent's work above that floor, not of the whole agent (what the floor
 costs is ``bench_step_steady.py``'s). ``--only PART`` puts one of the three behind the flag and
-leaves the other two on: what that part costs beside the others. ``--slower S`` replaces *off* with
-the agent sampling every S seconds instead of 0.1, all else on: what the sample rate costs.
+leaves the other two on: what that part costs beside the others. ``--rotate``: the off state of each
+pair is, in turn, all three off and each part alone off, in the same process, so that the whole and the
+parts are compared at the same moments of the VM (runs of ``--only`` one after another cannot tell a
+cost that is not additive from the VM's drift between them); each comparison is reported as its own.
+``--slower S`` replaces *off* with the agent sampling every S seconds instead of 0.1, all else on: what
+the sample rate costs.
 ``--switch ON_US,OFF_US``: both states all on, the GIL's switch interval while a sample is made
 ``ON_US`` microseconds in the first and ``OFF_US`` in the second (0: the interpreter's own, as the agent
 did before ``SAMPLE_SWITCH_INTERVAL``): what the sampler's hand-off of the GIL saves. Each
@@ -72,12 +76,23 @@ UNTIMED_WHILE_OFF = 8
 ON, OFF = "on", "off"
 #: Set in the child's environment by ``--slower S``: the second state samples every S seconds.
 SLOWER_ENV = "TPT_BENCH_SLOWER"
-#: Set in the child's environment by ``--only PART``: only that part of the agent's work follows the flag.
-ONLY_ENV = "TPT_BENCH_ONLY"
 #: Set in the child's environment by ``--switch``: the two states' switch intervals, in microseconds.
 SWITCH_ENV = "TPT_BENCH_SWITCH"
 #: The parts ``--only`` can name: the sampler's samples, the phase timing of every step, the op counter.
 PARTS = ("sampler", "phases", "counter")
+#: The flag's bit of each part (the flag holds the parts that are off; all of them: :data:`OFF`).
+BITS = {part: 1 << i for i, part in enumerate(PARTS)}
+#: The off states ``--rotate`` goes through, pair by pair.
+ROTATION = (OFF, *(f"{part} off" for part in PARTS))
+
+
+def mask(state: str) -> int:
+    """The flag's value in ``state``: :data:`ON`, :data:`OFF` (every part) or ``"PART off"``."""
+    if state == ON:
+        return 0
+    if state == OFF:
+        return sum(BITS.values())
+    return BITS[state.removesuffix(" off")]
 
 
 # -- in the child: the agent with its work behind the flag ---------------------------------------------
@@ -86,14 +101,12 @@ PARTS = ("sampler", "phases", "counter")
 def _patch(
     flag: ctypes.c_uint64,
     slower: float | None = None,
-    only: str = "",
     switch: tuple[float, float] | None = None,
 ) -> None:
-    """Put the agent's sampling, phase timing and op counting behind ``flag`` (non-zero: off), or only
-    the one of them ``only`` names (one of :data:`PARTS`; the others stay on); with ``slower``, only
-    the sampler's interval (non-zero: every ``slower`` seconds, all else as usual); with ``switch``, only
-    the GIL's switch interval while a sample is made (seconds, zero: the interpreter's own; the first
-    while the flag is zero, the second while not)."""
+    """Put the agent's sampling, phase timing and op counting behind ``flag``, each off while its bit
+    (:data:`BITS`) is set; with ``slower``, only the sampler's interval (non-zero: every ``slower``
+    seconds, all else as usual); with ``switch``, only the GIL's switch interval while a sample is made
+    (seconds, zero: the interpreter's own; the first while the flag is zero, the second while not)."""
     from torchpar_top.probes.agent.agent import Agent
     from torchpar_top.probes.agent.usercode_sampling import SampledCounting
     from torchpar_top.probes.agent.usercode_steps import StepClock
@@ -127,8 +140,10 @@ def _patch(
         clock_init(self, *args, **kwargs)
         clocks.append(self)
 
+    sampler_bit, phases_bit, counter_bit = BITS["sampler"], BITS["phases"], BITS["counter"]
+
     def sample_or_not(self: Agent, t0: float, t1: float) -> Any:
-        if flag.value:
+        if flag.value & sampler_bit:
             for clock in clocks:
                 with clock._lock:
                     clock._done.clear()
@@ -140,24 +155,21 @@ def _patch(
             send(self, msg)
 
     def close_untimed_while_off(self: StepClock, t: float) -> bool:
-        if flag.value and self.sampling:
+        if flag.value & phases_bit and self.sampling:
             self._untimed_left = max(self._untimed_left, UNTIMED_WHILE_OFF)
         return close(self, t)
 
     def switch_on_or_not(self: SampledCounting, now: float) -> None:
-        if flag.value:
+        if flag.value & counter_bit:
             self._next_on = now + self.slice / self.duty  # as when it stands aside: the schedule goes on
             return
         switch_on(self, now)
 
-    if only in ("", "sampler"):
-        StepClock.__init__ = init  # type: ignore[method-assign]
-        Agent.sample = sample_or_not  # type: ignore[method-assign]
-        Agent.send = send_some  # type: ignore[method-assign]
-    if only in ("", "phases"):
-        StepClock._close = close_untimed_while_off  # type: ignore[method-assign]
-    if only in ("", "counter"):
-        SampledCounting._switch_on = switch_on_or_not  # type: ignore[method-assign]
+    StepClock.__init__ = init  # type: ignore[method-assign]
+    Agent.sample = sample_or_not  # type: ignore[method-assign]
+    Agent.send = send_some  # type: ignore[method-assign]
+    StepClock._close = close_untimed_while_off  # type: ignore[method-assign]
+    SampledCounting._switch_on = switch_on_or_not  # type: ignore[method-assign]
 
 
 def inner(flag_path: str, argv: list[str]) -> int:
@@ -168,7 +180,6 @@ def inner(flag_path: str, argv: list[str]) -> int:
     _patch(
         ctypes.c_uint64.from_buffer(shared),
         float(slower) if slower else None,
-        os.environ.get(ONLY_ENV, ""),
         _intervals(switch) if switch else None,
     )
     from torchpar_top.probes.agent.run import main as run_main
@@ -195,7 +206,6 @@ class Loop:
         folder: Path,
         cpu: int | None,
         slower: float | None,
-        only: str = "",
         switch: str = "",
     ) -> None:
         self.flag_path, self.count_path = folder / "flag", folder / "counter"
@@ -218,13 +228,13 @@ class Loop:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             pass_fds=(fd,),
-            env={**os.environ, SLOWER_ENV: str(slower) if slower else "", ONLY_ENV: only, SWITCH_ENV: switch},
+            env={**os.environ, SLOWER_ENV: str(slower) if slower else "", SWITCH_ENV: switch},
         )
         theirs.close()
 
     def set(self, state: str) -> None:
         if self._flag is not None:
-            self._flag.value = 1 if state == OFF else 0
+            self._flag.value = mask(state)
 
     def count(self) -> int:
         return int(self._count.value) if self._count is not None else 0
@@ -266,13 +276,13 @@ def slot(loop: Loop, state: str, settle: float, seconds: float) -> tuple[int, fl
 Differences = tuple[float, float, float, float]
 
 
-def differences(counted: dict[str, tuple[int, float, tuple[int, int, int]]]) -> Differences:
-    """One pair's :data:`Differences`."""
+def differences(counted: dict[str, tuple[int, float, tuple[int, int, int]]], off: str = OFF) -> Differences:
+    """One pair's :data:`Differences` (:data:`ON` less ``off``)."""
     per: dict[str, tuple[float, float, float, float]] = {}
     for state, (n, seconds, (on, queued, others)) in counted.items():
         on_us, queued_us = on / 1e3 / n, queued / 1e3 / n
         per[state] = (on_us, queued_us, seconds * 1e6 / n - on_us - queued_us, others / 1e3 / seconds)
-    a, b = per[ON], per[OFF]
+    a, b = per[ON], per[off]
     return a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3]
 
 
@@ -282,13 +292,15 @@ def block(
     totals: dict[str, Tally],
     number: int,
     log: TextIO | None,
-    diffs: list[Differences],
-) -> list[float]:
-    """One process: warm-up, then ``args.pairs`` ABBA pairs; the pairs' ratios (on's rate over off's).
-    Each counted pair's :func:`differences` go to ``diffs``."""
+    diffs: dict[str, list[Differences]],
+) -> dict[str, list[float]]:
+    """One process: warm-up, then ``args.pairs`` ABBA pairs of :data:`ON` and an off state (``off_states``
+    in turn, pair by pair); each off state's pairs' ratios (on's rate over off's). Each counted pair's
+    :func:`differences` go to ``diffs`` under its off state."""
     cpu = None if args.cpu < 0 else args.cpu
-    loop = Loop(args.loop, args.threads, folder, cpu, args.slower, args.only or "", args.switch or "")
-    ratios: list[float] = []
+    loop = Loop(args.loop, args.threads, folder, cpu, args.slower, args.switch or "")
+    offs = off_states(args)
+    ratios: dict[str, list[float]] = {off: [] for off in offs}
     try:
         deadline = time.monotonic() + 120
         while loop.count() == 0 and time.monotonic() < deadline:
@@ -302,8 +314,10 @@ def block(
             slot(loop, ON, args.settle, args.slot)
             slot(loop, OFF, args.settle, args.slot)
         for k in range(args.pairs):
+            off = offs[k % len(offs)]
             counted = {}
-            for state in (ON, OFF) if k % 2 == 0 else (OFF, ON):  # ABBA
+            # ABBA, each off state in both orders
+            for state in (ON, off) if (k // len(offs)) % 2 == 0 else (off, ON):
                 counted[state] = n, seconds, (on, queued, others) = slot(loop, state, args.settle, args.slot)
                 if log is not None:
                     log.write(f"{number},{k},{state},{n},{seconds:.6f},{on},{queued},{others}\n")
@@ -311,11 +325,19 @@ def block(
                 continue
             for state, (n, seconds, times) in counted.items():
                 totals.setdefault(state, Tally()).add(n, seconds, times)
-            ratios.append((counted[ON][0] / counted[ON][1]) / (counted[OFF][0] / counted[OFF][1]))
-            diffs.append(differences(counted))
+            ratios[off].append((counted[ON][0] / counted[ON][1]) / (counted[off][0] / counted[off][1]))
+            diffs.setdefault(off, []).append(differences(counted, off))
     finally:
         loop.end()
     return ratios
+
+
+def off_states(args: argparse.Namespace) -> tuple[str, ...]:
+    """The second states of the pairs: :data:`ROTATION` (``--rotate``), one part off (``--only``), or
+    :data:`OFF` (which ``--slower`` and ``--switch`` read as their second state)."""
+    if args.rotate:
+        return ROTATION
+    return (f"{args.only} off",) if args.only else (OFF,)
 
 
 def main() -> None:
@@ -344,6 +366,11 @@ def main() -> None:
         help="only this part of the agent's work goes off in the off state (the others stay on)",
     )
     parser.add_argument(
+        "--rotate",
+        action="store_true",
+        help="the off state goes through all off and each part alone off, pair by pair, in one process",
+    )
+    parser.add_argument(
         "--cpu",
         type=int,
         default=max(os.sched_getaffinity(0)),
@@ -356,8 +383,8 @@ def main() -> None:
         )
     if args.slower is not None and not args.slower > 0:
         raise SystemExit("--slower needs a number of seconds above 0")
-    if sum(x is not None for x in (args.slower, args.only, args.switch)) > 1:
-        raise SystemExit("--only, --slower and --switch are different second states: give one")
+    if sum(x is not None for x in (args.slower, args.only, args.switch)) + args.rotate > 1:
+        raise SystemExit("--only, --rotate, --slower and --switch are different second states: give one")
     if args.switch is not None:
         try:
             switch = _intervals(args.switch)
@@ -365,17 +392,19 @@ def main() -> None:
             raise SystemExit("--switch needs two numbers of microseconds: ON_US,OFF_US") from None
         if min(switch) < 0:
             raise SystemExit("--switch needs microseconds of 0 or more")
-    off = OFF if not args.only else f"{args.only} off"
-    label = {ON: ON, OFF: off if args.slower is None else f"every {args.slower:g} s"}
+    offs = off_states(args)
+    label = {ON: ON, **{off: off for off in offs}}
+    if args.slower is not None:
+        label[OFF] = f"every {args.slower:g} s"
     if args.switch is not None:
         on_us, off_us = args.switch.split(",")
         label = {ON: f"switch {on_us} µs", OFF: f"switch {off_us} µs"}
 
     load = os.getloadavg()[0]
     totals: dict[str, Tally] = {}
-    blocks: list[float] = []
-    pairs: list[float] = []
-    diffs: list[Differences] = []
+    blocks: dict[str, list[float]] = {off: [] for off in offs}
+    pairs: dict[str, list[float]] = {off: [] for off in offs}
+    diffs: dict[str, list[Differences]] = {}
     with contextlib.ExitStack() as stack:
         log = None
         if args.slots is not None:
@@ -384,36 +413,47 @@ def main() -> None:
         for i in range(args.blocks):
             with tempfile.TemporaryDirectory(prefix="tpt-bench-toggled-") as tmp:
                 ratios = block(args, Path(tmp), totals, i + 1, log, diffs)
-            if not ratios:
-                print(f"  block {i + 1}: no pair counted", file=sys.stderr, flush=True)
-                continue
-            pairs += ratios
-            blocks.append(interval(ratios)[0])
-            print(
-                f"  block {i + 1}: {label[ON]} / {label[OFF]} {blocks[-1]:.4f} over {len(ratios)} pairs",
-                file=sys.stderr,
-                flush=True,
-            )
-    if not blocks:
+            for off, some in ratios.items():
+                if not some:
+                    print(f"  block {i + 1}: no pair of {label[off]} counted", file=sys.stderr, flush=True)
+                    continue
+                pairs[off] += some
+                blocks[off].append(interval(some)[0])
+                ratio = blocks[off][-1]
+                print(
+                    f"  block {i + 1}: {label[ON]} / {label[off]} {ratio:.4f} over {len(some)} pairs",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    if not any(blocks.values()):
         raise SystemExit("no pair was counted in any block")
     print(
         f"{args.loop}: {args.blocks} processes of {args.pairs} pairs of {args.slot:g} s slots (after "
         f"{args.settle:g} s each; {args.warmup:g} s of warm-up), {args.threads} intra-op thread(s), loop on "
         f"cpu {args.cpu}; load {load:.2f} at the start"
+        + (f"; the off state in turn: {', '.join(offs)}" if len(offs) > 1 else "")
     )
-    for state in (OFF, ON):
-        print(totals[state].line(label[state]))
+    for state in (*offs, ON):
+        if state in totals:
+            print(totals[state].line(label[state]))
+    for off in offs:
+        if blocks[off]:
+            report(label[ON], label[off], blocks[off], pairs[off], diffs.get(off, []))
+
+
+def report(on: str, off: str, blocks: list[float], pairs: list[float], diffs: list[Differences]) -> None:
+    """One comparison: the differences within pairs, the blocks' ratios and their interval."""
     if len(diffs) > 1:  # by pair: what the same process did a second apart, in each state
         names = ("a step on a core", "waiting for a core", "blocked", "the other threads' CPU")
         units = ("µs", "µs", "µs", "µs a second")
-        print(f"  {label[ON]} - {label[OFF]}, mean of the pairs (95 %):")
+        print(f"  {on} - {off}, mean of the pairs (95 %):")
         for name, unit, column in zip(names, units, zip(*diffs, strict=True), strict=True):
             value, half = mean_ci(column)
             print(f"    {name}: {value:+.1f} ± {half:.1f} {unit}")
     mean, lo, hi = interval(blocks)
     print(f"  blocks: {' '.join(f'{r:.4f}' for r in blocks)}")
     print(
-        f"  {label[ON]} / {label[OFF]}: **{mean:.4f}** (95 % {lo:.4f}-{hi:.4f}, from the blocks' spread); "
+        f"  {on} / {off}: **{mean:.4f}** (95 % {lo:.4f}-{hi:.4f}, from the blocks' spread); "
         f"median of all pairs {statistics.median(pairs):.4f}"
     )
 
