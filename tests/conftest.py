@@ -25,3 +25,21 @@ def _no_compiled_code_carried_over():
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is not None and hasattr(utils, "counters"):
         utils.counters.clear()
+
+
+@pytest.fixture(autouse=True)
+def _no_sampler_carried_over():
+    """An agent's sampler thread ends within its interval after ``Agent.close()``, which does not wait
+    for it. The GIL's switch interval is the process's, and the sampler lowers it while it makes a sample:
+    a closed agent's last sample overlapping the next test's agent's can leave it lowered for good (one
+    agent a process, as in a workload, cannot; seen once in a CI run). So each test ends with every
+    sampler ended, and with the interval it began with."""
+    import threading
+
+    usual = sys.getswitchinterval()
+    yield
+    for thread in threading.enumerate():
+        if thread.name == "tpt-sampler":
+            thread.join(5)
+            assert not thread.is_alive(), "an agent's sampler still runs after the test (an agent left open)"
+    assert sys.getswitchinterval() == usual, "the GIL's switch interval was left changed"

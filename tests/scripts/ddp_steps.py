@@ -6,9 +6,11 @@ Every step: a batch from a DataLoader (main process), the model's forward, backw
 gradients), an optimizer step. ``forward RANK MS``: that rank's forward sleeps MS ms more (default 12);
 ``data RANK MS``: its batches take MS ms more to load; ``crowd RANK N``: that rank is pinned to one core
 with N processes that spin there (default 2), so it waits for the core: slower in all its work, for a
-reason outside its code; ``hang RANK N``: after N seconds (default 3) that rank's forward sleeps for
-an hour (a hang: the others wait in the all-reduce; stop the job from outside); ``all`` for RANK: every
-rank does. Runs for SECONDS, then every rank stops together.
+reason outside its code (``crowd RANK N WORK``: every rank's forward also computes WORK 128x128
+products, ~50 us each, so that compute, not the all-reduce, is most of the step); ``hang RANK N``: after
+N seconds (default 3) that rank's forward sleeps for an hour (a hang: the others wait in the all-reduce;
+stop the job from outside); ``all`` for RANK: every rank does. Runs for SECONDS, then every rank
+stops together.
 """
 
 import os
@@ -57,10 +59,12 @@ class Items(Dataset):
 
 
 class Net(nn.Module):
-    def __init__(self, delay: float, hang_after: float | None = None) -> None:
+    def __init__(self, delay: float, hang_after: float | None = None, work: int = 0) -> None:
         super().__init__()
         self.body = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 1))
         self.delay = delay
+        self.work = work
+        self.square = torch.randn(128, 128)
         self.hang_at = None if hang_after is None else time.monotonic() + hang_after
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -68,6 +72,9 @@ class Net(nn.Module):
             time.sleep(self.delay)
         if self.hang_at is not None and time.monotonic() >= self.hang_at:
             time.sleep(3600)  # the hang
+        with torch.no_grad():
+            for _ in range(self.work):  # compute that needs a core (128x128 products, ~50 us each)
+                torch.mm(self.square, self.square)
         return self.body(x)
 
 
@@ -85,7 +92,8 @@ def main() -> None:
     batch = 4
     data = DataLoader(Items(ms / 1000 / batch if mine and what == "data" else 0.0), batch_size=batch)
     hang = (float(sys.argv[4]) if len(sys.argv) > 4 else 3.0) if mine and what == "hang" else None
-    model = DDP(Net(ms / 1000 if mine and what == "forward" else 0.0, hang))
+    work = int(sys.argv[5]) if what == "crowd" and len(sys.argv) > 5 else 0  # every rank's, the same
+    model = DDP(Net(ms / 1000 if mine and what == "forward" else 0.0, hang, work))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     end = time.monotonic() + seconds
     going = torch.ones(1)
