@@ -2,7 +2,8 @@
 turns, a second at a time.
 
     python benchmarks/bench_toggled.py [--loop transformer-long] [--blocks 6] [--pairs 20] [--slot 1]
-        [--settle 0.3] [--warmup 5] [--cpu N] [--slots FILE] [--only sampler|phases|counter | --rotate]
+        [--settle 0.3] [--warmup 5] [--cpu N] [--slots FILE]
+        [--only sampler|phases|counter | --rotate | --rotate-alone]
         [--slower S] [--switch ON_US,OFF_US]
 
 Why: :mod:`bench_interleaved` compares two processes, and one process runs a few per cent faster or
@@ -30,6 +31,8 @@ leaves the other two on: what that part costs beside the others. ``--rotate``: t
 pair is, in turn, all three off and each part alone off, in the same process, so that the whole and the
 parts are compared at the same moments of the VM (runs of ``--only`` one after another cannot tell a
 cost that is not additive from the VM's drift between them); each comparison is reported as its own.
+``--rotate-alone``: the other way round, all off against all on and against each part alone on (the two
+others off), pair by pair: a cost that shows while any one part is on shows in each of these.
 ``--slower S`` replaces *off* with the agent sampling every S seconds instead of 0.1, all else on: what
 the sample rate costs.
 ``--switch ON_US,OFF_US``: both states all on, the GIL's switch interval while a sample is made
@@ -82,16 +85,25 @@ SWITCH_ENV = "TPT_BENCH_SWITCH"
 PARTS = ("sampler", "phases", "counter")
 #: The flag's bit of each part (the flag holds the parts that are off; all of them: :data:`OFF`).
 BITS = {part: 1 << i for i, part in enumerate(PARTS)}
-#: The off states ``--rotate`` goes through, pair by pair.
-ROTATION = (OFF, *(f"{part} off" for part in PARTS))
+#: The pairs ``--rotate`` goes through, one after another: all on against all off, then against each
+#: part alone off.
+ROTATION = tuple((ON, off) for off in (OFF, *(f"{part} off" for part in PARTS)))
+#: The pairs ``--rotate-alone`` goes through: all on, then each part alone on, against all off.
+ROTATION_ALONE = tuple((on, OFF) for on in (ON, *(f"{part} alone" for part in PARTS)))
+#: Two states compared: the first's rate over the second's.
+Pair = tuple[str, str]
 
 
 def mask(state: str) -> int:
-    """The flag's value in ``state``: :data:`ON`, :data:`OFF` (every part) or ``"PART off"``."""
+    """The flag's value in ``state``: :data:`ON`, :data:`OFF` (every part), ``"PART off"`` or
+    ``"PART alone"`` (that part on, the others off)."""
     if state == ON:
         return 0
+    every = sum(BITS.values())
     if state == OFF:
-        return sum(BITS.values())
+        return every
+    if state.endswith(" alone"):
+        return every & ~BITS[state.removesuffix(" alone")]
     return BITS[state.removesuffix(" off")]
 
 
@@ -276,13 +288,15 @@ def slot(loop: Loop, state: str, settle: float, seconds: float) -> tuple[int, fl
 Differences = tuple[float, float, float, float]
 
 
-def differences(counted: dict[str, tuple[int, float, tuple[int, int, int]]], off: str = OFF) -> Differences:
-    """One pair's :data:`Differences` (:data:`ON` less ``off``)."""
+def differences(
+    counted: dict[str, tuple[int, float, tuple[int, int, int]]], pair: Pair = (ON, OFF)
+) -> Differences:
+    """One pair's :data:`Differences` (its first state less its second)."""
     per: dict[str, tuple[float, float, float, float]] = {}
     for state, (n, seconds, (on, queued, others)) in counted.items():
         on_us, queued_us = on / 1e3 / n, queued / 1e3 / n
         per[state] = (on_us, queued_us, seconds * 1e6 / n - on_us - queued_us, others / 1e3 / seconds)
-    a, b = per[ON], per[off]
+    a, b = per[pair[0]], per[pair[1]]
     return a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3]
 
 
@@ -292,15 +306,15 @@ def block(
     totals: dict[str, Tally],
     number: int,
     log: TextIO | None,
-    diffs: dict[str, list[Differences]],
-) -> dict[str, list[float]]:
-    """One process: warm-up, then ``args.pairs`` ABBA pairs of :data:`ON` and an off state (``off_states``
-    in turn, pair by pair); each off state's pairs' ratios (on's rate over off's). Each counted pair's
-    :func:`differences` go to ``diffs`` under its off state."""
+    diffs: dict[Pair, list[Differences]],
+) -> dict[Pair, list[float]]:
+    """One process: warm-up, then ``args.pairs`` ABBA pairs of two states (:func:`compared`, in turn,
+    pair by pair); each comparison's pairs' ratios (the first state's rate over the second's). Each
+    counted pair's :func:`differences` go to ``diffs`` under its comparison."""
     cpu = None if args.cpu < 0 else args.cpu
     loop = Loop(args.loop, args.threads, folder, cpu, args.slower, args.switch or "")
-    offs = off_states(args)
-    ratios: dict[str, list[float]] = {off: [] for off in offs}
+    pairs = compared(args)
+    ratios: dict[Pair, list[float]] = {pair: [] for pair in pairs}
     try:
         deadline = time.monotonic() + 120
         while loop.count() == 0 and time.monotonic() < deadline:
@@ -314,10 +328,10 @@ def block(
             slot(loop, ON, args.settle, args.slot)
             slot(loop, OFF, args.settle, args.slot)
         for k in range(args.pairs):
-            off = offs[k % len(offs)]
+            pair = first, second = pairs[k % len(pairs)]
             counted = {}
-            # ABBA, each off state in both orders
-            for state in (ON, off) if (k // len(offs)) % 2 == 0 else (off, ON):
+            # ABBA, each comparison in both orders
+            for state in pair if (k // len(pairs)) % 2 == 0 else (second, first):
                 counted[state] = n, seconds, (on, queued, others) = slot(loop, state, args.settle, args.slot)
                 if log is not None:
                     log.write(f"{number},{k},{state},{n},{seconds:.6f},{on},{queued},{others}\n")
@@ -325,19 +339,23 @@ def block(
                 continue
             for state, (n, seconds, times) in counted.items():
                 totals.setdefault(state, Tally()).add(n, seconds, times)
-            ratios[off].append((counted[ON][0] / counted[ON][1]) / (counted[off][0] / counted[off][1]))
-            diffs.setdefault(off, []).append(differences(counted, off))
+            a, b = counted[first], counted[second]
+            ratios[pair].append((a[0] / a[1]) / (b[0] / b[1]))
+            diffs.setdefault(pair, []).append(differences(counted, pair))
     finally:
         loop.end()
     return ratios
 
 
-def off_states(args: argparse.Namespace) -> tuple[str, ...]:
-    """The second states of the pairs: :data:`ROTATION` (``--rotate``), one part off (``--only``), or
-    :data:`OFF` (which ``--slower`` and ``--switch`` read as their second state)."""
+def compared(args: argparse.Namespace) -> tuple[Pair, ...]:
+    """The comparisons the pairs go through: :data:`ROTATION` (``--rotate``), :data:`ROTATION_ALONE`
+    (``--rotate-alone``), all on against one part off (``--only``), or :data:`ON` against :data:`OFF`
+    (which ``--slower`` and ``--switch`` read as their two states)."""
     if args.rotate:
         return ROTATION
-    return (f"{args.only} off",) if args.only else (OFF,)
+    if args.rotate_alone:
+        return ROTATION_ALONE
+    return ((ON, f"{args.only} off"),) if args.only else ((ON, OFF),)
 
 
 def main() -> None:
@@ -371,6 +389,11 @@ def main() -> None:
         help="the off state goes through all off and each part alone off, pair by pair, in one process",
     )
     parser.add_argument(
+        "--rotate-alone",
+        action="store_true",
+        help="against all off, the first state goes through all on and each part alone on, pair by pair",
+    )
+    parser.add_argument(
         "--cpu",
         type=int,
         default=max(os.sched_getaffinity(0)),
@@ -383,8 +406,13 @@ def main() -> None:
         )
     if args.slower is not None and not args.slower > 0:
         raise SystemExit("--slower needs a number of seconds above 0")
-    if sum(x is not None for x in (args.slower, args.only, args.switch)) + args.rotate > 1:
-        raise SystemExit("--only, --rotate, --slower and --switch are different second states: give one")
+    if (
+        sum(x is not None for x in (args.slower, args.only, args.switch)) + args.rotate + args.rotate_alone
+        > 1
+    ):
+        raise SystemExit(
+            "--only, --rotate, --rotate-alone, --slower and --switch are different comparisons: give one"
+        )
     if args.switch is not None:
         try:
             switch = _intervals(args.switch)
@@ -392,8 +420,8 @@ def main() -> None:
             raise SystemExit("--switch needs two numbers of microseconds: ON_US,OFF_US") from None
         if min(switch) < 0:
             raise SystemExit("--switch needs microseconds of 0 or more")
-    offs = off_states(args)
-    label = {ON: ON, **{off: off for off in offs}}
+    compares = compared(args)
+    label = {state: state for pair in compares for state in pair}
     if args.slower is not None:
         label[OFF] = f"every {args.slower:g} s"
     if args.switch is not None:
@@ -402,9 +430,9 @@ def main() -> None:
 
     load = os.getloadavg()[0]
     totals: dict[str, Tally] = {}
-    blocks: dict[str, list[float]] = {off: [] for off in offs}
-    pairs: dict[str, list[float]] = {off: [] for off in offs}
-    diffs: dict[str, list[Differences]] = {}
+    blocks: dict[Pair, list[float]] = {pair: [] for pair in compares}
+    pairs: dict[Pair, list[float]] = {pair: [] for pair in compares}
+    diffs: dict[Pair, list[Differences]] = {}
     with contextlib.ExitStack() as stack:
         log = None
         if args.slots is not None:
@@ -413,15 +441,15 @@ def main() -> None:
         for i in range(args.blocks):
             with tempfile.TemporaryDirectory(prefix="tpt-bench-toggled-") as tmp:
                 ratios = block(args, Path(tmp), totals, i + 1, log, diffs)
-            for off, some in ratios.items():
+            for pair, some in ratios.items():
+                name = f"{label[pair[0]]} / {label[pair[1]]}"
                 if not some:
-                    print(f"  block {i + 1}: no pair of {label[off]} counted", file=sys.stderr, flush=True)
+                    print(f"  block {i + 1}: no pair of {name} counted", file=sys.stderr, flush=True)
                     continue
-                pairs[off] += some
-                blocks[off].append(interval(some)[0])
-                ratio = blocks[off][-1]
+                pairs[pair] += some
+                blocks[pair].append(interval(some)[0])
                 print(
-                    f"  block {i + 1}: {label[ON]} / {label[off]} {ratio:.4f} over {len(some)} pairs",
+                    f"  block {i + 1}: {name} {blocks[pair][-1]:.4f} over {len(some)} pairs",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -431,14 +459,15 @@ def main() -> None:
         f"{args.loop}: {args.blocks} processes of {args.pairs} pairs of {args.slot:g} s slots (after "
         f"{args.settle:g} s each; {args.warmup:g} s of warm-up), {args.threads} intra-op thread(s), loop on "
         f"cpu {args.cpu}; load {load:.2f} at the start"
-        + (f"; the off state in turn: {', '.join(offs)}" if len(offs) > 1 else "")
+        + (f"; in turn: {', '.join(f'{a} / {b}' for a, b in compares)}" if len(compares) > 1 else "")
     )
-    for state in (*offs, ON):
+    for state in label:
         if state in totals:
             print(totals[state].line(label[state]))
-    for off in offs:
-        if blocks[off]:
-            report(label[ON], label[off], blocks[off], pairs[off], diffs.get(off, []))
+    for pair in compares:
+        if blocks[pair]:
+            a, b = pair
+            report(label[a], label[b], blocks[pair], pairs[pair], diffs.get(pair, []))
 
 
 def report(on: str, off: str, blocks: list[float], pairs: list[float], diffs: list[Differences]) -> None:

@@ -153,7 +153,7 @@ class LogPanel(Widget):
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Append new log lines, and the child's status once when it exits or fails."""
-        before = self._appended
+        version = self._version
         for line in snapshot.log:
             if line.seq > self.last_seq:
                 self._append(pieces_of(line))
@@ -165,19 +165,18 @@ class LogPanel(Widget):
         child = snapshot.child
         key = (child.pid, child.state, child.exit_code)
         lines = status_lines(child)
-        restyled = False
         if lines and key != self._reported:
             self._reported = key
-            restyled = self._restyle_said(child.message)
-            if not restyled:
+            if not self._restyle_said(child.message):
                 self._append(((lines[0], "log--status"),))
             if not self._shown_last(child.last_stderr):
                 for extra in lines[1:]:
                     self._append(((extra, "log--stderr"),))
         tail = tuple(pieces_of(line) for line in snapshot.log_partial)
-        if self._appended != before or restyled or tail != self._tail:
+        if tail != self._tail:
             self._tail = tail
             self._version += 1
+        if self._version != version:  # lines appended or restyled (they count it), or the tail changed
             self.refresh()
 
     def _restyle_said(self, message: str) -> bool:
