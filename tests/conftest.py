@@ -34,12 +34,9 @@ def _no_sampler_carried_over():
     a closed agent's last sample overlapping the next test's agent's can leave it lowered for good (one
     agent a process, as in a workload, cannot; seen once in a CI run). So each test ends with every
     sampler ended, and with the interval it began with."""
-    import threading
+    from waiting import samplers_stopped
 
     usual = sys.getswitchinterval()
     yield
-    for thread in threading.enumerate():
-        if thread.name == "tpt-sampler":
-            thread.join(5)
-            assert not thread.is_alive(), "an agent's sampler still runs after the test (an agent left open)"
+    samplers_stopped()
     assert sys.getswitchinterval() == usual, "the GIL's switch interval was left changed"

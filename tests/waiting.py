@@ -50,3 +50,15 @@ def unique_tag() -> str:
     import random
 
     return f"300.{os.getpid()}{random.randrange(10**6):06d}"
+
+
+def samplers_stopped() -> None:
+    """Wait for every agent's sampler thread in this process to end (a closed agent's ends within its
+    interval; ``Agent.close()`` does not wait for it): the GIL's switch interval is the process's, and
+    a sampler still making a sample lowers it."""
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == "tpt-sampler":
+            thread.join(5)
+            assert not thread.is_alive(), "an agent's sampler still runs (an agent left unclosed)"

@@ -16,6 +16,7 @@ from torchpar_top.probes.agent.activity import ActivityRecorder
 from torchpar_top.probes.agent.agent import Agent
 from torchpar_top.probes.agent.cputime import Schedstats, ThreadClock
 from torchpar_top.probes.agent.stream import EmulatedStream
+from waiting import samplers_stopped
 
 
 @pytest.fixture
@@ -177,7 +178,7 @@ def test_the_roles_said_in_hello_are_not_said_again_by_the_first_sample():
         agent.close()
         reader.close()
         parent.close()
-        _samplers_stopped()
+        samplers_stopped()
 
 
 def test_commands_over_the_socket_change_mode_and_threads():
@@ -550,15 +551,6 @@ def test_a_profiler_window_that_imported_much_to_start_says_so(monkeypatch):
     ]
 
 
-def _samplers_stopped():
-    """Wait for every agent's sampler thread in this process to end (a closed agent's ends within its
-    interval): the switch interval is the process's, and a sampler still making a sample lowers it."""
-    for thread in threading.enumerate():
-        if thread.name == "tpt-sampler":
-            thread.join(5)
-            assert not thread.is_alive(), "an agent's sampler still runs (an agent left unclosed)"
-
-
 def _run_for_samples(agent, parent, n):
     """Start ``agent``, read from its socket until ``n`` samples came, close both and wait for its
     sampler to end."""
@@ -571,7 +563,7 @@ def _run_for_samples(agent, parent, n):
     finally:
         parent.close()
         agent.close()
-        _samplers_stopped()
+        samplers_stopped()
 
 
 def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_back():
@@ -580,7 +572,7 @@ def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_bac
     sample that failed, it is the interpreter's again."""
     parent, child = socket.socketpair()
     agent = _agent(child)
-    _samplers_stopped()
+    samplers_stopped()
     usual = sys.getswitchinterval()
     seen = []
 
@@ -598,7 +590,7 @@ def test_a_sample_is_made_with_the_gil_handed_off_often_and_the_interval_put_bac
 
 
 def test_a_switch_interval_the_workload_set_during_a_sample_stays():
-    _samplers_stopped()
+    samplers_stopped()
     usual = sys.getswitchinterval()
     switch = agent_module._SwitchInterval()
     try:
@@ -623,7 +615,7 @@ def test_a_samples_socket_write_happens_at_the_usual_switch_interval():
     interval, written at the usual one."""
     parent, child = socket.socketpair()
     agent = _agent(child)
-    _samplers_stopped()
+    samplers_stopped()
     usual = sys.getswitchinterval()
     at_write, at_encode = [], []
 
@@ -660,7 +652,7 @@ def test_a_samples_socket_write_happens_at_the_usual_switch_interval():
 
 def test_a_process_forked_while_a_sample_is_made_gets_the_usual_switch_interval():
     """A DataLoader worker forked during a sample has no sampler to put the interval back."""
-    _samplers_stopped()
+    samplers_stopped()
     usual = sys.getswitchinterval()
     switch = agent_module._SwitchInterval()
     read, write = os.pipe()
@@ -686,7 +678,7 @@ def test_a_message_sent_in_the_middle_of_a_sample_is_written_at_the_usual_interv
     sample (its encoding) at the low one again."""
     parent, child = socket.socketpair()
     agent = _agent(child)
-    _samplers_stopped()
+    samplers_stopped()
     usual = sys.getswitchinterval()
     seen = []
 
@@ -704,7 +696,7 @@ def test_a_message_sent_in_the_middle_of_a_sample_is_written_at_the_usual_interv
 def test_a_write_from_another_thread_during_a_sample_leaves_the_interval_usual():
     """The command thread's ack in the middle of a sample: it must not lower the interval again after
     its write (the sampler may have finished and put it back meanwhile)."""
-    _samplers_stopped()
+    samplers_stopped()
     usual = sys.getswitchinterval()
     switch = agent_module._SwitchInterval()
     switch.lower(50e-6)
