@@ -288,9 +288,7 @@ def slot(loop: Loop, state: str, settle: float, seconds: float) -> tuple[int, fl
 Differences = tuple[float, float, float, float]
 
 
-def differences(
-    counted: dict[str, tuple[int, float, tuple[int, int, int]]], pair: Pair = (ON, OFF)
-) -> Differences:
+def differences(counted: dict[str, tuple[int, float, tuple[int, int, int]]], pair: Pair) -> Differences:
     """One pair's :data:`Differences` (its first state less its second)."""
     per: dict[str, tuple[float, float, float, float]] = {}
     for state, (n, seconds, (on, queued, others)) in counted.items():
