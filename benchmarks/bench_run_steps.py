@@ -11,7 +11,9 @@ used). Variants:
 - ``plain``: ``python THIS --loop NAME``;
 - ``run``: ``python -m torchpar_top run --headless --duration D THIS --loop NAME`` (the monitor process,
   its probes and the agent in the child: what a user pays);
-- ``run-no-stacks``: the same with ``--no-stacks``;
+- ``run-10hz``: the same with ``--interval 0.1`` (``run`` samples at 5 Hz by default since session 34; 10 Hz
+  before);
+- ``run-no-stacks``: ``run`` with ``--no-stacks``;
 - ``run-base``: ``run`` from another checkout of torchpar-top (``--base DIR``, e.g. the commit before a
   change: ``git archive COMMIT | tar -x -C DIR``), imported through links as ``benchmarks/gpu_check.py``
   does, in the same rounds: before and after side by side;
@@ -184,7 +186,7 @@ def run_variant(
             [sys.executable, *child], check=False, capture_output=True, text=True, timeout=limit
         )
         return _figures(out.stdout)
-    if variant in ("run", "run-no-stacks", "run-base"):
+    if variant in ("run", "run-10hz", "run-no-stacks", "run-base"):
         cmd = [
             sys.executable,
             "-m",
@@ -195,6 +197,7 @@ def run_variant(
             str(int(seconds + 15)),
         ]
         cmd += ["--no-stacks"] if variant == "run-no-stacks" else []
+        cmd += ["--interval", "0.1"] if variant == "run-10hz" else []
         if variant == "run-base" and base is None:
             raise SystemExit("run-base needs --base DIR")
         env = base_env(base) if variant == "run-base" and base is not None else None

@@ -157,13 +157,25 @@ def check_terminal() -> None:
         fail(problem)
 
 
-def _common(parser: argparse.ArgumentParser, sync: bool = True) -> None:
+#: Seconds between samples of the built-in experiments and ``attach``: 10 Hz.
+INTERVAL = 0.1
+
+#: Seconds between ``run``'s samples: 5 Hz. Each of the agent's samples is Python that runs under the GIL
+#: beside the user's loop, and costs the loop ~2.5-3.5 ms of its time (docs/benchmarks.md, session 17): at
+#: 10 Hz a launch-bound loop kept 0.967-0.974 of its plain speed end to end and a 7.6 ms transformer step
+#: 0.979-0.996, at issue 18's goals of 0.97 and 0.99 but not clear of them (sessions 31-33). Half the
+#: samples and frames leave the user's code more (``benchmarks/bench_run_steps.py``, variants ``run`` and
+#: ``run-10hz``); ``--interval 0.1`` brings 10 Hz back.
+RUN_INTERVAL = 0.2
+
+
+def _common(parser: argparse.ArgumentParser, sync: bool = True, every: float = INTERVAL) -> None:
     parser.add_argument(
         "--interval",
         type=interval,
-        default=0.1,
+        default=every,
         metavar="SECONDS",
-        help="seconds between samples, {:g} to {:g} (default: 0.1)".format(*INTERVAL_RANGE),
+        help="seconds between samples, {:g} to {:g} (default: {:g})".format(*INTERVAL_RANGE, every),
     )
     if sync:
         parser.add_argument(
@@ -332,7 +344,7 @@ def _run(commands: Any) -> Parser:
         "it: ops, steps/s (optimizer steps), queue depth, DataLoader prefetch, sync points, stacks.",
         epilog="Everything after SCRIPT (or -m MODULE) is passed to your code. " + KEYS,
     )
-    _common(parser)
+    _common(parser, every=RUN_INTERVAL)
     parser.add_argument(
         "--sync-scope",
         choices=("op", "step"),
