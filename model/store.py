@@ -69,8 +69,8 @@ from torchpar_top.model.stacks import classify_wait, where
 from torchpar_top.model.steps import StepsBook
 from torchpar_top.model.threads import group
 
-#: Samples kept of each executor's queue value (60 s at the default 10 Hz): the launch queue's strip
-#: shows one per cell, as wide as the terminal lets it.
+#: Samples kept of each executor's queue value (60 s at 10 Hz, 120 s at ``run``'s 5 Hz): the launch
+#: queue's strip shows one per cell, as wide as the terminal lets it.
 HISTORY = 600
 #: Samples kept per core: the widest history the cores panel draws (256 cores must stay cheap to copy).
 CORE_HISTORY = 30

@@ -26,8 +26,10 @@ PANELS: tuple[Panel, ...] = (
         "(*exited 1*, *attached*, a replay *finished*), throughput, the summed queue depth, and "
         "**monitor N%**: torchpar-top's own CPU over the last second (all its threads, and py-spy's dumps "
         "when attached), at 100 columns and more.",
-        "Throughput is the workload's own count per second: items, mm, chains or optimizer steps. To "
-        "lower the monitor's cost: `--interval 0.2` (half the samples and frames), `--no-stacks`.",
+        "Throughput is the workload's own count per second: items, mm, chains or optimizer steps. The "
+        "built-in experiments sample (and redraw) at 10 Hz, `run` at 5 Hz (half the agent's samples "
+        "inside your code; `--interval 0.1` for 10 Hz). To lower the monitor's cost: a longer "
+        "`--interval`, `--no-stacks`.",
     ),
     Panel(
         "CPU",

@@ -137,12 +137,12 @@ LAUNCH_BOUND_HINT = (
 #: Share of sample intervals CUPTI records in by default (``run --cupti-duty``), from the measured Python
 #: cost per recorded launch of the whole monitor (``benchmarks/bench_cupti_records.py``: 3-4.4 µs on this
 #: project's loaded CPU) against the issue's budget, 3 % of a launch-bound frontend's 5 µs per launch:
-#: 0.15 / 3-4.4 = 0.034-0.05. One interval in 20 (the rows' depth refreshes every 2 s at 10 Hz).
+#: 0.15 / 3-4.4 = 0.034-0.05. One interval in 20 (the rows' depth refreshes every 4 s at ``run``'s 5 Hz).
 DEFAULT_DUTY = 0.05
 #: The share of the wall time the records may cost (the binding building them, us reading them: both
 #: measured): the cycle is stretched past the one ``duty`` asks for to keep under it.
 CPU_BUDGET = 0.02
-#: The longest cycle the governor sets (sample intervals: a minute at 10 Hz).
+#: The longest cycle the governor sets (sample intervals: two minutes at ``run``'s 5 Hz).
 MAX_CYCLE = 600
 #: The governor changes the cycle only when the one it wants differs by more than this factor.
 CYCLE_HYSTERESIS = 1.25

@@ -59,9 +59,10 @@ HOLD_S = 1.0
 MAX_PENDING = 64
 #: Finished steps the frontend keeps for the sampler before it merges them into one (nobody sampling).
 COMPACT_AT = 1 << 14
-#: Once phase timing may be sampled, one step's phases are timed per this many seconds of steps (four
-#: in a sample at 10 Hz). A timed step with the hooks taken off and put back around it cost a 0.36 ms
-#: MLP step ~2.3 µs a step in its loop (0.6 %) at one per 10 ms (measured by difference with none timed).
+#: Once phase timing may be sampled, one step's phases are timed per this many seconds of steps (eight
+#: in a sample at ``run``'s 5 Hz). A timed step with the hooks taken off and put back around it cost a
+#: 0.36 ms MLP step ~2.3 µs a step in its loop (0.6 %) at one per 10 ms (measured by difference with none
+#: timed).
 TIMED_EVERY_S = 0.025
 #: Steps are sampled only where that leaves at least this many steps between timed ones (else every
 #: step is timed: steps of ~3 ms and longer, where timing them all costs less than switching).
@@ -84,7 +85,7 @@ class StepClock:
     The frontend does as little as it can per step (the clock runs inside the user's loop): a
     timestamp and a list addition per boundary, and at a step's end one :data:`Record` appended to a
     deque (an atomic append, no lock). Everything else (the run's totals, the count, the ends and the
-    whole steps of a sample) is done by the sampler, ten times a second, over the records it drains.
+    whole steps of a sample) is done by the sampler, at each sample, over the records it drains.
 
     **Sampled phases.** Once :attr:`sampling` is set (the phase hooks set it when their root discovery
     is over), a fast loop's steps are not all timed: one step per :data:`TIMED_EVERY_S` of steps is,
