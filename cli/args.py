@@ -163,9 +163,10 @@ INTERVAL = 0.1
 #: Seconds between ``run``'s samples: 5 Hz. Each of the agent's samples is Python that runs under the GIL
 #: beside the user's loop, and costs the loop ~2.5-3.5 ms of its time (docs/benchmarks.md, session 17): at
 #: 10 Hz a launch-bound loop kept 0.967-0.974 of its plain speed end to end and a 7.6 ms transformer step
-#: 0.979-0.996, at issue 18's goals of 0.97 and 0.99 but not clear of them (sessions 31-33). Half the
-#: samples and frames leave the user's code more (``benchmarks/bench_run_steps.py``, variants ``run`` and
-#: ``run-10hz``); ``--interval 0.1`` brings 10 Hz back.
+#: 0.979-0.996, at issue 18's goals of 0.97 and 0.99 but not clear of them (sessions 31-33). At 5 Hz: 0.973
+#: and 0.991, 0.991 and 0.997 in two runs (session 34; 10 Hz in the same rounds as the first: 0.957 and
+#: 0.977; ``benchmarks/bench_run_steps.py``, variants ``run`` and ``run-10hz``). ``--interval 0.1`` brings
+#: 10 Hz back.
 RUN_INTERVAL = 0.2
 
 

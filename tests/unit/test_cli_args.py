@@ -1,7 +1,7 @@
 """``run``'s argv split: our options first, then the user's command untouched."""
 
 import pytest
-from torchpar_top.args import run_parser, split_run
+from torchpar_top.args import parse, run_parser, split_run
 from torchpar_top.sources.live.targets import ExperimentTarget
 
 
@@ -46,6 +46,14 @@ def test_an_experiment_takes_a_torchrun_log_folder_as_a_script_does_and_never_us
     # the session gives every target's command the listener's log folder (None without torchrun)
     plain = ExperimentTarget("inter-op").command(7, 0.1, False)
     assert ExperimentTarget("inter-op").command(7, 0.1, False, log_dir="/x/logs") == plain
+
+
+def test_run_samples_at_5_hz_by_default_and_everything_else_at_10():
+    # the agent's samples run inside the user's code: run takes half as many (issue 18's cost goals)
+    assert parse(["run", "train.py"]).interval == 0.2
+    assert parse([]).interval == 0.1
+    assert parse(["attach", "123"]).interval == 0.1
+    assert parse(["run", "--interval", "0.1", "train.py"]).interval == 0.1
 
 
 @pytest.mark.parametrize("text", ["0.02", "0.1", "60"])
