@@ -585,9 +585,10 @@ def test_a_rank_that_aborts_after_its_work_is_told_apart_and_torchruns_status_ke
     assert os.listdir(temp) == []
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     ranks = {r["rank"]: r for r in records[-1]["ranks"]}
-    assert ranks[1]["note"] == f"rank 1 {ABORT_NOTE}" and ranks[1]["exit_code"] == -6, ranks
-    assert ranks[0]["note"] == "", ranks
     log = [line["text"] for r in records for line in r["log"]]
+    said = {k: ranks[1].get(k) for k in ("state", "exit_code", "note")}  # in full when it fails
+    assert ranks[1]["note"] == f"rank 1 {ABORT_NOTE}" and ranks[1]["exit_code"] == -6, (said, log[-12:])
+    assert ranks[0]["note"] == "", ranks
     assert log.count(f"rank 1 {ABORT_NOTE}") == 1, log[-20:]
     assert f"rank 1 {ABORT_NOTE}" in proc.stderr.split("verdict")[0]  # the verdict's first line says why
 

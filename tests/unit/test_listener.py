@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from torchpar_top.contract.messages import Log
+from torchpar_top.sources.live import pacing
 from torchpar_top.sources.live.listener import AgentListener
 from torchpar_top.sources.live.pacing import PullPace
 from waiting import wait_for
@@ -97,3 +98,55 @@ def test_once_pulled_the_messages_are_read_by_the_pulls_and_by_the_thread_when_t
         c.close()
         lis.close()
     lis.pull()  # after close: nothing happens
+
+
+def test_a_drain_reads_every_connection_to_its_end_past_what_a_pull_takes(monkeypatch, tmp_path):
+    # torchrun ended: every rank's last messages and its closed connection are read before the end is said
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(pacing, "READ_AT_MOST", 4096)  # a pull's share of a connection, made small
+    got, closed = [], []
+    lis = AgentListener(lambda msg, n: got.append(msg.text), closed.append, lambda line: None)
+    lis.pace = PullPace(grace=60.0)  # the thread leaves the reading to the caller
+    lis.pull()
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect(lis.path)
+        lis.pull()  # accepted
+        # ~150 KB, then the end: more than one pull takes (one recv of 64 KB, READ_AT_MOST being smaller)
+        sender = threading.Thread(target=lambda: (c.sendall(Log(text="x" * 1000).to_json() * 150), c.close()))
+        sender.start()
+        sender.join(timeout=5)  # the socket's buffer holds it all (else the drain lets the rest through)
+        lis.pull()
+        assert closed == [] and len(got) < 150
+        lis.drain()
+        sender.join(timeout=10)
+        assert len(got) == 150 and closed == [1]
+    finally:
+        c.close()
+        lis.close()
+
+
+def test_a_drain_waits_for_the_read_the_thread_has_in_progress(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    closed = []
+    lis = AgentListener(lambda msg, n: None, closed.append, lambda line: None)
+    lis.pace = PullPace(grace=60.0)
+    lis.pull()
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect(lis.path)
+        lis.pull()
+        c.close()
+        with lis._read_lock:  # the thread reads: the connection's end is taken, its close not yet said
+            conn, _ = lis._conns.pop(1)
+            lis._sel.unregister(conn)
+            conn.close()
+            drained = threading.Thread(target=lis.drain)
+            drained.start()
+            time.sleep(0.2)
+            assert drained.is_alive()  # a pull here would have found nothing ready and gone on
+            closed.append(1)
+        drained.join(timeout=10)
+        assert not drained.is_alive() and closed == [1]
+    finally:
+        lis.close()

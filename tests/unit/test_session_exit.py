@@ -20,14 +20,14 @@ def _dead_pid() -> int:
 
 
 class _Listener:
-    """Stands in for the ranks' listener: its pull reads rank 1's closed connection."""
+    """Stands in for the ranks' listener: its drain reads rank 1's closed connection."""
 
     def __init__(self, session: Session) -> None:
-        self.session, self.pulls = session, 0
+        self.session, self.drains = session, 0
 
-    def pull(self) -> None:
-        self.pulls += 1
-        if self.pulls == 1:
+    def drain(self) -> None:
+        self.drains += 1
+        if self.drains == 1:
             self.session._on_rank_closed(1)
 
 
