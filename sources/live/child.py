@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from torchpar_top.contract.messages import Message, Stop
 from torchpar_top.contract.vocab import ENV_RUN, PARENT_STOP_GRACE, LogSource
-from torchpar_top.sources.live.pacing import PullPace, read_ready, ready
+from torchpar_top.sources.live.pacing import Events, PullPace, drain, read_ready, ready
 from torchpar_top.sources.live.tree import ProcessTree
 from torchpar_top.sources.live.wire import MessageStream, TextStream
 
@@ -246,14 +246,13 @@ class ChildProcess:
 
     def _drain(self, streams: _Streams) -> None:
         """What the dead child's streams still hold, for at most half a second (a grandchild may keep a
-        pipe open)."""
-        deadline = time.monotonic() + 0.5
-        while streams.open_fds and time.monotonic() < deadline:
-            events = streams.ready(0.05)
-            if not events:
-                break
+        pipe open): :func:`~torchpar_top.sources.live.pacing.drain`."""
+
+        def read(events: Events) -> None:
             for key, _ in events:
                 self._read(streams, key.fd)
+
+        drain(streams.ready, read, lambda: bool(streams.open_fds))
 
 
 class _Streams:

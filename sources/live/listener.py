@@ -26,18 +26,14 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 
 from torchpar_top.contract.messages import Message
-from torchpar_top.sources.live.pacing import PullPace, read_ready, ready
+from torchpar_top.sources.live.pacing import PullPace, drain, read_ready, ready
 from torchpar_top.sources.live.wire import MessageStream
 
 #: The start of the private directories' names; the pid of the torchpar-top that made one follows.
 DIR_PREFIX = "torchpar-top-"
-#: Seconds :meth:`AgentListener.drain` reads at most, once torchrun ended (the child's own streams are
-#: drained as long: ``child.ChildProcess._drain``).
-DRAIN_S = 0.5
 
 
 def remove_stale_dirs() -> None:
@@ -146,24 +142,21 @@ class AgentListener:
         self.pace.pulled()
         self._handle(ready(self._sel, 0))
 
-    def drain(self, timeout: float = DRAIN_S) -> None:
-        """Read every connection to its end, for at most ``timeout`` seconds, in the caller's thread:
-        torchrun ended, and with it its ranks, so what they sent last (their exit reports) and their
-        closed connections are all there to read. Unlike :meth:`pull` it reads past
-        :data:`~torchpar_top.sources.live.pacing.READ_AT_MOST`, and it waits for a read the thread has in
-        progress (the read lock) rather than find nothing ready and leave a connection's end unsaid.
-        Returns when no connection is left, or none had anything to read for 50 ms (a rank on another
-        node, or one that runs on)."""
+    def drain(self) -> None:
+        """Read every connection to its end, in the caller's thread, for at most half a second
+        (:func:`~torchpar_top.sources.live.pacing.drain`): torchrun ended, and with it its ranks, so what
+        they sent last (their exit reports) and their closed connections are all there to read. Unlike
+        :meth:`pull` it reads past :data:`~torchpar_top.sources.live.pacing.READ_AT_MOST`, and it waits
+        for a read the thread has in progress (the read lock) rather than find nothing ready and leave a
+        connection's end unsaid. Returns when no connection is left, or none had anything to read for
+        50 ms (a rank on another node, or one that runs on)."""
         self.pace.pulled()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def open_() -> bool:
             with self._read_lock:  # a read in progress on the thread ends (and says its close) first
-                if self._stop.is_set() or not self._conns:
-                    return
-            events = ready(self._sel, min(0.05, max(0.0, deadline - time.monotonic())))
-            if not events:
-                return
-            self._handle(events)
+                return not self._stop.is_set() and bool(self._conns)
+
+        drain(lambda timeout: ready(self._sel, timeout), self._handle, open_)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

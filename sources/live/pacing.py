@@ -75,3 +75,28 @@ def read_ready(read: Callable[[int], bytes], feed: Callable[[bytes], None]) -> b
         feed(data)
         taken += len(data)
     return True
+
+
+DRAIN_S = 0.5
+"""Seconds a drain reads at most once a process ended (a grandchild may keep a pipe open, a rank on
+another node may write on)."""
+DRAIN_QUIET = 0.05
+"""A drain ends when nothing was ready for this long."""
+
+Events = list[tuple[selectors.SelectorKey, int]]
+
+
+def drain(
+    select: Callable[[float], Events],
+    read: Callable[[Events], None],
+    open_: Callable[[], bool],
+    timeout: float = DRAIN_S,
+) -> None:
+    """Read what ``select(timeout)`` says is ready until ``open_()`` is false (every stream at its end),
+    nothing was ready for :data:`DRAIN_QUIET`, or ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while open_() and (left := deadline - time.monotonic()) > 0:
+        events = select(min(DRAIN_QUIET, left))
+        if not events:
+            return
+        read(events)
