@@ -323,6 +323,8 @@ def fmt(x: float | None) -> str:
 FOOTPRINT_WARMUP = 10.0  # the child imports torch, the async experiment fills its queue
 MM_SECONDS = 20.0
 #: What a variant runs in the pane; ``{mm}`` and ``{out}`` are the matmul loop's script and result file.
+#: The steps panel's one-process workload (and its argument: steps enough for any round).
+STEPS_SCRIPT = [str(ROOT / "tests" / "scripts" / "steps_phases.py"), "100000"]
 VARIANTS: dict[str, list[str]] = {
     "app": ["torchpar-top", "-e", "async"],
     "app --no-stacks": ["torchpar-top", "-e", "async", "--no-stacks"],
@@ -342,7 +344,7 @@ VARIANTS: dict[str, list[str]] = {
         "0.1",
         "--nproc-per-node",
         "2",
-        str(Path(__file__).resolve().parents[1] / "tests" / "scripts" / "ddp_steps.py"),
+        str(ROOT / "tests" / "scripts" / "ddp_steps.py"),
         "1000",
         "forward",
         "1",
@@ -350,20 +352,8 @@ VARIANTS: dict[str, list[str]] = {
     ],
     # the steps panel drawn for one process: a DataLoader that sleeps 20 ms an item, a matmul forward; at
     # 10 Hz as above, and at ``run``'s default 5 Hz
-    "app run steps": [
-        "torchpar-top",
-        "run",
-        "--interval",
-        "0.1",
-        str(Path(__file__).resolve().parents[1] / "tests" / "scripts" / "steps_phases.py"),
-        "100000",
-    ],
-    "app run steps 5 Hz": [
-        "torchpar-top",
-        "run",
-        str(Path(__file__).resolve().parents[1] / "tests" / "scripts" / "steps_phases.py"),
-        "100000",
-    ],
+    "app run steps": ["torchpar-top", "run", "--interval", "0.1", *STEPS_SCRIPT],
+    "app run steps 5 Hz": ["torchpar-top", "run", *STEPS_SCRIPT],
     "btop": ["btop"],
     "mm alone": ["sh", "-c", "exec {python} {mm} {seconds} {out}"],
     "mm under run": ["torchpar-top", "run", "{mm}", "{seconds}", "{out}"],
